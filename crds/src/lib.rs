@@ -1,0 +1,42 @@
+//! API types of vcluster-plugin-operator.
+//!
+//! - [`VClusterPlugin`] (`vcp.dev/v1alpha1`): a vCluster plugin as a Kubernetes object
+//!   (`shared/DESIGN.md`, "API").
+//! - [`Car`] (`example.loft.sh/v1`): the vcluster-sdk tutorial's resource, synced by the
+//!   example plugin.
+//!
+//! The generated CRD YAML is committed beside this crate ([`CRD_FILES`]); the crate's test
+//! `crd_yaml` fails when it differs from [`crd_yaml`]'s output (run it with `VCP_BLESS=1` to
+//! rewrite the files).
+
+pub mod car;
+pub mod plugin;
+mod schema;
+
+pub use car::{Car, CarSpec, CarStatus};
+pub use plugin::*;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
+/// File names (relative to the `crds/` folder) of the committed CRDs, with the CRD each holds.
+pub fn crd_files() -> Vec<(&'static str, CustomResourceDefinition)> {
+    vec![
+        ("vclusterplugins.vcp.dev.yaml", VClusterPlugin::crd()),
+        ("cars.example.loft.sh.yaml", Car::crd()),
+    ]
+}
+
+/// The names [`crd_files`] returns, for scripts and tests that read the committed YAML.
+pub const CRD_FILES: [&str; 2] = ["vclusterplugins.vcp.dev.yaml", "cars.example.loft.sh.yaml"];
+
+/// One CRD as the YAML document committed in `crds/` (a header comment, then the object).
+///
+/// # Errors
+/// Fails only when serde_yaml cannot serialize the CRD, which would be a bug in the types.
+pub fn crd_yaml(crd: &CustomResourceDefinition) -> Result<String, serde_yaml::Error> {
+    Ok(format!(
+        "# Generated from the Rust types in crds/src by `VCP_BLESS=1 cargo test -p vcp-crds`: do not edit.\n{}",
+        serde_yaml::to_string(crd)?
+    ))
+}

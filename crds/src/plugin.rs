@@ -1,0 +1,392 @@
+//! `VClusterPlugin` (`vcp.dev/v1alpha1`): one vCluster plugin as a Kubernetes object.
+//!
+//! The object lives in the host namespace of the vCluster it targets. The operator reads
+//! `spec` and installs the plugin into the vCluster's workload and RBAC; the embedded runtime
+//! reads `spec.syncedTypes` / `spec.hooks` and performs the syncing. The contract is
+//! `shared/DESIGN.md`, section "API".
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    EnvFromSource, EnvVar, ResourceRequirements, SecurityContext, VolumeMount,
+};
+use k8s_openapi::api::rbac::v1::PolicyRule;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Finalizer the operator puts on every `VClusterPlugin` it installed; removed once everything
+/// the operator added (containers, volumes, RBAC) is gone again.
+pub const FINALIZER: &str = "vcp.dev/cleanup";
+
+/// Field manager of every server-side apply the operator sends.
+pub const OPERATOR_FIELD_MANAGER: &str = "vcluster-plugin-operator";
+
+/// Field manager of every write the embedded runtime sends (host objects and its status).
+pub const RUNTIME_FIELD_MANAGER: &str = "vcluster-plugin-syncer";
+
+/// Label with the `VClusterPlugin`'s name on every object the operator made for it. A
+/// cluster-scoped object (ClusterRole, ClusterRoleBinding) cannot have a namespaced owner, so
+/// the finalizer finds those by this label and [`PLUGIN_NAMESPACE_LABEL`].
+pub const PLUGIN_NAME_LABEL: &str = "vcp.dev/plugin-name";
+
+/// Label with the `VClusterPlugin`'s namespace on every object the operator made for it.
+pub const PLUGIN_NAMESPACE_LABEL: &str = "vcp.dev/plugin-namespace";
+
+/// Desired state of a plugin in one vCluster. See `shared/DESIGN.md`, "API".
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "vcp.dev",
+    version = "v1alpha1",
+    kind = "VClusterPlugin",
+    plural = "vclusterplugins",
+    singular = "vclusterplugin",
+    shortname = "vcp",
+    category = "vcluster",
+    namespaced,
+    status = "VClusterPluginStatus",
+    doc = "A vCluster plugin, installed by vcluster-plugin-operator into the vCluster `spec.vcluster.name` of the same namespace.",
+    printcolumn(name = "VCluster", type_ = "string", json_path = ".spec.vcluster.name", description = "The vCluster this plugin is installed into"),
+    printcolumn(name = "Runtime", type_ = "string", json_path = ".status.runtime", description = "The plugin image, or `embedded` for the embedded runtime"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status", description = "Status of the Ready condition"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase", description = "Lifecycle phase"),
+    printcolumn(name = "Synced", type_ = "integer", json_path = ".status.syncedTotal", description = "Objects the runtime keeps in sync, all types together"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = Rule::new("size(self.metadata.name) <= 63").message("metadata.name must be at most 63 characters: it is used as a label value and in container names").field_path(".metadata.name"),
+    validation = Rule::new("!has(self.spec.config) || !has(self.spec.image) || (has(self.spec.version) && self.spec.version == 'v1')").message("spec.config is only passed to a v1 (sidecar) plugin image: a v2 plugin gets its config from the vCluster's values").field_path(".spec.config")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct VClusterPluginSpec {
+    /// The vCluster this plugin is installed into.
+    pub vcluster: VClusterRef,
+
+    /// A plugin image built with the vcluster-sdk, such as `ghcr.io/loft-sh/vcluster-example:0.1.0`.
+    /// Absent: the embedded runtime of this project performs `syncedTypes` and `hooks`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub image: Option<String>,
+
+    /// How an image plugin is run: `v2` (default; copied by an init container into `/plugins`
+    /// and started by the vCluster syncer) or `v1` (legacy gRPC sidecar). Ignored for the
+    /// embedded runtime, which always runs as a sidecar.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<PluginVersion>,
+
+    /// Image pull policy of the plugin container (`Always`, `IfNotPresent`, `Never`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_policy: Option<PullPolicy>,
+
+    /// Entrypoint of the plugin container, as in a Pod's container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+
+    /// Arguments of the plugin container, as in a Pod's container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<Vec<String>>,
+
+    /// Environment variables of the plugin container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<Vec<EnvVar>>,
+
+    /// Environment sources of the plugin container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_from: Option<Vec<EnvFromSource>>,
+
+    /// Compute resources of the plugin container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+
+    /// Security context of the plugin container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_context: Option<SecurityContext>,
+
+    /// Extra volume mounts of the plugin container (the volumes must exist in the vCluster's pod).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_mounts: Option<Vec<VolumeMount>>,
+
+    /// Free-form plugin configuration, passed as YAML in env `PLUGIN_CONFIG` to a `v1` sidecar.
+    /// Refused with `v2`: a v2 plugin is started by the vCluster syncer, which passes it the
+    /// config from the vCluster's own values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::schema::free_form_object")]
+    pub config: Option<serde_json::Value>,
+
+    /// Resource types the runtime keeps in sync between the virtual cluster and the host.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub synced_types: Vec<SyncedType>,
+
+    /// Mutations applied to objects on their way between the virtual cluster and the host.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<Hook>,
+
+    /// RBAC the plugin needs on the host, granted to the vCluster's service account.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rbac: Option<PluginRbac>,
+}
+
+/// Reference to the vCluster (a Helm release of the vCluster chart) in the plugin's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct VClusterRef {
+    /// Name of the vCluster release. Its workload is the StatefulSet, else the Deployment, of
+    /// that name in the plugin's namespace; its service account is `vc-<name>`.
+    #[schemars(length(min = 1, max = 53))]
+    pub name: String,
+}
+
+/// How an image plugin is run inside the vCluster pod.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum PluginVersion {
+    /// Legacy sidecar that talks gRPC to the syncer on `localhost:<14000+i>`.
+    #[serde(rename = "v1")]
+    V1,
+    /// Init container that copies `/plugin` to `/plugins/<name>`; the syncer starts it.
+    #[default]
+    #[serde(rename = "v2")]
+    V2,
+}
+
+/// Container image pull policy, as in a Pod's container.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum PullPolicy {
+    /// Always pull.
+    Always,
+    /// Pull when the image is not on the node.
+    IfNotPresent,
+    /// Never pull.
+    Never,
+}
+
+impl PullPolicy {
+    /// The string Kubernetes uses for this policy.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PullPolicy::Always => "Always",
+            PullPolicy::IfNotPresent => "IfNotPresent",
+            PullPolicy::Never => "Never",
+        }
+    }
+}
+
+/// One resource type kept in sync by the runtime.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SyncedType {
+    /// `group/version` of the type, such as `example.loft.sh/v1` (`v1` for the core group).
+    #[schemars(length(min = 1))]
+    pub api_version: String,
+    /// Kind of the type, such as `Car`.
+    #[schemars(length(min = 1))]
+    pub kind: String,
+    /// Plural resource name, such as `cars`. Discovered from the API server when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<String>,
+    /// `ToHost` (default): virtual objects are copied to the host namespace.
+    /// `FromHost`: host objects are copied into the virtual cluster.
+    #[serde(default)]
+    pub direction: SyncDirection,
+    /// Copy the host object's `.status` up to the virtual object.
+    #[serde(default)]
+    pub sync_status: bool,
+    /// Only source objects matching this label selector are synced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+}
+
+/// Direction of a synced type.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum SyncDirection {
+    /// Virtual cluster to host namespace.
+    #[default]
+    ToHost,
+    /// Host namespace to virtual cluster.
+    FromHost,
+}
+
+/// A mutation applied by the runtime to objects of one type on the listed events.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Hook {
+    /// Name of the hook, unique in the plugin.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// `group/version` of the objects, such as `v1`.
+    #[schemars(length(min = 1))]
+    pub api_version: String,
+    /// Kind of the objects, such as `Pod`.
+    #[schemars(length(min = 1))]
+    pub kind: String,
+    /// Events on which the hook runs: `CreatePhysical`, `UpdatePhysical` (before a write to
+    /// the host), `CreateVirtual`, `UpdateVirtual` (before a write to the virtual cluster).
+    #[schemars(length(min = 1))]
+    pub events: Vec<HookEvent>,
+    /// Labels to set.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Annotations to set.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// Label keys to remove.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remove_labels: Vec<String>,
+    /// Annotation keys to remove.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remove_annotations: Vec<String>,
+    /// RFC 6902 JSON Patch operations applied after the label and annotation actions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub json_patch: Vec<JsonPatchOperation>,
+}
+
+/// The write events a hook can run on (vcluster-sdk's `Mutate{Create,Update}{Physical,Virtual}`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+pub enum HookEvent {
+    /// Before an object is created on the host.
+    CreatePhysical,
+    /// Before an object is updated on the host.
+    UpdatePhysical,
+    /// Before an object is created in the virtual cluster.
+    CreateVirtual,
+    /// Before an object is updated in the virtual cluster.
+    UpdateVirtual,
+}
+
+/// One RFC 6902 operation.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct JsonPatchOperation {
+    /// `add`, `remove`, `replace`, `move`, `copy` or `test`.
+    pub op: JsonPatchOp,
+    /// JSON Pointer (RFC 6901) of the target, such as `/metadata/labels/team`.
+    pub path: String,
+    /// Source pointer of `move` and `copy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// Value of `add`, `replace` and `test`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::schema::any_value")]
+    pub value: Option<serde_json::Value>,
+}
+
+/// RFC 6902 operation names.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum JsonPatchOp {
+    /// `add`
+    Add,
+    /// `remove`
+    Remove,
+    /// `replace`
+    Replace,
+    /// `move`
+    Move,
+    /// `copy`
+    Copy,
+    /// `test`
+    Test,
+}
+
+/// RBAC of a plugin on the host.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginRbac {
+    /// `Dedicated` (default): a Role / ClusterRole of the plugin's own, bound to the vCluster's
+    /// service account. `PatchVClusterRoles`: rules appended to the Roles already bound to it.
+    #[serde(default)]
+    pub mode: RbacMode,
+    /// Namespaced rules, in the vCluster's host namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<RoleRules>,
+    /// Cluster-scoped rules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_role: Option<RoleRules>,
+}
+
+/// How the plugin's rules are granted.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum RbacMode {
+    /// The plugin's own Role / ClusterRole and bindings.
+    #[default]
+    Dedicated,
+    /// Append to the Roles bound to the vCluster's service account, recording what was added.
+    PatchVClusterRoles,
+}
+
+/// Extra policy rules.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleRules {
+    /// Standard Kubernetes PolicyRules, added to those derived from `syncedTypes`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_rules: Vec<PolicyRule>,
+}
+
+/// Observed state, written by the operator (phase, conditions other than `RuntimeHealthy`,
+/// workload) and by the runtime (`syncedObjects`, `syncedTotal`, `RuntimeHealthy`), each with
+/// server-side apply under its own field manager.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VClusterPluginStatus {
+    /// `metadata.generation` the operator last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Lifecycle phase: `Pending`, `Installing`, `Ready`, `Degraded`, `Failed`, `Terminating`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// The plugin image, or `embedded` (shown in the RUNTIME column).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
+    /// Conditions `Ready`, `WorkloadPatched`, `RBACReady`, `RuntimeHealthy`, keyed by type.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// The vCluster workload the plugin is installed into.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<WorkloadRef>,
+    /// Objects in sync per type, reported by the runtime.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["apiVersion", "kind"]))]
+    pub synced_objects: Vec<SyncedObjects>,
+    /// Sum of `syncedObjects[].count` (shown in the SYNCED column).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synced_total: Option<i64>,
+}
+
+/// Lifecycle phase of a plugin.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum Phase {
+    /// Accepted, not yet acted on.
+    Pending,
+    /// Being installed into the workload.
+    Installing,
+    /// Installed; `Ready=True`.
+    Ready,
+    /// Installed, but something is wrong at run time.
+    Degraded,
+    /// Cannot be installed; see the `Ready` condition.
+    Failed,
+    /// Being removed.
+    Terminating,
+}
+
+/// The vCluster workload a plugin is installed into.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct WorkloadRef {
+    /// `StatefulSet` or `Deployment`.
+    pub kind: String,
+    /// Name of the workload.
+    pub name: String,
+}
+
+/// Count of objects in sync for one type.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SyncedObjects {
+    /// `group/version` of the type.
+    pub api_version: String,
+    /// Kind of the type.
+    pub kind: String,
+    /// Objects whose host copy matches the virtual object.
+    pub count: i64,
+    /// Host objects of the same name that this vCluster does not manage (never touched).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conflicts: Option<i64>,
+}
