@@ -53,7 +53,7 @@ pub const PLUGIN_NAMESPACE_LABEL: &str = "vcp.dev/plugin-namespace";
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase", description = "Lifecycle phase"),
     printcolumn(name = "Synced", type_ = "integer", json_path = ".status.syncedTotal", description = "Objects the runtime keeps in sync, all types together"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
-    validation = Rule::new("size(self.metadata.name) <= 63").message("metadata.name must be at most 63 characters: it is used as a label value and in container names").field_path(".metadata.name"),
+    validation = Rule::new("size(self.metadata.name) <= 63").message("metadata.name must be at most 63 characters: it names the plugin container and is a label value"),
     validation = Rule::new("!has(self.spec.config) || !has(self.spec.image) || (has(self.spec.version) && self.spec.version == 'v1')").message("spec.config is only passed to a v1 (sidecar) plugin image: a v2 plugin gets its config from the vCluster's values").field_path(".spec.config")
 )]
 #[serde(rename_all = "camelCase")]
