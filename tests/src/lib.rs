@@ -1,1 +1,454 @@
+//! Test support: real `etcd` and `kube-apiserver` processes for the end-to-end suite.
+//!
+//! [`ControlPlane`] drives `scripts/control-plane` (the same steps the demo uses): the binaries
+//! are built once from their pinned Go modules and cached outside the repo; each test binary
+//! starts one etcd and two API servers, the **host** cluster and the **virtual** cluster (the
+//! vCluster's own control plane), on free 127.0.0.1 ports, RBAC on, with static-token
+//! identities ([`Identity`]). Tests share that control plane and keep apart by namespace.
+//!
+//! Stopping: an owned [`ControlPlane`] stops on drop, also when a test panics. The shared one
+//! lives in a static, which Rust never drops, so `up` is also given the test binary's pid: a
+//! watchdog stops the processes once the binary has exited, however it ended.
 
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::discovery::{Discovery, Scope};
+use kube::{Client, Config};
+use serde::Deserialize as _;
+
+/// Field manager of the writes the test support itself makes (fixtures, namespaces, CRDs).
+pub const TEST_FIELD_MANAGER: &str = "vcp-tests";
+
+/// Which of the two API servers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cluster {
+    /// The host cluster, where the vCluster's workload and the VClusterPlugins live.
+    Host,
+    /// The virtual cluster: the vCluster's own control plane.
+    Virtual,
+}
+
+/// A static-token identity of the control plane.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Identity {
+    /// User `admin` in `system:masters`: may do anything.
+    Admin,
+    /// User `vcp-operator`: holds only what RBAC grants it (config/rbac).
+    Operator,
+    /// User `vcp-syncer`: holds only what RBAC grants it.
+    Syncer,
+}
+
+impl Cluster {
+    fn as_str(self) -> &'static str {
+        match self {
+            Cluster::Host => "host",
+            Cluster::Virtual => "virtual",
+        }
+    }
+}
+
+impl Identity {
+    /// The user name the API server sees for this identity.
+    pub fn user(self) -> &'static str {
+        match self {
+            Identity::Admin => "admin",
+            Identity::Operator => "vcp-operator",
+            Identity::Syncer => "vcp-syncer",
+        }
+    }
+    fn as_str(self) -> &'static str {
+        match self {
+            Identity::Admin => "admin",
+            Identity::Operator => "operator",
+            Identity::Syncer => "syncer",
+        }
+    }
+}
+
+/// A running local control plane (one etcd, a host and a virtual API server), stopped on drop.
+#[derive(Debug)]
+pub struct ControlPlane {
+    dir: PathBuf,
+}
+
+/// The repository's root folder.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
+}
+
+impl ControlPlane {
+    /// Starts a new control plane in a fresh temporary folder with `scripts/control-plane up`
+    /// (building the binaries first when they are not cached).
+    ///
+    /// # Errors
+    /// When the script fails: its output is in the error.
+    pub fn start() -> anyhow::Result<Self> {
+        static STARTED: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "vcp-control-plane-{}-{}",
+            std::process::id(),
+            STARTED.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir)?;
+        let out = Command::new(repo_root().join("scripts/control-plane"))
+            .arg("up")
+            .arg("--dir")
+            .arg(&dir)
+            .arg("--watch-pid")
+            .arg(std::process::id().to_string())
+            .output()
+            .context("run scripts/control-plane up")?;
+        if !out.status.success() {
+            bail!(
+                "scripts/control-plane up failed ({}):\n{}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(ControlPlane { dir })
+    }
+
+    /// The control plane of this test binary, started on first use; its processes stop when
+    /// the test binary exits.
+    ///
+    /// # Panics
+    /// When it cannot be started (the error says why).
+    pub fn shared() -> &'static ControlPlane {
+        static SHARED: OnceLock<ControlPlane> = OnceLock::new();
+        SHARED.get_or_init(|| ControlPlane::start().expect("start the local control plane"))
+    }
+
+    /// The folder holding kubeconfigs, logs and the audit logs (`audit-{host,virtual}.log`).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Path of the kubeconfig for `cluster` as `identity`.
+    pub fn kubeconfig(&self, cluster: Cluster, identity: Identity) -> PathBuf {
+        self.dir.join(format!(
+            "kubeconfig-{}-{}",
+            cluster.as_str(),
+            identity.as_str()
+        ))
+    }
+
+    /// A kube client config for `cluster` as `identity`.
+    ///
+    /// # Errors
+    /// When the kubeconfig cannot be read.
+    pub async fn config(&self, cluster: Cluster, identity: Identity) -> anyhow::Result<Config> {
+        config_from(&self.kubeconfig(cluster, identity)).await
+    }
+
+    /// A new client for `cluster` as `identity` (a client belongs to the tokio runtime that
+    /// made it, so each test makes its own).
+    ///
+    /// # Panics
+    /// When the kubeconfig cannot be read or the client cannot be built.
+    pub async fn client(&self, cluster: Cluster, identity: Identity) -> Client {
+        let config = self
+            .config(cluster, identity)
+            .await
+            .expect("read kubeconfig");
+        Client::try_from(config).expect("build client")
+    }
+
+    /// Mints a token for service account `namespace/name` of `cluster` with the TokenRequest
+    /// API (the service account is created when missing). A vCluster's runtime acts as
+    /// `vc-<vcluster>` on the host, so tests can hold it to exactly the RBAC the operator granted.
+    ///
+    /// # Errors
+    /// When the service account or the token cannot be created.
+    pub async fn service_account_token(
+        &self,
+        cluster: Cluster,
+        namespace: &str,
+        name: &str,
+    ) -> anyhow::Result<String> {
+        let admin = self.client(cluster, Identity::Admin).await;
+        let sas: Api<ServiceAccount> = Api::namespaced(admin, namespace);
+        let sa: ServiceAccount = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": name, "namespace": namespace}
+        }))?;
+        sas.patch(
+            name,
+            &PatchParams::apply(TEST_FIELD_MANAGER),
+            &Patch::Apply(&sa),
+        )
+        .await?;
+        let request = TokenRequest {
+            spec: TokenRequestSpec {
+                audiences: vec![format!("https://{}.vcp.test", cluster.as_str())],
+                expiration_seconds: Some(3600),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Ok(sas
+            .create_token_request(name, &PostParams::default(), &request)
+            .await?
+            .status
+            .context("TokenRequest returned no status")?
+            .token)
+    }
+
+    /// A client acting as service account `namespace/name` (see
+    /// [`ControlPlane::service_account_token`]).
+    ///
+    /// # Errors
+    /// When the token cannot be minted or the client built.
+    pub async fn service_account_client(
+        &self,
+        cluster: Cluster,
+        namespace: &str,
+        name: &str,
+    ) -> anyhow::Result<Client> {
+        let token = self.service_account_token(cluster, namespace, name).await?;
+        let mut config = self.config(cluster, Identity::Admin).await?;
+        config.auth_info.token = Some(token.into());
+        Ok(Client::try_from(config)?)
+    }
+
+    /// Writes a kubeconfig acting as service account `namespace/name` (see
+    /// [`ControlPlane::service_account_token`]) into the control plane's folder, for a process
+    /// such as `vcluster-plugin-syncer`; returns its path.
+    ///
+    /// # Errors
+    /// When the token cannot be minted or the file written.
+    pub async fn service_account_kubeconfig(
+        &self,
+        cluster: Cluster,
+        namespace: &str,
+        name: &str,
+    ) -> anyhow::Result<PathBuf> {
+        let token = self.service_account_token(cluster, namespace, name).await?;
+        let text = std::fs::read_to_string(self.kubeconfig(cluster, Identity::Admin))?;
+        let mut doc: serde_yaml::Value = serde_yaml::from_str(&text)?;
+        doc["users"][0]["user"]["token"] = serde_yaml::Value::String(token);
+        let path = self.dir.join(format!(
+            "kubeconfig-{}-sa-{namespace}-{name}",
+            cluster.as_str()
+        ));
+        std::fs::write(&path, serde_yaml::to_string(&doc)?)?;
+        Ok(path)
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        let _ = Command::new(repo_root().join("scripts/control-plane"))
+            .arg("down")
+            .arg("--dir")
+            .arg(&self.dir)
+            .output();
+    }
+}
+
+/// Reads a kubeconfig file into a kube client config.
+///
+/// # Errors
+/// When the file cannot be read or parsed.
+pub async fn config_from(path: &Path) -> anyhow::Result<Config> {
+    let kubeconfig =
+        Kubeconfig::read_from(path).with_context(|| format!("read {}", path.display()))?;
+    Ok(Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?)
+}
+
+/// Installs the committed CRDs (`crds/*.yaml`) by server-side apply and waits until each is
+/// Established.
+///
+/// # Panics
+/// When a CRD is refused or not Established within 30 s.
+pub async fn install_crds(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for file in vcp_crds::CRD_FILES {
+        let text = std::fs::read_to_string(repo_root().join("crds").join(file)).expect("read CRD");
+        let crd: CustomResourceDefinition = serde_yaml::from_str(&text).expect("parse CRD");
+        let name = crd.metadata.name.clone().expect("CRD name");
+        crds.patch(
+            &name,
+            &PatchParams::apply(TEST_FIELD_MANAGER).force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("apply CRD {name}: {e}"));
+        wait_for(Duration::from_secs(30), || {
+            let crds = crds.clone();
+            let name = name.clone();
+            async move {
+                let crd = crds.get(&name).await.ok()?;
+                crd.status?
+                    .conditions?
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+                    .then_some(())
+            }
+        })
+        .await;
+    }
+}
+
+/// Creates namespace `name` (server-side apply: no error when it exists).
+///
+/// # Panics
+/// When the API server refuses it.
+pub async fn create_namespace(client: &Client, name: &str) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}
+    }))
+    .expect("namespace");
+    namespaces
+        .patch(
+            name,
+            &PatchParams::apply(TEST_FIELD_MANAGER),
+            &Patch::Apply(&ns),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("create namespace {name}: {e}"));
+}
+
+/// Applies every document of a YAML file by server-side apply (field manager
+/// [`TEST_FIELD_MANAGER`]), resolving each kind through API discovery. Namespaced objects
+/// without a namespace go to `default_namespace`.
+///
+/// # Errors
+/// When a document cannot be parsed, its kind is unknown, or the API server refuses it.
+pub async fn apply_yaml(
+    client: &Client,
+    yaml: &str,
+    default_namespace: Option<&str>,
+) -> anyhow::Result<Vec<DynamicObject>> {
+    let discovery = Discovery::new(client.clone()).run().await?;
+    let mut applied = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(yaml) {
+        let value = serde_yaml::Value::deserialize(doc)?;
+        if value.is_null() {
+            continue;
+        }
+        let obj: DynamicObject = serde_yaml::from_value(value)?;
+        let types = obj
+            .types
+            .clone()
+            .context("document without apiVersion/kind")?;
+        let gvk = kube::core::GroupVersionKind::try_from(&types)?;
+        let (resource, caps) = discovery
+            .resolve_gvk(&gvk)
+            .with_context(|| format!("unknown kind {gvk:?}"))?;
+        let name = obj
+            .metadata
+            .name
+            .clone()
+            .context("document without metadata.name")?;
+        let api: Api<DynamicObject> = if caps.scope == Scope::Namespaced {
+            let ns = obj
+                .metadata
+                .namespace
+                .clone()
+                .or(default_namespace.map(str::to_string))
+                .unwrap_or_else(|| "default".to_string());
+            Api::namespaced_with(client.clone(), &ns, &resource)
+        } else {
+            Api::all_with(client.clone(), &resource)
+        };
+        let out = api
+            .patch(
+                &name,
+                &PatchParams::apply(TEST_FIELD_MANAGER).force(),
+                &Patch::Apply(&obj),
+            )
+            .await
+            .with_context(|| format!("apply {} {name}", gvk.kind))?;
+        applied.push(out);
+    }
+    Ok(applied)
+}
+
+/// [`apply_yaml`] of a file, path relative to the repository root or absolute.
+///
+/// # Errors
+/// As [`apply_yaml`], or when the file cannot be read.
+pub async fn apply_yaml_file(
+    client: &Client,
+    path: impl AsRef<Path>,
+    default_namespace: Option<&str>,
+) -> anyhow::Result<Vec<DynamicObject>> {
+    let path = repo_root().join(path);
+    let yaml =
+        std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
+    apply_yaml(client, &yaml, default_namespace).await
+}
+
+/// Polls `check` every 100 ms until it returns `Some`, and returns that value.
+///
+/// # Panics
+/// When `timeout` passes first.
+pub async fn wait_for<T, F, Fut>(timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        if Instant::now() > deadline {
+            panic!("condition not met within {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Write requests (create, update, patch, delete) that `user` made on `cluster`, read from the
+/// API server's audit log: one `(verb, request URI)` per request, in order.
+///
+/// # Errors
+/// When the audit log cannot be read.
+pub fn audited_writes(
+    cp: &ControlPlane,
+    cluster: Cluster,
+    user: &str,
+) -> anyhow::Result<Vec<(String, String)>> {
+    let path = cp.dir.join(format!("audit-{}.log", cluster.as_str()));
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
+    let mut writes = Vec::new();
+    for line in text.lines() {
+        let event: serde_json::Value = serde_json::from_str(line)?;
+        if event["stage"] != "ResponseComplete" || event["user"]["username"] != user {
+            continue;
+        }
+        writes.push((
+            event["verb"].as_str().unwrap_or_default().to_string(),
+            event["requestURI"].as_str().unwrap_or_default().to_string(),
+        ));
+    }
+    Ok(writes)
+}
+
+/// Labels as a sorted map from a list of pairs, for exact comparisons in tests.
+pub fn string_map<const N: usize>(pairs: [(&str, &str); N]) -> BTreeMap<String, String> {
+    pairs
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
