@@ -1,0 +1,137 @@
+//! Errors of the runtime, with what to check to fix them.
+
+use crate::hooks::HookError;
+
+/// Everything that can stop the runtime or fail one sync of one object.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The `VClusterPlugin` named by `--plugin` does not exist in `--namespace`.
+    #[error(
+        "VClusterPlugin {namespace}/{name} not found on the host: check --plugin and --namespace \
+         (the runtime runs in the namespace of the vCluster it serves)"
+    )]
+    PluginNotFound {
+        /// Host namespace searched.
+        namespace: String,
+        /// Name searched.
+        name: String,
+    },
+
+    /// The `VClusterPlugin` could not be read (RBAC, connectivity, CRD missing).
+    #[error(
+        "cannot read VClusterPlugin {namespace}/{name} on the host: {source}; the syncer's \
+         identity needs get/list/watch on vclusterplugins.vcp.dev in {namespace}, and the CRD \
+         must be installed"
+    )]
+    ReadPlugin {
+        /// Host namespace.
+        namespace: String,
+        /// Plugin name.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+
+    /// The `VClusterPlugin` has no usable vCluster name.
+    #[error(
+        "VClusterPlugin {namespace}/{name} has an empty spec.vcluster.name and no --vcluster was given"
+    )]
+    NoVCluster {
+        /// Host namespace.
+        namespace: String,
+        /// Plugin name.
+        name: String,
+    },
+
+    /// A synced type is not served by an API server.
+    #[error(
+        "{api_version} {kind} is not served by the {cluster} API server: {source}; install its \
+         CRD in both clusters, or set syncedTypes[].resource"
+    )]
+    Discovery {
+        /// `group/version` of the type.
+        api_version: String,
+        /// Kind of the type.
+        kind: String,
+        /// `host` or `virtual`.
+        cluster: &'static str,
+        /// The discovery error.
+        #[source]
+        source: kube::Error,
+    },
+
+    /// A synced type is cluster-scoped; only namespaced types can be synced into one host
+    /// namespace.
+    #[error(
+        "{api_version} {kind} is cluster-scoped: only namespaced types can be synced to the host namespace"
+    )]
+    ClusterScoped {
+        /// `group/version` of the type.
+        api_version: String,
+        /// Kind of the type.
+        kind: String,
+    },
+
+    /// A `syncedTypes[].selector` cannot be turned into a label selector.
+    #[error("invalid selector of synced type {api_version} {kind}: {message}")]
+    InvalidSelector {
+        /// `group/version` of the type.
+        api_version: String,
+        /// Kind of the type.
+        kind: String,
+        /// Why the selector was refused.
+        message: String,
+    },
+
+    /// An API request failed.
+    #[error("{action} failed: {source}")]
+    Kube {
+        /// What was attempted, such as `create host example.loft.sh/v1 Car ns/name`.
+        action: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+
+    /// A declared hook could not be applied.
+    #[error(transparent)]
+    Hook(#[from] HookError),
+
+    /// An object could not be converted between its typed and JSON forms.
+    #[error("cannot convert {what}: {source}")]
+    Json {
+        /// What was being converted.
+        what: String,
+        /// The serde error.
+        #[source]
+        source: serde_json::Error,
+    },
+
+    /// A kubeconfig could not be loaded (binary only).
+    #[error("cannot load the {cluster} kubeconfig {path}: {message}")]
+    Kubeconfig {
+        /// `host` or `virtual`.
+        cluster: &'static str,
+        /// The path given, or `in-cluster` / `default` when inferred.
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+impl Error {
+    /// Wraps an API error with what was attempted.
+    pub fn kube(action: impl Into<String>, source: kube::Error) -> Self {
+        Error::Kube {
+            action: action.into(),
+            source,
+        }
+    }
+
+    /// Whether the error is an HTTP 409 (conflict / already exists) or 422 with a failed
+    /// JSON-patch `test` precondition: a stale cache; retrying soon is expected to succeed.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Error::Kube { source: kube::Error::Api(status), .. } if status.code == 409 || status.code == 422)
+    }
+}

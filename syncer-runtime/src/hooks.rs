@@ -1,0 +1,291 @@
+//! Declarative hooks (`spec.hooks[]` of a `VClusterPlugin`) applied to objects as JSON (pure).
+//!
+//! A hook mutates an object on its way between the virtual cluster and the host, like the
+//! vcluster-sdk's `ClientHook` `Mutate{Create,Update}{Physical,Virtual}` points: it sets
+//! `labels` and `annotations`, removes `removeLabels` and `removeAnnotations`, and then applies
+//! its RFC 6902 `jsonPatch` operations, in that order.
+
+use serde_json::Value;
+use vcp_crds::{Hook, HookEvent};
+
+/// A hook that could not be applied.
+#[derive(Debug, thiserror::Error)]
+pub enum HookError {
+    /// The object is not a JSON object, so it has no `metadata` to set labels on.
+    #[error("hook {hook:?}: the object is not a JSON object")]
+    NotAnObject {
+        /// Name of the hook.
+        hook: String,
+    },
+    /// `metadata`, `metadata.labels` or `metadata.annotations` exists but is not an object.
+    #[error("hook {hook:?}: {field} of the object is not a JSON object")]
+    NotAMap {
+        /// Name of the hook.
+        hook: String,
+        /// The offending field, such as `metadata.labels`.
+        field: &'static str,
+    },
+    /// A `jsonPatch` operation could not be converted or failed (for example `remove` or
+    /// `test` on a path that does not exist); no operation of the hook was applied.
+    #[error("hook {hook:?}: jsonPatch failed: {message}")]
+    JsonPatch {
+        /// Name of the hook.
+        hook: String,
+        /// What went wrong, from the json-patch crate.
+        message: String,
+    },
+}
+
+/// The hooks of `hooks` that apply to objects of `api_version` / `kind` on `event`, in order.
+pub fn hooks_for<'a>(
+    hooks: &'a [Hook],
+    api_version: &str,
+    kind: &str,
+    event: HookEvent,
+) -> Vec<&'a Hook> {
+    hooks
+        .iter()
+        .filter(|hook| {
+            hook.api_version == api_version && hook.kind == kind && hook.events.contains(&event)
+        })
+        .collect()
+}
+
+/// Applies one hook to `obj` (a Kubernetes object as JSON): sets its labels and annotations,
+/// removes its `removeLabels` / `removeAnnotations` keys (a map that becomes empty is kept
+/// empty, a missing map is not created for a removal), then applies its `jsonPatch`
+/// atomically.
+///
+/// # Errors
+/// [`HookError`] when `obj` does not have the shape of a Kubernetes object or a patch
+/// operation fails; `obj` may then carry the label and annotation actions but none of the
+/// patch operations.
+pub fn apply_hook(obj: &mut Value, hook: &Hook) -> Result<(), HookError> {
+    let root = obj.as_object_mut().ok_or_else(|| HookError::NotAnObject {
+        hook: hook.name.clone(),
+    })?;
+    let needs_metadata = !hook.labels.is_empty() || !hook.annotations.is_empty();
+    if needs_metadata || root.contains_key("metadata") {
+        let metadata = root
+            .entry("metadata")
+            .or_insert_with(|| Value::Object(Default::default()))
+            .as_object_mut()
+            .ok_or_else(|| HookError::NotAMap {
+                hook: hook.name.clone(),
+                field: "metadata",
+            })?;
+        for (field, set, remove) in [
+            ("labels", &hook.labels, &hook.remove_labels),
+            ("annotations", &hook.annotations, &hook.remove_annotations),
+        ] {
+            let error_field = if field == "labels" {
+                "metadata.labels"
+            } else {
+                "metadata.annotations"
+            };
+            if !set.is_empty() {
+                let map = metadata
+                    .entry(field)
+                    .or_insert_with(|| Value::Object(Default::default()));
+                if map.is_null() {
+                    *map = Value::Object(Default::default());
+                }
+                let map = map.as_object_mut().ok_or_else(|| HookError::NotAMap {
+                    hook: hook.name.clone(),
+                    field: error_field,
+                })?;
+                for (key, value) in set {
+                    map.insert(key.clone(), Value::String(value.clone()));
+                }
+            }
+            if let Some(map) = metadata.get_mut(field).and_then(Value::as_object_mut) {
+                for key in remove {
+                    map.remove(key);
+                }
+            }
+        }
+    }
+    if !hook.json_patch.is_empty() {
+        let patch: json_patch::Patch = serde_json::to_value(&hook.json_patch)
+            .and_then(serde_json::from_value)
+            .map_err(|e| HookError::JsonPatch {
+                hook: hook.name.clone(),
+                message: e.to_string(),
+            })?;
+        json_patch::patch(obj, &patch).map_err(|e| HookError::JsonPatch {
+            hook: hook.name.clone(),
+            message: e.to_string(),
+        })?;
+    }
+    Ok(())
+}
+
+/// Applies `hooks` to `obj` in order, stopping at the first failure.
+///
+/// # Errors
+/// The first [`HookError`] of [`apply_hook`].
+pub fn apply_hooks<'a>(
+    obj: &mut Value,
+    hooks: impl IntoIterator<Item = &'a Hook>,
+) -> Result<(), HookError> {
+    hooks.into_iter().try_for_each(|hook| apply_hook(obj, hook))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use vcp_crds::{JsonPatchOp, JsonPatchOperation};
+
+    fn pod_hook() -> Hook {
+        Hook {
+            name: "pod-hook".into(),
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            events: vec![HookEvent::CreatePhysical, HookEvent::UpdatePhysical],
+            labels: [("created-by-plugin".to_string(), "pod-hook".to_string())].into(),
+            ..Hook::default()
+        }
+    }
+
+    #[test]
+    fn sets_label_on_object_without_labels() {
+        let mut pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}});
+        apply_hook(&mut pod, &pod_hook()).unwrap();
+        assert_eq!(
+            pod["metadata"]["labels"],
+            json!({"created-by-plugin": "pod-hook"})
+        );
+        // idempotent
+        let before = pod.clone();
+        apply_hook(&mut pod, &pod_hook()).unwrap();
+        assert_eq!(pod, before);
+    }
+
+    #[test]
+    fn removals_and_annotations() {
+        let hook = Hook {
+            name: "h".into(),
+            annotations: [("team".to_string(), "a".to_string())].into(),
+            remove_labels: vec!["drop".into(), "absent".into()],
+            remove_annotations: vec!["old".into()],
+            ..Hook::default()
+        };
+        let mut obj = json!({"metadata": {"labels": {"drop": "x", "keep": "y"}, "annotations": {"old": "1"}}});
+        apply_hook(&mut obj, &hook).unwrap();
+        assert_eq!(
+            obj,
+            json!({"metadata": {"labels": {"keep": "y"}, "annotations": {"team": "a"}}})
+        );
+        // a removal does not create a missing map
+        let mut bare = json!({"metadata": {"name": "n"}});
+        let removal_only = Hook {
+            name: "r".into(),
+            remove_labels: vec!["x".into()],
+            ..Hook::default()
+        };
+        apply_hook(&mut bare, &removal_only).unwrap();
+        assert_eq!(bare, json!({"metadata": {"name": "n"}}));
+    }
+
+    #[test]
+    fn json_patch_after_labels() {
+        let hook = Hook {
+            name: "patch".into(),
+            labels: [("a".to_string(), "1".to_string())].into(),
+            json_patch: vec![
+                JsonPatchOperation {
+                    op: JsonPatchOp::Add,
+                    path: "/spec/seats".into(),
+                    from: None,
+                    value: Some(json!(5)),
+                },
+                JsonPatchOperation {
+                    op: JsonPatchOp::Replace,
+                    path: "/metadata/labels/a".into(),
+                    from: None,
+                    value: Some(json!("2")),
+                },
+                JsonPatchOperation {
+                    op: JsonPatchOp::Copy,
+                    path: "/spec/copied".into(),
+                    from: Some("/spec/type".into()),
+                    value: None,
+                },
+            ],
+            ..Hook::default()
+        };
+        let mut car = json!({"metadata": {"name": "c"}, "spec": {"type": "BMW"}});
+        apply_hook(&mut car, &hook).unwrap();
+        assert_eq!(
+            car,
+            json!({"metadata": {"name": "c", "labels": {"a": "2"}},
+                   "spec": {"type": "BMW", "seats": 5, "copied": "BMW"}})
+        );
+    }
+
+    #[test]
+    fn failing_patch_is_reported_and_atomic() {
+        let hook = Hook {
+            name: "bad".into(),
+            json_patch: vec![
+                JsonPatchOperation {
+                    op: JsonPatchOp::Add,
+                    path: "/spec/x".into(),
+                    from: None,
+                    value: Some(json!(1)),
+                },
+                JsonPatchOperation {
+                    op: JsonPatchOp::Remove,
+                    path: "/spec/missing".into(),
+                    from: None,
+                    value: None,
+                },
+            ],
+            ..Hook::default()
+        };
+        let mut obj = json!({"spec": {}});
+        let err = apply_hook(&mut obj, &hook).unwrap_err();
+        assert!(err.to_string().contains("\"bad\""), "{err}");
+        assert_eq!(obj, json!({"spec": {}}));
+        assert!(apply_hook(&mut json!([1]), &hook).is_err());
+    }
+
+    #[test]
+    fn selects_hooks_by_type_and_event() {
+        let hooks = vec![
+            pod_hook(),
+            Hook {
+                name: "car".into(),
+                api_version: "example.loft.sh/v1".into(),
+                kind: "Car".into(),
+                events: vec![HookEvent::CreateVirtual],
+                ..Hook::default()
+            },
+        ];
+        assert_eq!(
+            hooks_for(&hooks, "v1", "Pod", HookEvent::UpdatePhysical).len(),
+            1
+        );
+        assert!(hooks_for(&hooks, "v1", "Pod", HookEvent::CreateVirtual).is_empty());
+        assert!(
+            hooks_for(
+                &hooks,
+                "example.loft.sh/v1",
+                "Car",
+                HookEvent::CreatePhysical
+            )
+            .is_empty()
+        );
+        assert_eq!(
+            hooks_for(
+                &hooks,
+                "example.loft.sh/v1",
+                "Car",
+                HookEvent::CreateVirtual
+            )[0]
+            .name,
+            "car"
+        );
+    }
+}

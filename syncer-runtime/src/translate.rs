@@ -1,0 +1,756 @@
+//! vCluster-compatible translation of virtual objects into host objects (pure functions).
+//!
+//! Host objects must look exactly as if vCluster's own syncer had made them (`shared/DESIGN.md`,
+//! "Runtime contract"). This module reproduces vCluster's single-namespace translation:
+//!
+//! - name: [`host_name`] = [`safe_concat_name`] of `<name>`, `x`, `<namespace>`, `x`, `<vcluster>`;
+//! - labels: the virtual labels, plus [`MANAGED_BY_LABEL`]`=<vcluster>` and
+//!   [`NAMESPACE_LABEL`]`=<virtual namespace>`;
+//! - annotations: the virtual annotations, plus [`NAME_ANNOTATION`], [`NAMESPACE_ANNOTATION`],
+//!   [`UID_ANNOTATION`], [`KIND_ANNOTATION`], [`HOST_NAME_ANNOTATION`],
+//!   [`HOST_NAMESPACE_ANNOTATION`], and the bookkeeping annotations
+//!   [`MANAGED_LABELS_ANNOTATION`] / [`MANAGED_ANNOTATIONS_ANNOTATION`] (the sorted,
+//!   newline-joined keys that came from the virtual object), so that an update removes on the
+//!   host exactly the keys removed in the virtual cluster and keeps keys added on the host;
+//! - stripped: the server-owned metadata fields listed in [`translate_metadata`].
+//!
+//! Nothing here talks to an API server; the syncers in [`crate::syncer`] use these functions.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DynamicObject, TypeMeta};
+use sha2::{Digest, Sha256};
+
+/// Label with the name of the vCluster that manages a host object (vCluster's `MarkerLabel`).
+pub const MANAGED_BY_LABEL: &str = "vcluster.loft.sh/managed-by";
+/// Label with the virtual namespace of the object a host object was made from.
+pub const NAMESPACE_LABEL: &str = "vcluster.loft.sh/namespace";
+/// Annotation with the virtual object's name.
+pub const NAME_ANNOTATION: &str = "vcluster.loft.sh/object-name";
+/// Annotation with the virtual object's namespace (absent for cluster-scoped objects).
+pub const NAMESPACE_ANNOTATION: &str = "vcluster.loft.sh/object-namespace";
+/// Annotation with the virtual object's `metadata.uid`.
+pub const UID_ANNOTATION: &str = "vcluster.loft.sh/object-uid";
+/// Annotation with the virtual object's kind, formatted by [`object_kind`].
+pub const KIND_ANNOTATION: &str = "vcluster.loft.sh/object-kind";
+/// Annotation with the host object's own name.
+pub const HOST_NAME_ANNOTATION: &str = "vcluster.loft.sh/object-host-name";
+/// Annotation with the host object's own namespace.
+pub const HOST_NAMESPACE_ANNOTATION: &str = "vcluster.loft.sh/object-host-namespace";
+/// Annotation listing the label keys copied from the virtual object (sorted, `\n`-joined).
+pub const MANAGED_LABELS_ANNOTATION: &str = "vcluster.loft.sh/managed-labels";
+/// Annotation listing the annotation keys copied from the virtual object (sorted, `\n`-joined).
+pub const MANAGED_ANNOTATIONS_ANNOTATION: &str = "vcluster.loft.sh/managed-annotations";
+
+/// Maximum length of a Kubernetes object name that is also a DNS label (RFC 1123).
+pub const MAX_NAME_LENGTH: usize = 63;
+
+/// Characters of the joined name kept before the hash when a name is too long.
+const TRUNCATED_PREFIX: usize = 52;
+
+/// Hex characters of the sha256 digest appended to a truncated name.
+const HASH_HEX_CHARS: usize = 10;
+
+/// Annotations the translation owns: never copied from the virtual object, always recomputed.
+const RESERVED_ANNOTATIONS: [&str; 8] = [
+    NAME_ANNOTATION,
+    NAMESPACE_ANNOTATION,
+    UID_ANNOTATION,
+    KIND_ANNOTATION,
+    HOST_NAME_ANNOTATION,
+    HOST_NAMESPACE_ANNOTATION,
+    MANAGED_LABELS_ANNOTATION,
+    MANAGED_ANNOTATIONS_ANNOTATION,
+];
+
+/// Labels the translation owns: never copied from the virtual object, always recomputed.
+const RESERVED_LABELS: [&str; 2] = [MANAGED_BY_LABEL, NAMESPACE_LABEL];
+
+/// Joins `parts` with `-`; a result longer than 63 bytes becomes its first 52 bytes, `-`, and
+/// the first 10 hex characters of the sha256 of the full joined string, and then every `.-` in
+/// it becomes `-` (a cut right after a dot would otherwise leave an invalid name).
+///
+/// Reproduces vCluster's `translate.SafeConcatName`, including that the `.-` replacement only
+/// happens on the truncated branch (a valid DNS-1123 name never contains `.-`, so a short
+/// joined name of valid parts never needs it). Lengths are in bytes, as in Go; Kubernetes names
+/// are ASCII.
+pub fn safe_concat_name(parts: &[&str]) -> String {
+    let full = parts.join("-");
+    if full.len() <= MAX_NAME_LENGTH {
+        return full;
+    }
+    let digest = hex(&Sha256::digest(full.as_bytes()));
+    let prefix = full.get(..TRUNCATED_PREFIX).unwrap_or(&full);
+    format!("{prefix}-{}", &digest[..HASH_HEX_CHARS]).replace(".-", "-")
+}
+
+/// The host name of the virtual object `name` in virtual namespace `namespace` of vCluster
+/// `vcluster`: `<name>-x-<namespace>-x-<vcluster>`, shortened by [`safe_concat_name`].
+///
+/// Reproduces vCluster's single-namespace `PhysicalName` / `HostName`. An empty `name` maps to
+/// an empty string, as in vCluster.
+pub fn host_name(name: &str, namespace: &str, vcluster: &str) -> String {
+    if name.is_empty() {
+        return String::new();
+    }
+    safe_concat_name(&[name, "x", namespace, "x", vcluster])
+}
+
+/// The value of [`KIND_ANNOTATION`] for `api_version` (`group/version`, or `version` for the
+/// core group) and `kind`: Go's `schema.GroupVersionKind.String()`, i.e.
+/// `<group>/<version>, Kind=<Kind>` — `example.loft.sh/v1, Kind=Car`, and `/v1, Kind=Pod` for
+/// the core group (the group is empty, the slash stays).
+pub fn object_kind(api_version: &str, kind: &str) -> String {
+    let (group, version) = match api_version.split_once('/') {
+        Some((group, version)) => (group, version),
+        None => ("", api_version),
+    };
+    format!("{group}/{version}, Kind={kind}")
+}
+
+/// Whether `host` carries [`MANAGED_BY_LABEL`]`=<vcluster>`, i.e. claims to be made by the
+/// vCluster `vcluster` (of any kind and from any virtual object).
+pub fn is_managed_by(host: &ObjectMeta, vcluster: &str) -> bool {
+    host.labels
+        .as_ref()
+        .and_then(|labels| labels.get(MANAGED_BY_LABEL))
+        .is_some_and(|value| value == vcluster)
+}
+
+/// Lower-case hex encoding.
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut out, b| {
+            let _ = write!(out, "{b:02x}");
+            out
+        })
+}
+
+/// New labels or annotations for an existing host object, returned by
+/// [`NamespacedTranslator::translate_metadata_update`] when they differ from the host's.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MetadataUpdate {
+    /// The complete new `metadata.labels` of the host object.
+    pub labels: BTreeMap<String, String>,
+    /// The complete new `metadata.annotations` of the host object.
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// Where virtual objects of one namespaced type go on the host: vCluster `vcluster` syncing
+/// into host namespace `host_namespace`, objects of `api_version` / `kind`.
+///
+/// Mirrors the vcluster-sdk's `NamespacedTranslator` (`TranslateMetadata`,
+/// `TranslateMetadataUpdate`) for the single-namespace mode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NamespacedTranslator {
+    vcluster: String,
+    host_namespace: String,
+    api_version: String,
+    kind: String,
+}
+
+impl NamespacedTranslator {
+    /// A translator for objects of `api_version` (`group/version`, `v1` for the core group) and
+    /// `kind`, synced by vCluster `vcluster` into host namespace `host_namespace`.
+    pub fn new(
+        vcluster: impl Into<String>,
+        host_namespace: impl Into<String>,
+        api_version: impl Into<String>,
+        kind: impl Into<String>,
+    ) -> Self {
+        Self {
+            vcluster: vcluster.into(),
+            host_namespace: host_namespace.into(),
+            api_version: api_version.into(),
+            kind: kind.into(),
+        }
+    }
+
+    /// The vCluster name (value of [`MANAGED_BY_LABEL`]).
+    pub fn vcluster(&self) -> &str {
+        &self.vcluster
+    }
+
+    /// The host namespace all objects are synced into.
+    pub fn host_namespace(&self) -> &str {
+        &self.host_namespace
+    }
+
+    /// `group/version` of the translated type.
+    pub fn api_version(&self) -> &str {
+        &self.api_version
+    }
+
+    /// Kind of the translated type.
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    /// [`host_name`] of a virtual object of this translator's vCluster.
+    pub fn host_name(&self, name: &str, namespace: &str) -> String {
+        host_name(name, namespace, &self.vcluster)
+    }
+
+    /// Host metadata for a new host copy of `virtual_meta` (vCluster's `HostMetadata` /
+    /// `TranslateMetadata`): name and namespace translated; labels and annotations as described
+    /// in the module docs; `generateName`, `selfLink`, `uid`, `resourceVersion`, `generation`,
+    /// `creationTimestamp`, `deletionTimestamp`, `deletionGracePeriodSeconds`,
+    /// `ownerReferences`, `finalizers` and `managedFields` stripped.
+    pub fn translate_metadata(&self, virtual_meta: &ObjectMeta) -> ObjectMeta {
+        let name = self.host_name(
+            virtual_meta.name.as_deref().unwrap_or_default(),
+            virtual_meta.namespace.as_deref().unwrap_or_default(),
+        );
+        let (labels, annotations) = self.host_labels_and_annotations(virtual_meta, &name, None);
+        ObjectMeta {
+            name: Some(name),
+            namespace: Some(self.host_namespace.clone()),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            generate_name: None,
+            self_link: None,
+            uid: None,
+            resource_version: None,
+            generation: None,
+            creation_timestamp: None,
+            deletion_timestamp: None,
+            deletion_grace_period_seconds: None,
+            owner_references: None,
+            finalizers: None,
+            managed_fields: None,
+        }
+    }
+
+    /// The labels and annotations the existing host object `host_meta` must have for the
+    /// virtual object `virtual_meta`, or `None` when it already has exactly those (no write is
+    /// needed). Keys the virtual object had before (listed in the host's
+    /// [`MANAGED_LABELS_ANNOTATION`] / [`MANAGED_ANNOTATIONS_ANNOTATION`]) but no longer has are
+    /// removed; keys added on the host by someone else are kept (vCluster's `applyMaps`).
+    pub fn translate_metadata_update(
+        &self,
+        virtual_meta: &ObjectMeta,
+        host_meta: &ObjectMeta,
+    ) -> Option<MetadataUpdate> {
+        let host_name = host_meta.name.as_deref().unwrap_or_default();
+        let (labels, annotations) =
+            self.host_labels_and_annotations(virtual_meta, host_name, Some(host_meta));
+        let unchanged = host_meta.labels.clone().unwrap_or_default() == labels
+            && host_meta.annotations.clone().unwrap_or_default() == annotations;
+        (!unchanged).then_some(MetadataUpdate {
+            labels,
+            annotations,
+        })
+    }
+
+    /// A new host object for `virtual_obj`: [`Self::translate_metadata`], this translator's
+    /// `apiVersion` / `kind`, and every other top-level field of the virtual object (`spec`,
+    /// `data`, ...) copied, except `status` (the host's controllers own it).
+    pub fn host_object(&self, virtual_obj: &DynamicObject) -> DynamicObject {
+        DynamicObject {
+            types: Some(self.type_meta()),
+            metadata: self.translate_metadata(&virtual_obj.metadata),
+            data: copy_content(&virtual_obj.data, None),
+        }
+    }
+
+    /// The host object `host_obj` as it must be for `virtual_obj`: labels and annotations
+    /// updated as by [`Self::translate_metadata_update`], every top-level field other than
+    /// `metadata` and `status` replaced by the virtual object's (fields the virtual object no
+    /// longer has are removed), the host's `status` and all other host metadata kept.
+    /// Equal to `host_obj` (apart from `apiVersion` / `kind`, which are filled in) when no
+    /// write is needed.
+    pub fn host_object_update(
+        &self,
+        virtual_obj: &DynamicObject,
+        host_obj: &DynamicObject,
+    ) -> DynamicObject {
+        let mut metadata = host_obj.metadata.clone();
+        if let Some(update) = self.translate_metadata_update(&virtual_obj.metadata, &metadata) {
+            metadata.labels = Some(update.labels);
+            metadata.annotations = Some(update.annotations);
+        }
+        DynamicObject {
+            types: Some(self.type_meta()),
+            metadata,
+            data: copy_content(&virtual_obj.data, host_obj.data.get("status")),
+        }
+    }
+
+    /// Whether `host_meta` is the host copy, made by this translator's vCluster, of the virtual
+    /// object `name` in `namespace`: it carries [`MANAGED_BY_LABEL`]`=<vcluster>`, its
+    /// [`NAME_ANNOTATION`] / [`NAMESPACE_ANNOTATION`] name that object, its name is that
+    /// object's [`host_name`], and its [`KIND_ANNOTATION`] (when present) is this type's.
+    /// Mirrors vCluster's `IsManaged` / `ShouldDeleteHostObject` checks: only such objects are
+    /// ever updated or deleted.
+    pub fn is_host_copy_of(&self, host_meta: &ObjectMeta, name: &str, namespace: &str) -> bool {
+        let annotations = host_meta.annotations.clone().unwrap_or_default();
+        is_managed_by(host_meta, &self.vcluster)
+            && annotations.get(NAME_ANNOTATION).map(String::as_str) == Some(name)
+            && annotations.get(NAMESPACE_ANNOTATION).map(String::as_str) == Some(namespace)
+            && host_meta.name.as_deref() == Some(self.host_name(name, namespace).as_str())
+            && annotations
+                .get(KIND_ANNOTATION)
+                .is_none_or(|kind| *kind == object_kind(&self.api_version, &self.kind))
+    }
+
+    /// The virtual `(namespace, name)` a host object was made from, read from its
+    /// [`NAMESPACE_ANNOTATION`] / [`NAME_ANNOTATION`], when it is managed by this vCluster.
+    pub fn virtual_key(&self, host_meta: &ObjectMeta) -> Option<(String, String)> {
+        if !is_managed_by(host_meta, &self.vcluster) {
+            return None;
+        }
+        let annotations = host_meta.annotations.as_ref()?;
+        let name = annotations.get(NAME_ANNOTATION)?;
+        let namespace = annotations.get(NAMESPACE_ANNOTATION)?;
+        Some((namespace.clone(), name.clone()))
+    }
+
+    /// `apiVersion` / `kind` of this translator's type.
+    pub fn type_meta(&self) -> TypeMeta {
+        TypeMeta {
+            api_version: self.api_version.clone(),
+            kind: self.kind.clone(),
+        }
+    }
+
+    /// Labels and annotations of the host object named `host_name` for `virtual_meta`, merged
+    /// into the existing host object's `existing` ones (vCluster's `applyAnnotations`,
+    /// `applyLabels` and `addHostAnnotations`).
+    fn host_labels_and_annotations(
+        &self,
+        virtual_meta: &ObjectMeta,
+        host_name: &str,
+        existing: Option<&ObjectMeta>,
+    ) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+        let empty = BTreeMap::new();
+        let existing_labels = existing.and_then(|m| m.labels.as_ref()).unwrap_or(&empty);
+        let existing_annotations = existing
+            .and_then(|m| m.annotations.as_ref())
+            .unwrap_or(&empty);
+        let virtual_labels = virtual_meta.labels.as_ref().unwrap_or(&empty);
+        let virtual_annotations = virtual_meta.annotations.as_ref().unwrap_or(&empty);
+        let virtual_namespace = virtual_meta.namespace.as_deref().unwrap_or_default();
+
+        let (mut annotations, managed_annotations) = merge_managed(
+            virtual_annotations,
+            existing_annotations,
+            existing_annotations.get(MANAGED_ANNOTATIONS_ANNOTATION),
+            &RESERVED_ANNOTATIONS,
+        );
+        let (mut labels, managed_labels) = merge_managed(
+            virtual_labels,
+            existing_labels,
+            existing_annotations.get(MANAGED_LABELS_ANNOTATION),
+            &RESERVED_LABELS,
+        );
+
+        set_or_remove(
+            &mut annotations,
+            MANAGED_ANNOTATIONS_ANNOTATION,
+            managed_annotations,
+        );
+        set_or_remove(&mut annotations, MANAGED_LABELS_ANNOTATION, managed_labels);
+        let name = virtual_meta.name.clone().unwrap_or_default();
+        let uid = virtual_meta.uid.clone().unwrap_or_default();
+        annotations.insert(NAME_ANNOTATION.into(), name);
+        annotations.insert(UID_ANNOTATION.into(), uid);
+        annotations.insert(
+            KIND_ANNOTATION.into(),
+            object_kind(&self.api_version, &self.kind),
+        );
+        annotations.insert(HOST_NAME_ANNOTATION.into(), host_name.into());
+        annotations.insert(
+            HOST_NAMESPACE_ANNOTATION.into(),
+            self.host_namespace.clone(),
+        );
+        set_or_remove(
+            &mut annotations,
+            NAMESPACE_ANNOTATION,
+            virtual_namespace.to_string(),
+        );
+
+        labels.insert(MANAGED_BY_LABEL.into(), self.vcluster.clone());
+        set_or_remove(&mut labels, NAMESPACE_LABEL, virtual_namespace.to_string());
+        (labels, annotations)
+    }
+}
+
+/// vCluster's `applyMaps`: the keys of `from` (except `reserved`) are copied and become the
+/// managed keys; a key of `to` is kept when it is reserved, or when it is neither copied now
+/// nor was managed before (`previously_managed`, a `\n`-joined list) — so keys removed from
+/// `from` disappear and keys someone added to `to` stay. Returns the merged map and the sorted,
+/// `\n`-joined managed keys.
+fn merge_managed(
+    from: &BTreeMap<String, String>,
+    to: &BTreeMap<String, String>,
+    previously_managed: Option<&String>,
+    reserved: &[&str],
+) -> (BTreeMap<String, String>, String) {
+    let previously_managed: Vec<&str> = previously_managed
+        .map(|list| list.split('\n').collect())
+        .unwrap_or_default();
+    let mut merged = BTreeMap::new();
+    let mut managed = Vec::new();
+    for (key, value) in from {
+        if reserved.contains(&key.as_str()) {
+            continue;
+        }
+        merged.insert(key.clone(), value.clone());
+        managed.push(key.as_str());
+    }
+    for (key, value) in to {
+        if reserved.contains(&key.as_str()) {
+            merged.insert(key.clone(), value.clone());
+        } else if !from.contains_key(key) && !previously_managed.contains(&key.as_str()) {
+            merged.insert(key.clone(), value.clone());
+        }
+    }
+    managed.sort_unstable();
+    (merged, managed.join("\n"))
+}
+
+/// Sets `key` to `value`, or removes it when `value` is empty.
+fn set_or_remove(map: &mut BTreeMap<String, String>, key: &str, value: String) {
+    if value.is_empty() {
+        map.remove(key);
+    } else {
+        map.insert(key.to_string(), value);
+    }
+}
+
+/// Top-level fields of an object other than `metadata`, `apiVersion`, `kind` and `status`,
+/// with `status` set to `status` when given.
+fn copy_content(data: &serde_json::Value, status: Option<&serde_json::Value>) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    if let Some(fields) = data.as_object() {
+        for (key, value) in fields {
+            if !matches!(key.as_str(), "metadata" | "apiVersion" | "kind" | "status") {
+                out.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    if let Some(status) = status {
+        out.insert("status".into(), status.clone());
+    }
+    serde_json::Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// sha256 hex of `s`, computed here independently of the module's helper.
+    fn sha256_hex(s: &str) -> String {
+        Sha256::digest(s.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn meta(name: &str, namespace: &str, uid: &str) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            uid: Some(uid.into()),
+            ..ObjectMeta::default()
+        }
+    }
+
+    fn cars() -> NamespacedTranslator {
+        NamespacedTranslator::new(
+            "my-vcluster",
+            "vcluster-my-vcluster",
+            "example.loft.sh/v1",
+            "Car",
+        )
+    }
+
+    #[test]
+    fn host_name_table() {
+        let long_name = "a".repeat(60);
+        let long_joined = format!("{long_name}-x-default-x-my-vcluster");
+        // 51 characters, then a dot at index 51: the cut keeps the dot, `.-` becomes `-`.
+        let dotted = format!("{}.{}", "b".repeat(51), "c".repeat(20));
+        let dotted_joined = format!("{dotted}-x-ns-x-vc");
+        // exactly 63 characters joined: kept as is.
+        let at_limit_name = "d".repeat(63 - "-x-ns-x-vc".len());
+        // 64 characters joined: truncated.
+        let over_limit_name = "e".repeat(64 - "-x-ns-x-vc".len());
+        let over_limit_joined = format!("{over_limit_name}-x-ns-x-vc");
+        let cases: Vec<(&str, &str, &str, String)> = vec![
+            (
+                "my-car",
+                "default",
+                "my-vcluster",
+                "my-car-x-default-x-my-vcluster".into(),
+            ),
+            ("audi", "team-a", "vc", "audi-x-team-a-x-vc".into()),
+            ("with.dots", "ns", "vc", "with.dots-x-ns-x-vc".into()),
+            (
+                &long_name,
+                "default",
+                "my-vcluster",
+                format!("{}-{}", &long_joined[..52], &sha256_hex(&long_joined)[..10]),
+            ),
+            (
+                &dotted,
+                "ns",
+                "vc",
+                format!("{}-{}", "b".repeat(51), &sha256_hex(&dotted_joined)[..10]),
+            ),
+            (
+                &at_limit_name,
+                "ns",
+                "vc",
+                format!("{at_limit_name}-x-ns-x-vc"),
+            ),
+            (
+                &over_limit_name,
+                "ns",
+                "vc",
+                format!(
+                    "{}-{}",
+                    &over_limit_joined[..52],
+                    &sha256_hex(&over_limit_joined)[..10]
+                ),
+            ),
+            ("", "ns", "vc", String::new()),
+        ];
+        for (name, namespace, vcluster, expected) in cases {
+            let got = host_name(name, namespace, vcluster);
+            assert_eq!(
+                got, expected,
+                "host_name({name:?}, {namespace:?}, {vcluster:?})"
+            );
+            assert!(got.len() <= MAX_NAME_LENGTH, "{got:?} is longer than 63");
+        }
+    }
+
+    #[test]
+    fn long_name_is_52_chars_dash_10_hex() {
+        let name = "a-very-long-car-name-that-will-not-fit-into-a-kubernetes-label";
+        let joined = format!("{name}-x-default-x-my-vcluster");
+        assert!(joined.len() > 63);
+        let got = host_name(name, "default", "my-vcluster");
+        assert_eq!(got.len(), 63);
+        assert_eq!(&got[..52], &joined[..52]);
+        assert_eq!(&got[52..53], "-");
+        assert_eq!(&got[53..], &sha256_hex(&joined)[..10]);
+    }
+
+    #[test]
+    fn object_kind_matches_go_gvk_string() {
+        assert_eq!(
+            object_kind("example.loft.sh/v1", "Car"),
+            "example.loft.sh/v1, Kind=Car"
+        );
+        assert_eq!(object_kind("v1", "Pod"), "/v1, Kind=Pod");
+        assert_eq!(
+            object_kind("apps/v1", "Deployment"),
+            "apps/v1, Kind=Deployment"
+        );
+    }
+
+    #[test]
+    fn translate_metadata_sets_exact_labels_and_annotations() {
+        let mut virtual_meta = meta("my-car", "team-a", "uid-1");
+        virtual_meta.labels = Some(map(&[("app", "cars"), ("tier", "gold")]));
+        virtual_meta.annotations = Some(map(&[("note", "fast"), (NAME_ANNOTATION, "spoofed")]));
+        virtual_meta.generate_name = Some("my-".into());
+        virtual_meta.resource_version = Some("42".into());
+        virtual_meta.generation = Some(3);
+        virtual_meta.finalizers = Some(vec!["example.com/keep".into()]);
+        virtual_meta.owner_references = Some(vec![Default::default()]);
+
+        let host = cars().translate_metadata(&virtual_meta);
+        let expected_name = "my-car-x-team-a-x-my-vcluster";
+        assert_eq!(host.name.as_deref(), Some(expected_name));
+        assert_eq!(host.namespace.as_deref(), Some("vcluster-my-vcluster"));
+        assert_eq!(
+            host.labels,
+            Some(map(&[
+                ("app", "cars"),
+                ("tier", "gold"),
+                (MANAGED_BY_LABEL, "my-vcluster"),
+                (NAMESPACE_LABEL, "team-a"),
+            ]))
+        );
+        assert_eq!(
+            host.annotations,
+            Some(map(&[
+                ("note", "fast"),
+                (NAME_ANNOTATION, "my-car"),
+                (NAMESPACE_ANNOTATION, "team-a"),
+                (UID_ANNOTATION, "uid-1"),
+                (KIND_ANNOTATION, "example.loft.sh/v1, Kind=Car"),
+                (HOST_NAME_ANNOTATION, expected_name),
+                (HOST_NAMESPACE_ANNOTATION, "vcluster-my-vcluster"),
+                (MANAGED_LABELS_ANNOTATION, "app\ntier"),
+                (MANAGED_ANNOTATIONS_ANNOTATION, "note"),
+            ]))
+        );
+        for stripped in [
+            host.generate_name.is_none(),
+            host.uid.is_none(),
+            host.resource_version.is_none(),
+            host.generation.is_none(),
+            host.finalizers.is_none(),
+            host.owner_references.is_none(),
+            host.creation_timestamp.is_none(),
+            host.managed_fields.is_none(),
+        ] {
+            assert!(stripped, "{host:?}");
+        }
+    }
+
+    #[test]
+    fn no_managed_annotations_when_virtual_has_none() {
+        let host = cars().translate_metadata(&meta("c", "ns", "u"));
+        let annotations = host.annotations.unwrap();
+        assert!(!annotations.contains_key(MANAGED_LABELS_ANNOTATION));
+        assert!(!annotations.contains_key(MANAGED_ANNOTATIONS_ANNOTATION));
+        assert_eq!(annotations.len(), 6, "{annotations:?}");
+    }
+
+    #[test]
+    fn update_is_none_when_in_sync() {
+        let t = cars();
+        let mut v = meta("c", "ns", "u");
+        v.labels = Some(map(&[("a", "1")]));
+        let host = t.translate_metadata(&v);
+        assert_eq!(t.translate_metadata_update(&v, &host), None);
+    }
+
+    #[test]
+    fn managed_labels_bookkeeping() {
+        let t = cars();
+        let mut v = meta("c", "ns", "u");
+        v.labels = Some(map(&[("keep", "1"), ("drop", "2")]));
+        v.annotations = Some(map(&[("a-keep", "1"), ("a-drop", "2")]));
+        let mut host = t.translate_metadata(&v);
+        // someone adds keys on the host
+        host.labels
+            .as_mut()
+            .unwrap()
+            .insert("host-added".into(), "h".into());
+        host.annotations
+            .as_mut()
+            .unwrap()
+            .insert("host-note".into(), "h".into());
+        // still in sync: host-added keys are not ours
+        assert_eq!(t.translate_metadata_update(&v, &host), None);
+
+        // the virtual object drops a label and an annotation, changes another, adds one
+        v.labels = Some(map(&[("keep", "changed"), ("new", "3")]));
+        v.annotations = Some(map(&[("a-keep", "1")]));
+        let update = t.translate_metadata_update(&v, &host).expect("changes");
+        assert_eq!(
+            update.labels,
+            map(&[
+                ("keep", "changed"),
+                ("new", "3"),
+                ("host-added", "h"),
+                (MANAGED_BY_LABEL, "my-vcluster"),
+                (NAMESPACE_LABEL, "ns"),
+            ])
+        );
+        assert_eq!(
+            update.annotations.get(MANAGED_LABELS_ANNOTATION).unwrap(),
+            "keep\nnew"
+        );
+        assert_eq!(
+            update
+                .annotations
+                .get(MANAGED_ANNOTATIONS_ANNOTATION)
+                .unwrap(),
+            "a-keep"
+        );
+        assert_eq!(update.annotations.get("host-note").unwrap(), "h");
+        assert!(!update.annotations.contains_key("a-drop"));
+
+        // all virtual labels removed: bookkeeping annotation disappears, host key stays
+        v.labels = None;
+        host.labels = Some(update.labels);
+        host.annotations = Some(update.annotations);
+        let update = t.translate_metadata_update(&v, &host).expect("changes");
+        assert_eq!(
+            update.labels,
+            map(&[
+                ("host-added", "h"),
+                (MANAGED_BY_LABEL, "my-vcluster"),
+                (NAMESPACE_LABEL, "ns")
+            ])
+        );
+        assert!(!update.annotations.contains_key(MANAGED_LABELS_ANNOTATION));
+    }
+
+    #[test]
+    fn update_restores_reserved_values() {
+        let t = cars();
+        let v = meta("c", "ns", "u");
+        let mut host = t.translate_metadata(&v);
+        host.labels
+            .as_mut()
+            .unwrap()
+            .insert(MANAGED_BY_LABEL.into(), "my-vcluster".into());
+        host.annotations
+            .as_mut()
+            .unwrap()
+            .insert(UID_ANNOTATION.into(), "tampered".into());
+        let update = t.translate_metadata_update(&v, &host).expect("changes");
+        assert_eq!(update.annotations.get(UID_ANNOTATION).unwrap(), "u");
+    }
+
+    #[test]
+    fn host_object_copies_spec_not_status() {
+        let t = cars();
+        let virtual_obj = DynamicObject {
+            types: None,
+            metadata: meta("c", "ns", "u"),
+            data: json!({"spec": {"type": "BMW", "seats": 4}, "status": {"moving": true}}),
+        };
+        let host = t.host_object(&virtual_obj);
+        assert_eq!(host.data, json!({"spec": {"type": "BMW", "seats": 4}}));
+        assert_eq!(host.types.as_ref().unwrap().kind, "Car");
+
+        // update: spec replaced, host status kept, removed fields removed
+        let mut existing = host.clone();
+        existing.data =
+            json!({"spec": {"type": "Audi", "color": "red"}, "status": {"ok": 1}, "extra": 1});
+        existing.metadata.resource_version = Some("7".into());
+        let desired = t.host_object_update(&virtual_obj, &existing);
+        assert_eq!(
+            desired.data,
+            json!({"spec": {"type": "BMW", "seats": 4}, "status": {"ok": 1}})
+        );
+        assert_eq!(desired.metadata.resource_version.as_deref(), Some("7"));
+    }
+
+    #[test]
+    fn host_copy_recognition() {
+        let t = cars();
+        let v = meta("c", "ns", "u");
+        let host = t.translate_metadata(&v);
+        assert!(t.is_host_copy_of(&host, "c", "ns"));
+        assert!(!t.is_host_copy_of(&host, "c", "other"));
+        assert_eq!(t.virtual_key(&host), Some(("ns".into(), "c".into())));
+        let other_vcluster =
+            NamespacedTranslator::new("other", "vcluster-my-vcluster", "example.loft.sh/v1", "Car");
+        assert!(!other_vcluster.is_host_copy_of(&host, "c", "ns"));
+        assert_eq!(other_vcluster.virtual_key(&host), None);
+        let other_kind =
+            NamespacedTranslator::new("my-vcluster", "vcluster-my-vcluster", "v1", "ConfigMap");
+        assert!(!other_kind.is_host_copy_of(&host, "c", "ns"));
+    }
+}
