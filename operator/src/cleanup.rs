@@ -1,0 +1,107 @@
+//! The finalizer path: what happens when a `VClusterPlugin` carrying `vcp.dev/cleanup` is
+//! deleted.
+//!
+//! DESIGN.md ("Operator contract"): remove exactly what was added, then the finalizer.
+//! - the workload: the apply body is recomputed from the *other* plugins installed into the
+//!   vCluster and applied; server-side apply then removes this plugin's containers, and, when
+//!   it was the last v2 plugin, the shared `plugins` volume and `/plugins` mount. With no plugin
+//!   left the operator's field manager owns nothing and the pod template is the original;
+//! - a workload that no longer exists does not block deletion;
+//! - RBAC: the Role / RoleBinding (owned, but no garbage collector is guaranteed to run) and
+//!   the ClusterRole / ClusterRoleBinding (labelled) are deleted by name;
+//! - the finalizer itself is removed by `kube::runtime::finalizer` once this returns `Ok`.
+
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use std::fmt::Debug;
+use vcp_crds::{VClusterPlugin, WorkloadRef};
+
+use crate::controller::{Context, apply_workload, delete_if_ours, fetch_workload, write_status};
+use crate::error::{Error, Result};
+use crate::rbac;
+use crate::status::{Check, Outcome};
+use crate::workload;
+
+/// Removes everything the operator added for `plugin`.
+///
+/// # Errors
+/// API errors; the finalizer stays and the cleanup is retried.
+pub async fn cleanup(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
+    let namespace = plugin.namespace().unwrap_or_default();
+    let name = plugin.name_any();
+    let vcluster = plugin.spec.vcluster.name.clone();
+
+    let lock = ctx.workload_lock(&namespace, &vcluster);
+    let guard = lock.lock().await;
+    let wl = fetch_workload(&ctx.client, &namespace, &vcluster).await?;
+
+    let outcome = Outcome {
+        workload: wl.as_ref().map(|w| WorkloadRef {
+            kind: w.kind_str().into(),
+            name: w.name.clone(),
+        }),
+        workload_patched: Check::Ok,
+        rbac: Check::Ok,
+        terminating: true,
+    };
+    if let Err(e) = write_status(plugin, &outcome, ctx).await {
+        // Only informative: never let it block the removal.
+        tracing::warn!(plugin = %format!("{namespace}/{name}"), error = %e, "cannot write Terminating status");
+    }
+
+    if let Some(wl) = wl {
+        let others = ctx.installed_plugins(&namespace, &vcluster, None, Some(&name));
+        let refs: Vec<&VClusterPlugin> = others.iter().collect();
+        let plan = workload::plan(&wl, &refs, &ctx.runtime_image);
+        apply_workload(&ctx.client, &wl, &plan.patch).await?;
+    }
+    drop(guard);
+
+    let role = rbac::role_name(&name);
+    let cluster = rbac::cluster_role_name(&namespace, &name);
+    remove(
+        Api::<Role>::namespaced(ctx.client.clone(), &namespace),
+        &role,
+        plugin,
+    )
+    .await?;
+    remove(
+        Api::<RoleBinding>::namespaced(ctx.client.clone(), &namespace),
+        &role,
+        plugin,
+    )
+    .await?;
+    remove(
+        Api::<ClusterRole>::all(ctx.client.clone()),
+        &cluster,
+        plugin,
+    )
+    .await?;
+    remove(
+        Api::<ClusterRoleBinding>::all(ctx.client.clone()),
+        &cluster,
+        plugin,
+    )
+    .await?;
+    Ok(Action::await_change())
+}
+
+/// Deletes the object `name` when it exists and is labelled as made for `plugin`.
+async fn remove<K>(api: Api<K>, name: &str, plugin: &VClusterPlugin) -> Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+    K::DynamicType: Default,
+{
+    let kind = K::kind(&Default::default()).to_string();
+    match api
+        .get_opt(name)
+        .await
+        .map_err(|e| Error::kube(format!("get {kind} {name}"), e))?
+    {
+        Some(live) => delete_if_ours(&api, name, &live, plugin).await,
+        None => Ok(()),
+    }
+}

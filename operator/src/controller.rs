@@ -1,0 +1,566 @@
+//! The controller: watches, the reconcile of one `VClusterPlugin`, and the error policy.
+//!
+//! Reconcile (DESIGN.md, "Operator contract"), for a plugin that is not being deleted:
+//! 1. find the vCluster workload (StatefulSet, else Deployment, named `spec.vcluster.name`);
+//!    none → `Ready=False, reason=VClusterNotFound`, an Event, and nothing created;
+//! 2. compute the apply body of that workload from **all** plugins installed into it
+//!    ([`crate::workload::plan`]) and apply it, unless already converged;
+//! 3. apply the plugin's RBAC objects ([`crate::rbac::desired`]) that differ from the live ones;
+//! 4. apply the operator's status fields, unless unchanged ([`crate::status`]).
+//!
+//! Deletion is [`crate::cleanup`]. Every write is a server-side apply under
+//! [`vcp_crds::OPERATOR_FIELD_MANAGER`]; a converged plugin costs reads only.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{Controller, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tracing::{debug, info, warn};
+use vcp_crds::{FINALIZER, OPERATOR_FIELD_MANAGER, PLUGIN_NAME_LABEL, VClusterPlugin, WorkloadRef};
+
+use crate::error::{Error, Result};
+use crate::rbac::{self, DesiredRbac, Plurals};
+use crate::status::{self, Check, Outcome};
+use crate::workload::{self, Workload, WorkloadKind};
+use crate::{Config, cleanup};
+
+/// Name under which the operator reports Events.
+pub const CONTROLLER_NAME: &str = "vcluster-plugin-operator";
+
+/// How often a converged plugin is reconciled again (drift the watches cannot see).
+pub const RESYNC: Duration = Duration::from_secs(600);
+
+/// Delay before a failed reconcile is retried.
+pub const RETRY: Duration = Duration::from_secs(5);
+
+/// State shared by every reconcile.
+pub struct Context {
+    /// Client with the operator's identity.
+    pub client: Client,
+    /// Image of the embedded-runtime sidecar (`--runtime-image`).
+    pub runtime_image: String,
+    /// Publishes Events on VClusterPlugins.
+    pub recorder: Recorder,
+    /// Every VClusterPlugin, from the controller's watch cache (used to build the workload's
+    /// apply body from all plugins of a vCluster).
+    pub plugins: Store<VClusterPlugin>,
+    /// One lock per workload (`namespace/vcluster`): reconciles of plugins of the same vCluster
+    /// compute and send the workload's apply body one at a time.
+    workload_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Context {
+    /// The lock serializing writes to the workload of `vcluster` in `namespace`.
+    pub fn workload_lock(&self, namespace: &str, vcluster: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self
+            .workload_locks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        locks
+            .entry(format!("{namespace}/{vcluster}"))
+            .or_default()
+            .clone()
+    }
+
+    /// The plugins installed into `vcluster` of `namespace` according to the watch cache,
+    /// except `without`, with `current` (fresher than the cache) in place of its cached copy.
+    pub fn installed_plugins(
+        &self,
+        namespace: &str,
+        vcluster: &str,
+        current: Option<&VClusterPlugin>,
+        without: Option<&str>,
+    ) -> Vec<VClusterPlugin> {
+        let current_name = current.map(|c| c.name_any());
+        let mut out: Vec<VClusterPlugin> = self
+            .plugins
+            .state()
+            .iter()
+            .filter(|p| Some(p.name_any()) != current_name)
+            .map(|p| (**p).clone())
+            .chain(current.cloned())
+            .filter(|p| workload::contributes(p, namespace, vcluster))
+            .collect();
+        if let Some(without) = without {
+            out.retain(|p| p.name_any() != without);
+        }
+        out
+    }
+}
+
+/// Runs the controller until `shutdown` completes (then in-flight reconciles finish) or the
+/// returned future is dropped.
+///
+/// # Errors
+/// None today: watch errors are retried with backoff and logged. The `Result` leaves room for
+/// start-up checks.
+pub async fn run_until(
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> Result<()> {
+    let client = config.client.clone();
+    let wc = watcher::Config::default().any_semantic();
+    let controller = Controller::new(Api::<VClusterPlugin>::all(client.clone()), wc.clone());
+    let store = controller.store();
+    let context = Arc::new(Context {
+        client: client.clone(),
+        runtime_image: config.runtime_image.clone(),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: CONTROLLER_NAME.into(),
+                instance: config.instance.clone(),
+            },
+        ),
+        plugins: store.clone(),
+        workload_locks: Mutex::default(),
+    });
+
+    let sts_store = store.clone();
+    let deploy_store = store.clone();
+    let labelled = watcher::Config::default()
+        .labels(PLUGIN_NAME_LABEL)
+        .any_semantic();
+
+    controller
+        .with_config(kube::runtime::controller::Config::default().concurrency(config.concurrency))
+        .watches(
+            Api::<StatefulSet>::all(client.clone()),
+            wc.clone(),
+            move |sts| {
+                plugins_of_workload(
+                    &sts_store,
+                    &sts.namespace().unwrap_or_default(),
+                    &sts.name_any(),
+                )
+            },
+        )
+        .watches(
+            Api::<Deployment>::all(client.clone()),
+            wc.clone(),
+            move |d| {
+                plugins_of_workload(
+                    &deploy_store,
+                    &d.namespace().unwrap_or_default(),
+                    &d.name_any(),
+                )
+            },
+        )
+        .owns(Api::<Role>::all(client.clone()), wc.clone())
+        .owns(Api::<RoleBinding>::all(client.clone()), wc.clone())
+        .watches(
+            Api::<ClusterRole>::all(client.clone()),
+            labelled.clone(),
+            plugin_of_labels,
+        )
+        .watches(
+            Api::<ClusterRoleBinding>::all(client.clone()),
+            labelled,
+            plugin_of_labels,
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, context)
+        .for_each(|res| async move {
+            match res {
+                Ok((obj, _)) => debug!(plugin = %obj, "reconciled"),
+                Err(e) => warn!(error = %e, "reconcile failed"),
+            }
+        })
+        .await;
+    Ok(())
+}
+
+/// The plugins (in the watch cache) targeting the workload `name` of `namespace`.
+fn plugins_of_workload(
+    store: &Store<VClusterPlugin>,
+    namespace: &str,
+    name: &str,
+) -> Vec<ObjectRef<VClusterPlugin>> {
+    store
+        .state()
+        .iter()
+        .filter(|p| p.namespace().as_deref() == Some(namespace) && p.spec.vcluster.name == name)
+        .map(|p| ObjectRef::from_obj(&**p))
+        .collect()
+}
+
+/// The plugin a labelled cluster-scoped object was made for.
+fn plugin_of_labels<K: Resource>(obj: K) -> Option<ObjectRef<VClusterPlugin>> {
+    let labels = obj.labels();
+    let name = labels.get(PLUGIN_NAME_LABEL)?;
+    let namespace = labels.get(vcp_crds::PLUGIN_NAMESPACE_LABEL)?;
+    Some(ObjectRef::new(name).within(namespace))
+}
+
+/// Reconciles one VClusterPlugin: the finalizer wraps [`apply`] and [`cleanup::cleanup`].
+///
+/// # Errors
+/// Any API error; the controller retries after [`RETRY`] ([`error_policy`]).
+pub async fn reconcile(plugin: Arc<VClusterPlugin>, ctx: Arc<Context>) -> Result<Action> {
+    let namespace = plugin
+        .namespace()
+        .ok_or(Error::MissingField("metadata.namespace"))?;
+    let api: Api<VClusterPlugin> = Api::namespaced(ctx.client.clone(), &namespace);
+    let object = format!("{namespace}/{}", plugin.name_any());
+    finalizer(&api, FINALIZER, plugin, |event| async {
+        match event {
+            FinalizerEvent::Apply(p) => apply(&p, &ctx).await,
+            FinalizerEvent::Cleanup(p) => cleanup::cleanup(&p, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer {
+        object,
+        source: Box::new(e),
+    })
+}
+
+/// Logs the error and retries after [`RETRY`].
+pub fn error_policy(plugin: Arc<VClusterPlugin>, error: &Error, _ctx: Arc<Context>) -> Action {
+    warn!(
+        plugin = %format!("{}/{}", plugin.namespace().unwrap_or_default(), plugin.name_any()),
+        error = %error,
+        "reconcile failed; retrying in {}s",
+        RETRY.as_secs()
+    );
+    Action::requeue(RETRY)
+}
+
+/// The workload of the vCluster `name` in `namespace`: the StatefulSet, else the Deployment.
+///
+/// # Errors
+/// API errors other than 404.
+pub async fn fetch_workload(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Workload>> {
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
+    if let Some(s) = sts
+        .get_opt(name)
+        .await
+        .map_err(|e| Error::kube(format!("get StatefulSet {namespace}/{name}"), e))?
+    {
+        return Ok(Some(Workload::from_statefulset(&s)));
+    }
+    let deploy: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    Ok(deploy
+        .get_opt(name)
+        .await
+        .map_err(|e| Error::kube(format!("get Deployment {namespace}/{name}"), e))?
+        .map(|d| Workload::from_deployment(&d)))
+}
+
+/// Sends `patch` for `workload` unless it is already converged. Returns whether it wrote.
+///
+/// # Errors
+/// The API server's answer to the apply.
+pub async fn apply_workload(client: &Client, workload: &Workload, patch: &Value) -> Result<bool> {
+    if workload::is_converged(workload, patch) {
+        return Ok(false);
+    }
+    let pp = PatchParams::apply(OPERATOR_FIELD_MANAGER).force();
+    let action = format!(
+        "server-side apply {} {}/{}",
+        workload.kind_str(),
+        workload.namespace,
+        workload.name
+    );
+    match workload.kind {
+        Some(WorkloadKind::Deployment) => {
+            Api::<Deployment>::namespaced(client.clone(), &workload.namespace)
+                .patch(&workload.name, &pp, &Patch::Apply(patch))
+                .await
+                .map_err(|e| Error::kube(action.clone(), e))?;
+        }
+        _ => {
+            Api::<StatefulSet>::namespaced(client.clone(), &workload.namespace)
+                .patch(&workload.name, &pp, &Patch::Apply(patch))
+                .await
+                .map_err(|e| Error::kube(action.clone(), e))?;
+        }
+    }
+    info!("{action}");
+    Ok(true)
+}
+
+/// Writes the operator's status fields of `plugin` for `outcome` when they changed, and
+/// publishes an Event when the `Ready` reason changed.
+///
+/// # Errors
+/// The API server's answer to the status apply (Event failures are only logged).
+pub async fn write_status(plugin: &VClusterPlugin, outcome: &Outcome, ctx: &Context) -> Result<()> {
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let desired = status::desired(plugin, outcome, &now);
+    if !status::needs_write(plugin.status.as_ref(), &desired) {
+        return Ok(());
+    }
+    let namespace = plugin.namespace().unwrap_or_default();
+    let name = plugin.name_any();
+    Api::<VClusterPlugin>::namespaced(ctx.client.clone(), &namespace)
+        .patch_status(
+            &name,
+            &PatchParams::apply(OPERATOR_FIELD_MANAGER).force(),
+            &Patch::Apply(status::apply_body(plugin, &desired)),
+        )
+        .await
+        .map_err(|e| {
+            Error::kube(
+                format!("apply status of VClusterPlugin {namespace}/{name}"),
+                e,
+            )
+        })?;
+
+    let ready = desired.conditions.iter().find(|c| c.type_ == status::READY);
+    if let Some(ready) = ready
+        && !status::ready_reason_is(plugin.status.as_ref(), &ready.reason)
+    {
+        let event = Event {
+            type_: if ready.status == "True" {
+                EventType::Normal
+            } else {
+                EventType::Warning
+            },
+            reason: ready.reason.clone(),
+            note: Some(if ready.message.is_empty() {
+                format!(
+                    "installed into {:?}",
+                    desired
+                        .workload
+                        .as_ref()
+                        .map(|w| format!("{} {}", w.kind, w.name))
+                        .unwrap_or_default()
+                )
+            } else {
+                ready.message.chars().take(1000).collect()
+            }),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&event, &plugin.object_ref(&())).await {
+            warn!(plugin = %format!("{namespace}/{name}"), error = %e, "cannot publish Event");
+        }
+    }
+    Ok(())
+}
+
+/// The install path of a plugin that carries the finalizer and is not being deleted.
+async fn apply(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
+    let namespace = plugin.namespace().unwrap_or_default();
+    let vcluster = plugin.spec.vcluster.name.clone();
+
+    let lock = ctx.workload_lock(&namespace, &vcluster);
+    let guard = lock.lock().await;
+    let Some(wl) = fetch_workload(&ctx.client, &namespace, &vcluster).await? else {
+        drop(guard);
+        let missing = Check::failed(
+            status::REASON_VCLUSTER_NOT_FOUND,
+            format!(
+                "no StatefulSet or Deployment named {vcluster} in namespace {namespace}; the plugin is installed once the vCluster exists"
+            ),
+        );
+        let outcome = Outcome {
+            workload: None,
+            workload_patched: missing.clone(),
+            rbac: missing,
+            terminating: false,
+        };
+        write_status(plugin, &outcome, ctx).await?;
+        return Ok(Action::requeue(RESYNC));
+    };
+
+    let installed = ctx.installed_plugins(&namespace, &vcluster, Some(plugin), None);
+    let refs: Vec<&VClusterPlugin> = installed.iter().collect();
+    let plan = workload::plan(&wl, &refs, &ctx.runtime_image);
+    apply_workload(&ctx.client, &wl, &plan.patch).await?;
+    drop(guard);
+
+    let workload_patched = match plan.refused.get(&plugin.name_any()) {
+        Some(r) => Check::failed(r.reason, r.message.clone()),
+        None => Check::Ok,
+    };
+    let rbac = match &workload_patched {
+        // A refused plugin gets nothing: no RBAC either.
+        Check::Failed { .. } => workload_patched.clone(),
+        Check::Ok => {
+            let plurals = resolve_plurals(&ctx.client, plugin).await?;
+            match rbac::desired(plugin, &plurals) {
+                Ok(desired) => {
+                    apply_rbac(&ctx.client, plugin, desired).await?;
+                    Check::Ok
+                }
+                Err(r) => Check::failed(r.reason, r.message),
+            }
+        }
+    };
+    let outcome = Outcome {
+        workload: Some(WorkloadRef {
+            kind: wl.kind_str().into(),
+            name: wl.name.clone(),
+        }),
+        workload_patched,
+        rbac,
+        terminating: false,
+    };
+    write_status(plugin, &outcome, ctx).await?;
+    Ok(Action::requeue(RESYNC))
+}
+
+/// Plural names of the types [`rbac::types_to_resolve`] lists, by API discovery. A type the
+/// API server does not serve is left out (and refused by [`rbac::desired`]).
+///
+/// # Errors
+/// Discovery failures other than "not served".
+pub async fn resolve_plurals(client: &Client, plugin: &VClusterPlugin) -> Result<Plurals> {
+    let mut plurals = Plurals::new();
+    for (api_version, kind) in rbac::types_to_resolve(plugin) {
+        let (group, version) = match api_version.rsplit_once('/') {
+            Some((g, v)) => (g.to_string(), v.to_string()),
+            None => (String::new(), api_version.clone()),
+        };
+        let gvk = GroupVersionKind::gvk(&group, &version, &kind);
+        match kube::discovery::pinned_kind(client, &gvk).await {
+            Ok((ar, _)) => {
+                plurals.insert((api_version, kind), ar.plural);
+            }
+            Err(kube::Error::Discovery(_)) => {}
+            Err(kube::Error::Api(s)) if s.is_not_found() => {}
+            Err(e) => return Err(Error::kube(format!("discover {kind} in {api_version}"), e)),
+        }
+    }
+    Ok(plurals)
+}
+
+/// Applies the RBAC objects of `desired` that differ from the live ones, and deletes those the
+/// plugin no longer needs (only when labelled as made for it).
+///
+/// # Errors
+/// The API server's answers.
+pub async fn apply_rbac(
+    client: &Client,
+    plugin: &VClusterPlugin,
+    desired: DesiredRbac,
+) -> Result<()> {
+    let namespace = plugin.namespace().unwrap_or_default();
+    let name = plugin.name_any();
+    let role_name = rbac::role_name(&name);
+    let cluster_name = rbac::cluster_role_name(&namespace, &name);
+    ensure(
+        Api::<Role>::namespaced(client.clone(), &namespace),
+        &role_name,
+        desired.role,
+        plugin,
+        rbac::role_matches,
+    )
+    .await?;
+    ensure(
+        Api::<RoleBinding>::namespaced(client.clone(), &namespace),
+        &role_name,
+        desired.role_binding,
+        plugin,
+        rbac::role_binding_matches,
+    )
+    .await?;
+    ensure(
+        Api::<ClusterRole>::all(client.clone()),
+        &cluster_name,
+        desired.cluster_role,
+        plugin,
+        rbac::cluster_role_matches,
+    )
+    .await?;
+    ensure(
+        Api::<ClusterRoleBinding>::all(client.clone()),
+        &cluster_name,
+        desired.cluster_role_binding,
+        plugin,
+        rbac::cluster_role_binding_matches,
+    )
+    .await?;
+    Ok(())
+}
+
+/// Makes the object `name` of `api` equal to `desired`: nothing when it matches, a server-side
+/// apply when it differs, a delete when it is not desired but exists and is labelled as made
+/// for `plugin`.
+async fn ensure<K>(
+    api: Api<K>,
+    name: &str,
+    desired: Option<K>,
+    plugin: &VClusterPlugin,
+    matches: fn(&K, &K) -> bool,
+) -> Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
+    K::DynamicType: Default,
+{
+    let kind = K::kind(&Default::default()).to_string();
+    let live = api
+        .get_opt(name)
+        .await
+        .map_err(|e| Error::kube(format!("get {kind} {name}"), e))?;
+    match (desired, live) {
+        (Some(d), Some(l)) if matches(&l, &d) => Ok(()),
+        (Some(d), _) => {
+            api.patch(
+                name,
+                &PatchParams::apply(OPERATOR_FIELD_MANAGER).force(),
+                &Patch::Apply(&d),
+            )
+            .await
+            .map_err(|e| Error::kube(format!("server-side apply {kind} {name}"), e))?;
+            info!("server-side apply {kind} {name}");
+            Ok(())
+        }
+        (None, Some(l)) => delete_if_ours(&api, name, &l, plugin).await,
+        (None, None) => Ok(()),
+    }
+}
+
+/// Deletes `live` (named `name`) when it carries the labels of `plugin`; 404 is success.
+///
+/// # Errors
+/// The API server's answer to the delete.
+pub async fn delete_if_ours<K>(
+    api: &Api<K>,
+    name: &str,
+    live: &K,
+    plugin: &VClusterPlugin,
+) -> Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+    K::DynamicType: Default,
+{
+    let ours = rbac::labels(plugin)
+        .iter()
+        .all(|(k, v)| live.labels().get(k) == Some(v));
+    if !ours {
+        return Ok(());
+    }
+    let kind = K::kind(&Default::default()).to_string();
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => {
+            info!("deleted {kind} {name}");
+            Ok(())
+        }
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
+        Err(e) => Err(Error::kube(format!("delete {kind} {name}"), e)),
+    }
+}

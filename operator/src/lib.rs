@@ -1,0 +1,80 @@
+//! vcluster-plugin-operator: the controller for `VClusterPlugin` (`vcp.dev/v1alpha1`).
+//!
+//! It installs each plugin into its vCluster's workload and RBAC, reports status, and removes
+//! it cleanly on delete. The contract is `shared/DESIGN.md` ("API", "Operator contract");
+//! each rule lives in one module:
+//!
+//! | rule | module |
+//! | --- | --- |
+//! | containers / init containers / volumes applied to the workload, conflicts, zero-write convergence | [`workload`] |
+//! | Role / RoleBinding / ClusterRole / ClusterRoleBinding and the rules derived from `syncedTypes` | [`rbac`] |
+//! | `observedGeneration`, `phase`, conditions, `lastTransitionTime` | [`status`] |
+//! | the finalizer `vcp.dev/cleanup` | [`cleanup`] |
+//! | watches, reconcile order, Events, retries | [`controller`] |
+//!
+//! Tests and the binary start the operator with [`run`] (or [`run_until`]) and a [`Config`].
+
+pub mod cleanup;
+pub mod controller;
+pub mod error;
+pub mod rbac;
+pub mod status;
+pub mod workload;
+
+use std::future::Future;
+
+pub use error::Error;
+
+/// The embedded runtime's image at this crate's version:
+/// `ghcr.io/vcp-dev/vcluster-plugin-operator:<version>` (one image holds both binaries).
+pub fn default_runtime_image() -> String {
+    format!(
+        "ghcr.io/vcp-dev/vcluster-plugin-operator:{}",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+/// How to run the operator.
+#[derive(Clone)]
+pub struct Config {
+    /// Client with the operator's identity (RBAC: `config/rbac/`).
+    pub client: kube::Client,
+    /// Image of the embedded-runtime sidecar; default [`default_runtime_image`].
+    pub runtime_image: String,
+    /// Reconciles running at once (0: unbounded); default 4.
+    pub concurrency: u16,
+    /// `reportingInstance` of the Events (such as the pod name); default: none.
+    pub instance: Option<String>,
+}
+
+impl Config {
+    /// The defaults, with `client`.
+    pub fn new(client: kube::Client) -> Self {
+        Config {
+            client,
+            runtime_image: default_runtime_image(),
+            concurrency: 4,
+            instance: None,
+        }
+    }
+}
+
+/// Runs the operator until the returned future is dropped.
+///
+/// # Errors
+/// See [`run_until`].
+pub async fn run(config: Config) -> Result<(), Error> {
+    run_until(config, std::future::pending()).await
+}
+
+/// Runs the operator until `shutdown` completes; reconciles in flight then finish before this
+/// returns.
+///
+/// # Errors
+/// None today (watch errors are retried and logged); reserved for start-up checks.
+pub async fn run_until(
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> Result<(), Error> {
+    controller::run_until(config, shutdown).await
+}

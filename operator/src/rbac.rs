@@ -1,0 +1,622 @@
+//! Pure translation: a `VClusterPlugin` → the RBAC objects of `rbac.mode: Dedicated`.
+//!
+//! DESIGN.md ("API", `rbac`): a Role / ClusterRole of the plugin's own, bound to the vCluster's
+//! service account `vc-<vcluster>`; the namespaced ones owned by the VClusterPlugin (an
+//! ownerReference), the cluster-scoped ones labelled ([`vcp_crds::PLUGIN_NAME_LABEL`],
+//! [`vcp_crds::PLUGIN_NAMESPACE_LABEL`]) and removed by the finalizer. Rules needed by
+//! `syncedTypes` are derived automatically:
+//! - `ToHost`: get/list/watch/create/update/patch/delete on the host resource;
+//! - `FromHost`: get/list/watch (the host side is only read);
+//! - a type of a CustomResourceDefinition (a group with a dot outside `*.k8s.io`): get/list/watch
+//!   on `customresourcedefinitions`, cluster-wide;
+//! - hooks on physical events: get/list/watch/update/patch on the hooked resource;
+//! - the embedded runtime: read VClusterPlugins of the namespace, patch its own status, and
+//!   write Events.
+//!
+//! `rbac.mode: PatchVClusterRoles` is not implemented yet (issue 3); such plugins get the
+//! dedicated objects too.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::{Resource, ResourceExt};
+use vcp_crds::{
+    HookEvent, PLUGIN_NAME_LABEL, PLUGIN_NAMESPACE_LABEL, SyncDirection, VClusterPlugin,
+};
+
+use crate::workload::{PluginKind, Refusal, plugin_kind};
+
+/// `Ready` reason of a plugin naming a type the API server does not serve.
+pub const REASON_UNKNOWN_TYPE: &str = "UnknownType";
+
+const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+const WRITE_VERBS: [&str; 7] = [
+    "get", "list", "watch", "create", "update", "patch", "delete",
+];
+const READ_VERBS: [&str; 3] = ["get", "list", "watch"];
+const HOOK_VERBS: [&str; 5] = ["get", "list", "watch", "update", "patch"];
+
+/// Plural resource names by `(apiVersion, kind)`, resolved by the controller through API
+/// discovery for the types [`types_to_resolve`] lists.
+pub type Plurals = BTreeMap<(String, String), String>;
+
+/// The service account of the vCluster `vcluster` (the vCluster chart's `vc-<release>`).
+pub fn service_account_name(vcluster: &str) -> String {
+    format!("vc-{vcluster}")
+}
+
+/// Name of the plugin's Role and RoleBinding in its namespace: `vcp-plugin-<name>`.
+pub fn role_name(plugin_name: &str) -> String {
+    format!("vcp-plugin-{plugin_name}")
+}
+
+/// Name of the plugin's ClusterRole and ClusterRoleBinding: `vcp:<namespace>:<name>`
+/// (unambiguous, as neither part can contain `:`).
+pub fn cluster_role_name(namespace: &str, plugin_name: &str) -> String {
+    format!("vcp:{namespace}:{plugin_name}")
+}
+
+/// The group of an `apiVersion` (`""` for the core group `v1`).
+pub fn group_of(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("")
+}
+
+/// Whether a group is served by a CustomResourceDefinition rather than built in.
+fn is_crd_group(group: &str) -> bool {
+    group.contains('.') && !group.ends_with(".k8s.io")
+}
+
+/// The `(apiVersion, kind)` pairs whose plural the controller must discover: synced types
+/// without `resource`, and the types of hooks on physical events.
+pub fn types_to_resolve(plugin: &VClusterPlugin) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = plugin
+        .spec
+        .synced_types
+        .iter()
+        .filter(|t| t.resource.is_none())
+        .map(|t| (t.api_version.clone(), t.kind.clone()))
+        .chain(
+            plugin
+                .spec
+                .hooks
+                .iter()
+                .filter(|h| h.events.iter().any(is_physical))
+                .map(|h| (h.api_version.clone(), h.kind.clone())),
+        )
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn is_physical(e: &HookEvent) -> bool {
+    matches!(e, HookEvent::CreatePhysical | HookEvent::UpdatePhysical)
+}
+
+fn rule(group: &str, resources: &[&str], verbs: &[&str], names: Option<Vec<String>>) -> PolicyRule {
+    PolicyRule {
+        api_groups: Some(vec![group.to_string()]),
+        resources: Some(resources.iter().map(|r| r.to_string()).collect()),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        resource_names: names,
+        non_resource_urls: None,
+    }
+}
+
+/// A rule with empty lists written as absent, the way the API server returns it.
+pub fn normalize(rule: &PolicyRule) -> PolicyRule {
+    let some = |v: &Option<Vec<String>>| v.clone().filter(|v| !v.is_empty());
+    PolicyRule {
+        api_groups: some(&rule.api_groups),
+        resources: some(&rule.resources),
+        resource_names: some(&rule.resource_names),
+        non_resource_urls: some(&rule.non_resource_urls),
+        verbs: rule.verbs.clone(),
+    }
+}
+
+fn push_unique(rules: &mut Vec<PolicyRule>, r: PolicyRule) {
+    let r = normalize(&r);
+    if !rules.contains(&r) {
+        rules.push(r);
+    }
+}
+
+fn plural(plurals: &Plurals, api_version: &str, kind: &str) -> Result<String, Refusal> {
+    plurals
+        .get(&(api_version.to_string(), kind.to_string()))
+        .cloned()
+        .ok_or_else(|| Refusal {
+            reason: REASON_UNKNOWN_TYPE,
+            message: format!(
+                "the host API server serves no kind {kind} in {api_version}; install its CRD or set syncedTypes[].resource"
+            ),
+        })
+}
+
+/// The namespaced rules of the plugin's Role: derived rules, then `rbac.role.extraRules`.
+///
+/// # Errors
+/// A [`Refusal`] with [`REASON_UNKNOWN_TYPE`] when a needed plural is not in `plurals`.
+pub fn namespaced_rules(
+    plugin: &VClusterPlugin,
+    plurals: &Plurals,
+) -> Result<Vec<PolicyRule>, Refusal> {
+    let mut rules = Vec::new();
+    for t in &plugin.spec.synced_types {
+        let resource = match &t.resource {
+            Some(r) => r.clone(),
+            None => plural(plurals, &t.api_version, &t.kind)?,
+        };
+        let verbs: &[&str] = match t.direction {
+            SyncDirection::ToHost => &WRITE_VERBS,
+            SyncDirection::FromHost => &READ_VERBS,
+        };
+        push_unique(
+            &mut rules,
+            rule(group_of(&t.api_version), &[&resource], verbs, None),
+        );
+    }
+    for h in plugin
+        .spec
+        .hooks
+        .iter()
+        .filter(|h| h.events.iter().any(is_physical))
+    {
+        let resource = plural(plurals, &h.api_version, &h.kind)?;
+        push_unique(
+            &mut rules,
+            rule(group_of(&h.api_version), &[&resource], &HOOK_VERBS, None),
+        );
+    }
+    if plugin_kind(plugin) == PluginKind::Embedded {
+        push_unique(
+            &mut rules,
+            rule("vcp.dev", &["vclusterplugins"], &READ_VERBS, None),
+        );
+        push_unique(
+            &mut rules,
+            rule(
+                "vcp.dev",
+                &["vclusterplugins/status"],
+                &["get", "patch", "update"],
+                Some(vec![plugin.name_any()]),
+            ),
+        );
+        push_unique(
+            &mut rules,
+            rule("events.k8s.io", &["events"], &["create", "patch"], None),
+        );
+        push_unique(
+            &mut rules,
+            rule("", &["events"], &["create", "patch"], None),
+        );
+    }
+    let extra = plugin.spec.rbac.as_ref().and_then(|r| r.role.as_ref());
+    for r in extra.map(|r| r.extra_rules.as_slice()).unwrap_or_default() {
+        push_unique(&mut rules, r.clone());
+    }
+    Ok(rules)
+}
+
+/// The cluster-scoped rules of the plugin's ClusterRole: get/list/watch on CRDs when a synced
+/// type is a custom resource, then `rbac.clusterRole.extraRules`.
+pub fn cluster_rules(plugin: &VClusterPlugin) -> Vec<PolicyRule> {
+    let mut rules = Vec::new();
+    if plugin
+        .spec
+        .synced_types
+        .iter()
+        .any(|t| is_crd_group(group_of(&t.api_version)))
+    {
+        push_unique(
+            &mut rules,
+            rule(
+                "apiextensions.k8s.io",
+                &["customresourcedefinitions"],
+                &READ_VERBS,
+                None,
+            ),
+        );
+    }
+    let extra = plugin
+        .spec
+        .rbac
+        .as_ref()
+        .and_then(|r| r.cluster_role.as_ref());
+    for r in extra.map(|r| r.extra_rules.as_slice()).unwrap_or_default() {
+        push_unique(&mut rules, r.clone());
+    }
+    rules
+}
+
+/// The RBAC objects a plugin should have; `None` where it needs none (no rules).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DesiredRbac {
+    /// `vcp-plugin-<name>` in the plugin's namespace.
+    pub role: Option<Role>,
+    /// Binds [`DesiredRbac::role`] to `vc-<vcluster>`.
+    pub role_binding: Option<RoleBinding>,
+    /// `vcp:<namespace>:<name>`.
+    pub cluster_role: Option<ClusterRole>,
+    /// Binds [`DesiredRbac::cluster_role`] to `vc-<vcluster>`.
+    pub cluster_role_binding: Option<ClusterRoleBinding>,
+}
+
+/// Labels every object made for `plugin` carries.
+pub fn labels(plugin: &VClusterPlugin) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (PLUGIN_NAME_LABEL.to_string(), plugin.name_any()),
+        (
+            PLUGIN_NAMESPACE_LABEL.to_string(),
+            plugin.namespace().unwrap_or_default(),
+        ),
+    ])
+}
+
+/// The ownerReference of a namespaced object made for `plugin` (`controller: true`; no
+/// `blockOwnerDeletion`, which would need `update` on `vclusterplugins/finalizers`).
+pub fn owner_reference(plugin: &VClusterPlugin) -> OwnerReference {
+    OwnerReference {
+        api_version: VClusterPlugin::api_version(&()).to_string(),
+        kind: VClusterPlugin::kind(&()).to_string(),
+        name: plugin.name_any(),
+        uid: plugin.uid().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: None,
+    }
+}
+
+fn subject(plugin: &VClusterPlugin) -> Subject {
+    Subject {
+        kind: "ServiceAccount".into(),
+        name: service_account_name(&plugin.spec.vcluster.name),
+        namespace: plugin.namespace(),
+        api_group: None,
+    }
+}
+
+/// The RBAC objects of `plugin` in `Dedicated` mode.
+///
+/// # Errors
+/// A [`Refusal`] with [`REASON_UNKNOWN_TYPE`] when a needed plural is not in `plurals`.
+pub fn desired(plugin: &VClusterPlugin, plurals: &Plurals) -> Result<DesiredRbac, Refusal> {
+    let name = plugin.name_any();
+    let namespace = plugin.namespace().unwrap_or_default();
+    let namespaced = namespaced_rules(plugin, plurals)?;
+    let cluster = cluster_rules(plugin);
+    let meta = |name: String, namespaced: bool| ObjectMeta {
+        name: Some(name),
+        namespace: namespaced.then(|| namespace.clone()),
+        labels: Some(labels(plugin)),
+        owner_references: namespaced.then(|| vec![owner_reference(plugin)]),
+        ..Default::default()
+    };
+    let mut out = DesiredRbac::default();
+    if !namespaced.is_empty() {
+        out.role = Some(Role {
+            metadata: meta(role_name(&name), true),
+            rules: Some(namespaced),
+        });
+        out.role_binding = Some(RoleBinding {
+            metadata: meta(role_name(&name), true),
+            role_ref: RoleRef {
+                api_group: RBAC_GROUP.into(),
+                kind: "Role".into(),
+                name: role_name(&name),
+            },
+            subjects: Some(vec![subject(plugin)]),
+        });
+    }
+    if !cluster.is_empty() {
+        let cname = cluster_role_name(&namespace, &name);
+        out.cluster_role = Some(ClusterRole {
+            metadata: meta(cname.clone(), false),
+            rules: Some(cluster),
+            aggregation_rule: None,
+        });
+        out.cluster_role_binding = Some(ClusterRoleBinding {
+            metadata: meta(cname.clone(), false),
+            role_ref: RoleRef {
+                api_group: RBAC_GROUP.into(),
+                kind: "ClusterRole".into(),
+                name: cname,
+            },
+            subjects: Some(vec![subject(plugin)]),
+        });
+    }
+    Ok(out)
+}
+
+/// Whether `live` carries every label and ownerReference of `desired`.
+pub fn meta_matches(live: &ObjectMeta, desired: &ObjectMeta) -> bool {
+    let labels_ok = desired
+        .labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| live.labels.as_ref().and_then(|l| l.get(k)) == Some(v));
+    let owners_ok = desired.owner_references.iter().flatten().all(|o| {
+        live.owner_references
+            .iter()
+            .flatten()
+            .any(|l| l.uid == o.uid && l.controller == o.controller)
+    });
+    labels_ok && owners_ok
+}
+
+fn rules_match(live: &Option<Vec<PolicyRule>>, desired: &Option<Vec<PolicyRule>>) -> bool {
+    let norm = |r: &Option<Vec<PolicyRule>>| -> Vec<PolicyRule> {
+        r.iter().flatten().map(normalize).collect()
+    };
+    norm(live) == norm(desired)
+}
+
+/// Whether a live Role already is the desired one (no apply needed).
+pub fn role_matches(live: &Role, desired: &Role) -> bool {
+    meta_matches(&live.metadata, &desired.metadata) && rules_match(&live.rules, &desired.rules)
+}
+
+/// Whether a live ClusterRole already is the desired one.
+pub fn cluster_role_matches(live: &ClusterRole, desired: &ClusterRole) -> bool {
+    meta_matches(&live.metadata, &desired.metadata) && rules_match(&live.rules, &desired.rules)
+}
+
+/// Whether a live RoleBinding already is the desired one.
+pub fn role_binding_matches(live: &RoleBinding, desired: &RoleBinding) -> bool {
+    meta_matches(&live.metadata, &desired.metadata)
+        && live.role_ref == desired.role_ref
+        && live.subjects == desired.subjects
+}
+
+/// Whether a live ClusterRoleBinding already is the desired one.
+pub fn cluster_role_binding_matches(
+    live: &ClusterRoleBinding,
+    desired: &ClusterRoleBinding,
+) -> bool {
+    meta_matches(&live.metadata, &desired.metadata)
+        && live.role_ref == desired.role_ref
+        && live.subjects == desired.subjects
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vcp_crds::{Hook, PluginRbac, RoleRules, SyncedType, VClusterPluginSpec, VClusterRef};
+
+    fn plugin(image: Option<&str>) -> VClusterPlugin {
+        let mut p = VClusterPlugin::new(
+            "car-syncer",
+            VClusterPluginSpec {
+                vcluster: VClusterRef {
+                    name: "my-vcluster".into(),
+                },
+                image: image.map(String::from),
+                ..Default::default()
+            },
+        );
+        p.metadata.namespace = Some("team-a".into());
+        p.metadata.uid = Some("uid-1".into());
+        p
+    }
+
+    fn cars() -> SyncedType {
+        SyncedType {
+            api_version: "example.loft.sh/v1".into(),
+            kind: "Car".into(),
+            ..Default::default()
+        }
+    }
+
+    fn plurals() -> Plurals {
+        Plurals::from([
+            (("example.loft.sh/v1".into(), "Car".into()), "cars".into()),
+            (("v1".into(), "Pod".into()), "pods".into()),
+        ])
+    }
+
+    fn strs(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn names() {
+        assert_eq!(service_account_name("my-vcluster"), "vc-my-vcluster");
+        assert_eq!(role_name("car-syncer"), "vcp-plugin-car-syncer");
+        assert_eq!(
+            cluster_role_name("team-a", "car-syncer"),
+            "vcp:team-a:car-syncer"
+        );
+        assert_eq!(group_of("v1"), "");
+        assert_eq!(group_of("example.loft.sh/v1"), "example.loft.sh");
+    }
+
+    #[test]
+    fn synced_type_gets_write_verbs_on_host_and_crd_read_cluster_wide() {
+        let mut p = plugin(Some("img"));
+        p.spec.synced_types = vec![cars()];
+        let d = desired(&p, &plurals()).unwrap();
+        let role = d.role.unwrap();
+        assert_eq!(
+            role.rules.unwrap(),
+            vec![PolicyRule {
+                api_groups: Some(strs(&["example.loft.sh"])),
+                resources: Some(strs(&["cars"])),
+                verbs: strs(&WRITE_VERBS),
+                ..Default::default()
+            }]
+        );
+        assert_eq!(role.metadata.owner_references.unwrap()[0].uid, "uid-1");
+        let cr = d.cluster_role.unwrap();
+        assert_eq!(cr.metadata.name.as_deref(), Some("vcp:team-a:car-syncer"));
+        assert_eq!(
+            cr.rules.unwrap()[0].resources,
+            Some(strs(&["customresourcedefinitions"]))
+        );
+        assert!(
+            cr.metadata.owner_references.is_none(),
+            "cluster-scoped: labels only"
+        );
+        assert_eq!(
+            cr.metadata.labels.unwrap()[PLUGIN_NAMESPACE_LABEL],
+            "team-a"
+        );
+    }
+
+    #[test]
+    fn from_host_is_read_only_and_explicit_resource_needs_no_discovery() {
+        let mut p = plugin(Some("img"));
+        p.spec.synced_types = vec![SyncedType {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            resource: Some("configmaps".into()),
+            direction: SyncDirection::FromHost,
+            ..Default::default()
+        }];
+        assert!(types_to_resolve(&p).is_empty());
+        let rules = namespaced_rules(&p, &Plurals::new()).unwrap();
+        assert_eq!(rules[0].api_groups, Some(strs(&[""])));
+        assert_eq!(rules[0].verbs, strs(&READ_VERBS));
+        assert!(
+            cluster_rules(&p).is_empty(),
+            "core types need no CRD access"
+        );
+    }
+
+    #[test]
+    fn unknown_type_is_refused() {
+        let mut p = plugin(Some("img"));
+        p.spec.synced_types = vec![cars()];
+        assert_eq!(
+            types_to_resolve(&p),
+            vec![("example.loft.sh/v1".into(), "Car".into())]
+        );
+        let err = desired(&p, &Plurals::new()).unwrap_err();
+        assert_eq!(err.reason, REASON_UNKNOWN_TYPE);
+        assert!(err.message.contains("Car"));
+    }
+
+    #[test]
+    fn physical_hooks_need_patch_on_the_hooked_resource() {
+        let mut p = plugin(Some("img"));
+        p.spec.hooks = vec![
+            Hook {
+                name: "label-pods".into(),
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+                events: vec![HookEvent::CreatePhysical],
+                ..Default::default()
+            },
+            Hook {
+                name: "virtual-only".into(),
+                api_version: "v1".into(),
+                kind: "Secret".into(),
+                events: vec![HookEvent::CreateVirtual],
+                ..Default::default()
+            },
+        ];
+        assert_eq!(types_to_resolve(&p), vec![("v1".into(), "Pod".into())]);
+        let rules = namespaced_rules(&p, &plurals()).unwrap();
+        assert_eq!(rules.len(), 1);
+        assert_eq!(rules[0].resources, Some(strs(&["pods"])));
+        assert_eq!(rules[0].verbs, strs(&HOOK_VERBS));
+    }
+
+    #[test]
+    fn embedded_runtime_may_read_plugins_and_patch_only_its_own_status() {
+        let d = desired(&plugin(None), &Plurals::new()).unwrap();
+        let rules = d.role.unwrap().rules.unwrap();
+        let status = rules
+            .iter()
+            .find(|r| r.resources == Some(strs(&["vclusterplugins/status"])))
+            .unwrap();
+        assert_eq!(status.resource_names, Some(strs(&["car-syncer"])));
+        assert!(rules.iter().any(
+            |r| r.resources == Some(strs(&["vclusterplugins"])) && r.verbs == strs(&READ_VERBS)
+        ));
+        let rb = d.role_binding.unwrap();
+        assert_eq!(rb.role_ref.name, "vcp-plugin-car-syncer");
+        assert_eq!(
+            rb.subjects.unwrap(),
+            vec![Subject {
+                kind: "ServiceAccount".into(),
+                name: "vc-my-vcluster".into(),
+                namespace: Some("team-a".into()),
+                api_group: None,
+            }]
+        );
+        assert!(d.cluster_role.is_none() && d.cluster_role_binding.is_none());
+    }
+
+    #[test]
+    fn image_plugin_without_rules_gets_no_role() {
+        assert_eq!(
+            desired(&plugin(Some("img")), &Plurals::new()).unwrap(),
+            DesiredRbac::default()
+        );
+    }
+
+    #[test]
+    fn extra_rules_are_appended_normalized_and_deduplicated() {
+        let mut p = plugin(Some("img"));
+        let secrets = PolicyRule {
+            api_groups: Some(strs(&[""])),
+            resources: Some(strs(&["secrets"])),
+            verbs: strs(&["get"]),
+            resource_names: Some(vec![]),
+            non_resource_urls: None,
+        };
+        p.spec.rbac = Some(PluginRbac {
+            role: Some(RoleRules {
+                extra_rules: vec![secrets.clone(), secrets.clone()],
+            }),
+            cluster_role: Some(RoleRules {
+                extra_rules: vec![PolicyRule {
+                    api_groups: Some(strs(&[""])),
+                    resources: Some(strs(&["nodes"])),
+                    verbs: strs(&["get"]),
+                    ..Default::default()
+                }],
+            }),
+            ..Default::default()
+        });
+        let d = desired(&p, &Plurals::new()).unwrap();
+        let rules = d.role.unwrap().rules.unwrap();
+        assert_eq!(rules.len(), 1);
+        assert_eq!(rules[0].resource_names, None);
+        assert_eq!(
+            d.cluster_role.unwrap().rules.unwrap()[0].resources,
+            Some(strs(&["nodes"]))
+        );
+        assert_eq!(d.cluster_role_binding.unwrap().role_ref.kind, "ClusterRole");
+    }
+
+    #[test]
+    fn matching_ignores_server_additions_and_catches_edits() {
+        let mut p = plugin(None);
+        p.spec.synced_types = vec![cars()];
+        let want = desired(&p, &plurals()).unwrap().role.unwrap();
+        let mut live = want.clone();
+        live.metadata.resource_version = Some("42".into());
+        live.metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert("extra".into(), "x".into());
+        assert!(role_matches(&live, &want));
+
+        let mut edited = live.clone();
+        edited.rules.as_mut().unwrap().pop();
+        assert!(!role_matches(&edited, &want));
+
+        let mut unlabelled = live.clone();
+        unlabelled.metadata.labels = None;
+        assert!(!role_matches(&unlabelled, &want));
+
+        let mut orphan = live;
+        orphan.metadata.owner_references = None;
+        assert!(!role_matches(&orphan, &want));
+    }
+}

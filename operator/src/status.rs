@@ -1,0 +1,350 @@
+//! The operator's part of `VClusterPlugin.status`: `observedGeneration`, `phase`, `runtime`,
+//! `workload` and the conditions `Ready`, `WorkloadPatched`, `RBACReady`.
+//!
+//! DESIGN.md ("API", status): conditions carry `type/status/reason/message/lastTransitionTime/
+//! observedGeneration`; `lastTransitionTime` moves only when `status` changes. The runtime
+//! writes `RuntimeHealthy`, `syncedObjects` and `syncedTotal` under its own field manager;
+//! the status is written with server-side apply on the status subresource and `conditions` is a
+//! map-list keyed by `type`, so [`apply_body`] never includes the runtime's fields and never
+//! removes them. [`needs_write`] compares desired and live so that a converged object gets no
+//! status write.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
+use vcp_crds::{Phase, VClusterPlugin, VClusterPluginStatus, WorkloadRef};
+
+/// Condition: the plugin is installed (workload and RBAC).
+pub const READY: &str = "Ready";
+/// Condition: the plugin's containers / volumes are in the vCluster's workload.
+pub const WORKLOAD_PATCHED: &str = "WorkloadPatched";
+/// Condition: the plugin's Role / ClusterRole and bindings exist.
+pub const RBAC_READY: &str = "RBACReady";
+/// The conditions the operator owns; every other type (`RuntimeHealthy`) is the runtime's.
+pub const OPERATOR_CONDITIONS: [&str; 3] = [READY, WORKLOAD_PATCHED, RBAC_READY];
+
+/// `Ready` reason of a plugin whose vCluster has neither a StatefulSet nor a Deployment.
+pub const REASON_VCLUSTER_NOT_FOUND: &str = "VClusterNotFound";
+/// Reason of a condition that holds.
+pub const REASON_INSTALLED: &str = "Installed";
+/// Reason of the `Ready` condition during deletion.
+pub const REASON_TERMINATING: &str = "Terminating";
+/// `status.runtime` of a plugin without `image`.
+pub const RUNTIME_EMBEDDED: &str = "embedded";
+
+/// Result of one part of a reconcile: holds, or does not with a reason and message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Check {
+    /// The part is done.
+    Ok,
+    /// The part is not done (reason in CamelCase, message for humans).
+    Failed {
+        /// Condition reason.
+        reason: String,
+        /// Condition message.
+        message: String,
+    },
+}
+
+impl Check {
+    /// A failed check.
+    pub fn failed(reason: impl Into<String>, message: impl Into<String>) -> Self {
+        Check::Failed {
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// What a reconcile found out; [`desired`] turns it into status.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outcome {
+    /// The workload the plugin targets, when it exists.
+    pub workload: Option<WorkloadRef>,
+    /// Whether the plugin's entries are in the workload.
+    pub workload_patched: Check,
+    /// Whether the plugin's RBAC objects are in place.
+    pub rbac: Check,
+    /// `Terminating`: the finalizer is cleaning up.
+    pub terminating: bool,
+}
+
+/// A condition of `type_` for generation `generation`, keeping `lastTransitionTime` from
+/// `previous` when the status did not change, `now` otherwise.
+pub fn condition(
+    type_: &str,
+    check: &Check,
+    generation: Option<i64>,
+    previous: Option<&Condition>,
+    now: &Time,
+) -> Condition {
+    let (status, reason, message) = match check {
+        Check::Ok => ("True", REASON_INSTALLED.to_string(), String::new()),
+        Check::Failed { reason, message } => ("False", reason.clone(), message.clone()),
+    };
+    let last_transition_time = match previous {
+        Some(p) if p.status == status => p.last_transition_time.clone(),
+        _ => now.clone(),
+    };
+    Condition {
+        type_: type_.to_string(),
+        status: status.to_string(),
+        reason,
+        message,
+        observed_generation: generation,
+        last_transition_time,
+    }
+}
+
+/// The operator-owned status of `plugin` for `outcome` (runtime fields left empty).
+///
+/// Phase: `Terminating` while deleting; `Ready` when both checks hold; `Pending` when the
+/// vCluster does not exist yet (it is installed once it appears); `Failed` otherwise.
+pub fn desired(plugin: &VClusterPlugin, outcome: &Outcome, now: &Time) -> VClusterPluginStatus {
+    let generation = plugin.meta().generation;
+    let previous = |t: &str| {
+        plugin
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == t))
+    };
+    let ready = if outcome.terminating {
+        Check::failed(REASON_TERMINATING, "the VClusterPlugin is being deleted")
+    } else {
+        match (&outcome.workload_patched, &outcome.rbac) {
+            (Check::Ok, Check::Ok) => Check::Ok,
+            (Check::Failed { .. }, _) => outcome.workload_patched.clone(),
+            (_, failed) => failed.clone(),
+        }
+    };
+    let phase = match &ready {
+        _ if outcome.terminating => Phase::Terminating,
+        Check::Ok => Phase::Ready,
+        Check::Failed { reason, .. } if reason == REASON_VCLUSTER_NOT_FOUND => Phase::Pending,
+        Check::Failed { .. } => Phase::Failed,
+    };
+    VClusterPluginStatus {
+        observed_generation: generation,
+        phase: Some(phase),
+        runtime: Some(
+            plugin
+                .spec
+                .image
+                .clone()
+                .unwrap_or_else(|| RUNTIME_EMBEDDED.to_string()),
+        ),
+        conditions: vec![
+            condition(READY, &ready, generation, previous(READY), now),
+            condition(
+                WORKLOAD_PATCHED,
+                &outcome.workload_patched,
+                generation,
+                previous(WORKLOAD_PATCHED),
+                now,
+            ),
+            condition(
+                RBAC_READY,
+                &outcome.rbac,
+                generation,
+                previous(RBAC_READY),
+                now,
+            ),
+        ],
+        workload: outcome.workload.clone(),
+        ..Default::default()
+    }
+}
+
+/// Whether the live status differs from `desired` in any operator-owned field (and so a status
+/// apply is needed). Runtime-owned fields are ignored.
+pub fn needs_write(live: Option<&VClusterPluginStatus>, desired: &VClusterPluginStatus) -> bool {
+    let Some(live) = live else { return true };
+    let same_conditions = desired.conditions.iter().all(|d| {
+        live.conditions.iter().any(|l| {
+            l.type_ == d.type_
+                && l.status == d.status
+                && l.reason == d.reason
+                && l.message == d.message
+                && l.observed_generation == d.observed_generation
+                && l.last_transition_time == d.last_transition_time
+        })
+    });
+    !(same_conditions
+        && live.observed_generation == desired.observed_generation
+        && live.phase == desired.phase
+        && live.runtime == desired.runtime
+        && live.workload == desired.workload)
+}
+
+/// The server-side-apply body for the status subresource: identity plus the operator's fields.
+pub fn apply_body(plugin: &VClusterPlugin, status: &VClusterPluginStatus) -> Value {
+    json!({
+        "apiVersion": VClusterPlugin::api_version(&()),
+        "kind": VClusterPlugin::kind(&()),
+        "metadata": { "name": plugin.name_any(), "namespace": plugin.namespace() },
+        "status": status,
+    })
+}
+
+/// Whether the `Ready` condition of `status` has reason `reason` (used to emit an Event only
+/// on a change).
+pub fn ready_reason_is(status: Option<&VClusterPluginStatus>, reason: &str) -> bool {
+    status
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == READY))
+        .is_some_and(|c| c.reason == reason)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+    use vcp_crds::{VClusterPluginSpec, VClusterRef};
+
+    fn t(secs: i64) -> Time {
+        Time(Timestamp::from_second(secs).unwrap())
+    }
+
+    fn plugin() -> VClusterPlugin {
+        let mut p = VClusterPlugin::new(
+            "p",
+            VClusterPluginSpec {
+                vcluster: VClusterRef { name: "vc".into() },
+                ..Default::default()
+            },
+        );
+        p.metadata.namespace = Some("ns".into());
+        p.metadata.generation = Some(3);
+        p
+    }
+
+    fn installed() -> Outcome {
+        Outcome {
+            workload: Some(WorkloadRef {
+                kind: "StatefulSet".into(),
+                name: "vc".into(),
+            }),
+            workload_patched: Check::Ok,
+            rbac: Check::Ok,
+            terminating: false,
+        }
+    }
+
+    fn not_found() -> Outcome {
+        let c = Check::failed(REASON_VCLUSTER_NOT_FOUND, "no vc");
+        Outcome {
+            workload: None,
+            workload_patched: c.clone(),
+            rbac: c,
+            terminating: false,
+        }
+    }
+
+    fn cond<'a>(s: &'a VClusterPluginStatus, t: &str) -> &'a Condition {
+        s.conditions.iter().find(|c| c.type_ == t).unwrap()
+    }
+
+    #[test]
+    fn installed_is_ready() {
+        let s = desired(&plugin(), &installed(), &t(100));
+        assert_eq!(s.phase, Some(Phase::Ready));
+        assert_eq!(s.observed_generation, Some(3));
+        assert_eq!(s.runtime.as_deref(), Some("embedded"));
+        for c in &s.conditions {
+            assert_eq!(c.status, "True", "{c:?}");
+            assert_eq!(c.observed_generation, Some(3));
+        }
+        assert_eq!(s.conditions.len(), 3);
+    }
+
+    #[test]
+    fn missing_vcluster_is_pending_with_reason() {
+        let mut p = plugin();
+        p.spec.image = Some("img".into());
+        let s = desired(&p, &not_found(), &t(100));
+        assert_eq!(s.phase, Some(Phase::Pending));
+        assert_eq!(s.runtime.as_deref(), Some("img"));
+        assert_eq!(cond(&s, READY).status, "False");
+        assert_eq!(cond(&s, READY).reason, REASON_VCLUSTER_NOT_FOUND);
+        assert!(ready_reason_is(Some(&s), REASON_VCLUSTER_NOT_FOUND));
+    }
+
+    #[test]
+    fn other_failures_are_failed_and_name_the_first_failing_part() {
+        let mut o = installed();
+        o.rbac = Check::failed("UnknownType", "no Car");
+        let s = desired(&plugin(), &o, &t(1));
+        assert_eq!(s.phase, Some(Phase::Failed));
+        assert_eq!(cond(&s, READY).reason, "UnknownType");
+        assert_eq!(cond(&s, WORKLOAD_PATCHED).status, "True");
+    }
+
+    #[test]
+    fn terminating_phase() {
+        let mut o = installed();
+        o.terminating = true;
+        let s = desired(&plugin(), &o, &t(1));
+        assert_eq!(s.phase, Some(Phase::Terminating));
+        assert_eq!(cond(&s, READY).reason, REASON_TERMINATING);
+    }
+
+    #[test]
+    fn last_transition_time_moves_only_on_a_status_change() {
+        let mut p = plugin();
+        p.status = Some(desired(&p, &not_found(), &t(100)));
+        // Same status, later: time kept, no write.
+        let again = desired(&p, &not_found(), &t(200));
+        assert_eq!(cond(&again, READY).last_transition_time, t(100));
+        assert!(!needs_write(p.status.as_ref(), &again));
+        // Status flips: time moves, write.
+        let fixed = desired(&p, &installed(), &t(300));
+        assert_eq!(cond(&fixed, READY).last_transition_time, t(300));
+        assert!(needs_write(p.status.as_ref(), &fixed));
+        // Same status, other reason: time kept, but a write.
+        let mut other = not_found();
+        other.workload_patched = Check::failed("Conflict", "x");
+        let changed = desired(&p, &other, &t(400));
+        assert_eq!(cond(&changed, READY).last_transition_time, t(100));
+        assert!(needs_write(p.status.as_ref(), &changed));
+    }
+
+    #[test]
+    fn runtime_fields_are_neither_compared_nor_applied() {
+        let mut p = plugin();
+        let mut live = desired(&p, &installed(), &t(1));
+        live.conditions.push(Condition {
+            type_: "RuntimeHealthy".into(),
+            status: "False".into(),
+            reason: "Crashing".into(),
+            message: String::new(),
+            observed_generation: None,
+            last_transition_time: t(5),
+        });
+        live.synced_total = Some(7);
+        p.status = Some(live);
+        let want = desired(&p, &installed(), &t(9));
+        assert!(!needs_write(p.status.as_ref(), &want));
+        let body = apply_body(&p, &want);
+        assert!(body["status"].get("syncedTotal").is_none());
+        assert!(body["status"].get("syncedObjects").is_none());
+        let types: Vec<_> = body["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(types, OPERATOR_CONDITIONS);
+        assert_eq!(body["kind"], "VClusterPlugin");
+        assert_eq!(body["metadata"]["namespace"], "ns");
+    }
+
+    #[test]
+    fn generation_change_needs_a_write() {
+        let mut p = plugin();
+        p.status = Some(desired(&p, &installed(), &t(1)));
+        p.metadata.generation = Some(4);
+        assert!(needs_write(
+            p.status.as_ref(),
+            &desired(&p, &installed(), &t(2))
+        ));
+    }
+}

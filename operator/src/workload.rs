@@ -1,0 +1,1011 @@
+//! Pure translation: every `VClusterPlugin` of one vCluster + the vCluster's workload → the
+//! server-side-apply body the operator sends for that workload.
+//!
+//! DESIGN.md rules implemented here ("API" and "Operator contract"):
+//! - the workload is the StatefulSet, else the Deployment, named `spec.vcluster.name`;
+//! - no `image`: the embedded-runtime sidecar (a container named after the plugin, running
+//!   `vcluster-plugin-syncer`);
+//! - `image` + `v2` (default): an init container named after the plugin running
+//!   `cp -r /plugin /plugins/<name>`, an emptyDir volume `plugins`, mounted at `/plugins` in the
+//!   init container and in the `syncer` container;
+//! - `image` + `v1`: a legacy sidecar with `VCLUSTER_PLUGIN_ADDRESS=localhost:<14000+i>`,
+//!   `VCLUSTER_PLUGIN_NAME` and `PLUGIN_CONFIG`;
+//! - only the fields the operator owns are applied: a partial object (apiVersion, kind,
+//!   metadata.name/namespace, pod template containers / initContainers / volumes by name), so
+//!   Helm- or Argo CD-owned fields are never touched;
+//! - conflicts are reported, never fought: a plugin whose container name is already used by a
+//!   container the operator did not add is left out and gets `Ready=False, reason=Conflict`.
+//!
+//! All plugins share one field manager, and the `plugins` volume and the `/plugins` mount in
+//! `syncer` are shared by every v2 plugin. A server-side apply *replaces* everything the manager
+//! owned in that object, so the body must always hold the entries of **all** plugins installed
+//! into the workload: [`plan`] takes them all and the controller sends one apply per workload.
+//! Removing a plugin is the same apply without it; when no plugin is left the body holds no
+//! `spec` at all, so the operator's field manager owns nothing and the pod template is back
+//! to what it was.
+//!
+//! [`is_converged`] decides whether the apply can be skipped (DESIGN.md: a reconcile of a
+//! converged object performs zero writes).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{
+    Container, EmptyDirVolumeSource, EnvVar, PodSpec, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+use kube::ResourceExt;
+use serde_json::{Map, Value, json};
+use vcp_crds::{FINALIZER, OPERATOR_FIELD_MANAGER, PluginVersion, VClusterPlugin};
+
+/// Name of the vCluster chart's main container, into which `/plugins` is mounted for v2 plugins.
+pub const SYNCER_CONTAINER: &str = "syncer";
+/// Name of the emptyDir volume shared by the v2 init containers and `syncer`.
+pub const PLUGINS_VOLUME: &str = "plugins";
+/// Mount path of [`PLUGINS_VOLUME`].
+pub const PLUGINS_MOUNT_PATH: &str = "/plugins";
+/// Binary of the embedded runtime inside the runtime image.
+pub const RUNTIME_BINARY: &str = "vcluster-plugin-syncer";
+/// Port of the first v1 plugin; the i-th (0-based) v1 plugin listens on `14000 + i`.
+pub const V1_BASE_PORT: u32 = 14000;
+
+/// `Ready` reason of a plugin whose container name is taken by a container the operator did
+/// not add.
+pub const REASON_CONFLICT: &str = "Conflict";
+/// `Ready` reason of a v2 plugin in a workload without a `syncer` container.
+pub const REASON_NO_SYNCER: &str = "SyncerContainerNotFound";
+/// `Ready` reason of a v1 plugin whose `spec.config` cannot be rendered as YAML.
+pub const REASON_INVALID_CONFIG: &str = "InvalidConfig";
+
+/// Kind of a vCluster workload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkloadKind {
+    /// `apps/v1` StatefulSet (the vCluster chart's default).
+    StatefulSet,
+    /// `apps/v1` Deployment.
+    Deployment,
+}
+
+impl WorkloadKind {
+    /// The Kubernetes kind, `StatefulSet` or `Deployment`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkloadKind::StatefulSet => "StatefulSet",
+            WorkloadKind::Deployment => "Deployment",
+        }
+    }
+}
+
+/// What the operator needs to know of a vCluster workload: its identity, its pod template's
+/// spec and its managed fields (to know which entries the operator owns).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Workload {
+    /// StatefulSet or Deployment.
+    pub kind: Option<WorkloadKind>,
+    /// Name (the vCluster release name).
+    pub name: String,
+    /// Namespace (the plugin's namespace).
+    pub namespace: String,
+    /// `spec.template.spec` (empty when absent).
+    pub pod_spec: PodSpec,
+    /// `metadata.managedFields`.
+    pub managed_fields: Vec<ManagedFieldsEntry>,
+}
+
+impl Workload {
+    /// The workload view of a StatefulSet.
+    pub fn from_statefulset(sts: &StatefulSet) -> Self {
+        Workload {
+            kind: Some(WorkloadKind::StatefulSet),
+            name: sts.name_any(),
+            namespace: sts.namespace().unwrap_or_default(),
+            pod_spec: sts
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.spec.clone())
+                .unwrap_or_default(),
+            managed_fields: sts.metadata.managed_fields.clone().unwrap_or_default(),
+        }
+    }
+
+    /// The workload view of a Deployment.
+    pub fn from_deployment(deploy: &Deployment) -> Self {
+        Workload {
+            kind: Some(WorkloadKind::Deployment),
+            name: deploy.name_any(),
+            namespace: deploy.namespace().unwrap_or_default(),
+            pod_spec: deploy
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.spec.clone())
+                .unwrap_or_default(),
+            managed_fields: deploy.metadata.managed_fields.clone().unwrap_or_default(),
+        }
+    }
+
+    /// `StatefulSet` or `Deployment` (StatefulSet when unset).
+    pub fn kind_str(&self) -> &'static str {
+        self.kind.unwrap_or(WorkloadKind::StatefulSet).as_str()
+    }
+}
+
+/// How a plugin runs inside the vCluster pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PluginKind {
+    /// No `image`: the embedded runtime as a sidecar container.
+    Embedded,
+    /// `image` + `version: v1`: a legacy gRPC sidecar.
+    V1,
+    /// `image` + `version: v2` (default): an init container copying the plugin to `/plugins`.
+    V2,
+}
+
+/// How `plugin` runs (DESIGN.md: `version` is ignored for the embedded runtime).
+pub fn plugin_kind(plugin: &VClusterPlugin) -> PluginKind {
+    match (&plugin.spec.image, plugin.spec.version.unwrap_or_default()) {
+        (None, _) => PluginKind::Embedded,
+        (Some(_), PluginVersion::V1) => PluginKind::V1,
+        (Some(_), PluginVersion::V2) => PluginKind::V2,
+    }
+}
+
+/// Why a plugin was left out of the workload; becomes its `Ready=False` condition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// Condition reason, such as [`REASON_CONFLICT`].
+    pub reason: &'static str,
+    /// Human-readable message naming what to change.
+    pub message: String,
+}
+
+/// Result of [`plan`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkloadPlan {
+    /// The server-side-apply body (a partial StatefulSet or Deployment).
+    pub patch: Value,
+    /// Names of the plugins whose entries are in [`WorkloadPlan::patch`].
+    pub installed: BTreeSet<String>,
+    /// Plugins left out, by name, with the reason.
+    pub refused: BTreeMap<String, Refusal>,
+}
+
+/// Whether `plugin` is installed into the vCluster `vcluster` of `namespace`: it targets it,
+/// carries the operator's finalizer (so its removal is guaranteed to run the cleanup) and is
+/// not being deleted.
+pub fn contributes(plugin: &VClusterPlugin, namespace: &str, vcluster: &str) -> bool {
+    plugin.namespace().as_deref() == Some(namespace)
+        && plugin.spec.vcluster.name == vcluster
+        && plugin.metadata.deletion_timestamp.is_none()
+        && plugin.finalizers().iter().any(|f| f == FINALIZER)
+}
+
+/// Computes the apply body of `workload` holding the entries of every plugin in `plugins`
+/// (callers pass those for which [`contributes`] holds; order does not matter: plugins are
+/// ordered by creation time, then name, so that v1 ports stay stable).
+///
+/// `runtime_image` is the image of the embedded runtime (the operator's `--runtime-image`).
+pub fn plan(workload: &Workload, plugins: &[&VClusterPlugin], runtime_image: &str) -> WorkloadPlan {
+    let mut sorted: Vec<&VClusterPlugin> = plugins.to_vec();
+    sorted.sort_by(|a, b| {
+        (a.metadata.creation_timestamp.as_ref(), a.name_any())
+            .cmp(&(b.metadata.creation_timestamp.as_ref(), b.name_any()))
+    });
+
+    let owned = owned_entries(&workload.managed_fields);
+    let has_syncer = workload
+        .pod_spec
+        .containers
+        .iter()
+        .any(|c| c.name == SYNCER_CONTAINER);
+
+    let mut containers: Vec<Container> = Vec::new();
+    let mut init_containers: Vec<Container> = Vec::new();
+    let mut installed = BTreeSet::new();
+    let mut refused = BTreeMap::new();
+    let mut v1_index = 0u32;
+
+    for plugin in sorted {
+        let name = plugin.name_any();
+        if let Some(refusal) = name_conflict(workload, &owned, &name) {
+            refused.insert(name, refusal);
+            continue;
+        }
+        match plugin_kind(plugin) {
+            PluginKind::Embedded => containers.push(embedded_container(plugin, runtime_image)),
+            PluginKind::V1 => match v1_container(plugin, V1_BASE_PORT + v1_index) {
+                Ok(c) => {
+                    v1_index += 1;
+                    containers.push(c);
+                }
+                Err(refusal) => {
+                    refused.insert(name, refusal);
+                    continue;
+                }
+            },
+            PluginKind::V2 => {
+                if !has_syncer {
+                    refused.insert(
+                        name,
+                        Refusal {
+                            reason: REASON_NO_SYNCER,
+                            message: format!(
+                                "{} {}/{} has no container `{SYNCER_CONTAINER}` to mount {PLUGINS_MOUNT_PATH} into; a v2 plugin needs the vCluster chart's syncer container",
+                                workload.kind_str(),
+                                workload.namespace,
+                                workload.name
+                            ),
+                        },
+                    );
+                    continue;
+                }
+                init_containers.push(v2_init_container(plugin));
+            }
+        }
+        installed.insert(plugin.name_any());
+    }
+
+    let mut volumes = Vec::new();
+    if !init_containers.is_empty() {
+        // The shared entries, exactly once, whatever the number of v2 plugins.
+        containers.insert(
+            0,
+            Container {
+                name: SYNCER_CONTAINER.into(),
+                volume_mounts: Some(vec![plugins_mount()]),
+                ..Default::default()
+            },
+        );
+        volumes.push(Volume {
+            name: PLUGINS_VOLUME.into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        });
+    }
+
+    let mut pod_spec = Map::new();
+    if !containers.is_empty() {
+        pod_spec.insert("containers".into(), to_value(&containers));
+    }
+    if !init_containers.is_empty() {
+        pod_spec.insert("initContainers".into(), to_value(&init_containers));
+    }
+    if !volumes.is_empty() {
+        pod_spec.insert("volumes".into(), to_value(&volumes));
+    }
+
+    let mut patch = json!({
+        "apiVersion": "apps/v1",
+        "kind": workload.kind_str(),
+        "metadata": { "name": workload.name, "namespace": workload.namespace },
+    });
+    if !pod_spec.is_empty() {
+        patch["spec"] = json!({ "template": { "spec": Value::Object(pod_spec) } });
+    }
+    WorkloadPlan {
+        patch,
+        installed,
+        refused,
+    }
+}
+
+fn to_value<T: serde::Serialize>(v: &T) -> Value {
+    // Serializing k8s-openapi types to a JSON value cannot fail (no non-string map keys).
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+fn plugins_mount() -> VolumeMount {
+    VolumeMount {
+        name: PLUGINS_VOLUME.into(),
+        mount_path: PLUGINS_MOUNT_PATH.into(),
+        ..Default::default()
+    }
+}
+
+/// A plugin's container name is taken when a container or init container of that name exists
+/// whose `image` the operator does not own (so someone else added it, such as `syncer`).
+fn name_conflict(workload: &Workload, owned: &Value, name: &str) -> Option<Refusal> {
+    let spec = &workload.pod_spec;
+    let none = Vec::new();
+    for (list, entries) in [
+        ("containers", &spec.containers),
+        (
+            "initContainers",
+            spec.init_containers.as_ref().unwrap_or(&none),
+        ),
+    ] {
+        if entries.iter().any(|c| c.name == name) {
+            let ours = owned
+                .pointer(&format!("/f:{list}"))
+                .and_then(|l| l.get(item_key("name", name)))
+                .is_some_and(|item| item.get("f:image").is_some());
+            if !ours {
+                return Some(Refusal {
+                    reason: REASON_CONFLICT,
+                    message: format!(
+                        "{} {}/{} already has a {} named `{name}` that vcluster-plugin-operator did not add; rename the VClusterPlugin",
+                        workload.kind_str(),
+                        workload.namespace,
+                        workload.name,
+                        if list == "containers" {
+                            "container"
+                        } else {
+                            "init container"
+                        },
+                    ),
+                });
+            }
+        }
+    }
+    None
+}
+
+/// The container fields every kind of plugin copies from its spec.
+fn base_container(plugin: &VClusterPlugin, image: &str) -> Container {
+    let spec = &plugin.spec;
+    Container {
+        name: plugin.name_any(),
+        image: Some(image.to_string()),
+        image_pull_policy: spec.image_pull_policy.map(|p| p.as_str().to_string()),
+        command: spec.command.clone(),
+        args: spec.args.clone(),
+        env: spec.env.clone().filter(|e| !e.is_empty()),
+        env_from: spec.env_from.clone().filter(|e| !e.is_empty()),
+        resources: spec.resources.clone(),
+        security_context: spec.security_context.clone(),
+        volume_mounts: spec.volume_mounts.clone().filter(|m| !m.is_empty()),
+        ..Default::default()
+    }
+}
+
+/// The embedded-runtime sidecar: `vcluster-plugin-syncer --plugin <name> --namespace <ns>
+/// --vcluster <vcluster>` (spec `command` / `args`, when given, replace these).
+pub fn embedded_container(plugin: &VClusterPlugin, runtime_image: &str) -> Container {
+    let mut c = base_container(plugin, runtime_image);
+    if c.command.is_none() {
+        c.command = Some(vec![RUNTIME_BINARY.to_string()]);
+    }
+    if c.args.is_none() {
+        c.args = Some(vec![
+            "--plugin".into(),
+            plugin.name_any(),
+            "--namespace".into(),
+            plugin.namespace().unwrap_or_default(),
+            "--vcluster".into(),
+            plugin.spec.vcluster.name.clone(),
+        ]);
+    }
+    c
+}
+
+/// The legacy v1 sidecar listening on `localhost:<port>`, with `PLUGIN_CONFIG` from
+/// `spec.config` rendered as YAML.
+///
+/// # Errors
+/// A [`Refusal`] with [`REASON_INVALID_CONFIG`] when `spec.config` cannot be rendered.
+pub fn v1_container(plugin: &VClusterPlugin, port: u32) -> Result<Container, Refusal> {
+    let mut c = base_container(plugin, plugin.spec.image.as_deref().unwrap_or_default());
+    let mut env = c.env.take().unwrap_or_default();
+    let mut push = |name: &str, value: String| {
+        env.retain(|e| e.name != name);
+        env.push(EnvVar {
+            name: name.into(),
+            value: Some(value),
+            ..Default::default()
+        });
+    };
+    push("VCLUSTER_PLUGIN_ADDRESS", format!("localhost:{port}"));
+    push("VCLUSTER_PLUGIN_NAME", plugin.name_any());
+    if let Some(config) = &plugin.spec.config {
+        let yaml = serde_yaml::to_string(config).map_err(|e| Refusal {
+            reason: REASON_INVALID_CONFIG,
+            message: format!("spec.config cannot be rendered as YAML for PLUGIN_CONFIG: {e}"),
+        })?;
+        push("PLUGIN_CONFIG", yaml);
+    }
+    c.env = Some(env);
+    Ok(c)
+}
+
+/// The v2 init container: `sh -c "cp -r /plugin /plugins/<name>"` (as the vCluster chart
+/// does; spec `command` / `args` replace it), with `plugins` mounted at `/plugins`.
+pub fn v2_init_container(plugin: &VClusterPlugin) -> Container {
+    let mut c = base_container(plugin, plugin.spec.image.as_deref().unwrap_or_default());
+    if c.command.is_none() && c.args.is_none() {
+        c.command = Some(vec!["sh".into()]);
+        c.args = Some(vec![
+            "-c".into(),
+            format!("cp -r /plugin {PLUGINS_MOUNT_PATH}/{}", plugin.name_any()),
+        ]);
+    }
+    let mut mounts = c.volume_mounts.take().unwrap_or_default();
+    mounts.retain(|m| m.mount_path != PLUGINS_MOUNT_PATH);
+    mounts.insert(0, plugins_mount());
+    c.volume_mounts = Some(mounts);
+    c
+}
+
+// ---------------------------------------------------------------------------------------------
+// Convergence: does the live workload already hold exactly what `plan` would apply?
+
+/// Lists of the pod spec that are maps keyed by a field (`+listType=map`) among those the
+/// operator writes; every other list is atomic. Used to turn an apply body into the field set
+/// the API server records in `managedFields`.
+const KEYED_LISTS: [(&str, &str); 5] = [
+    ("containers", "name"),
+    ("initContainers", "name"),
+    ("volumes", "name"),
+    ("env", "name"),
+    ("volumeMounts", "mountPath"),
+];
+
+fn list_key(field: &str) -> Option<&'static str> {
+    KEYED_LISTS
+        .iter()
+        .find(|(f, _)| *f == field)
+        .map(|(_, k)| *k)
+}
+
+/// `k:{"name":"x"}`, the managedFields key of a map-list item.
+fn item_key(key: &str, value: &str) -> String {
+    format!("k:{}", json!({ key: value }))
+}
+
+/// The operator's owned field set of the pod spec (`f:spec`/`f:template`/`f:spec` of its
+/// `Apply` entry in `managedFields`), or `{}` when it owns nothing.
+pub fn owned_entries(managed_fields: &[ManagedFieldsEntry]) -> Value {
+    managed_fields
+        .iter()
+        .find(|e| {
+            e.manager.as_deref() == Some(OPERATOR_FIELD_MANAGER)
+                && e.operation.as_deref() == Some("Apply")
+                && e.subresource.as_deref().unwrap_or_default().is_empty()
+        })
+        .and_then(|e| e.fields_v1.as_ref())
+        .and_then(|f| f.0.pointer("/f:spec/f:template/f:spec"))
+        .cloned()
+        .unwrap_or_else(|| json!({}))
+}
+
+/// The field set (managedFields `FieldsV1` notation) an apply of `value` would own.
+pub fn field_set(value: &Value) -> Value {
+    fn walk(value: &Value, field: &str) -> Value {
+        match value {
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(k, v)| (format!("f:{k}"), walk(v, k)))
+                    .collect(),
+            ),
+            Value::Array(items) => match list_key(field) {
+                Some(key) => {
+                    let mut out = Map::new();
+                    for item in items {
+                        let id = item.get(key).and_then(Value::as_str).unwrap_or_default();
+                        let mut fields = match walk(item, "") {
+                            Value::Object(m) => m,
+                            _ => Map::new(),
+                        };
+                        fields.insert(".".into(), json!({}));
+                        out.insert(item_key(key, id), Value::Object(fields));
+                    }
+                    Value::Object(out)
+                }
+                None => json!({}),
+            },
+            _ => json!({}),
+        }
+    }
+    walk(value, "")
+}
+
+/// Whether every value in `desired` is present and equal in `live`: objects key by key,
+/// keyed lists item by item (matched by key; other items in `live` are someone else's),
+/// atomic lists element by element with the same length.
+pub fn is_subset(desired: &Value, live: &Value) -> bool {
+    fn walk(desired: &Value, live: &Value, field: &str) -> bool {
+        match (desired, live) {
+            (Value::Object(d), Value::Object(l)) => d
+                .iter()
+                .all(|(k, dv)| l.get(k).is_some_and(|lv| walk(dv, lv, k))),
+            (Value::Array(d), Value::Array(l)) => match list_key(field) {
+                Some(key) => d.iter().all(|di| {
+                    let id = di.get(key);
+                    l.iter()
+                        .find(|li| li.get(key) == id)
+                        .is_some_and(|li| walk(di, li, ""))
+                }),
+                None => d.len() == l.len() && d.iter().zip(l).all(|(di, li)| walk(di, li, "")),
+            },
+            (d, l) => d == l,
+        }
+    }
+    walk(desired, live, "")
+}
+
+/// Whether applying `patch` (from [`plan`]) to `workload` would change nothing: the operator
+/// already owns exactly the fields of `patch` (so no stale entry is left to remove) and the
+/// live values equal the desired ones.
+///
+/// Known gap: quantities the API server canonicalizes (`1000m` is stored as `1`) compare
+/// unequal, which costs a no-op apply on every reconcile of such a plugin.
+pub fn is_converged(workload: &Workload, patch: &Value) -> bool {
+    let desired = patch
+        .pointer("/spec/template/spec")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let live = to_value(&workload.pod_spec);
+    field_set(&desired) == owned_entries(&workload.managed_fields) && is_subset(&desired, &live)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ResourceRequirements;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, Time};
+    use vcp_crds::{PullPolicy, VClusterPluginSpec, VClusterRef};
+
+    const RUNTIME: &str = "ghcr.io/vcp-dev/vcluster-plugin-operator:0.1.0";
+
+    fn plugin(name: &str, image: Option<&str>, version: Option<PluginVersion>) -> VClusterPlugin {
+        let mut p = VClusterPlugin::new(
+            name,
+            VClusterPluginSpec {
+                vcluster: VClusterRef {
+                    name: "my-vcluster".into(),
+                },
+                image: image.map(String::from),
+                version,
+                ..Default::default()
+            },
+        );
+        p.metadata.namespace = Some("team-a".into());
+        p.metadata.finalizers = Some(vec![FINALIZER.into()]);
+        p
+    }
+
+    fn created_at(mut p: VClusterPlugin, secs: i64) -> VClusterPlugin {
+        p.metadata.creation_timestamp = Some(Time(
+            k8s_openapi::jiff::Timestamp::from_second(secs).unwrap(),
+        ));
+        p
+    }
+
+    /// A vCluster-chart-shaped StatefulSet: one `syncer` container, one volume.
+    fn workload() -> Workload {
+        Workload {
+            kind: Some(WorkloadKind::StatefulSet),
+            name: "my-vcluster".into(),
+            namespace: "team-a".into(),
+            pod_spec: PodSpec {
+                containers: vec![Container {
+                    name: SYNCER_CONTAINER.into(),
+                    image: Some("ghcr.io/loft-sh/vcluster-pro:0.26.0".into()),
+                    volume_mounts: Some(vec![VolumeMount {
+                        name: "data".into(),
+                        mount_path: "/data".into(),
+                        ..Default::default()
+                    }]),
+                    ..Default::default()
+                }],
+                volumes: Some(vec![Volume {
+                    name: "data".into(),
+                    empty_dir: Some(Default::default()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            },
+            managed_fields: vec![],
+        }
+    }
+
+    /// `workload` after the API server merged `patch` (a naive merge of keyed lists, which is
+    /// what server-side apply does for the lists the operator writes), with `managedFields` as
+    /// the API server records them.
+    fn applied(mut w: Workload, patch: &Value) -> Workload {
+        let mut live = to_value(&w.pod_spec);
+        let desired = patch
+            .pointer("/spec/template/spec")
+            .cloned()
+            .unwrap_or(json!({}));
+        fn merge(live: &mut Value, desired: &Value, field: &str) {
+            match (live, desired) {
+                (Value::Object(l), Value::Object(d)) => {
+                    for (k, dv) in d {
+                        let lv = l.entry(k.clone()).or_insert(Value::Null);
+                        if lv.is_null() {
+                            *lv = dv.clone();
+                        } else {
+                            merge(lv, dv, k);
+                        }
+                    }
+                }
+                (Value::Array(l), Value::Array(d)) if list_key(field).is_some() => {
+                    let key = list_key(field).unwrap();
+                    for di in d {
+                        match l.iter_mut().find(|li| li.get(key) == di.get(key)) {
+                            Some(li) => merge(li, di, ""),
+                            None => l.push(di.clone()),
+                        }
+                    }
+                }
+                (l, d) => *l = d.clone(),
+            }
+        }
+        merge(&mut live, &desired, "");
+        w.pod_spec = serde_json::from_value(live).unwrap();
+        w.managed_fields = vec![ManagedFieldsEntry {
+            manager: Some(OPERATOR_FIELD_MANAGER.into()),
+            operation: Some("Apply".into()),
+            api_version: Some("apps/v1".into()),
+            fields_v1: Some(FieldsV1(json!({
+                "f:spec": { "f:template": { "f:spec": field_set(&desired) } }
+            }))),
+            ..Default::default()
+        }];
+        w
+    }
+
+    fn containers(patch: &Value) -> Vec<Container> {
+        serde_json::from_value(
+            patch
+                .pointer("/spec/template/spec/containers")
+                .cloned()
+                .unwrap_or(json!([])),
+        )
+        .unwrap()
+    }
+
+    fn init_containers(patch: &Value) -> Vec<Container> {
+        serde_json::from_value(
+            patch
+                .pointer("/spec/template/spec/initContainers")
+                .cloned()
+                .unwrap_or(json!([])),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn embedded_plugin_adds_only_its_sidecar() {
+        let p = plugin("car-syncer", None, None);
+        let plan = plan(&workload(), &[&p], RUNTIME);
+        assert_eq!(
+            plan.patch,
+            json!({
+                "apiVersion": "apps/v1",
+                "kind": "StatefulSet",
+                "metadata": { "name": "my-vcluster", "namespace": "team-a" },
+                "spec": { "template": { "spec": { "containers": [{
+                    "name": "car-syncer",
+                    "image": RUNTIME,
+                    "command": ["vcluster-plugin-syncer"],
+                    "args": ["--plugin", "car-syncer", "--namespace", "team-a", "--vcluster", "my-vcluster"],
+                }]}}}
+            })
+        );
+        assert_eq!(plan.installed, BTreeSet::from(["car-syncer".to_string()]));
+        assert!(plan.refused.is_empty());
+    }
+
+    #[test]
+    fn version_is_ignored_for_the_embedded_runtime() {
+        let p = plugin("x", None, Some(PluginVersion::V1));
+        assert_eq!(plugin_kind(&p), PluginKind::Embedded);
+    }
+
+    #[test]
+    fn v2_plugin_adds_init_container_volume_and_syncer_mount() {
+        let p = plugin(
+            "hooks",
+            Some("ghcr.io/loft-sh/vcluster-example:0.1.0"),
+            None,
+        );
+        let plan = plan(&workload(), &[&p], RUNTIME);
+        assert_eq!(
+            plan.patch["spec"]["template"]["spec"],
+            json!({
+                "containers": [{ "name": "syncer", "volumeMounts": [{ "name": "plugins", "mountPath": "/plugins" }] }],
+                "initContainers": [{
+                    "name": "hooks",
+                    "image": "ghcr.io/loft-sh/vcluster-example:0.1.0",
+                    "command": ["sh"],
+                    "args": ["-c", "cp -r /plugin /plugins/hooks"],
+                    "volumeMounts": [{ "name": "plugins", "mountPath": "/plugins" }],
+                }],
+                "volumes": [{ "name": "plugins", "emptyDir": {} }],
+            })
+        );
+    }
+
+    #[test]
+    fn shared_v2_entries_appear_once_for_several_plugins() {
+        let a = created_at(plugin("a", Some("img-a"), None), 10);
+        let b = created_at(plugin("b", Some("img-b"), Some(PluginVersion::V2)), 20);
+        let plan = plan(&workload(), &[&b, &a], RUNTIME);
+        let spec = &plan.patch["spec"]["template"]["spec"];
+        assert_eq!(spec["volumes"].as_array().unwrap().len(), 1);
+        let cs = containers(&plan.patch);
+        assert_eq!(cs.len(), 1, "only the syncer mount entry: {cs:?}");
+        assert_eq!(cs[0].name, SYNCER_CONTAINER);
+        let names: Vec<_> = init_containers(&plan.patch)
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(names, ["a", "b"], "ordered by creation time");
+    }
+
+    #[test]
+    fn removing_one_v2_plugin_keeps_the_shared_entries_for_the_other() {
+        let a = plugin("a", Some("img-a"), None);
+        let b = plugin("b", Some("img-b"), None);
+        let both = plan(&workload(), &[&a, &b], RUNTIME);
+        let live = applied(workload(), &both.patch);
+        let only_b = plan(&live, &[&b], RUNTIME);
+        let spec = &only_b.patch["spec"]["template"]["spec"];
+        assert_eq!(
+            spec["volumes"],
+            json!([{ "name": "plugins", "emptyDir": {} }])
+        );
+        assert_eq!(containers(&only_b.patch)[0].name, SYNCER_CONTAINER);
+        assert_eq!(init_containers(&only_b.patch).len(), 1);
+        assert!(
+            !is_converged(&live, &only_b.patch),
+            "a's init container must go"
+        );
+    }
+
+    #[test]
+    fn no_plugin_left_means_an_apply_that_owns_nothing() {
+        let a = plugin("a", Some("img-a"), None);
+        let live = applied(workload(), &plan(&workload(), &[&a], RUNTIME).patch);
+        let none = plan(&live, &[], RUNTIME);
+        assert_eq!(
+            none.patch,
+            json!({
+                "apiVersion": "apps/v1",
+                "kind": "StatefulSet",
+                "metadata": { "name": "my-vcluster", "namespace": "team-a" },
+            })
+        );
+        assert!(!is_converged(&live, &none.patch));
+        assert!(
+            is_converged(&workload(), &none.patch),
+            "nothing owned, nothing wanted"
+        );
+    }
+
+    #[test]
+    fn mixed_plugins_in_one_apply() {
+        let e = created_at(plugin("embedded", None, None), 1);
+        let v1a = created_at(
+            plugin("legacy-a", Some("img-1"), Some(PluginVersion::V1)),
+            2,
+        );
+        let v2 = created_at(plugin("modern", Some("img-2"), None), 3);
+        let v1b = created_at(
+            plugin("legacy-b", Some("img-3"), Some(PluginVersion::V1)),
+            4,
+        );
+        let plan = plan(&workload(), &[&v1b, &v2, &e, &v1a], RUNTIME);
+        let cs = containers(&plan.patch);
+        let names: Vec<_> = cs.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["syncer", "embedded", "legacy-a", "legacy-b"]);
+        let addr = |c: &Container| {
+            c.env
+                .as_ref()
+                .unwrap()
+                .iter()
+                .find(|e| e.name == "VCLUSTER_PLUGIN_ADDRESS")
+                .and_then(|e| e.value.clone())
+        };
+        assert_eq!(addr(&cs[2]).as_deref(), Some("localhost:14000"));
+        assert_eq!(addr(&cs[3]).as_deref(), Some("localhost:14001"));
+        assert_eq!(plan.installed.len(), 4);
+    }
+
+    #[test]
+    fn v1_sidecar_carries_name_config_and_container_fields() {
+        let mut p = plugin("legacy", Some("img:1"), Some(PluginVersion::V1));
+        p.spec.config = Some(json!({ "greeting": "hi" }));
+        p.spec.image_pull_policy = Some(PullPolicy::Always);
+        p.spec.args = Some(vec!["--verbose".into()]);
+        p.spec.env = Some(vec![EnvVar {
+            name: "LOG".into(),
+            value: Some("debug".into()),
+            ..Default::default()
+        }]);
+        p.spec.resources = Some(ResourceRequirements {
+            limits: Some([("memory".to_string(), Quantity("64Mi".into()))].into()),
+            ..Default::default()
+        });
+        let c = v1_container(&p, 14003).unwrap();
+        assert_eq!(c.image.as_deref(), Some("img:1"));
+        assert_eq!(c.image_pull_policy.as_deref(), Some("Always"));
+        assert_eq!(c.args, Some(vec!["--verbose".to_string()]));
+        assert!(c.resources.is_some());
+        let env: Vec<(String, String)> = c
+            .env
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.name, e.value.unwrap()))
+            .collect();
+        assert_eq!(
+            env,
+            [
+                ("LOG".to_string(), "debug".to_string()),
+                ("VCLUSTER_PLUGIN_ADDRESS".into(), "localhost:14003".into()),
+                ("VCLUSTER_PLUGIN_NAME".into(), "legacy".into()),
+                ("PLUGIN_CONFIG".into(), "greeting: hi\n".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn spec_command_and_args_replace_the_defaults() {
+        let mut p = plugin("e", None, None);
+        p.spec.args = Some(vec!["--x".into()]);
+        let c = embedded_container(&p, RUNTIME);
+        assert_eq!(c.command, Some(vec![RUNTIME_BINARY.to_string()]));
+        assert_eq!(c.args, Some(vec!["--x".to_string()]));
+        let mut p = plugin("v2", Some("img"), None);
+        p.spec.command = Some(vec!["/bin/install".into()]);
+        let c = v2_init_container(&p);
+        assert_eq!(c.command, Some(vec!["/bin/install".to_string()]));
+        assert_eq!(c.args, None);
+    }
+
+    #[test]
+    fn plugin_named_like_a_foreign_container_is_refused_not_fought() {
+        let bad = plugin("syncer", None, None);
+        let good = plugin("ok", None, None);
+        let plan = plan(&workload(), &[&bad, &good], RUNTIME);
+        assert_eq!(plan.refused["syncer"].reason, REASON_CONFLICT);
+        assert_eq!(plan.installed, BTreeSet::from(["ok".to_string()]));
+        let names: Vec<_> = containers(&plan.patch)
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(names, ["ok"]);
+    }
+
+    #[test]
+    fn the_operators_own_container_is_not_a_conflict() {
+        let p = plugin("car-syncer", None, None);
+        let first = plan(&workload(), &[&p], RUNTIME);
+        let live = applied(workload(), &first.patch);
+        let again = plan(&live, &[&p], RUNTIME);
+        assert!(again.refused.is_empty());
+        assert_eq!(again.patch, first.patch);
+    }
+
+    #[test]
+    fn v2_without_syncer_container_is_refused() {
+        let mut w = workload();
+        w.pod_spec.containers[0].name = "vcluster".into();
+        let p = plugin("hooks", Some("img"), None);
+        let plan = plan(&w, &[&p], RUNTIME);
+        assert_eq!(plan.refused["hooks"].reason, REASON_NO_SYNCER);
+        assert!(plan.patch.get("spec").is_none());
+    }
+
+    #[test]
+    fn contributes_requires_target_finalizer_and_no_deletion() {
+        let p = plugin("a", None, None);
+        assert!(contributes(&p, "team-a", "my-vcluster"));
+        assert!(!contributes(&p, "team-b", "my-vcluster"));
+        assert!(!contributes(&p, "team-a", "other"));
+        let mut no_finalizer = p.clone();
+        no_finalizer.metadata.finalizers = None;
+        assert!(!contributes(&no_finalizer, "team-a", "my-vcluster"));
+        let mut deleting = p.clone();
+        deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+        assert!(!contributes(&deleting, "team-a", "my-vcluster"));
+    }
+
+    #[test]
+    fn field_set_matches_the_api_servers_notation() {
+        let fs = field_set(&json!({
+            "containers": [{ "name": "syncer", "volumeMounts": [{ "name": "plugins", "mountPath": "/plugins" }] }],
+            "volumes": [{ "name": "plugins", "emptyDir": {} }],
+        }));
+        assert_eq!(
+            fs,
+            json!({
+                "f:containers": { "k:{\"name\":\"syncer\"}": {
+                    ".": {}, "f:name": {},
+                    "f:volumeMounts": { "k:{\"mountPath\":\"/plugins\"}": { ".": {}, "f:mountPath": {}, "f:name": {} } },
+                }},
+                "f:volumes": { "k:{\"name\":\"plugins\"}": { ".": {}, "f:emptyDir": {}, "f:name": {} } },
+            })
+        );
+    }
+
+    #[test]
+    fn converged_after_apply_and_not_before() {
+        let p = plugin("a", Some("img"), None);
+        let plan1 = plan(&workload(), &[&p], RUNTIME);
+        assert!(!is_converged(&workload(), &plan1.patch));
+        let live = applied(workload(), &plan1.patch);
+        assert!(is_converged(&live, &plan(&live, &[&p], RUNTIME).patch));
+    }
+
+    #[test]
+    fn server_defaults_in_live_do_not_break_convergence() {
+        let p = plugin("a", None, None);
+        let plan1 = plan(&workload(), &[&p], RUNTIME);
+        let mut live = applied(workload(), &plan1.patch);
+        let c = live
+            .pod_spec
+            .containers
+            .iter_mut()
+            .find(|c| c.name == "a")
+            .unwrap();
+        c.termination_message_path = Some("/dev/termination-log".into());
+        c.image_pull_policy = Some("IfNotPresent".into());
+        assert!(is_converged(&live, &plan1.patch));
+    }
+
+    #[test]
+    fn drift_is_detected() {
+        let p = plugin("a", None, None);
+        let plan1 = plan(&workload(), &[&p], RUNTIME);
+        let live = applied(workload(), &plan1.patch);
+
+        let mut image_changed = live.clone();
+        image_changed.pod_spec.containers[1].image = Some("other".into());
+        assert!(!is_converged(&image_changed, &plan1.patch));
+
+        let mut removed = live.clone();
+        removed.pod_spec.containers.retain(|c| c.name != "a");
+        assert!(!is_converged(&removed, &plan1.patch));
+    }
+
+    #[test]
+    fn a_field_dropped_from_the_spec_is_detected_as_stale() {
+        let mut p = plugin("a", None, None);
+        p.spec.env = Some(vec![EnvVar {
+            name: "X".into(),
+            value: Some("1".into()),
+            ..Default::default()
+        }]);
+        let live = applied(workload(), &plan(&workload(), &[&p], RUNTIME).patch);
+        p.spec.env = None;
+        assert!(!is_converged(&live, &plan(&live, &[&p], RUNTIME).patch));
+    }
+
+    #[test]
+    fn foreign_mounts_in_syncer_do_not_matter() {
+        let p = plugin("a", Some("img"), None);
+        let plan1 = plan(&workload(), &[&p], RUNTIME);
+        let live = applied(workload(), &plan1.patch);
+        assert_eq!(
+            live.pod_spec.containers[0]
+                .volume_mounts
+                .as_ref()
+                .unwrap()
+                .len(),
+            2
+        );
+        assert!(is_converged(&live, &plan1.patch));
+    }
+
+    #[test]
+    fn subset_compares_atomic_lists_exactly() {
+        assert!(is_subset(
+            &json!({"args": ["a"]}),
+            &json!({"args": ["a"], "x": 1})
+        ));
+        assert!(!is_subset(
+            &json!({"args": ["a"]}),
+            &json!({"args": ["a", "b"]})
+        ));
+        assert!(is_subset(
+            &json!({"env": [{"name": "A", "value": "1"}]}),
+            &json!({"env": [{"name": "B", "value": "2"}, {"name": "A", "value": "1"}]})
+        ));
+        assert!(!is_subset(
+            &json!({"env": [{"name": "A", "value": "1"}]}),
+            &json!({"env": []})
+        ));
+    }
+}
