@@ -30,7 +30,7 @@ pub enum Error {
         name: String,
         /// The API error.
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
 
     /// The `VClusterPlugin` has no usable vCluster name.
@@ -58,7 +58,7 @@ pub enum Error {
         cluster: &'static str,
         /// The discovery error.
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
 
     /// A synced type is cluster-scoped; only namespaced types can be synced into one host
@@ -91,7 +91,7 @@ pub enum Error {
         action: String,
         /// The API error.
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
 
     /// A declared hook could not be applied.
@@ -106,6 +106,13 @@ pub enum Error {
         /// The serde error.
         #[source]
         source: serde_json::Error,
+    },
+
+    /// A requested mode is not implemented yet.
+    #[error("{what} is not implemented yet")]
+    Unsupported {
+        /// What was requested.
+        what: String,
     },
 
     /// A kubeconfig could not be loaded (binary only).
@@ -125,13 +132,18 @@ impl Error {
     pub fn kube(action: impl Into<String>, source: kube::Error) -> Self {
         Error::Kube {
             action: action.into(),
-            source,
+            source: Box::new(source),
         }
     }
 
     /// Whether the error is an HTTP 409 (conflict / already exists) or 422 with a failed
     /// JSON-patch `test` precondition: a stale cache; retrying soon is expected to succeed.
     pub fn is_conflict(&self) -> bool {
-        matches!(self, Error::Kube { source: kube::Error::Api(status), .. } if status.code == 409 || status.code == 422)
+        match self {
+            Error::Kube { source, .. } => {
+                matches!(&**source, kube::Error::Api(status) if status.code == 409 || status.code == 422)
+            }
+            _ => false,
+        }
     }
 }

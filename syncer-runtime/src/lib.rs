@@ -11,7 +11,13 @@
 
 pub mod error;
 pub mod hooks;
+pub mod patch;
+pub mod pods;
 mod queue;
+pub mod runtime;
+pub mod stats;
+pub mod syncer;
 pub mod translate;
 
 pub use error::Error;
+pub use runtime::{Config, PodSync, run};

@@ -402,9 +402,9 @@ fn merge_managed(
         managed.push(key.as_str());
     }
     for (key, value) in to {
-        if reserved.contains(&key.as_str()) {
-            merged.insert(key.clone(), value.clone());
-        } else if !from.contains_key(key) && !previously_managed.contains(&key.as_str()) {
+        let reserved_key = reserved.contains(&key.as_str());
+        let ours = from.contains_key(key) || previously_managed.contains(&key.as_str());
+        if reserved_key || !ours {
             merged.insert(key.clone(), value.clone());
         }
     }

@@ -1,0 +1,470 @@
+//! The declarative runtime: reads its `VClusterPlugin` from the host and runs what it
+//! declares — a [`ToHostSyncer`] per `syncedTypes[]` entry and the physical pod hooks — and
+//! reports `status.syncedObjects`, `status.syncedTotal` and the `RuntimeHealthy` condition.
+//!
+//! The plugin is watched: when its `spec` changes, every syncer is stopped and started again
+//! from the new spec (no process restart). When the plugin is deleted, syncing stops (host
+//! objects are left as they are) until an object of that name appears again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, ApiResource, GroupVersionKind, Patch, PatchParams};
+use kube::core::Selector;
+use kube::discovery::{Scope, pinned_kind};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use tokio::task::JoinSet;
+use tracing::{error, info, warn};
+use vcp_crds::{
+    RUNTIME_FIELD_MANAGER, SyncDirection, SyncedType, VClusterPlugin, VClusterPluginSpec,
+};
+
+use crate::error::Error;
+use crate::pods::{PodHookOptions, physical_pod_hooks, run_pod_hooks};
+use crate::stats::TypeStats;
+use crate::syncer::{ToHostOptions, ToHostSyncer};
+use crate::translate::NamespacedTranslator;
+
+/// Type of the `RuntimeHealthy` condition the runtime reports.
+pub const RUNTIME_HEALTHY: &str = "RuntimeHealthy";
+
+/// How host pods are handled.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PodSync {
+    /// Beside a real vCluster (whose syncer syncs pods): apply the plugin's physical `Pod`
+    /// hooks to the host pods labelled `vcluster.loft.sh/managed-by=<vcluster>`.
+    #[default]
+    Hooks,
+    /// Standalone: the runtime syncs pods itself. Not implemented yet: [`run`] refuses it with
+    /// [`Error::Unsupported`].
+    Full,
+}
+
+/// Configuration of [`run`].
+#[derive(Clone)]
+pub struct Config {
+    /// Client of the host cluster (where the `VClusterPlugin` and the host copies live).
+    pub host: Client,
+    /// Client of the virtual cluster (the vCluster's own API server).
+    pub virtual_: Client,
+    /// Host namespace of the vCluster (and of its `VClusterPlugin`); the only host namespace
+    /// watched or written.
+    pub namespace: String,
+    /// Name of the `VClusterPlugin` to run.
+    pub plugin: String,
+    /// vCluster name used in host names and labels; `None`: the plugin's `spec.vcluster.name`.
+    pub vcluster: Option<String>,
+    /// How host pods are handled (default [`PodSync::Hooks`]).
+    pub pod_sync: PodSync,
+    /// Every synced object is reconciled again this often (default 5 minutes).
+    pub resync_period: Duration,
+    /// The status is recomputed this often and written when it changed (default 2 seconds).
+    pub status_interval: Duration,
+}
+
+impl Config {
+    /// A configuration with the defaults: vCluster name from the plugin, [`PodSync::Hooks`],
+    /// resync every 5 minutes, status every 2 seconds.
+    pub fn new(
+        host: Client,
+        virtual_: Client,
+        namespace: impl Into<String>,
+        plugin: impl Into<String>,
+    ) -> Self {
+        Self {
+            host,
+            virtual_,
+            namespace: namespace.into(),
+            plugin: plugin.into(),
+            vcluster: None,
+            pod_sync: PodSync::Hooks,
+            resync_period: Duration::from_secs(300),
+            status_interval: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Runs the declarative runtime until the future is dropped (or the task aborted).
+///
+/// Reads the `VClusterPlugin` `config.plugin` in `config.namespace` on the host, then syncs
+/// each `syncedTypes[]` entry with direction `ToHost` from the virtual cluster to the host
+/// namespace, and applies the physical `Pod` hooks to the vCluster's host pods. A synced type
+/// whose API is not served yet is retried with backoff and reported in `RuntimeHealthy`.
+///
+/// # Errors
+/// [`Error::ReadPlugin`] / [`Error::PluginNotFound`] when the plugin cannot be read at start,
+/// [`Error::NoVCluster`] when no vCluster name is known, [`Error::Unsupported`] for
+/// [`PodSync::Full`]. Later failures are logged, retried and reported in the status instead.
+pub async fn run(config: Config) -> Result<(), Error> {
+    if config.pod_sync == PodSync::Full {
+        return Err(Error::Unsupported {
+            what: "--pod-sync=full (the runtime syncing pods itself)".into(),
+        });
+    }
+    let api: Api<VClusterPlugin> = Api::namespaced(config.host.clone(), &config.namespace);
+    let plugin = api
+        .get_opt(&config.plugin)
+        .await
+        .map_err(|source| Error::ReadPlugin {
+            namespace: config.namespace.clone(),
+            name: config.plugin.clone(),
+            source: Box::new(source),
+        })?
+        .ok_or_else(|| Error::PluginNotFound {
+            namespace: config.namespace.clone(),
+            name: config.plugin.clone(),
+        })?;
+    let config = Arc::new(config);
+    let mut running = Some(Generation::start(&config, &plugin)?);
+    let mut reporter = Reporter::new(api.clone(), &config.plugin);
+
+    let events = watcher(
+        api,
+        watcher::Config::default().fields(&format!("metadata.name={}", config.plugin)),
+    )
+    .default_backoff();
+    let mut events = std::pin::pin!(events);
+    let mut seen_in_init = false;
+    let mut tick = tokio::time::interval(config.status_interval);
+    loop {
+        tokio::select! {
+            event = events.next() => match event {
+                Some(Ok(watcher::Event::Apply(plugin) | watcher::Event::InitApply(plugin))) => {
+                    seen_in_init = true;
+                    let changed = running.as_ref().is_none_or(|g| g.spec != plugin.spec);
+                    if changed {
+                        info!(plugin = %config.plugin, "VClusterPlugin spec changed, restarting syncers");
+                        running = None;
+                        match Generation::start(&config, &plugin) {
+                            Ok(generation) => running = Some(generation),
+                            Err(error) => error!(%error, "cannot start the syncers of the new spec"),
+                        }
+                    }
+                    if let Some(generation) = running.as_mut() {
+                        generation.observed_generation = plugin.metadata.generation;
+                    }
+                }
+                Some(Ok(watcher::Event::Delete(_))) => stop(&mut running, &config),
+                Some(Ok(watcher::Event::Init)) => seen_in_init = false,
+                Some(Ok(watcher::Event::InitDone)) => {
+                    if !seen_in_init {
+                        stop(&mut running, &config);
+                    }
+                }
+                Some(Err(error)) => warn!(%error, "watching the VClusterPlugin failed, retrying"),
+                None => return Ok(()),
+            },
+            Some(joined) = join_next(&mut running) => match joined {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => error!(%error, "a syncer stopped"),
+                Err(error) => error!(%error, "a syncer task failed"),
+            },
+            _ = tick.tick() => {
+                if let Some(generation) = running.as_ref() {
+                    reporter.report(generation).await;
+                }
+            }
+        }
+    }
+}
+
+fn stop(running: &mut Option<Generation>, config: &Config) {
+    if running.take().is_some() {
+        warn!(plugin = %config.plugin, "VClusterPlugin deleted, syncing stopped until it exists again");
+    }
+}
+
+async fn join_next(
+    running: &mut Option<Generation>,
+) -> Option<Result<Result<(), Error>, tokio::task::JoinError>> {
+    match running {
+        Some(generation) if !generation.tasks.is_empty() => generation.tasks.join_next().await,
+        _ => std::future::pending().await,
+    }
+}
+
+/// The syncers started for one version of the plugin's spec; dropping it stops them.
+struct Generation {
+    spec: VClusterPluginSpec,
+    observed_generation: Option<i64>,
+    types: Vec<Arc<TypeStats>>,
+    unsupported: Vec<String>,
+    tasks: JoinSet<Result<(), Error>>,
+}
+
+impl Generation {
+    fn start(config: &Arc<Config>, plugin: &VClusterPlugin) -> Result<Self, Error> {
+        let spec = plugin.spec.clone();
+        let vcluster = config
+            .vcluster
+            .clone()
+            .unwrap_or_else(|| spec.vcluster.name.clone());
+        if vcluster.is_empty() {
+            return Err(Error::NoVCluster {
+                namespace: config.namespace.clone(),
+                name: plugin.name_any(),
+            });
+        }
+        let mut generation = Generation {
+            observed_generation: plugin.metadata.generation,
+            types: Vec::new(),
+            unsupported: Vec::new(),
+            tasks: JoinSet::new(),
+            spec: spec.clone(),
+        };
+        for synced in &spec.synced_types {
+            if synced.direction == SyncDirection::FromHost {
+                warn!(api_version = %synced.api_version, kind = %synced.kind, "direction FromHost is not implemented yet; type skipped");
+                generation
+                    .unsupported
+                    .push(format!("{} {} (FromHost)", synced.api_version, synced.kind));
+                continue;
+            }
+            let stats = Arc::new(TypeStats::new(&synced.api_version, &synced.kind));
+            generation.types.push(stats.clone());
+            generation.tasks.spawn(run_type(
+                config.clone(),
+                vcluster.clone(),
+                synced.clone(),
+                spec.hooks.clone(),
+                stats,
+            ));
+        }
+        if !physical_pod_hooks(&spec.hooks).is_empty() {
+            let stats = Arc::new(TypeStats::new("v1", "Pod"));
+            generation.types.push(stats.clone());
+            generation.tasks.spawn(run_pod_hooks(PodHookOptions {
+                host: config.host.clone(),
+                namespace: config.namespace.clone(),
+                vcluster: vcluster.clone(),
+                hooks: spec.hooks.clone(),
+                stats,
+            }));
+        }
+        info!(
+            vcluster = %vcluster,
+            synced_types = spec.synced_types.len(),
+            hooks = spec.hooks.len(),
+            "syncers started"
+        );
+        Ok(generation)
+    }
+}
+
+/// Resolves a synced type (retrying with backoff while it is not served) and runs its syncer.
+async fn run_type(
+    config: Arc<Config>,
+    vcluster: String,
+    synced: SyncedType,
+    hooks: Vec<vcp_crds::Hook>,
+    stats: Arc<TypeStats>,
+) -> Result<(), Error> {
+    let selector = match synced.selector.clone().map(Selector::try_from).transpose() {
+        Ok(selector) => selector,
+        Err(error) => {
+            let error = Error::InvalidSelector {
+                api_version: synced.api_version.clone(),
+                kind: synced.kind.clone(),
+                message: error.to_string(),
+            };
+            stats.set_type_error(Some(error.to_string()));
+            return Err(error);
+        }
+    };
+    let mut delay = Duration::from_millis(500);
+    let (resource, status_subresource) = loop {
+        match resolve(&config, &synced).await {
+            Ok(resolved) => break resolved,
+            Err(error) => {
+                warn!(%error, "synced type not available yet, retrying");
+                stats.set_type_error(Some(error.to_string()));
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(30));
+            }
+        }
+    };
+    stats.set_type_error(None);
+    ToHostSyncer::run(ToHostOptions {
+        host: config.host.clone(),
+        virtual_: config.virtual_.clone(),
+        translator: NamespacedTranslator::new(
+            vcluster,
+            &config.namespace,
+            &synced.api_version,
+            &synced.kind,
+        ),
+        resource,
+        sync_status: synced.sync_status,
+        status_subresource,
+        selector,
+        hooks,
+        stats,
+        resync_period: config.resync_period,
+    })
+    .await
+}
+
+/// The `ApiResource` of a synced type and whether it has a status subresource, discovered on
+/// the virtual API server; `syncedTypes[].resource` is used when discovery is not possible.
+async fn resolve(config: &Config, synced: &SyncedType) -> Result<(ApiResource, bool), Error> {
+    let (group, version) = match synced.api_version.split_once('/') {
+        Some((group, version)) => (group, version),
+        None => ("", synced.api_version.as_str()),
+    };
+    let gvk = GroupVersionKind::gvk(group, version, &synced.kind);
+    match pinned_kind(&config.virtual_, &gvk).await {
+        Ok((resource, caps)) => {
+            if caps.scope != Scope::Namespaced {
+                return Err(Error::ClusterScoped {
+                    api_version: synced.api_version.clone(),
+                    kind: synced.kind.clone(),
+                });
+            }
+            let status = caps.subresources.iter().any(|(r, _)| r.plural == "status");
+            Ok((resource, status))
+        }
+        Err(source) => match &synced.resource {
+            Some(plural) => Ok((ApiResource::from_gvk_with_plural(&gvk, plural), true)),
+            None => Err(Error::Discovery {
+                api_version: synced.api_version.clone(),
+                kind: synced.kind.clone(),
+                cluster: "virtual",
+                source: Box::new(source),
+            }),
+        },
+    }
+}
+
+/// Writes the runtime's part of the plugin status by server-side apply (best effort).
+struct Reporter {
+    api: Api<VClusterPlugin>,
+    name: String,
+    last: Option<Value>,
+    healthy: Option<(String, Time)>,
+    last_error: Option<String>,
+}
+
+impl Reporter {
+    fn new(api: Api<VClusterPlugin>, name: &str) -> Self {
+        Self {
+            api,
+            name: name.to_string(),
+            last: None,
+            healthy: None,
+            last_error: None,
+        }
+    }
+
+    async fn report(&mut self, generation: &Generation) {
+        let summaries: Vec<_> = generation.types.iter().map(|t| t.summary()).collect();
+        let total: i64 = summaries.iter().map(|s| s.in_sync).sum();
+        let failed: i64 = summaries.iter().map(|s| s.failed).sum();
+        let type_errors: Vec<String> = summaries
+            .iter()
+            .filter_map(|s| s.type_error.clone())
+            .collect();
+        let not_ready: Vec<String> = summaries
+            .iter()
+            .filter(|s| !s.ready)
+            .map(|s| format!("{} {}", s.api_version, s.kind))
+            .collect();
+        let (status, reason, message) = if !type_errors.is_empty() {
+            ("False", "TypeUnavailable", type_errors.join("; "))
+        } else if !generation.unsupported.is_empty() {
+            (
+                "False",
+                "UnsupportedSyncedType",
+                format!("not implemented yet: {}", generation.unsupported.join(", ")),
+            )
+        } else if failed > 0 {
+            (
+                "False",
+                "SyncErrors",
+                format!(
+                    "{failed} object(s) failed to sync and are being retried; see the runtime's logs"
+                ),
+            )
+        } else if !not_ready.is_empty() {
+            (
+                "False",
+                "Starting",
+                format!("listing {}", not_ready.join(", ")),
+            )
+        } else {
+            (
+                "True",
+                "Syncing",
+                format!(
+                    "{total} object(s) in sync across {} type(s)",
+                    summaries.len()
+                ),
+            )
+        };
+        let synced_objects: Vec<Value> = summaries
+            .iter()
+            .map(|s| {
+                let mut entry =
+                    json!({"apiVersion": s.api_version, "kind": s.kind, "count": s.in_sync});
+                if s.conflicts > 0 {
+                    entry["conflicts"] = json!(s.conflicts);
+                }
+                entry
+            })
+            .collect();
+        let content = json!({
+            "syncedObjects": synced_objects,
+            "syncedTotal": total,
+            "condition": [status, reason, message, generation.observed_generation],
+        });
+        if self.last.as_ref() == Some(&content) {
+            return;
+        }
+        let transition = match &self.healthy {
+            Some((previous, time)) if previous == status => time.clone(),
+            _ => Time(k8s_openapi::jiff::Timestamp::now()),
+        };
+        let mut condition = json!({
+            "type": RUNTIME_HEALTHY,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": transition,
+        });
+        if let Some(observed) = generation.observed_generation {
+            condition["observedGeneration"] = json!(observed);
+        }
+        let body = json!({
+            "apiVersion": "vcp.dev/v1alpha1",
+            "kind": "VClusterPlugin",
+            "metadata": {"name": self.name},
+            "status": {
+                "syncedObjects": synced_objects,
+                "syncedTotal": total,
+                "conditions": [condition],
+            }
+        });
+        let params = PatchParams::apply(RUNTIME_FIELD_MANAGER).force();
+        match self
+            .api
+            .patch_status(&self.name, &params, &Patch::Apply(&body))
+            .await
+        {
+            Ok(_) => {
+                self.last = Some(content);
+                self.healthy = Some((status.to_string(), transition));
+                self.last_error = None;
+            }
+            Err(error) => {
+                let error = error.to_string();
+                if self.last_error.as_ref() != Some(&error) {
+                    warn!(%error, "cannot write the VClusterPlugin status (the syncer identity needs patch on vclusterplugins/status); will retry");
+                    self.last_error = Some(error);
+                }
+            }
+        }
+    }
+}
