@@ -1,0 +1,545 @@
+//! The operator end to end, on the real host API server (RBAC on): the operator runs
+//! in-process under the `vcp-operator` identity, which holds only `config/rbac/role.yaml`.
+//!
+//! There is no kube-controller-manager: no garbage collector, no namespace deletion, no default
+//! ServiceAccount, and a StatefulSet never gets pods. Each test uses its own namespace and
+//! creates the vCluster's ServiceAccount itself.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use vcp_crds::{OPERATOR_FIELD_MANAGER, VClusterPlugin};
+use vcp_tests::{Cluster, ControlPlane, Identity, wait_for};
+
+const RUNTIME_IMAGE: &str = "vcp-test/runtime:e2e";
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Installs the CRDs and the operator's RBAC, then starts one operator for this test binary on
+/// its own thread and runtime (so it outlives each test's runtime). Returns an admin client.
+async fn setup() -> Client {
+    static STARTED: OnceLock<()> = OnceLock::new();
+    let cp = ControlPlane::shared();
+    let admin = cp.client(Cluster::Host, Identity::Admin).await;
+    if STARTED.get().is_none() {
+        vcp_tests::install_crds(&admin).await;
+        for file in [
+            "config/rbac/role.yaml",
+            "config/rbac/test-user-binding.yaml",
+        ] {
+            vcp_tests::apply_yaml_file(&admin, file, None)
+                .await
+                .unwrap_or_else(|e| panic!("apply {file}: {e:#}"));
+        }
+        STARTED.get_or_init(|| {
+            std::thread::spawn(|| {
+                let rt = tokio::runtime::Runtime::new().expect("operator runtime");
+                rt.block_on(async {
+                    let client = ControlPlane::shared()
+                        .client(Cluster::Host, Identity::Operator)
+                        .await;
+                    let mut config = vcluster_plugin_operator::Config::new(client);
+                    config.runtime_image = RUNTIME_IMAGE.into();
+                    vcluster_plugin_operator::run(config)
+                        .await
+                        .expect("operator stopped");
+                });
+            });
+        });
+    }
+    admin
+}
+
+/// A namespace with a vCluster-chart-shaped StatefulSet `my-vcluster` (container `syncer`,
+/// created by a "helm" field manager) and its ServiceAccount `vc-my-vcluster`. Returns the
+/// StatefulSet's original `spec.template`.
+async fn vcluster(admin: &Client, ns: &str) -> Value {
+    vcp_tests::create_namespace(admin, ns).await;
+    vcluster_in_existing_namespace(admin, ns).await
+}
+
+async fn vcluster_in_existing_namespace(admin: &Client, ns: &str) -> Value {
+    let sa: ServiceAccount = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": { "name": "vc-my-vcluster", "namespace": ns },
+    }))
+    .unwrap();
+    Api::<ServiceAccount>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &sa)
+        .await
+        .expect("create ServiceAccount");
+    let sts: StatefulSet = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": { "name": "my-vcluster", "namespace": ns, "labels": { "app": "vcluster" } },
+        "spec": {
+            "serviceName": "my-vcluster-headless",
+            "selector": { "matchLabels": { "app": "vcluster", "release": "my-vcluster" } },
+            "template": {
+                "metadata": { "labels": { "app": "vcluster", "release": "my-vcluster" } },
+                "spec": {
+                    "serviceAccountName": "vc-my-vcluster",
+                    "containers": [{
+                        "name": "syncer",
+                        "image": "ghcr.io/loft-sh/vcluster-pro:0.26.0",
+                        "args": ["--name=my-vcluster"],
+                        "volumeMounts": [{ "name": "data", "mountPath": "/data" }],
+                    }],
+                    "volumes": [{ "name": "data", "emptyDir": {} }],
+                },
+            },
+        },
+    }))
+    .unwrap();
+    let created = Api::<StatefulSet>::namespaced(admin.clone(), ns)
+        .create(
+            &PostParams {
+                field_manager: Some("helm".into()),
+                ..Default::default()
+            },
+            &sts,
+        )
+        .await
+        .expect("create StatefulSet");
+    serde_json::to_value(&created.spec.unwrap().template).unwrap()
+}
+
+async fn create_plugin(admin: &Client, ns: &str, plugin: Value) -> VClusterPlugin {
+    let p: VClusterPlugin = serde_json::from_value(plugin).expect("plugin");
+    Api::<VClusterPlugin>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &p)
+        .await
+        .expect("create VClusterPlugin")
+}
+
+fn condition<'a>(
+    p: &'a VClusterPlugin,
+    type_: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    p.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+}
+
+/// Waits until the plugin's `Ready` condition has `status` for the current generation.
+async fn wait_ready(admin: &Client, ns: &str, name: &str, status: &str) -> VClusterPlugin {
+    let api = Api::<VClusterPlugin>::namespaced(admin.clone(), ns);
+    wait_for(TIMEOUT, || {
+        let api = api.clone();
+        async move {
+            let p = api.get(name).await.ok()?;
+            let ready = condition(&p, "Ready")?;
+            (ready.status == status
+                && p.status.as_ref()?.observed_generation == p.metadata.generation)
+                .then_some(p)
+        }
+    })
+    .await
+}
+
+async fn sts(admin: &Client, ns: &str) -> StatefulSet {
+    Api::<StatefulSet>::namespaced(admin.clone(), ns)
+        .get("my-vcluster")
+        .await
+        .expect("get StatefulSet")
+}
+
+fn template(s: &StatefulSet) -> Value {
+    serde_json::to_value(&s.spec.as_ref().unwrap().template).unwrap()
+}
+
+fn operator_owns_something(s: &StatefulSet) -> bool {
+    s.metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .any(|m| m.manager.as_deref() == Some(OPERATOR_FIELD_MANAGER))
+}
+
+/// Deletes the plugin and waits until it is gone (the finalizer ran).
+async fn delete_plugin(admin: &Client, ns: &str, name: &str) {
+    let api = Api::<VClusterPlugin>::namespaced(admin.clone(), ns);
+    api.delete(name, &DeleteParams::default())
+        .await
+        .expect("delete VClusterPlugin");
+    wait_for(TIMEOUT, || {
+        let api = api.clone();
+        async move { api.get_opt(name).await.ok()?.is_none().then_some(()) }
+    })
+    .await;
+}
+
+/// The operator's write requests so far that concern namespace `ns` or its cluster objects.
+fn operator_writes(ns: &str) -> Vec<(String, String)> {
+    vcp_tests::audited_writes(
+        ControlPlane::shared(),
+        Cluster::Host,
+        Identity::Operator.user(),
+    )
+    .expect("audit log")
+    .into_iter()
+    .filter(|(_, uri)| {
+        uri.contains(&format!("/namespaces/{ns}/")) || uri.contains(&format!("vcp:{ns}:"))
+    })
+    .collect()
+}
+
+#[tokio::test]
+async fn embedded_plugin_install_converge_and_clean_removal() {
+    let admin = setup().await;
+    let ns = "op-embedded";
+    let original = vcluster(&admin, ns).await;
+
+    create_plugin(
+        &admin,
+        ns,
+        json!({
+            "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
+            "metadata": { "name": "car-syncer", "namespace": ns },
+            "spec": {
+                "vcluster": { "name": "my-vcluster" },
+                "syncedTypes": [{ "apiVersion": "example.loft.sh/v1", "kind": "Car" }],
+            },
+        }),
+    )
+    .await;
+    let p = wait_ready(&admin, ns, "car-syncer", "True").await;
+    let status = p.status.as_ref().unwrap();
+    assert_eq!(status.phase, Some(vcp_crds::Phase::Ready));
+    assert_eq!(status.runtime.as_deref(), Some("embedded"));
+    assert_eq!(
+        status
+            .workload
+            .as_ref()
+            .map(|w| (w.kind.as_str(), w.name.as_str())),
+        Some(("StatefulSet", "my-vcluster"))
+    );
+    for c in ["WorkloadPatched", "RBACReady"] {
+        assert_eq!(
+            condition(&p, c).map(|c| c.status.as_str()),
+            Some("True"),
+            "{c}"
+        );
+    }
+
+    // The StatefulSet carries the sidecar; the Helm-owned parts are untouched.
+    let live = sts(&admin, ns).await;
+    let spec = live.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    let names: Vec<_> = spec.containers.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["syncer", "car-syncer"]);
+    let sidecar = &spec.containers[1];
+    assert_eq!(sidecar.image.as_deref(), Some(RUNTIME_IMAGE));
+    assert_eq!(
+        sidecar.command,
+        Some(vec!["vcluster-plugin-syncer".to_string()])
+    );
+    assert_eq!(
+        sidecar.args,
+        Some(
+            [
+                "--plugin",
+                "car-syncer",
+                "--namespace",
+                ns,
+                "--vcluster",
+                "my-vcluster"
+            ]
+            .map(String::from)
+            .to_vec()
+        )
+    );
+    assert_eq!(
+        serde_json::to_value(&spec.containers[0]).unwrap(),
+        original["spec"]["containers"][0]
+    );
+
+    // RBAC: the Role with the derived Car rule, bound to vc-my-vcluster; CRD read cluster-wide.
+    let role = Api::<Role>::namespaced(admin.clone(), ns)
+        .get("vcp-plugin-car-syncer")
+        .await
+        .expect("Role");
+    let rules = role.rules.unwrap();
+    assert!(
+        rules
+            .iter()
+            .any(|r| r.api_groups == Some(vec!["example.loft.sh".into()])
+                && r.resources == Some(vec!["cars".into()])
+                && r.verbs.contains(&"delete".to_string())),
+        "{rules:?}"
+    );
+    assert_eq!(
+        role.metadata.owner_references.unwrap()[0].name,
+        "car-syncer"
+    );
+    let rb = Api::<RoleBinding>::namespaced(admin.clone(), ns)
+        .get("vcp-plugin-car-syncer")
+        .await
+        .expect("RoleBinding");
+    assert_eq!(rb.subjects.unwrap()[0].name, "vc-my-vcluster");
+    let cluster_name = format!("vcp:{ns}:car-syncer");
+    let cr = Api::<ClusterRole>::all(admin.clone())
+        .get(&cluster_name)
+        .await
+        .expect("ClusterRole");
+    assert_eq!(
+        cr.labels()
+            .get(vcp_crds::PLUGIN_NAMESPACE_LABEL)
+            .map(String::as_str),
+        Some(ns)
+    );
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .get(&cluster_name)
+        .await
+        .expect("ClusterRoleBinding");
+
+    // Converged: poking the plugin and the StatefulSet triggers reconciles that write nothing.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = operator_writes(ns);
+    assert!(
+        before
+            .iter()
+            .any(|(verb, uri)| verb == "patch" && uri.contains("statefulsets/my-vcluster")),
+        "the audit log shows the install: {before:?}"
+    );
+    let touch = json!({ "metadata": { "annotations": { "e2e/touched": "1" } } });
+    Api::<VClusterPlugin>::namespaced(admin.clone(), ns)
+        .patch("car-syncer", &PatchParams::default(), &Patch::Merge(&touch))
+        .await
+        .expect("touch plugin");
+    Api::<StatefulSet>::namespaced(admin.clone(), ns)
+        .patch(
+            "my-vcluster",
+            &PatchParams::default(),
+            &Patch::Merge(&touch),
+        )
+        .await
+        .expect("touch StatefulSet");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        operator_writes(ns),
+        before,
+        "a converged plugin must cost zero writes"
+    );
+
+    // Delete: the pod template is the original again and the operator owns nothing.
+    delete_plugin(&admin, ns, "car-syncer").await;
+    let after = sts(&admin, ns).await;
+    assert_eq!(template(&after), original);
+    assert!(
+        !operator_owns_something(&after),
+        "{:?}",
+        after.metadata.managed_fields
+    );
+    assert!(
+        Api::<Role>::namespaced(admin.clone(), ns)
+            .get_opt("vcp-plugin-car-syncer")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        Api::<RoleBinding>::namespaced(admin.clone(), ns)
+            .get_opt("vcp-plugin-car-syncer")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        Api::<ClusterRole>::all(admin.clone())
+            .get_opt(&cluster_name)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        Api::<ClusterRoleBinding>::all(admin.clone())
+            .get_opt(&cluster_name)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn missing_vcluster_is_reported_and_installed_once_it_appears() {
+    let admin = setup().await;
+    let ns = "op-missing";
+    vcp_tests::create_namespace(&admin, ns).await;
+    create_plugin(
+        &admin,
+        ns,
+        json!({
+            "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
+            "metadata": { "name": "early", "namespace": ns },
+            "spec": { "vcluster": { "name": "my-vcluster" } },
+        }),
+    )
+    .await;
+    let p = wait_ready(&admin, ns, "early", "False").await;
+    let ready = condition(&p, "Ready").unwrap();
+    assert_eq!(ready.reason, "VClusterNotFound");
+    assert!(ready.message.contains("my-vcluster"), "{}", ready.message);
+    assert_eq!(
+        p.status.as_ref().unwrap().phase,
+        Some(vcp_crds::Phase::Pending)
+    );
+    assert!(
+        Api::<Role>::namespaced(admin.clone(), ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "nothing created"
+    );
+    assert!(
+        Api::<RoleBinding>::namespaced(admin.clone(), ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+
+    let events = Api::<Event>::namespaced(admin.clone(), ns);
+    wait_for(TIMEOUT, || {
+        let events = events.clone();
+        async move {
+            events
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("VClusterNotFound")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("early")
+                })
+        }
+    })
+    .await;
+
+    // The vCluster appears: the StatefulSet watch installs the plugin without any other trigger.
+    vcluster_in_existing_namespace(&admin, ns).await;
+    wait_ready(&admin, ns, "early", "True").await;
+    let live = sts(&admin, ns).await;
+    assert!(
+        live.spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap()
+            .containers
+            .iter()
+            .any(|c| c.name == "early")
+    );
+}
+
+#[tokio::test]
+async fn v2_image_plugins_share_the_plugins_volume_and_leave_no_trace() {
+    let admin = setup().await;
+    let ns = "op-v2";
+    let original = vcluster(&admin, ns).await;
+    for (name, image) in [
+        ("first", "ghcr.io/loft-sh/vcluster-example:0.1.0"),
+        ("second", "ghcr.io/example/other:1.0"),
+    ] {
+        create_plugin(
+            &admin,
+            ns,
+            json!({
+                "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
+                "metadata": { "name": name, "namespace": ns },
+                "spec": { "vcluster": { "name": "my-vcluster" }, "image": image, "version": "v2" },
+            }),
+        )
+        .await;
+    }
+    for name in ["first", "second"] {
+        let p = wait_ready(&admin, ns, name, "True").await;
+        assert_eq!(
+            p.status.unwrap().runtime.as_deref(),
+            Some(if name == "first" {
+                "ghcr.io/loft-sh/vcluster-example:0.1.0"
+            } else {
+                "ghcr.io/example/other:1.0"
+            })
+        );
+    }
+    let spec = sts(&admin, ns).await.spec.unwrap().template.spec.unwrap();
+    let inits: Vec<_> = spec
+        .init_containers
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| (c.name, c.args))
+        .collect();
+    assert_eq!(inits.len(), 2, "{inits:?}");
+    for (name, args) in &inits {
+        assert_eq!(
+            args.clone().unwrap(),
+            vec!["-c".to_string(), format!("cp -r /plugin /plugins/{name}")]
+        );
+    }
+    let volumes: Vec<_> = spec
+        .volumes
+        .clone()
+        .unwrap()
+        .into_iter()
+        .map(|v| v.name)
+        .collect();
+    assert_eq!(volumes, ["data", "plugins"]);
+    let syncer = spec.containers.iter().find(|c| c.name == "syncer").unwrap();
+    let mounts: Vec<_> = syncer
+        .volume_mounts
+        .clone()
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.name, m.mount_path))
+        .collect();
+    assert_eq!(
+        mounts,
+        [
+            ("data".to_string(), "/data".to_string()),
+            ("plugins".into(), "/plugins".into())
+        ]
+    );
+    assert_eq!(spec.containers.len(), 1, "a v2 plugin adds no container");
+
+    // Removing one keeps the shared volume and mount for the other.
+    delete_plugin(&admin, ns, "first").await;
+    let spec = sts(&admin, ns).await.spec.unwrap().template.spec.unwrap();
+    let inits: Vec<_> = spec
+        .init_containers
+        .unwrap()
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    assert_eq!(inits, ["second"]);
+    assert!(spec.volumes.unwrap().iter().any(|v| v.name == "plugins"));
+    assert!(
+        spec.containers[0]
+            .volume_mounts
+            .as_ref()
+            .unwrap()
+            .iter()
+            .any(|m| m.mount_path == "/plugins")
+    );
+
+    // Removing the last restores the original template exactly.
+    delete_plugin(&admin, ns, "second").await;
+    let after = sts(&admin, ns).await;
+    assert_eq!(template(&after), original);
+    assert!(
+        !operator_owns_something(&after),
+        "{:?}",
+        after.metadata.managed_fields
+    );
+}
