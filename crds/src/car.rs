@@ -19,7 +19,11 @@ use serde::{Deserialize, Serialize};
     doc = "A car (the vcluster-sdk tutorial's example resource).",
     printcolumn(name = "Type", type_ = "string", json_path = ".spec.type"),
     printcolumn(name = "Seats", type_ = "integer", json_path = ".spec.seats"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 pub struct CarSpec {
     /// Make of the car, such as `BMW`, `Tesla` or `Audi`.

@@ -238,7 +238,9 @@ pub struct Hook {
 }
 
 /// The write events a hook can run on (vcluster-sdk's `Mutate{Create,Update}{Physical,Virtual}`).
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+)]
 pub enum HookEvent {
     /// Before an object is created on the host.
     CreatePhysical,
