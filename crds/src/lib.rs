@@ -5,9 +5,10 @@
 //! - [`Car`] (`example.loft.sh/v1`): the vcluster-sdk tutorial's resource, synced by the
 //!   example plugin.
 //!
-//! The generated CRD YAML is committed beside this crate ([`CRD_FILES`]); the crate's test
-//! `crd_yaml` fails when it differs from [`crd_yaml`]'s output (run it with `VCP_BLESS=1` to
-//! rewrite the files).
+//! The generated CRD YAML is committed beside this crate ([`CRD_FILES`]) and, for the kustomize
+//! base `config/crd` (kustomize reads no file outside a kustomization's folder), once more in
+//! `config/crd/` ([`CRD_DIRS`]); the crate's test `crd_yaml` fails when either copy differs from
+//! [`crd_yaml`]'s output (run it with `VCP_BLESS=1` to rewrite the files).
 
 pub mod car;
 pub mod plugin;
@@ -29,6 +30,10 @@ pub fn crd_files() -> Vec<(&'static str, CustomResourceDefinition)> {
 
 /// The names [`crd_files`] returns, for scripts and tests that read the committed YAML.
 pub const CRD_FILES: [&str; 2] = ["vclusterplugins.vcp.dev.yaml", "cars.example.loft.sh.yaml"];
+
+/// Folders (relative to the repository root) that each hold a copy of every file of
+/// [`CRD_FILES`]: `crds/` beside the types, and the kustomize base `config/crd/`.
+pub const CRD_DIRS: [&str; 2] = ["crds", "config/crd"];
 
 /// One CRD as the YAML document committed in `crds/` (a header comment, then the object).
 ///
