@@ -1,0 +1,621 @@
+//! The declarative runtime (`vcp_syncer_runtime::run`) end to end, on the real host and virtual
+//! API servers (RBAC on).
+//!
+//! The runtime runs in-process under the `vcp-syncer` identity, which each test grants only a
+//! Role in its own host namespace (plus read access to Cars in the virtual cluster): the host
+//! is watched in that namespace only. The virtual cluster is shared by all tests, so each
+//! test's VClusterPlugin selects its own Cars with a label selector (`e2e=<test>`), and each
+//! test uses its own host namespace and vCluster name.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
+};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use vcp_crds::VClusterPlugin;
+use vcp_syncer_runtime::{Config, run};
+use vcp_tests::{Cluster, ControlPlane, Identity, TEST_FIELD_MANAGER, string_map, wait_for};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn cars_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("example.loft.sh", "v1", "Car"),
+        "cars",
+    )
+}
+
+fn pods_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Pod"), "pods")
+}
+
+async fn apply(
+    client: &Client,
+    ar: &ApiResource,
+    namespace: Option<&str>,
+    obj: Value,
+) -> DynamicObject {
+    let obj: DynamicObject = serde_json::from_value(obj).expect("object");
+    let name = obj.name_any();
+    let api: Api<DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
+        None => Api::all_with(client.clone(), ar),
+    };
+    api.patch(
+        &name,
+        &PatchParams::apply(TEST_FIELD_MANAGER).force(),
+        &Patch::Apply(&obj),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("apply {name}: {e}"))
+}
+
+/// A test's world: host namespace `host_ns` with a VClusterPlugin `plugin` for vCluster
+/// `vcluster`, virtual namespaces, and the runtime running as `vcp-syncer`.
+struct World {
+    host: Client,
+    virtual_: Client,
+    host_ns: String,
+    vcluster: String,
+    selector: String,
+    runtime: tokio::task::JoinHandle<Result<(), vcp_syncer_runtime::Error>>,
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        self.runtime.abort();
+    }
+}
+
+/// Installs CRDs in both clusters, the syncer's RBAC, the plugin, and starts the runtime.
+async fn world(test: &str, virtual_namespaces: &[&str]) -> World {
+    let cp = ControlPlane::shared();
+    let host = cp.client(Cluster::Host, Identity::Admin).await;
+    let virtual_ = cp.client(Cluster::Virtual, Identity::Admin).await;
+    vcp_tests::install_crds(&host).await;
+    vcp_tests::install_crds(&virtual_).await;
+    let host_ns = format!("vc-{test}");
+    let vcluster = format!("vc-{test}");
+    vcp_tests::create_namespace(&host, &host_ns).await;
+    for ns in virtual_namespaces {
+        vcp_tests::create_namespace(&virtual_, ns).await;
+    }
+    let rbac = |kind: &str, plural: &str, version: &str| {
+        ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("rbac.authorization.k8s.io", version, kind),
+            plural,
+        )
+    };
+    // Host: a Role in the vCluster's namespace only.
+    apply(&host, &rbac("Role", "roles", "v1"), Some(&host_ns), json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "vcp-syncer", "namespace": host_ns},
+        "rules": [
+            {"apiGroups": ["example.loft.sh"], "resources": ["cars"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
+            {"apiGroups": ["vcp.dev"], "resources": ["vclusterplugins"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["vcp.dev"], "resources": ["vclusterplugins/status"], "verbs": ["get", "patch"]}
+        ]
+    })).await;
+    apply(&host, &rbac("RoleBinding", "rolebindings", "v1"), Some(&host_ns), json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "vcp-syncer", "namespace": host_ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "vcp-syncer"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": Identity::Syncer.user()}]
+    })).await;
+    // Virtual: read Cars, write their status.
+    apply(&virtual_, &rbac("ClusterRole", "clusterroles", "v1"), None, json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "vcp-e2e-syncer"},
+        "rules": [
+            {"apiGroups": ["example.loft.sh"], "resources": ["cars"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["example.loft.sh"], "resources": ["cars/status"], "verbs": ["get", "patch", "update"]}
+        ]
+    })).await;
+    apply(&virtual_, &rbac("ClusterRoleBinding", "clusterrolebindings", "v1"), None, json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "vcp-e2e-syncer"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "vcp-e2e-syncer"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": Identity::Syncer.user()}]
+    })).await;
+
+    let plugins: Api<VClusterPlugin> = Api::namespaced(host.clone(), &host_ns);
+    let plugin: VClusterPlugin = serde_json::from_value(json!({
+        "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
+        "metadata": {"name": "car-plugin", "namespace": host_ns},
+        "spec": {
+            "vcluster": {"name": vcluster},
+            "syncedTypes": [{
+                "apiVersion": "example.loft.sh/v1", "kind": "Car", "syncStatus": true,
+                "selector": {"matchLabels": {"e2e": test}}
+            }],
+            "hooks": [{
+                "name": "pod-hook", "apiVersion": "v1", "kind": "Pod",
+                "events": ["CreatePhysical", "UpdatePhysical"],
+                "labels": {"created-by-plugin": "pod-hook"}
+            }]
+        }
+    }))
+    .expect("plugin");
+    plugins
+        .patch(
+            "car-plugin",
+            &PatchParams::apply(TEST_FIELD_MANAGER).force(),
+            &Patch::Apply(&plugin),
+        )
+        .await
+        .expect("apply plugin");
+
+    let host_syncer = cp.client(Cluster::Host, Identity::Syncer).await;
+    let virtual_syncer = cp.client(Cluster::Virtual, Identity::Syncer).await;
+    let mut config = Config::new(host_syncer, virtual_syncer, &host_ns, "car-plugin");
+    config.status_interval = Duration::from_millis(300);
+    let runtime = tokio::spawn(run(config));
+    World {
+        host,
+        virtual_,
+        host_ns,
+        vcluster,
+        selector: test.to_string(),
+        runtime,
+    }
+}
+
+impl World {
+    fn virtual_cars(&self, ns: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(self.virtual_.clone(), ns, &cars_resource())
+    }
+
+    fn host_cars(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(self.host.clone(), &self.host_ns, &cars_resource())
+    }
+
+    /// Creates or updates a virtual Car with exactly these labels (plus the test's selector
+    /// label), annotations and spec.
+    async fn put_car(
+        &self,
+        ns: &str,
+        name: &str,
+        labels: Value,
+        annotations: Value,
+        spec: Value,
+    ) -> DynamicObject {
+        let mut labels = labels;
+        labels["e2e"] = json!(self.selector);
+        apply(&self.virtual_, &cars_resource(), Some(ns), json!({
+            "apiVersion": "example.loft.sh/v1", "kind": "Car",
+            "metadata": {"name": name, "namespace": ns, "labels": labels, "annotations": annotations},
+            "spec": spec
+        }))
+        .await
+    }
+
+    /// Waits until the host Car `name` satisfies `check`.
+    async fn host_car_where(
+        &self,
+        name: &str,
+        check: impl Fn(&DynamicObject) -> bool,
+    ) -> DynamicObject {
+        let api = self.host_cars();
+        wait_for(TIMEOUT, || {
+            let api = api.clone();
+            let check = &check;
+            async move { api.get_opt(name).await.ok().flatten().filter(check) }
+        })
+        .await
+    }
+
+    /// The exact labels and annotations a host Car must have.
+    fn expected_metadata(
+        &self,
+        virtual_car: &DynamicObject,
+        host_name: &str,
+        extra_labels: &[(&str, &str)],
+        extra_annotations: &[(&str, &str)],
+    ) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+        let ns = virtual_car.namespace().unwrap();
+        let mut labels = virtual_car.labels().clone();
+        labels.insert("vcluster.loft.sh/managed-by".into(), self.vcluster.clone());
+        labels.insert("vcluster.loft.sh/namespace".into(), ns.clone());
+        let managed_labels = virtual_car
+            .labels()
+            .keys()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n");
+        let mut annotations = virtual_car.annotations().clone();
+        let managed_annotations = annotations.keys().cloned().collect::<Vec<_>>().join("\n");
+        annotations.extend(string_map([
+            (
+                "vcluster.loft.sh/object-name",
+                virtual_car.name_any().as_str(),
+            ),
+            ("vcluster.loft.sh/object-namespace", ns.as_str()),
+            (
+                "vcluster.loft.sh/object-uid",
+                virtual_car.uid().unwrap().as_str(),
+            ),
+            (
+                "vcluster.loft.sh/object-kind",
+                "example.loft.sh/v1, Kind=Car",
+            ),
+            ("vcluster.loft.sh/object-host-name", host_name),
+            (
+                "vcluster.loft.sh/object-host-namespace",
+                self.host_ns.as_str(),
+            ),
+            ("vcluster.loft.sh/managed-labels", managed_labels.as_str()),
+        ]));
+        if !managed_annotations.is_empty() {
+            annotations.insert(
+                "vcluster.loft.sh/managed-annotations".into(),
+                managed_annotations,
+            );
+        }
+        for (k, v) in extra_labels {
+            labels.insert(k.to_string(), v.to_string());
+        }
+        for (k, v) in extra_annotations {
+            annotations.insert(k.to_string(), v.to_string());
+        }
+        (labels, annotations)
+    }
+}
+
+/// sha256 hex, computed here independently of the runtime.
+fn sha256_hex(s: &str) -> String {
+    Sha256::digest(s.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[tokio::test]
+async fn cars_sync_create_update_delete_across_namespaces() {
+    let w = world("cars", &["cars-team-a", "cars-team-b"]).await;
+
+    // create in two virtual namespaces, one with a name that makes the host name too long
+    let audi = w
+        .put_car(
+            "cars-team-a",
+            "audi",
+            json!({"color": "red"}),
+            json!({"note": "fast"}),
+            json!({"type": "Audi", "seats": 4}),
+        )
+        .await;
+    let bmw = w
+        .put_car(
+            "cars-team-b",
+            "bmw",
+            json!({}),
+            json!({}),
+            json!({"type": "BMW"}),
+        )
+        .await;
+    let long_name = "a-very-long-car-name-that-does-not-fit-into-sixty-three";
+    let long = w
+        .put_car(
+            "cars-team-a",
+            long_name,
+            json!({}),
+            json!({}),
+            json!({"type": "Tesla"}),
+        )
+        .await;
+
+    let audi_host_name = "audi-x-cars-team-a-x-vc-cars";
+    let bmw_host_name = "bmw-x-cars-team-b-x-vc-cars";
+    let long_joined = format!("{long_name}-x-cars-team-a-x-vc-cars");
+    assert!(long_joined.len() > 63);
+    let long_host_name = format!("{}-{}", &long_joined[..52], &sha256_hex(&long_joined)[..10]);
+
+    for (virtual_car, host_name, spec) in [
+        (
+            &audi,
+            audi_host_name.to_string(),
+            json!({"type": "Audi", "seats": 4}),
+        ),
+        (&bmw, bmw_host_name.to_string(), json!({"type": "BMW"})),
+        (&long, long_host_name.clone(), json!({"type": "Tesla"})),
+    ] {
+        let host_car = w.host_car_where(&host_name, |_| true).await;
+        let (labels, annotations) = w.expected_metadata(virtual_car, &host_name, &[], &[]);
+        assert_eq!(host_car.labels(), &labels, "labels of {host_name}");
+        assert_eq!(
+            host_car.annotations(),
+            &annotations,
+            "annotations of {host_name}"
+        );
+        assert_eq!(host_car.data["spec"], spec, "spec of {host_name}");
+        assert!(host_car.metadata.owner_references.is_none());
+        assert!(host_car.metadata.finalizers.is_none());
+    }
+
+    // a label added on the host is kept through updates
+    let host_cars = w.host_cars();
+    host_cars
+        .patch(
+            audi_host_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"host-added": "yes"}}})),
+        )
+        .await
+        .expect("label host car");
+
+    // update: drop a label and the annotation, add a label, change the spec
+    let audi = w
+        .put_car(
+            "cars-team-a",
+            "audi",
+            json!({"size": "large"}),
+            json!({}),
+            json!({"type": "Audi", "seats": 2}),
+        )
+        .await;
+    let host_audi = w
+        .host_car_where(audi_host_name, |car| {
+            car.data["spec"]["seats"] == json!(2) && car.labels().contains_key("size")
+        })
+        .await;
+    let (labels, mut annotations) =
+        w.expected_metadata(&audi, audi_host_name, &[("host-added", "yes")], &[]);
+    annotations.remove("vcluster.loft.sh/managed-annotations");
+    assert_eq!(host_audi.labels(), &labels);
+    assert!(!host_audi.labels().contains_key("color"));
+    assert_eq!(host_audi.annotations(), &annotations);
+    assert_eq!(host_audi.data["spec"], json!({"type": "Audi", "seats": 2}));
+
+    // drift on the host is reverted
+    host_cars
+        .patch(
+            audi_host_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"seats": 9}})),
+        )
+        .await
+        .expect("drift");
+    w.host_car_where(audi_host_name, |car| car.data["spec"]["seats"] == json!(2))
+        .await;
+
+    // in sync: no further writes (the resourceVersion stays)
+    let settled = w.host_car_where(audi_host_name, |_| true).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let later = host_cars.get(audi_host_name).await.expect("host audi");
+    assert_eq!(
+        later.resource_version(),
+        settled.resource_version(),
+        "no write when nothing differs"
+    );
+
+    // status set on the host is copied up (syncStatus)
+    host_cars
+        .patch_status(
+            audi_host_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Driving"}})),
+        )
+        .await
+        .expect("host status");
+    let virtual_audi_api = w.virtual_cars("cars-team-a");
+    wait_for(TIMEOUT, || {
+        let api = virtual_audi_api.clone();
+        async move {
+            (api.get("audi").await.ok()?.data["status"]["phase"] == json!("Driving")).then_some(())
+        }
+    })
+    .await;
+
+    // the plugin status reports the synced objects and RuntimeHealthy
+    let plugins: Api<VClusterPlugin> = Api::namespaced(w.host.clone(), &w.host_ns);
+    wait_for(TIMEOUT, || {
+        let plugins = plugins.clone();
+        async move {
+            let status = plugins.get("car-plugin").await.ok()?.status?;
+            let healthy = status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "RuntimeHealthy" && c.status == "True");
+            let cars = status.synced_objects.iter().find(|s| s.kind == "Car")?;
+            (healthy && cars.count == 3 && status.synced_total == Some(3)).then_some(())
+        }
+    })
+    .await;
+
+    // delete: the host copy follows; the others stay
+    w.virtual_cars("cars-team-b")
+        .delete("bmw", &DeleteParams::default())
+        .await
+        .expect("delete bmw");
+    wait_for(TIMEOUT, || {
+        let api = host_cars.clone();
+        async move {
+            api.get_opt(bmw_host_name)
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        }
+    })
+    .await;
+    assert!(host_cars.get_opt(audi_host_name).await.unwrap().is_some());
+    assert!(host_cars.get_opt(&long_host_name).await.unwrap().is_some());
+
+    // a host copy deleted by someone else is recreated
+    host_cars
+        .delete(&long_host_name, &DeleteParams::default())
+        .await
+        .expect("delete host copy");
+    let recreated = w.host_car_where(&long_host_name, |_| true).await;
+    assert_eq!(
+        recreated.annotations().get("vcluster.loft.sh/object-uid"),
+        long.uid().as_ref()
+    );
+}
+
+#[tokio::test]
+async fn unmanaged_host_object_is_never_touched() {
+    let w = world("conflict", &["conflict-a"]).await;
+    let host_name = "taken-x-conflict-a-x-vc-conflict";
+    let foreign = apply(&w.host, &cars_resource(), Some(&w.host_ns), json!({
+        "apiVersion": "example.loft.sh/v1", "kind": "Car",
+        "metadata": {"name": host_name, "namespace": w.host_ns, "labels": {"owner": "someone-else"}},
+        "spec": {"type": "Foreign"}
+    }))
+    .await;
+    w.put_car(
+        "conflict-a",
+        "taken",
+        json!({}),
+        json!({}),
+        json!({"type": "Audi"}),
+    )
+    .await;
+    w.put_car(
+        "conflict-a",
+        "free",
+        json!({}),
+        json!({}),
+        json!({"type": "BMW"}),
+    )
+    .await;
+    // the other car syncs, so the runtime is working
+    w.host_car_where("free-x-conflict-a-x-vc-conflict", |_| true)
+        .await;
+    let plugins: Api<VClusterPlugin> = Api::namespaced(w.host.clone(), &w.host_ns);
+    wait_for(TIMEOUT, || {
+        let plugins = plugins.clone();
+        async move {
+            let status = plugins.get("car-plugin").await.ok()?.status?;
+            let cars = status.synced_objects.iter().find(|s| s.kind == "Car")?;
+            (cars.count == 1 && cars.conflicts == Some(1)).then_some(())
+        }
+    })
+    .await;
+    let after = w.host_cars().get(host_name).await.expect("foreign car");
+    assert_eq!(after.resource_version(), foreign.resource_version());
+    assert_eq!(after.data["spec"], json!({"type": "Foreign"}));
+
+    // deleting the virtual car does not delete the foreign host object either
+    w.virtual_cars("conflict-a")
+        .delete("taken", &DeleteParams::default())
+        .await
+        .expect("delete");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(w.host_cars().get_opt(host_name).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn pod_hook_labels_host_pods_of_the_vcluster() {
+    let w = world("pods", &[]).await;
+    let pods = Api::<DynamicObject>::namespaced_with(w.host.clone(), &w.host_ns, &pods_resource());
+    let pod = |name: &str, labels: Value| {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": w.host_ns, "labels": labels},
+            "spec": {"automountServiceAccountToken": false,
+                     "containers": [{"name": "c", "image": "registry.invalid/none:1"}]}
+        })
+    };
+    apply(
+        &w.host,
+        &pods_resource(),
+        Some(&w.host_ns),
+        pod(
+            "synced-pod",
+            json!({"vcluster.loft.sh/managed-by": w.vcluster, "app": "web"}),
+        ),
+    )
+    .await;
+    apply(
+        &w.host,
+        &pods_resource(),
+        Some(&w.host_ns),
+        pod("other-pod", json!({"app": "web"})),
+    )
+    .await;
+
+    let hooked = wait_for(TIMEOUT, || {
+        let pods = pods.clone();
+        async move {
+            let pod = pods.get("synced-pod").await.ok()?;
+            (pod.labels().get("created-by-plugin").map(String::as_str) == Some("pod-hook"))
+                .then_some(pod)
+        }
+    })
+    .await;
+    assert_eq!(
+        hooked.labels(),
+        &string_map([
+            ("vcluster.loft.sh/managed-by", w.vcluster.as_str()),
+            ("app", "web"),
+            ("created-by-plugin", "pod-hook"),
+        ])
+    );
+    // idempotent: no further write once applied
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let later = pods.get("synced-pod").await.expect("pod");
+    assert_eq!(later.resource_version(), hooked.resource_version());
+    // a pod of no vCluster is not touched
+    let other = pods.get("other-pod").await.expect("other pod");
+    assert_eq!(other.labels(), &string_map([("app", "web")]));
+
+    // a label removed on the host is put back (UpdatePhysical)
+    pods.patch(
+        "synced-pod",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"created-by-plugin": null}}})),
+    )
+    .await
+    .expect("unlabel");
+    wait_for(TIMEOUT, || {
+        let pods = pods.clone();
+        async move {
+            let pod = pods.get("synced-pod").await.ok()?;
+            pod.labels().contains_key("created-by-plugin").then_some(())
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn spec_change_takes_effect_without_restart() {
+    let w = world("respec", &["respec-a"]).await;
+    w.put_car(
+        "respec-a",
+        "audi",
+        json!({}),
+        json!({}),
+        json!({"type": "Audi"}),
+    )
+    .await;
+    let host_name = "audi-x-respec-a-x-vc-respec";
+    w.host_car_where(host_name, |_| true).await;
+
+    // add a Car hook to the plugin: the running runtime picks it up
+    let plugins: Api<VClusterPlugin> = Api::namespaced(w.host.clone(), &w.host_ns);
+    plugins
+        .patch(
+            "car-plugin",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"hooks": [{
+                "name": "car-hook", "apiVersion": "example.loft.sh/v1", "kind": "Car",
+                "events": ["CreatePhysical", "UpdatePhysical"],
+                "labels": {"hooked": "yes"},
+                "jsonPatch": [{"op": "add", "path": "/spec/seats", "value": 7}]
+            }]}})),
+        )
+        .await
+        .expect("patch plugin");
+    let hooked = w
+        .host_car_where(host_name, |car| {
+            car.labels().get("hooked").map(String::as_str) == Some("yes")
+        })
+        .await;
+    assert_eq!(hooked.data["spec"], json!({"type": "Audi", "seats": 7}));
+    assert!(!w.runtime.is_finished());
+}
