@@ -209,7 +209,8 @@ fn plugin_of_labels<K: Resource>(obj: K) -> Option<ObjectRef<VClusterPlugin>> {
     Some(ObjectRef::new(name).within(namespace))
 }
 
-/// Reconciles one VClusterPlugin: the finalizer wraps [`apply`] and [`cleanup::cleanup`].
+/// Reconciles one VClusterPlugin: the finalizer wraps the install path (see the module docs)
+/// and [`cleanup::cleanup`].
 ///
 /// # Errors
 /// Any API error; the controller retries after [`RETRY`] ([`error_policy`]).
