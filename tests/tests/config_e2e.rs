@@ -1,0 +1,476 @@
+//! `config/` against the local control plane's host cluster, with kubectl as a user runs it:
+//! `kubectl apply -k config/default` installs the CRDs, the operator's RBAC and its Deployment;
+//! every sample passes a server-side dry run; `kubectl explain` and `kubectl get` show what
+//! the CRD promises.
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::Api;
+use vcp_tests::{Cluster, ControlPlane, Identity, repo_root};
+
+const NAMESPACE: &str = "vcp-system";
+const OPERATOR: &str = "vcluster-plugin-operator";
+
+/// The kubectl `scripts/control-plane` chose (the machine's own, else the one it built), as
+/// written in the first `PATH` entry of the control plane's `env` file.
+fn kubectl_binary(cp: &ControlPlane) -> PathBuf {
+    let env = std::fs::read_to_string(cp.dir().join("env")).unwrap_or_default();
+    env.lines()
+        .find_map(|l| l.strip_prefix("export PATH="))
+        .and_then(|p| p.split(':').next())
+        .map(|dir| PathBuf::from(dir).join("kubectl"))
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from("kubectl"))
+}
+
+/// Runs kubectl as the host cluster's admin from the repository root, `stdin` piped in.
+fn kubectl_with_input(args: &[&str], stdin: Option<&str>) -> Output {
+    let cp = ControlPlane::shared();
+    let mut cmd = Command::new(kubectl_binary(cp));
+    cmd.arg("--kubeconfig")
+        .arg(cp.kubeconfig(Cluster::Host, Identity::Admin))
+        .args(args)
+        .current_dir(repo_root())
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("run kubectl");
+    if let Some(input) = stdin {
+        use std::io::Write as _;
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input.as_bytes())
+            .expect("write kubectl stdin");
+    }
+    child.wait_with_output().expect("wait for kubectl")
+}
+
+/// Runs kubectl and returns its stdout; panics with stdout and stderr when it fails.
+fn kubectl(args: &[&str]) -> String {
+    let out = kubectl_with_input(args, None);
+    expect_success(args, &out)
+}
+
+fn expect_success(args: &[&str], out: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "kubectl {} failed ({}):\n{stdout}{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// Retries `kubectl args` for up to 60 s until it succeeds (the API server publishes a new
+/// CRD's discovery and OpenAPI a little after it is Established).
+fn kubectl_eventually(args: &[&str]) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = kubectl_with_input(args, None);
+        if out.status.success() || Instant::now() > deadline {
+            return expect_success(args, &out);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// `kubectl apply -k config/default`, once per test binary, then waits for the CRDs to be
+/// Established; returns what the apply printed.
+fn install() -> &'static str {
+    static INSTALLED: OnceLock<String> = OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        let out = kubectl(&["apply", "-k", "config/default"]);
+        kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/vclusterplugins.vcp.dev",
+            "crd/cars.example.loft.sh",
+        ]);
+        out
+    })
+}
+
+#[tokio::test]
+async fn default_installs_crds_rbac_and_a_hardened_operator_deployment() {
+    let printed = install();
+    for object in [
+        "namespace/vcp-system",
+        "customresourcedefinition.apiextensions.k8s.io/vclusterplugins.vcp.dev",
+        "customresourcedefinition.apiextensions.k8s.io/cars.example.loft.sh",
+        "serviceaccount/vcluster-plugin-operator",
+        "clusterrole.rbac.authorization.k8s.io/vcluster-plugin-operator",
+        "clusterrolebinding.rbac.authorization.k8s.io/vcluster-plugin-operator",
+        "service/vcluster-plugin-operator-metrics",
+        "deployment.apps/vcluster-plugin-operator",
+    ] {
+        assert!(
+            printed
+                .lines()
+                .any(|l| l.starts_with(&format!("{object} "))),
+            "`kubectl apply -k config/default` did not apply {object}:\n{printed}"
+        );
+    }
+
+    let cp = ControlPlane::shared();
+    let client = cp.client(Cluster::Host, Identity::Admin).await;
+
+    for name in ["vclusterplugins.vcp.dev", "cars.example.loft.sh"] {
+        let crd = Api::<CustomResourceDefinition>::all(client.clone())
+            .get(name)
+            .await
+            .unwrap_or_else(|e| panic!("get CRD {name}: {e}"));
+        let established = crd
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        assert!(established, "CRD {name} is not Established");
+    }
+
+    Api::<Namespace>::all(client.clone())
+        .get(NAMESPACE)
+        .await
+        .expect("namespace vcp-system");
+    let sa = Api::<ServiceAccount>::namespaced(client.clone(), NAMESPACE)
+        .get(OPERATOR)
+        .await
+        .expect("the operator's ServiceAccount in vcp-system");
+    let part_of = sa
+        .metadata
+        .labels
+        .unwrap_or_default()
+        .get("app.kubernetes.io/part-of")
+        .cloned();
+    assert_eq!(part_of.as_deref(), Some(OPERATOR), "config/default labels");
+
+    let role = Api::<ClusterRole>::all(client.clone())
+        .get(OPERATOR)
+        .await
+        .expect("the operator's ClusterRole");
+    let rules = role.rules.unwrap_or_default();
+    assert!(
+        rules.iter().any(|r| {
+            r.api_groups.as_deref().unwrap_or_default() == ["vcp.dev"]
+                && r.resources
+                    .as_deref()
+                    .unwrap_or_default()
+                    .contains(&"vclusterplugins".to_string())
+        }),
+        "the ClusterRole grants nothing on vclusterplugins: {rules:?}"
+    );
+    let binding = Api::<ClusterRoleBinding>::all(client.clone())
+        .get(OPERATOR)
+        .await
+        .expect("the operator's ClusterRoleBinding");
+    assert_eq!(binding.role_ref.kind, "ClusterRole");
+    assert_eq!(binding.role_ref.name, OPERATOR);
+    let subjects = binding.subjects.unwrap_or_default();
+    assert!(
+        subjects.iter().any(|s| s.kind == "ServiceAccount"
+            && s.name == OPERATOR
+            && s.namespace.as_deref() == Some(NAMESPACE)),
+        "the ClusterRoleBinding does not bind the operator's ServiceAccount: {subjects:?}"
+    );
+
+    let service = Api::<Service>::namespaced(client.clone(), NAMESPACE)
+        .get("vcluster-plugin-operator-metrics")
+        .await
+        .expect("the operator's metrics Service");
+    let ports = service.spec.and_then(|s| s.ports).unwrap_or_default();
+    assert!(
+        ports.iter().any(|p| p.port == 8080
+            && p.target_port
+                == Some(
+                    k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(
+                        "http".into()
+                    )
+                )),
+        "{ports:?}"
+    );
+
+    let deployment = Api::<Deployment>::namespaced(client.clone(), NAMESPACE)
+        .get(OPERATOR)
+        .await
+        .expect("the operator's Deployment in vcp-system");
+    let pod = deployment
+        .spec
+        .expect("deployment spec")
+        .template
+        .spec
+        .expect("pod spec");
+    assert_eq!(
+        pod.service_account_name.as_deref(),
+        Some(OPERATOR),
+        "the Deployment must run as the ServiceAccount the ClusterRoleBinding binds"
+    );
+    let pod_security = pod.security_context.expect("pod securityContext");
+    assert_eq!(pod_security.run_as_non_root, Some(true));
+    assert!(pod_security.run_as_user.is_some_and(|uid| uid != 0));
+    assert_eq!(
+        pod_security.seccomp_profile.map(|p| p.type_).as_deref(),
+        Some("RuntimeDefault")
+    );
+    assert_eq!(pod.containers.len(), 1, "{:?}", pod.containers);
+    let c = &pod.containers[0];
+    assert_eq!(
+        c.image.as_deref(),
+        Some(concat!(
+            "ghcr.io/vcp-dev/vcluster-plugin-operator:",
+            env!("CARGO_PKG_VERSION")
+        ))
+    );
+    assert!(
+        c.args
+            .as_deref()
+            .unwrap_or_default()
+            .contains(&"--leader-elect".to_string()),
+        "{:?}",
+        c.args
+    );
+    let security = c
+        .security_context
+        .clone()
+        .expect("container securityContext");
+    assert_eq!(security.run_as_non_root, Some(true));
+    assert_eq!(security.read_only_root_filesystem, Some(true));
+    assert_eq!(security.allow_privilege_escalation, Some(false));
+    assert_eq!(security.privileged, None);
+    assert_eq!(
+        security.capabilities.and_then(|c| c.drop),
+        Some(vec!["ALL".to_string()])
+    );
+    let resources = c.resources.clone().expect("resources");
+    for (what, list) in [
+        ("requests", &resources.requests),
+        ("limits", &resources.limits),
+    ] {
+        let list = list.clone().unwrap_or_default();
+        assert!(
+            list.contains_key("cpu") || what == "limits",
+            "no cpu {what}"
+        );
+        assert!(list.contains_key("memory"), "no memory {what}");
+    }
+    let ports = c.ports.clone().unwrap_or_default();
+    assert!(
+        ports
+            .iter()
+            .any(|p| p.name.as_deref() == Some("http") && p.container_port == 8080),
+        "{ports:?}"
+    );
+    let http = k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("http".into());
+    for (probe, path) in [
+        (c.liveness_probe.clone(), "/healthz"),
+        (c.readiness_probe.clone(), "/readyz"),
+    ] {
+        let get = probe
+            .and_then(|p| p.http_get)
+            .unwrap_or_else(|| panic!("no httpGet probe on {path}"));
+        assert_eq!(get.path.as_deref(), Some(path));
+        assert_eq!(get.port, http);
+    }
+
+    // Applying again changes nothing: every object is reported `unchanged`.
+    let again = kubectl(&["apply", "-k", "config/default"]);
+    let changed: Vec<&str> = again
+        .lines()
+        .filter(|l| !l.ends_with(" unchanged"))
+        .collect();
+    assert!(
+        changed.is_empty(),
+        "a second apply changed objects: {changed:?}"
+    );
+}
+
+/// The VClusterPlugin sample files, as `config/samples/kustomization.yaml` lists them.
+fn samples() -> Vec<String> {
+    let dir = repo_root().join("config/samples");
+    let text = std::fs::read_to_string(dir.join("kustomization.yaml")).expect("read kustomization");
+    let doc: serde_yaml::Value = serde_yaml::from_str(&text).expect("parse kustomization");
+    let mut listed: Vec<String> = doc["resources"]
+        .as_sequence()
+        .expect("resources")
+        .iter()
+        .map(|r| r.as_str().expect("a file name").to_string())
+        .collect();
+    listed.sort();
+    let mut present: Vec<String> = std::fs::read_dir(&dir)
+        .expect("read config/samples")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|f| f.ends_with(".yaml") && f != "kustomization.yaml")
+        .collect();
+    present.sort();
+    assert_eq!(
+        listed, present,
+        "config/samples/kustomization.yaml must list every sample"
+    );
+    listed
+}
+
+#[tokio::test]
+async fn every_sample_passes_a_server_side_dry_run() {
+    install();
+    let cp = ControlPlane::shared();
+    let client = cp.client(Cluster::Host, Identity::Admin).await;
+    vcp_tests::create_namespace(&client, "my-vcluster").await;
+
+    let samples = samples();
+    assert!(samples.len() >= 3, "{samples:?}");
+    let mut kinds = Vec::new();
+    for sample in &samples {
+        let path = format!("config/samples/{sample}");
+        let text = std::fs::read_to_string(repo_root().join(&path)).expect("read sample");
+        let plugin: vcp_crds::VClusterPlugin =
+            serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
+        kinds.push((
+            plugin.spec.image.is_some(),
+            !plugin.spec.synced_types.is_empty(),
+            !plugin.spec.hooks.is_empty(),
+        ));
+        let args = ["apply", "--dry-run=server", "-f", path.as_str()];
+        let printed = kubectl_eventually(&args);
+        assert!(
+            printed.contains("(server dry run)"),
+            "kubectl {}: {printed}",
+            args.join(" ")
+        );
+    }
+    // The three kinds of plugin: the tutorial's Car syncer (embedded runtime), an image, hooks only.
+    assert!(kinds.contains(&(false, true, true)), "{kinds:?}");
+    assert!(
+        kinds.iter().any(|k| k.0),
+        "no image plugin sample: {kinds:?}"
+    );
+    assert!(
+        kinds.contains(&(false, false, true)),
+        "no hooks-only sample: {kinds:?}"
+    );
+
+    // The whole kustomization too; and a dry run creates nothing.
+    let printed = kubectl_eventually(&["apply", "--dry-run=server", "-k", "config/samples"]);
+    assert_eq!(
+        printed.matches("(server dry run)").count(),
+        samples.len(),
+        "{printed}"
+    );
+    let listed = kubectl(&["get", "vclusterplugins", "-n", "my-vcluster", "-o", "name"]);
+    assert_eq!(listed.trim(), "", "a dry run must not create objects");
+}
+
+#[tokio::test]
+async fn explain_describes_the_hooks() {
+    install();
+    let explained = kubectl_eventually(&["explain", "vclusterplugin.spec.hooks"]);
+    // kubectl wraps descriptions at 80 columns: compare with whitespace runs collapsed.
+    let flat = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    let words = flat(&explained);
+    for text in [
+        "GROUP: vcp.dev",
+        "KIND: VClusterPlugin",
+        "VERSION: v1alpha1",
+        "FIELD: hooks <[]Object>",
+        "Mutations applied to objects on their way between the virtual cluster and the host",
+        "events <[]string> -required-",
+        "Events on which the hook runs",
+        "jsonPatch <[]Object>",
+        "RFC 6902 JSON Patch operations",
+        "removeLabels <[]string>",
+        "Label keys to remove",
+    ] {
+        assert!(
+            words.contains(text),
+            "`kubectl explain vclusterplugin.spec.hooks` lacks {text:?}:\n{explained}"
+        );
+    }
+    let deeper = kubectl_eventually(&["explain", "vcp.status.conditions"]);
+    assert!(
+        flat(&deeper)
+            .contains("Conditions `Ready`, `WorkloadPatched`, `RBACReady`, `RuntimeHealthy`"),
+        "{deeper}"
+    );
+}
+
+#[tokio::test]
+async fn get_prints_the_documented_columns() {
+    install();
+    let cp = ControlPlane::shared();
+    let client = cp.client(Cluster::Host, Identity::Admin).await;
+    let ns = "vcp-columns";
+    vcp_tests::create_namespace(&client, ns).await;
+    let sample = std::fs::read_to_string(repo_root().join("config/samples/car-plugin.yaml"))
+        .expect("read sample")
+        .replace("namespace: my-vcluster", &format!("namespace: {ns}"));
+    let args = ["apply", "-f", "-"];
+    let out = kubectl_with_input(&args, Some(&sample));
+    expect_success(&args, &out);
+
+    // What the operator and the runtime would report (no operator runs in this test).
+    let status = serde_json::json!({"status": {
+        "observedGeneration": 1,
+        "phase": "Ready",
+        "runtime": "embedded",
+        "syncedTotal": 3,
+        "conditions": [{
+            "type": "Ready", "status": "True", "reason": "Installed", "message": "installed",
+            "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1
+        }]
+    }})
+    .to_string();
+    kubectl(&[
+        "patch",
+        "vclusterplugin",
+        "car-sync",
+        "-n",
+        ns,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &status,
+    ]);
+
+    for resource in ["vclusterplugins", "vcp", "vcluster"] {
+        let printed = kubectl_eventually(&["get", resource, "-n", ns]);
+        let mut lines = printed.lines();
+        let header: Vec<&str> = lines
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect();
+        assert_eq!(
+            header,
+            [
+                "NAME", "VCLUSTER", "RUNTIME", "READY", "PHASE", "SYNCED", "AGE"
+            ],
+            "kubectl get {resource}:\n{printed}"
+        );
+        let row: Vec<&str> = lines
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect();
+        assert_eq!(
+            row.get(..6),
+            Some(&["car-sync", "my-vcluster", "embedded", "True", "Ready", "3"][..]),
+            "kubectl get {resource}:\n{printed}"
+        );
+        assert_eq!(row.len(), 7, "{printed}");
+        assert!(lines.next().is_none(), "{printed}");
+    }
+}
