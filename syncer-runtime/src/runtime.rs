@@ -191,7 +191,10 @@ async fn join_next(
 struct Generation {
     spec: VClusterPluginSpec,
     observed_generation: Option<i64>,
+    /// One per synced type, reported in `status.syncedObjects`.
     types: Vec<Arc<TypeStats>>,
+    /// The pod hooks' statistics: they count toward health, not toward `syncedObjects`.
+    pod_hooks: Option<Arc<TypeStats>>,
     unsupported: Vec<String>,
     tasks: JoinSet<Result<(), Error>>,
 }
@@ -212,6 +215,7 @@ impl Generation {
         let mut generation = Generation {
             observed_generation: plugin.metadata.generation,
             types: Vec::new(),
+            pod_hooks: None,
             unsupported: Vec::new(),
             tasks: JoinSet::new(),
             spec: spec.clone(),
@@ -236,7 +240,7 @@ impl Generation {
         }
         if !physical_pod_hooks(&spec.hooks).is_empty() {
             let stats = Arc::new(TypeStats::new("v1", "Pod"));
-            generation.types.push(stats.clone());
+            generation.pod_hooks = Some(stats.clone());
             generation.tasks.spawn(run_pod_hooks(PodHookOptions {
                 host: config.host.clone(),
                 namespace: config.namespace.clone(),
@@ -361,13 +365,15 @@ impl Reporter {
 
     async fn report(&mut self, generation: &Generation) {
         let summaries: Vec<_> = generation.types.iter().map(|t| t.summary()).collect();
-        let total: i64 = summaries.iter().map(|s| s.in_sync).sum();
-        let failed: i64 = summaries.iter().map(|s| s.failed).sum();
-        let type_errors: Vec<String> = summaries
+        let all: Vec<_> = summaries
             .iter()
-            .filter_map(|s| s.type_error.clone())
+            .cloned()
+            .chain(generation.pod_hooks.iter().map(|p| p.summary()))
             .collect();
-        let not_ready: Vec<String> = summaries
+        let total: i64 = summaries.iter().map(|s| s.in_sync).sum();
+        let failed: i64 = all.iter().map(|s| s.failed).sum();
+        let type_errors: Vec<String> = all.iter().filter_map(|s| s.type_error.clone()).collect();
+        let not_ready: Vec<String> = all
             .iter()
             .filter(|s| !s.ready)
             .map(|s| format!("{} {}", s.api_version, s.kind))

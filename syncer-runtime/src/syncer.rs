@@ -214,7 +214,11 @@ impl ToHostSyncer {
                 self.index(&key);
                 queue.push(key);
             }
-            Ok(watcher::Event::Delete(obj)) => queue.push(virtual_key(&obj)),
+            Ok(watcher::Event::Delete(obj)) => {
+                let key = virtual_key(&obj);
+                self.unindex(&key);
+                queue.push(key);
+            }
             Ok(watcher::Event::InitDone) => {
                 self.opts.stats.set_type_error(None);
                 self.push_all(queue);
@@ -261,6 +265,13 @@ impl ToHostSyncer {
         let host_name = self.opts.translator.host_name(&key.name, &key.namespace);
         if let Ok(mut index) = self.host_index.lock() {
             index.insert(host_name, key.clone());
+        }
+    }
+
+    fn unindex(&self, key: &ObjectKey) {
+        let host_name = self.opts.translator.host_name(&key.name, &key.namespace);
+        if let Ok(mut index) = self.host_index.lock() {
+            index.remove(&host_name);
         }
     }
 
@@ -406,7 +417,7 @@ impl ToHostSyncer {
                 e,
             )
         })?;
-        info!(kind = %self.opts.translator.kind(), host = %host_name, virtual_namespace = ?virtual_obj.metadata.namespace, virtual_name = ?virtual_obj.metadata.name, "created host object");
+        info!(kind = %self.opts.translator.kind(), host = %host_name, virtual_namespace = %virtual_obj.namespace().unwrap_or_default(), virtual_name = %virtual_obj.name_any(), "created host object");
         Ok(())
     }
 
