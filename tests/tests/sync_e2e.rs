@@ -619,3 +619,119 @@ async fn spec_change_takes_effect_without_restart() {
     assert_eq!(hooked.data["spec"], json!({"type": "Audi", "seats": 7}));
     assert!(!w.runtime.is_finished());
 }
+
+#[tokio::test]
+async fn terminating_virtual_object_and_offline_changes() {
+    let mut w = world("offline", &["offline-a"]).await;
+    let cars = w.virtual_cars("offline-a");
+    let host_cars = w.host_cars();
+
+    // a virtual Car with a pending finalizer: deleting it deletes the host copy for good
+    apply(
+        &w.virtual_,
+        &cars_resource(),
+        Some("offline-a"),
+        json!({
+            "apiVersion": "example.loft.sh/v1", "kind": "Car",
+            "metadata": {"name": "held", "namespace": "offline-a", "labels": {"e2e": "offline"},
+                         "finalizers": ["example.com/hold"]},
+            "spec": {"type": "Audi"}
+        }),
+    )
+    .await;
+    let held_host = "held-x-offline-a-x-vc-offline";
+    w.host_car_where(held_host, |_| true).await;
+    cars.delete("held", &DeleteParams::default())
+        .await
+        .expect("delete held");
+    wait_for(TIMEOUT, || {
+        let api = host_cars.clone();
+        async move { api.get_opt(held_host).await.ok()?.is_none().then_some(()) }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        host_cars.get_opt(held_host).await.unwrap().is_none(),
+        "not resurrected while terminating"
+    );
+    let virtual_held = cars.get("held").await.expect("still terminating");
+    assert!(virtual_held.metadata.deletion_timestamp.is_some());
+
+    // changes while the runtime is down are reconciled when it starts again
+    w.put_car(
+        "offline-a",
+        "stays",
+        json!({}),
+        json!({}),
+        json!({"type": "BMW"}),
+    )
+    .await;
+    w.put_car(
+        "offline-a",
+        "goes",
+        json!({}),
+        json!({}),
+        json!({"type": "BMW"}),
+    )
+    .await;
+    w.host_car_where("stays-x-offline-a-x-vc-offline", |_| true)
+        .await;
+    w.host_car_where("goes-x-offline-a-x-vc-offline", |_| true)
+        .await;
+    w.runtime.abort();
+    let _ = (&mut w.runtime).await;
+    cars.delete("goes", &DeleteParams::default())
+        .await
+        .expect("delete goes");
+    w.put_car(
+        "offline-a",
+        "stays",
+        json!({}),
+        json!({}),
+        json!({"type": "BMW", "seats": 3}),
+    )
+    .await;
+    w.put_car(
+        "offline-a",
+        "new",
+        json!({}),
+        json!({}),
+        json!({"type": "Tesla"}),
+    )
+    .await;
+
+    let cp = ControlPlane::shared();
+    let config = Config::new(
+        cp.client(Cluster::Host, Identity::Syncer).await,
+        cp.client(Cluster::Virtual, Identity::Syncer).await,
+        &w.host_ns,
+        "car-plugin",
+    );
+    w.runtime = tokio::spawn(run(config));
+    w.host_car_where("new-x-offline-a-x-vc-offline", |_| true)
+        .await;
+    w.host_car_where("stays-x-offline-a-x-vc-offline", |car| {
+        car.data["spec"]["seats"] == json!(3)
+    })
+    .await;
+    wait_for(TIMEOUT, || {
+        let api = host_cars.clone();
+        async move {
+            api.get_opt("goes-x-offline-a-x-vc-offline")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        }
+    })
+    .await;
+
+    // release the finalizer so the virtual object goes away
+    cars.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .expect("release finalizer");
+}
