@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! Rust vcluster-sdk and the declarative runtime of vcluster-plugin-operator.
 //!
 //! - [`translate`]: vCluster-compatible names, labels and annotations of host objects (pure);

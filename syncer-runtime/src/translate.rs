@@ -12,7 +12,7 @@
 //!   [`MANAGED_LABELS_ANNOTATION`] / [`MANAGED_ANNOTATIONS_ANNOTATION`] (the sorted,
 //!   newline-joined keys that came from the virtual object), so that an update removes on the
 //!   host exactly the keys removed in the virtual cluster and keeps keys added on the host;
-//! - stripped: the server-owned metadata fields listed in [`translate_metadata`].
+//! - stripped: the server-owned metadata fields listed in [`NamespacedTranslator::translate_metadata`].
 //!
 //! Nothing here talks to an API server; the syncers in [`crate::syncer`] use these functions.
 
