@@ -114,3 +114,45 @@ impl<K: Eq + Hash + Clone> WorkReceiver<K> {
         Some(key)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn pushes_are_deduplicated_while_queued() {
+        let (queue, mut receiver) = work_queue::<&'static str>();
+        queue.push("a");
+        queue.push("b");
+        queue.push("a");
+        assert_eq!(receiver.next().await, Some("a"));
+        // once taken, the key can be queued again
+        queue.push("a");
+        assert_eq!(receiver.next().await, Some("b"));
+        assert_eq!(receiver.next().await, Some("a"));
+        drop(queue);
+        assert_eq!(receiver.next().await, None);
+    }
+
+    #[tokio::test]
+    async fn retries_back_off_and_forget_resets() {
+        let (queue, mut receiver) = work_queue::<&'static str>();
+        let start = tokio::time::Instant::now();
+        queue.retry("k");
+        assert_eq!(receiver.next().await, Some("k"));
+        assert!(start.elapsed() >= MIN_BACKOFF);
+        let second = tokio::time::Instant::now();
+        queue.retry("k");
+        assert_eq!(receiver.next().await, Some("k"));
+        assert!(
+            second.elapsed() >= MIN_BACKOFF * 2,
+            "{:?}",
+            second.elapsed()
+        );
+        queue.forget(&"k");
+        let third = tokio::time::Instant::now();
+        queue.retry("k");
+        assert_eq!(receiver.next().await, Some("k"));
+        assert!(third.elapsed() < MIN_BACKOFF * 2);
+    }
+}
