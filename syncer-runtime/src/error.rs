@@ -19,9 +19,10 @@ pub enum Error {
 
     /// The `VClusterPlugin` could not be read (RBAC, connectivity, CRD missing).
     #[error(
-        "cannot read VClusterPlugin {namespace}/{name} on the host: {source}; the syncer's \
+        "cannot read VClusterPlugin {namespace}/{name} on the host: {}; the syncer's \
          identity needs get/list/watch on vclusterplugins.vcp.dev in {namespace}, and the CRD \
-         must be installed"
+         must be installed",
+        short(source)
     )]
     ReadPlugin {
         /// Host namespace.
@@ -46,8 +47,9 @@ pub enum Error {
 
     /// A synced type is not served by an API server.
     #[error(
-        "{api_version} {kind} is not served by the {cluster} API server: {source}; install its \
-         CRD in both clusters, or set syncedTypes[].resource"
+        "{api_version} {kind} is not served by the {cluster} API server: {}; install its \
+         CRD in both clusters, or set syncedTypes[].resource",
+        short(source)
     )]
     Discovery {
         /// `group/version` of the type.
@@ -85,7 +87,7 @@ pub enum Error {
     },
 
     /// An API request failed.
-    #[error("{action} failed: {source}")]
+    #[error("{action} failed: {}", short(source))]
     Kube {
         /// What was attempted, such as `create host example.loft.sh/v1 Car ns/name`.
         action: String,
@@ -136,14 +138,61 @@ impl Error {
         }
     }
 
-    /// Whether the error is an HTTP 409 (conflict / already exists) or 422 with a failed
-    /// JSON-patch `test` precondition: a stale cache; retrying soon is expected to succeed.
+    /// Whether the error is an HTTP 409 (conflict on `resourceVersion`, or already exists): a
+    /// stale cache; retrying soon is expected to succeed.
     pub fn is_conflict(&self) -> bool {
         match self {
             Error::Kube { source, .. } => {
-                matches!(&**source, kube::Error::Api(status) if status.code == 409 || status.code == 422)
+                matches!(&**source, kube::Error::Api(status) if status.code == 409)
             }
             _ => false,
         }
+    }
+}
+
+/// An API error in one line: `HTTP <code> <reason>: <message>` for error responses of the API
+/// server, the error's own text otherwise.
+fn short(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => {
+            format!("HTTP {} {}: {}", status.code, status.reason, status.message)
+        }
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16, reason: &str, message: &str) -> kube::Error {
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "code": code, "reason": reason, "message": message
+        }))
+        .expect("status");
+        kube::Error::Api(Box::new(status))
+    }
+
+    #[test]
+    fn messages_are_one_line_and_say_what_to_do() {
+        let error = Error::ReadPlugin {
+            namespace: "ns".into(),
+            name: "p".into(),
+            source: Box::new(api_error(403, "Forbidden", "vclusterplugins is forbidden")),
+        };
+        assert_eq!(
+            error.to_string(),
+            "cannot read VClusterPlugin ns/p on the host: HTTP 403 Forbidden: vclusterplugins is \
+             forbidden; the syncer's identity needs get/list/watch on vclusterplugins.vcp.dev in \
+             ns, and the CRD must be installed"
+        );
+        assert!(!error.is_conflict());
+    }
+
+    #[test]
+    fn conflicts_are_recognised() {
+        assert!(Error::kube("patch", api_error(409, "Conflict", "changed")).is_conflict());
+        assert!(!Error::kube("patch", api_error(422, "Invalid", "bad spec")).is_conflict());
+        assert!(!Error::kube("patch", api_error(404, "NotFound", "gone")).is_conflict());
     }
 }
