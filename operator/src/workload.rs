@@ -4,7 +4,10 @@
 //! DESIGN.md rules implemented here ("API" and "Operator contract"):
 //! - the workload is the StatefulSet, else the Deployment, named `spec.vcluster.name`;
 //! - no `image`: the embedded-runtime sidecar (a container named after the plugin, running
-//!   `vcluster-plugin-syncer`);
+//!   `vcluster-plugin-syncer`); it reaches the virtual cluster with the kubeconfig vCluster keeps
+//!   in the host Secret `vc-<vcluster>` (key `config`, server `https://localhost:8443`, the
+//!   vCluster API server in the same pod), mounted read-only from one shared volume
+//!   [`VCLUSTER_KUBECONFIG_VOLUME`] at [`VCLUSTER_KUBECONFIG_DIR`];
 //! - `image` + `v2` (default): an init container named after the plugin running
 //!   `cp -r /plugin /plugins/<name>`, an emptyDir volume `plugins`, mounted at `/plugins` in the
 //!   init container and in the `syncer` container;
@@ -31,7 +34,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, EnvVar, PodSpec, Volume, VolumeMount,
+    Container, EmptyDirVolumeSource, EnvVar, PodSpec, SecretVolumeSource, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use kube::ResourceExt;
@@ -46,6 +49,13 @@ pub const PLUGINS_VOLUME: &str = "plugins";
 pub const PLUGINS_MOUNT_PATH: &str = "/plugins";
 /// Binary of the embedded runtime inside the runtime image.
 pub const RUNTIME_BINARY: &str = "vcluster-plugin-syncer";
+/// Volume (a Secret volume of `vc-<vcluster>`) shared by every embedded-runtime sidecar.
+pub const VCLUSTER_KUBECONFIG_VOLUME: &str = "vcp-vcluster-kubeconfig";
+/// Mount path of [`VCLUSTER_KUBECONFIG_VOLUME`] in the embedded-runtime sidecars.
+pub const VCLUSTER_KUBECONFIG_DIR: &str = "/var/run/vcp/vcluster";
+/// Key of the vCluster's kubeconfig in its Secret `vc-<vcluster>` (and so the file name under
+/// [`VCLUSTER_KUBECONFIG_DIR`]).
+pub const VCLUSTER_KUBECONFIG_KEY: &str = "config";
 /// Port of the first v1 plugin; the i-th (0-based) v1 plugin listens on `14000 + i`.
 pub const V1_BASE_PORT: u32 = 14000;
 
@@ -245,6 +255,14 @@ pub fn plan(workload: &Workload, plugins: &[&VClusterPlugin], runtime_image: &st
     }
 
     let mut volumes = Vec::new();
+    if containers.iter().any(|c| {
+        c.volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.name == VCLUSTER_KUBECONFIG_VOLUME)
+    }) {
+        volumes.push(vcluster_kubeconfig_volume(&workload.name));
+    }
     if !init_containers.is_empty() {
         // The shared entries, exactly once, whatever the number of v2 plugins.
         containers.insert(
@@ -291,6 +309,28 @@ pub fn plan(workload: &Workload, plugins: &[&VClusterPlugin], runtime_image: &st
 fn to_value<T: serde::Serialize>(v: &T) -> Value {
     // Serializing k8s-openapi types to a JSON value cannot fail (no non-string map keys).
     serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+/// The Secret volume holding the vCluster's kubeconfig: vCluster writes it to the host Secret
+/// `vc-<vcluster>` (key [`VCLUSTER_KUBECONFIG_KEY`]).
+pub fn vcluster_kubeconfig_volume(vcluster: &str) -> Volume {
+    Volume {
+        name: VCLUSTER_KUBECONFIG_VOLUME.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(format!("vc-{vcluster}")),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn vcluster_kubeconfig_mount() -> VolumeMount {
+    VolumeMount {
+        name: VCLUSTER_KUBECONFIG_VOLUME.into(),
+        mount_path: VCLUSTER_KUBECONFIG_DIR.into(),
+        read_only: Some(true),
+        ..Default::default()
+    }
 }
 
 fn plugins_mount() -> VolumeMount {
@@ -358,9 +398,16 @@ fn base_container(plugin: &VClusterPlugin, image: &str) -> Container {
 }
 
 /// The embedded-runtime sidecar: `vcluster-plugin-syncer --plugin <name> --namespace <ns>
-/// --vcluster <vcluster>` (spec `command` / `args`, when given, replace these).
+/// --vcluster <vcluster> --virtual-kubeconfig /var/run/vcp/vcluster/config` (spec `command` /
+/// `args`, when given, replace these), with the vCluster's kubeconfig Secret mounted
+/// read-only at [`VCLUSTER_KUBECONFIG_DIR`] (before the spec's own `volumeMounts`; a spec
+/// mount at the same path is dropped, as a mount path can be used only once).
 pub fn embedded_container(plugin: &VClusterPlugin, runtime_image: &str) -> Container {
     let mut c = base_container(plugin, runtime_image);
+    let mut mounts = c.volume_mounts.take().unwrap_or_default();
+    mounts.retain(|m| m.mount_path != VCLUSTER_KUBECONFIG_DIR);
+    mounts.insert(0, vcluster_kubeconfig_mount());
+    c.volume_mounts = Some(mounts);
     if c.command.is_none() {
         c.command = Some(vec![RUNTIME_BINARY.to_string()]);
     }
@@ -372,6 +419,8 @@ pub fn embedded_container(plugin: &VClusterPlugin, runtime_image: &str) -> Conta
             plugin.namespace().unwrap_or_default(),
             "--vcluster".into(),
             plugin.spec.vcluster.name.clone(),
+            "--virtual-kubeconfig".into(),
+            format!("{VCLUSTER_KUBECONFIG_DIR}/{VCLUSTER_KUBECONFIG_KEY}"),
         ]);
     }
     c
@@ -675,16 +724,86 @@ mod tests {
                 "apiVersion": "apps/v1",
                 "kind": "StatefulSet",
                 "metadata": { "name": "my-vcluster", "namespace": "team-a" },
-                "spec": { "template": { "spec": { "containers": [{
-                    "name": "car-syncer",
-                    "image": RUNTIME,
-                    "command": ["vcluster-plugin-syncer"],
-                    "args": ["--plugin", "car-syncer", "--namespace", "team-a", "--vcluster", "my-vcluster"],
-                }]}}}
+                "spec": { "template": { "spec": {
+                    "containers": [{
+                        "name": "car-syncer",
+                        "image": RUNTIME,
+                        "command": ["vcluster-plugin-syncer"],
+                        "args": ["--plugin", "car-syncer", "--namespace", "team-a", "--vcluster", "my-vcluster",
+                                 "--virtual-kubeconfig", "/var/run/vcp/vcluster/config"],
+                        "volumeMounts": [{ "name": "vcp-vcluster-kubeconfig", "mountPath": "/var/run/vcp/vcluster", "readOnly": true }],
+                    }],
+                    "volumes": [{ "name": "vcp-vcluster-kubeconfig", "secret": { "secretName": "vc-my-vcluster" } }],
+                }}}
             })
         );
         assert_eq!(plan.installed, BTreeSet::from(["car-syncer".to_string()]));
         assert!(plan.refused.is_empty());
+    }
+
+    #[test]
+    fn embedded_sidecars_share_one_kubeconfig_volume_that_goes_with_the_last() {
+        let a = created_at(plugin("a", None, None), 1);
+        let mut b = created_at(plugin("b", None, None), 2);
+        // A spec mount at the kubeconfig path would be a duplicate mount path: dropped.
+        b.spec.volume_mounts = Some(vec![
+            VolumeMount {
+                name: "mine".into(),
+                mount_path: VCLUSTER_KUBECONFIG_DIR.into(),
+                ..Default::default()
+            },
+            VolumeMount {
+                name: "data".into(),
+                mount_path: "/data".into(),
+                ..Default::default()
+            },
+        ]);
+        let v2 = created_at(plugin("v2", Some("img"), None), 3);
+        let both = plan(&workload(), &[&b, &a, &v2], RUNTIME);
+        let spec = &both.patch["spec"]["template"]["spec"];
+        assert_eq!(
+            spec["volumes"],
+            json!([
+                { "name": "vcp-vcluster-kubeconfig", "secret": { "secretName": "vc-my-vcluster" } },
+                { "name": "plugins", "emptyDir": {} },
+            ])
+        );
+        let cs = containers(&both.patch);
+        let mounts = |c: &Container| -> Vec<(String, String, Option<bool>)> {
+            c.volume_mounts
+                .iter()
+                .flatten()
+                .map(|m| (m.name.clone(), m.mount_path.clone(), m.read_only))
+                .collect()
+        };
+        let kubeconfig = (
+            VCLUSTER_KUBECONFIG_VOLUME.to_string(),
+            VCLUSTER_KUBECONFIG_DIR.to_string(),
+            Some(true),
+        );
+        assert_eq!(cs[1].name, "a");
+        assert_eq!(mounts(&cs[1]), [kubeconfig.clone()]);
+        assert_eq!(cs[2].name, "b");
+        assert_eq!(
+            mounts(&cs[2]),
+            [kubeconfig, ("data".into(), "/data".into(), None)]
+        );
+        assert_eq!(
+            cs[2].args.as_ref().unwrap()[6..],
+            ["--virtual-kubeconfig", "/var/run/vcp/vcluster/config"]
+        );
+        // The v2 init container does not get the kubeconfig.
+        assert_eq!(init_containers(&both.patch)[0].volume_mounts.as_ref().unwrap().len(), 1);
+
+        // Only the image plugin left: the Secret volume goes, the plugins volume stays.
+        let live = applied(workload(), &both.patch);
+        let only_v2 = plan(&live, &[&v2], RUNTIME);
+        assert_eq!(
+            only_v2.patch["spec"]["template"]["spec"]["volumes"],
+            json!([{ "name": "plugins", "emptyDir": {} }])
+        );
+        assert!(!is_converged(&live, &only_v2.patch));
+        assert!(is_converged(&live, &plan(&live, &[&a, &b, &v2], RUNTIME).patch));
     }
 
     #[test]

@@ -249,7 +249,9 @@ async fn embedded_plugin_install_converge_and_clean_removal() {
                 "--namespace",
                 ns,
                 "--vcluster",
-                "my-vcluster"
+                "my-vcluster",
+                "--virtual-kubeconfig",
+                "/var/run/vcp/vcluster/config",
             ]
             .map(String::from)
             .to_vec()
