@@ -17,7 +17,10 @@
 //!   metadata.name/namespace, pod template containers / initContainers / volumes by name), so
 //!   Helm- or Argo CD-owned fields are never touched;
 //! - conflicts are reported, never fought: a plugin whose container name is already used by a
-//!   container the operator did not add is left out and gets `Ready=False, reason=Conflict`.
+//!   container the operator did not add, or that syncs a type (same API group and kind, any
+//!   version) an older plugin of the same vCluster already syncs, is left out and gets
+//!   `Ready=False, reason=Conflict`; "older" is by creationTimestamp, then name, so the
+//!   plugin that was there first keeps working.
 //!
 //! All plugins share one field manager, and the `plugins` volume and the `/plugins` mount in
 //! `syncer` are shared by every v2 plugin. A server-side apply *replaces* everything the manager
@@ -213,10 +216,16 @@ pub fn plan(workload: &Workload, plugins: &[&VClusterPlugin], runtime_image: &st
     let mut installed = BTreeSet::new();
     let mut refused = BTreeMap::new();
     let mut v1_index = 0u32;
+    // (group, kind) → the installed plugin syncing it.
+    let mut synced_by: BTreeMap<(String, String), String> = BTreeMap::new();
 
     for plugin in sorted {
         let name = plugin.name_any();
         if let Some(refusal) = name_conflict(workload, &owned, &name) {
+            refused.insert(name, refusal);
+            continue;
+        }
+        if let Some(refusal) = synced_type_conflict(workload, &synced_by, plugin) {
             refused.insert(name, refusal);
             continue;
         }
@@ -251,7 +260,12 @@ pub fn plan(workload: &Workload, plugins: &[&VClusterPlugin], runtime_image: &st
                 init_containers.push(v2_init_container(plugin));
             }
         }
-        installed.insert(plugin.name_any());
+        for t in &plugin.spec.synced_types {
+            synced_by
+                .entry(synced_type_key(&t.api_version, &t.kind))
+                .or_insert_with(|| name.clone());
+        }
+        installed.insert(name);
     }
 
     let mut volumes = Vec::new();
@@ -377,6 +391,34 @@ fn name_conflict(workload: &Workload, owned: &Value, name: &str) -> Option<Refus
         }
     }
     None
+}
+
+fn synced_type_key(api_version: &str, kind: &str) -> (String, String) {
+    let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
+    (group.to_string(), kind.to_string())
+}
+
+/// A plugin syncing a type that an older installed plugin (in `synced_by`) already syncs.
+fn synced_type_conflict(
+    workload: &Workload,
+    synced_by: &BTreeMap<(String, String), String>,
+    plugin: &VClusterPlugin,
+) -> Option<Refusal> {
+    plugin
+        .spec
+        .synced_types
+        .iter()
+        .enumerate()
+        .find_map(|(i, t)| {
+            let owner = synced_by.get(&synced_type_key(&t.api_version, &t.kind))?;
+            Some(Refusal {
+                reason: REASON_CONFLICT,
+                message: format!(
+                    "spec.syncedTypes[{i}] ({} {}) is already synced by the older VClusterPlugin `{owner}` in vCluster {}/{}; two plugins syncing one type would fight over the same host objects: remove the type from one of them",
+                    t.api_version, t.kind, workload.namespace, workload.name
+                ),
+            })
+        })
 }
 
 /// The container fields every kind of plugin copies from its spec.
@@ -793,7 +835,14 @@ mod tests {
             ["--virtual-kubeconfig", "/var/run/vcp/vcluster/config"]
         );
         // The v2 init container does not get the kubeconfig.
-        assert_eq!(init_containers(&both.patch)[0].volume_mounts.as_ref().unwrap().len(), 1);
+        assert_eq!(
+            init_containers(&both.patch)[0]
+                .volume_mounts
+                .as_ref()
+                .unwrap()
+                .len(),
+            1
+        );
 
         // Only the image plugin left: the Secret volume goes, the plugins volume stays.
         let live = applied(workload(), &both.patch);
@@ -803,7 +852,10 @@ mod tests {
             json!([{ "name": "plugins", "emptyDir": {} }])
         );
         assert!(!is_converged(&live, &only_v2.patch));
-        assert!(is_converged(&live, &plan(&live, &[&a, &b, &v2], RUNTIME).patch));
+        assert!(is_converged(
+            &live,
+            &plan(&live, &[&a, &b, &v2], RUNTIME).patch
+        ));
     }
 
     #[test]
@@ -985,6 +1037,54 @@ mod tests {
             .map(|c| c.name)
             .collect();
         assert_eq!(names, ["ok"]);
+    }
+
+    #[test]
+    fn the_newer_of_two_plugins_syncing_one_type_is_refused() {
+        let car = |v: &str| vcp_crds::SyncedType {
+            api_version: format!("example.loft.sh/{v}"),
+            kind: "Car".into(),
+            ..Default::default()
+        };
+        let mut old = created_at(plugin("zz-old", None, None), 1);
+        old.spec.synced_types = vec![car("v1")];
+        let mut new = created_at(plugin("aa-new", Some("img"), None), 2);
+        new.spec.synced_types = vec![
+            vcp_crds::SyncedType {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                ..Default::default()
+            },
+            car("v2"),
+        ];
+        let plan1 = plan(&workload(), &[&new, &old], RUNTIME);
+        assert_eq!(plan1.installed, BTreeSet::from(["zz-old".to_string()]));
+        let r = &plan1.refused["aa-new"];
+        assert_eq!(r.reason, REASON_CONFLICT);
+        assert!(r.message.starts_with("spec.syncedTypes[1] (example.loft.sh/v2 Car) is already synced by the older VClusterPlugin `zz-old`"), "{}", r.message);
+        assert!(
+            init_containers(&plan1.patch).is_empty(),
+            "nothing of the newer one"
+        );
+
+        // Same creation time: the name decides.
+        let mut b = created_at(plugin("b", None, None), 5);
+        b.spec.synced_types = vec![car("v1")];
+        let mut a = created_at(plugin("a", None, None), 5);
+        a.spec.synced_types = vec![car("v1")];
+        let plan2 = plan(&workload(), &[&b, &a], RUNTIME);
+        assert_eq!(plan2.installed, BTreeSet::from(["a".to_string()]));
+        assert!(plan2.refused.contains_key("b"));
+
+        // A refused plugin claims nothing: a third one behind it is judged against the installed.
+        let mut other = created_at(plugin("c", None, None), 9);
+        other.spec.synced_types = vec![vcp_crds::SyncedType {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            ..Default::default()
+        }];
+        let plan3 = plan(&workload(), &[&old, &new, &other], RUNTIME);
+        assert!(plan3.installed.contains("c"), "{:?}", plan3.refused);
     }
 
     #[test]
