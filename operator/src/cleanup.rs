@@ -8,7 +8,9 @@
 //!   left the operator's field manager owns nothing and the pod template is the original;
 //! - a workload that no longer exists does not block deletion;
 //! - RBAC: the Role / RoleBinding (owned, but no garbage collector is guaranteed to run) and
-//!   the ClusterRole / ClusterRoleBinding (labelled) are deleted by name;
+//!   the ClusterRole / ClusterRoleBinding (labelled) are deleted by name; with
+//!   `rbac.mode: PatchVClusterRoles`, the entries recorded in the vCluster's Roles are taken out
+//!   again ([`crate::rbac::patch_role`]), restoring each Role exactly;
 //! - the finalizer itself is removed by `kube::runtime::finalizer` once this returns `Ok`.
 
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
@@ -59,6 +61,9 @@ pub async fn cleanup(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
         apply_workload(&ctx.client, &wl, &plan.patch).await?;
     }
     drop(guard);
+
+    // PatchVClusterRoles: take this plugin's entries out of every Role that records them.
+    crate::controller::sync_vcluster_roles(&ctx.client, plugin, None).await?;
 
     let role = rbac::role_name(&name);
     let cluster = rbac::cluster_role_name(&namespace, &name);

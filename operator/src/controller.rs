@@ -36,6 +36,7 @@ use tracing::{debug, info, warn};
 use vcp_crds::{FINALIZER, OPERATOR_FIELD_MANAGER, PLUGIN_NAME_LABEL, VClusterPlugin, WorkloadRef};
 
 use crate::error::{Error, Result};
+use crate::policy::{self, Policy};
 use crate::rbac::{self, DesiredRbac, Plurals};
 use crate::status::{self, Check, Outcome};
 use crate::workload::{self, Workload, WorkloadKind};
@@ -58,6 +59,8 @@ pub struct Context {
     pub runtime_image: String,
     /// Publishes Events on VClusterPlugins.
     pub recorder: Recorder,
+    /// Which RBAC rules a plugin may grant (`--policy-file`).
+    pub policy: Policy,
     /// Every VClusterPlugin, from the controller's watch cache (used to build the workload's
     /// apply body from all plugins of a vCluster).
     pub plugins: Store<VClusterPlugin>,
@@ -81,6 +84,7 @@ impl Context {
 
     /// The plugins installed into `vcluster` of `namespace` according to the watch cache,
     /// except `without`, with `current` (fresher than the cache) in place of its cached copy.
+    /// Plugins the policy refuses are left out: they get nothing in the workload.
     pub fn installed_plugins(
         &self,
         namespace: &str,
@@ -97,6 +101,7 @@ impl Context {
             .map(|p| (**p).clone())
             .chain(current.cloned())
             .filter(|p| workload::contributes(p, namespace, vcluster))
+            .filter(|p| policy::evaluate(&self.policy, p).is_ok())
             .collect();
         if let Some(without) = without {
             out.retain(|p| p.name_any() != without);
@@ -130,6 +135,7 @@ pub async fn run_until(
             },
         ),
         plugins: store.clone(),
+        policy: config.policy.clone(),
         workload_locks: Mutex::default(),
     });
 
@@ -393,21 +399,29 @@ async fn apply(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
     apply_workload(&ctx.client, &wl, &plan.patch).await?;
     drop(guard);
 
-    let workload_patched = match plan.refused.get(&plugin.name_any()) {
-        Some(r) => Check::failed(r.reason, r.message.clone()),
-        None => Check::Ok,
+    // A plugin the policy refuses is not in `installed` (so not in the workload), and gets
+    // no RBAC: nothing is applied for it.
+    let denial = policy::evaluate(&ctx.policy, plugin).err();
+    let workload_patched = match (&denial, plan.refused.get(&plugin.name_any())) {
+        (Some(d), _) => Check::failed(policy::REASON_POLICY_DENIED, d.message()),
+        (None, Some(r)) => Check::failed(r.reason, r.message.clone()),
+        (None, None) => Check::Ok,
     };
     let rbac = match &workload_patched {
         // A refused plugin gets nothing: no RBAC either.
         Check::Failed { .. } => workload_patched.clone(),
         Check::Ok => {
             let plurals = resolve_plurals(&ctx.client, plugin).await?;
-            match rbac::desired(plugin, &plurals) {
-                Ok(desired) => {
+            match (
+                rbac::desired(plugin, &plurals),
+                rbac::namespaced_rules(plugin, &plurals),
+            ) {
+                (Ok(desired), Ok(namespaced)) => {
                     apply_rbac(&ctx.client, plugin, desired).await?;
-                    Check::Ok
+                    let patched = rbac::patches_vcluster_roles(plugin).then_some(namespaced);
+                    sync_vcluster_roles(&ctx.client, plugin, patched.as_deref()).await?
                 }
-                Err(r) => Check::failed(r.reason, r.message),
+                (Err(r), _) | (_, Err(r)) => Check::failed(r.reason, r.message),
             }
         }
     };
@@ -564,4 +578,97 @@ where
         Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
         Err(e) => Err(Error::kube(format!("delete {kind} {name}"), e)),
     }
+}
+
+/// `rbac.mode: PatchVClusterRoles` ([`rbac::patch_role`]): makes the Role bound to the
+/// vCluster's service account carry `rules` as this plugin's appended entries, and restores
+/// every other Role of the namespace that carries entries of this plugin (after a mode switch,
+/// or when the bindings changed). `rules: None` restores every such Role (`Dedicated` mode, and
+/// the finalizer).
+///
+/// Returns `Check::Failed` with [`rbac::REASON_NO_VCLUSTER_ROLE`] when `rules` is given but no
+/// Role is bound to `vc-<vcluster>` (or the bound Role does not exist).
+///
+/// # Errors
+/// API errors, including 409 Conflict when a Role changed between the read and the patch (the
+/// reconcile is retried from fresh reads).
+pub async fn sync_vcluster_roles(
+    client: &Client,
+    plugin: &VClusterPlugin,
+    rules: Option<&[k8s_openapi::api::rbac::v1::PolicyRule]>,
+) -> Result<Check> {
+    let namespace = plugin.namespace().unwrap_or_default();
+    let name = plugin.name_any();
+    let vcluster = &plugin.spec.vcluster.name;
+    let roles_api = Api::<Role>::namespaced(client.clone(), &namespace);
+    let roles = roles_api
+        .list(&kube::api::ListParams::default())
+        .await
+        .map_err(|e| Error::kube(format!("list Roles in {namespace}"), e))?
+        .items;
+    let target = match rules {
+        None => None,
+        Some(_) => {
+            let bindings = Api::<RoleBinding>::namespaced(client.clone(), &namespace)
+                .list(&kube::api::ListParams::default())
+                .await
+                .map_err(|e| Error::kube(format!("list RoleBindings in {namespace}"), e))?
+                .items;
+            rbac::target_role(&bindings, &namespace, vcluster)
+        }
+    };
+    let key = rbac::added_rules_annotation(&name);
+    for role in &roles {
+        let role_name = role.name_any();
+        let desired = match (&target, rules) {
+            (Some(t), Some(r)) if *t == role_name => Some(r),
+            _ if role.annotations().contains_key(&key) => None,
+            _ => continue,
+        };
+        if let Some(patch) = rbac::patch_role(role, &name, desired) {
+            roles_api
+                .patch(
+                    &role_name,
+                    &PatchParams {
+                        field_manager: Some(OPERATOR_FIELD_MANAGER.into()),
+                        ..Default::default()
+                    },
+                    &Patch::Merge(&patch),
+                )
+                .await
+                .map_err(|e| {
+                    Error::kube(
+                        format!("merge-patch the rules of Role {namespace}/{role_name}"),
+                        e,
+                    )
+                })?;
+            info!(
+                "{} rules of VClusterPlugin {name} in Role {namespace}/{role_name}",
+                if desired.is_some() {
+                    "appended"
+                } else {
+                    "removed the"
+                }
+            );
+        }
+    }
+    if rules.is_none() {
+        return Ok(Check::Ok);
+    }
+    let sa = rbac::service_account_name(vcluster);
+    Ok(match target {
+        Some(t) if roles.iter().any(|r| r.name_any() == t) => Check::Ok,
+        Some(t) => Check::failed(
+            rbac::REASON_NO_VCLUSTER_ROLE,
+            format!(
+                "a RoleBinding binds ServiceAccount {sa} to Role {t}, which does not exist in {namespace}; rbac.mode PatchVClusterRoles appends to it"
+            ),
+        ),
+        None => Check::failed(
+            rbac::REASON_NO_VCLUSTER_ROLE,
+            format!(
+                "no RoleBinding in {namespace} binds a Role to ServiceAccount {sa}, so rbac.mode PatchVClusterRoles has no Role to append to; use rbac.mode Dedicated"
+            ),
+        ),
+    })
 }

@@ -10,6 +10,7 @@
 //! | Role / RoleBinding / ClusterRole / ClusterRoleBinding and the rules derived from `syncedTypes` | [`rbac`] |
 //! | `observedGeneration`, `phase`, conditions, `lastTransitionTime` | [`status`] |
 //! | the finalizer `vcp.dev/cleanup` | [`cleanup`] |
+//! | which RBAC rules a plugin may grant (`PolicyDenied`) | [`policy`] |
 //! | watches, reconcile order, Events, retries | [`controller`] |
 //!
 //! Tests and the binary start the operator with [`run`] (or [`run_until`]) and a [`Config`].
@@ -17,6 +18,7 @@
 pub mod cleanup;
 pub mod controller;
 pub mod error;
+pub mod policy;
 pub mod rbac;
 pub mod status;
 pub mod workload;
@@ -45,6 +47,8 @@ pub struct Config {
     pub concurrency: u16,
     /// `reportingInstance` of the Events (such as the pod name); default: none.
     pub instance: Option<String>,
+    /// Which RBAC rules a plugin may grant; default [`policy::Policy::default`] (DESIGN.md).
+    pub policy: policy::Policy,
 }
 
 impl Config {
@@ -55,6 +59,7 @@ impl Config {
             runtime_image: default_runtime_image(),
             concurrency: 4,
             instance: None,
+            policy: policy::Policy::default(),
         }
     }
 }

@@ -17,6 +17,11 @@ struct Args {
     #[arg(long, env = "VCP_CONCURRENCY", default_value_t = 4)]
     concurrency: u16,
 
+    /// Operator policy (YAML; schema in the docs of `vcluster_plugin_operator::policy`):
+    /// which RBAC rules a VClusterPlugin may grant. Default: DESIGN.md's.
+    #[arg(long, env = "VCP_POLICY_FILE")]
+    policy_file: Option<std::path::PathBuf>,
+
     /// Log filter (tracing EnvFilter syntax), such as `info` or `vcluster_plugin_operator=debug`.
     #[arg(long, env = "RUST_LOG", default_value = "info")]
     log: String,
@@ -42,6 +47,15 @@ async fn main() -> std::process::ExitCode {
     config.runtime_image = args.runtime_image;
     config.concurrency = args.concurrency;
     config.instance = std::env::var("POD_NAME").ok();
+    if let Some(path) = &args.policy_file {
+        match vcluster_plugin_operator::policy::Policy::from_file(path) {
+            Ok(p) => config.policy = p,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot load the operator policy");
+                return std::process::ExitCode::FAILURE;
+            }
+        }
+    }
 
     tracing::info!(runtime_image = %config.runtime_image, "starting vcluster-plugin-operator");
     match run_until(config, shutdown_signal()).await {

@@ -13,8 +13,23 @@
 //! - the embedded runtime: read VClusterPlugins of the namespace, patch its own status, and
 //!   write Events.
 //!
-//! `rbac.mode: PatchVClusterRoles` is not implemented yet (issue 3); such plugins get the
-//! dedicated objects too.
+//! `rbac.mode: PatchVClusterRoles` ([`patch_role`], [`restore_role`]): the plugin's namespaced
+//! rules are appended to the Role bound to the vCluster's service account (found through the
+//! RoleBindings of the namespace, [`target_role`]); the rules added are recorded in the Role's
+//! annotation [`added_rules_annotation`] (JSON), so that removal takes exactly those entries
+//! out again and the Role's `rules`, labels and annotations are what they were, byte for byte.
+//! Cluster-scoped rules still get the plugin's own ClusterRole in this mode (the vCluster chart
+//! binds no ClusterRole to patch in the common case).
+//!
+//! Why a merge patch with a `resourceVersion` precondition, not server-side apply: a Role's `rules` is an
+//! atomic list, so an apply that sets it takes ownership of the *whole* list, Helm's rules
+//! included. A forced apply would steal Helm's ownership; and when the plugin goes, an apply
+//! without `rules` would delete the entire list (the manager owned it), not just the appended
+//! entries. Instead the operator reads the Role, computes the new list (the live one without
+//! the recorded entries, plus the desired ones) and sends it with the annotation change and the
+//! `metadata.resourceVersion` it read as one JSON merge patch: optimistic concurrency, so a
+//! concurrent writer (Helm, Argo CD, another reconcile) makes the patch fail with a conflict and
+//! the next reconcile recomputes from the fresh object instead of overwriting its change.
 
 use std::collections::BTreeMap;
 
@@ -23,6 +38,7 @@ use k8s_openapi::api::rbac::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
 use vcp_crds::{
     HookEvent, PLUGIN_NAME_LABEL, PLUGIN_NAMESPACE_LABEL, SyncDirection, VClusterPlugin,
 };
@@ -31,6 +47,11 @@ use crate::workload::{PluginKind, Refusal, plugin_kind};
 
 /// `Ready` reason of a plugin naming a type the API server does not serve.
 pub const REASON_UNKNOWN_TYPE: &str = "UnknownType";
+/// `Ready` reason of a `PatchVClusterRoles` plugin when no Role is bound to the vCluster's
+/// service account.
+pub const REASON_NO_VCLUSTER_ROLE: &str = "VClusterRoleNotFound";
+/// Prefix of the annotation recording the rules a plugin appended to a vCluster Role.
+pub const ADDED_RULES_PREFIX: &str = "vcp.dev/added-rules.";
 
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 const WRITE_VERBS: [&str; 7] = [
@@ -279,7 +300,18 @@ fn subject(plugin: &VClusterPlugin) -> Subject {
     }
 }
 
-/// The RBAC objects of `plugin` in `Dedicated` mode.
+/// Whether `plugin` uses `rbac.mode: PatchVClusterRoles`.
+pub fn patches_vcluster_roles(plugin: &VClusterPlugin) -> bool {
+    plugin
+        .spec
+        .rbac
+        .as_ref()
+        .is_some_and(|r| r.mode == vcp_crds::RbacMode::PatchVClusterRoles)
+}
+
+/// The dedicated RBAC objects of `plugin`: in `Dedicated` mode all four (where rules exist); in
+/// `PatchVClusterRoles` mode only the ClusterRole and its binding (the namespaced rules go into
+/// the vCluster's Role, see [`patch_role`]).
 ///
 /// # Errors
 /// A [`Refusal`] with [`REASON_UNKNOWN_TYPE`] when a needed plural is not in `plurals`.
@@ -296,7 +328,7 @@ pub fn desired(plugin: &VClusterPlugin, plurals: &Plurals) -> Result<DesiredRbac
         ..Default::default()
     };
     let mut out = DesiredRbac::default();
-    if !namespaced.is_empty() {
+    if !namespaced.is_empty() && !patches_vcluster_roles(plugin) {
         out.role = Some(Role {
             metadata: meta(role_name(&name), true),
             rules: Some(namespaced),
@@ -379,6 +411,118 @@ pub fn cluster_role_binding_matches(
     meta_matches(&live.metadata, &desired.metadata)
         && live.role_ref == desired.role_ref
         && live.subjects == desired.subjects
+}
+
+// ---------------------------------------------------------------------------------------------
+// rbac.mode: PatchVClusterRoles
+
+/// The annotation on a vCluster Role holding the JSON list of the rules `plugin_name` appended:
+/// `vcp.dev/added-rules.<name>`. An annotation name is at most 63 characters, so a plugin name
+/// longer than 51 is cut to 40 characters plus `-` and 10 hex digits of its FNV-1a hash.
+pub fn added_rules_annotation(plugin_name: &str) -> String {
+    const MAX_NAME: usize = 63 - "added-rules.".len();
+    if plugin_name.len() <= MAX_NAME {
+        return format!("{ADDED_RULES_PREFIX}{plugin_name}");
+    }
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in plugin_name.bytes() {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    let hex = format!("{hash:016x}");
+    format!("{ADDED_RULES_PREFIX}{}-{}", &plugin_name[..40], &hex[..10])
+}
+
+/// The Role a `PatchVClusterRoles` plugin appends to: among the Roles that RoleBindings of the
+/// namespace bind to the service account `vc-<vcluster>` (and that are not a plugin's dedicated
+/// Role, labelled [`PLUGIN_NAME_LABEL`]), the one named `vc-<vcluster>` (the vCluster chart's)
+/// when bound, else the first by name. `None` when no Role is bound.
+pub fn target_role(bindings: &[RoleBinding], namespace: &str, vcluster: &str) -> Option<String> {
+    let sa = service_account_name(vcluster);
+    let mut roles: Vec<String> = bindings
+        .iter()
+        .filter(|b| b.role_ref.kind == "Role" && b.role_ref.api_group == RBAC_GROUP)
+        .filter(|b| b.labels().get(PLUGIN_NAME_LABEL).is_none())
+        .filter(|b| {
+            b.subjects.iter().flatten().any(|s| {
+                s.kind == "ServiceAccount"
+                    && s.name == sa
+                    && s.namespace.as_deref().unwrap_or(namespace) == namespace
+            })
+        })
+        .map(|b| b.role_ref.name.clone())
+        .collect();
+    roles.sort();
+    roles.dedup();
+    if roles.contains(&sa) {
+        return Some(sa);
+    }
+    roles.into_iter().next()
+}
+
+/// The rules `plugin_name` recorded in `role` (empty when none or unreadable).
+pub fn recorded_rules(role: &Role, plugin_name: &str) -> Vec<PolicyRule> {
+    role.annotations()
+        .get(&added_rules_annotation(plugin_name))
+        .and_then(|v| serde_json::from_str(v).ok())
+        .unwrap_or_default()
+}
+
+/// `rules` without the `recorded` entries: for each recorded rule, from the last, its last
+/// occurrence is removed (equal rules are interchangeable, so this restores the list exactly
+/// even when another plugin appended the same rule later).
+pub fn without_recorded(rules: &[PolicyRule], recorded: &[PolicyRule]) -> Vec<PolicyRule> {
+    let mut out: Vec<PolicyRule> = rules.to_vec();
+    for r in recorded.iter().rev() {
+        let r = normalize(r);
+        if let Some(i) = out.iter().rposition(|x| normalize(x) == r) {
+            out.remove(i);
+        }
+    }
+    out
+}
+
+/// The JSON merge patch (RFC 7386) that makes `live` hold `desired` as the rules appended for
+/// `plugin_name` (`None`: remove what it appended), or `None` when `live` already does.
+///
+/// The patch carries `metadata.resourceVersion` of `live` (the API server refuses it with 409
+/// Conflict when the Role changed since: optimistic concurrency), the whole new `rules` (the
+/// live list minus the recorded entries plus `desired`; a merge patch replaces a list whole)
+/// and the annotation [`added_rules_annotation`] (set, or `null` to remove it).
+pub fn patch_role(live: &Role, plugin_name: &str, desired: Option<&[PolicyRule]>) -> Option<Value> {
+    let key = added_rules_annotation(plugin_name);
+    let recorded_raw = live.annotations().get(&key);
+    let recorded = recorded_rules(live, plugin_name);
+    let live_rules = live.rules.clone().unwrap_or_default();
+    let desired: Vec<PolicyRule> = desired.unwrap_or_default().iter().map(normalize).collect();
+    let desired_json = serde_json::to_string(&desired).unwrap_or_default();
+
+    let mut rules = without_recorded(&live_rules, &recorded);
+    rules.extend(desired.iter().cloned());
+    let annotation = if desired.is_empty() {
+        Value::Null
+    } else {
+        Value::String(desired_json)
+    };
+    let annotation_ok = match (&annotation, recorded_raw) {
+        (Value::Null, None) => true,
+        (Value::String(want), Some(have)) => want == have,
+        _ => false,
+    };
+    if annotation_ok && rules == live_rules {
+        return None;
+    }
+    let mut metadata = json!({ "resourceVersion": live.metadata.resource_version });
+    if !(annotation.is_null() && recorded_raw.is_none()) {
+        metadata["annotations"] = json!({ key: annotation });
+    }
+    Some(json!({ "metadata": metadata, "rules": rules }))
+}
+
+/// The patch restoring `live` to what it was before `plugin_name` appended to it; `None` when
+/// it carries nothing of the plugin.
+pub fn restore_role(live: &Role, plugin_name: &str) -> Option<Value> {
+    patch_role(live, plugin_name, None)
 }
 
 #[cfg(test)]
@@ -618,5 +762,166 @@ mod tests {
         let mut orphan = live;
         orphan.metadata.owner_references = None;
         assert!(!role_matches(&orphan, &want));
+    }
+
+    fn chart_role() -> Role {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": { "name": "vc-my-vcluster", "namespace": "team-a", "resourceVersion": "7",
+                          "annotations": { "meta.helm.sh/release-name": "my-vcluster" } },
+            "rules": [
+                { "apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"] },
+                { "apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"] },
+            ],
+        }))
+        .unwrap()
+    }
+
+    /// Applies a merge patch as the API server does, checking the resourceVersion precondition.
+    fn apply_patch(role: &Role, patch: &Value) -> Role {
+        fn merge(target: &mut Value, patch: &Value) {
+            match (target, patch) {
+                (Value::Object(t), Value::Object(p)) => {
+                    for (k, v) in p {
+                        if v.is_null() {
+                            t.remove(k);
+                        } else {
+                            merge(t.entry(k.clone()).or_insert(Value::Null), v);
+                        }
+                    }
+                }
+                (t, p) => *t = p.clone(),
+            }
+        }
+        let mut doc = serde_json::to_value(role).unwrap();
+        assert_eq!(
+            patch["metadata"]["resourceVersion"], doc["metadata"]["resourceVersion"],
+            "precondition"
+        );
+        merge(&mut doc, patch);
+        serde_json::from_value(doc).unwrap()
+    }
+
+    #[test]
+    fn patch_mode_appends_records_and_restores_exactly() {
+        let original = chart_role();
+        let cars = rule("example.loft.sh", &["cars"], &WRITE_VERBS, None);
+        let patch = patch_role(&original, "car-syncer", Some(std::slice::from_ref(&cars))).unwrap();
+        assert_eq!(patch["metadata"]["resourceVersion"], "7");
+        let installed = apply_patch(&original, &patch);
+        let rules = installed.rules.clone().unwrap();
+        assert_eq!(rules.len(), 3);
+        assert_eq!(rules[..2], original.rules.clone().unwrap()[..]);
+        assert_eq!(rules[2], cars);
+        assert_eq!(
+            installed.annotations()["vcp.dev/added-rules.car-syncer"],
+            serde_json::to_string(&vec![cars.clone()]).unwrap()
+        );
+        assert_eq!(
+            patch_role(&installed, "car-syncer", Some(&[cars.clone()])),
+            None,
+            "converged"
+        );
+
+        // A second plugin appending the same rule, then the first one leaving.
+        let both = apply_patch(
+            &installed,
+            &patch_role(&installed, "other", Some(&[cars.clone()])).unwrap(),
+        );
+        let first_gone = apply_patch(&both, &restore_role(&both, "car-syncer").unwrap());
+        assert_eq!(first_gone.rules.as_ref().unwrap().len(), 3);
+        let all_gone = apply_patch(&first_gone, &restore_role(&first_gone, "other").unwrap());
+        assert_eq!(
+            serde_json::to_value(&all_gone).unwrap(),
+            serde_json::to_value(&original).unwrap()
+        );
+        assert_eq!(
+            restore_role(&original, "car-syncer"),
+            None,
+            "nothing to restore"
+        );
+    }
+
+    #[test]
+    fn patch_mode_changed_rules_replace_the_recorded_ones_and_keep_foreign_edits() {
+        let mut role = chart_role();
+        role.metadata.annotations = None;
+        let a = rule("", &["services"], &READ_VERBS, None);
+        let b = rule("", &["endpoints"], &READ_VERBS, None);
+        let v1 = apply_patch(&role, &patch_role(&role, "p", Some(&[a.clone()])).unwrap());
+        // Someone (Helm) appends a rule afterwards.
+        let mut edited = v1.clone();
+        let helm = rule("", &["secrets"], &["get"], None);
+        edited.rules.as_mut().unwrap().push(helm.clone());
+        let v2 = apply_patch(
+            &edited,
+            &patch_role(&edited, "p", Some(&[b.clone()])).unwrap(),
+        );
+        let rules = v2.rules.clone().unwrap();
+        assert_eq!(rules[2..], [helm.clone(), b]);
+        let restored = apply_patch(&v2, &restore_role(&v2, "p").unwrap());
+        let mut expected = role.rules.clone().unwrap();
+        expected.push(helm);
+        assert_eq!(restored.rules.unwrap(), expected);
+        assert_eq!(
+            restored.metadata.annotations.unwrap_or_default(),
+            BTreeMap::new()
+        );
+    }
+
+    #[test]
+    fn target_role_prefers_the_charts_role_bound_to_the_service_account() {
+        let binding = |name: &str, role: &str, sa: &str, labelled: bool| -> RoleBinding {
+            serde_json::from_value(serde_json::json!({
+                "metadata": { "name": name, "labels": if labelled { serde_json::json!({ PLUGIN_NAME_LABEL: "x" }) } else { serde_json::json!({}) } },
+                "roleRef": { "apiGroup": RBAC_GROUP, "kind": "Role", "name": role },
+                "subjects": [{ "kind": "ServiceAccount", "name": sa, "namespace": "team-a" }],
+            }))
+            .unwrap()
+        };
+        let bs = vec![
+            binding("a", "aaa-extra", "vc-my-vcluster", false),
+            binding("b", "vc-my-vcluster", "vc-my-vcluster", false),
+            binding("c", "zzz", "someone-else", false),
+            binding("d", "vcp-plugin-x", "vc-my-vcluster", true),
+        ];
+        assert_eq!(
+            target_role(&bs, "team-a", "my-vcluster").as_deref(),
+            Some("vc-my-vcluster")
+        );
+        assert_eq!(
+            target_role(&bs[..1], "team-a", "my-vcluster").as_deref(),
+            Some("aaa-extra")
+        );
+        assert_eq!(
+            target_role(&bs[2..], "team-a", "my-vcluster"),
+            None,
+            "dedicated roles never"
+        );
+        assert_eq!(
+            target_role(&bs, "team-b", "my-vcluster"),
+            None,
+            "other namespace's SA"
+        );
+    }
+
+    #[test]
+    fn patch_mode_has_no_dedicated_role_and_long_names_fit_the_annotation() {
+        let mut p = plugin(None);
+        p.spec.rbac = Some(PluginRbac {
+            mode: vcp_crds::RbacMode::PatchVClusterRoles,
+            ..Default::default()
+        });
+        let d = desired(&p, &Plurals::new()).unwrap();
+        assert!(d.role.is_none() && d.role_binding.is_none());
+        assert!(!namespaced_rules(&p, &Plurals::new()).unwrap().is_empty());
+        let long = "x".repeat(63);
+        let key = added_rules_annotation(&long);
+        assert_eq!(key.len() - "vcp.dev/".len(), 63);
+        assert_ne!(key, added_rules_annotation(&"x".repeat(62)));
+        assert_eq!(
+            added_rules_annotation("car-syncer"),
+            "vcp.dev/added-rules.car-syncer"
+        );
     }
 }

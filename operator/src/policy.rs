@@ -1,0 +1,645 @@
+//! The operator policy: which RBAC rules a `VClusterPlugin` may grant to its vCluster.
+//!
+//! DESIGN.md ("Operator contract", Policy): a namespaced object must not become a way to gain
+//! cluster power. By default the operator refuses
+//! - wildcards (`*`, also inside a name such as `pods/*`) in `apiGroups`, `resources`, `verbs`;
+//! - the verbs `escalate`, `bind`, `impersonate`, in any rule;
+//! - write verbs in cluster-scoped rules (only `get`, `list`, `watch` are allowed there), so the
+//!   tutorial's get/list/watch on CustomResourceDefinitions passes;
+//! - cluster-wide access to `secrets` (any verb, any group, subresources included).
+//!
+//! A policy given at start (`--policy-file`, YAML) widens or narrows this. Its schema, every
+//! field optional (an absent field keeps the default shown):
+//!
+//! ```yaml
+//! allowWildcards: false                  # true: `*` is allowed anywhere
+//! forbiddenVerbs: [escalate, bind, impersonate]   # refused in every rule
+//! forbiddenResources: []                 # refused in every rule (namespaced too), e.g. [pods/exec]
+//! clusterScoped:
+//!   allowedVerbs: [get, list, watch]     # the only verbs a cluster-scoped rule may hold
+//!   forbiddenResources: [secrets]        # never granted cluster-wide
+//! ```
+//!
+//! Resource names match exactly or by their base (`secrets` also refuses `secrets/status`).
+//! Unknown fields are an error, so a typo cannot silently keep the default.
+//!
+//! What is checked ([`evaluate`]): `spec.rbac.role.extraRules` (namespaced),
+//! `spec.rbac.clusterRole.extraRules` (cluster-scoped), and the rules the operator derives from
+//! `syncedTypes` / `hooks` ([`crate::rbac`]): their verbs are fixed sets and their resource is
+//! the explicit `syncedTypes[].resource` or a plural found by discovery; the check uses the
+//! kind's name in its place, since a discovered plural is never a wildcard. A refusal becomes
+//! `Ready=False, reason=PolicyDenied` with a message naming the rule and the policy field, and
+//! nothing is applied for the plugin (workload and RBAC untouched).
+
+use std::path::Path;
+
+use k8s_openapi::api::rbac::v1::PolicyRule;
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+use vcp_crds::VClusterPlugin;
+
+use crate::rbac::{self, Plurals};
+
+/// `Ready` reason of a plugin whose rules the policy refuses.
+pub const REASON_POLICY_DENIED: &str = "PolicyDenied";
+
+/// The operator policy (see the module docs for the YAML schema and the defaults).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Policy {
+    /// `*` allowed in `apiGroups`, `resources` and `verbs`; default `false`.
+    pub allow_wildcards: bool,
+    /// Verbs refused in every rule; default `escalate`, `bind`, `impersonate`.
+    pub forbidden_verbs: Vec<String>,
+    /// Resources refused in every rule, namespaced or not; default none.
+    pub forbidden_resources: Vec<String>,
+    /// Limits of cluster-scoped rules (`rbac.clusterRole` and the derived CRD read).
+    pub cluster_scoped: ClusterScopedPolicy,
+}
+
+/// The part of [`Policy`] that applies to cluster-scoped rules only.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ClusterScopedPolicy {
+    /// The only verbs allowed; default `get`, `list`, `watch` (read-only).
+    pub allowed_verbs: Vec<String>,
+    /// Resources never granted cluster-wide; default `secrets`.
+    pub forbidden_resources: Vec<String>,
+}
+
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            allow_wildcards: false,
+            forbidden_verbs: strings(&["escalate", "bind", "impersonate"]),
+            forbidden_resources: Vec::new(),
+            cluster_scoped: ClusterScopedPolicy::default(),
+        }
+    }
+}
+
+impl Default for ClusterScopedPolicy {
+    fn default() -> Self {
+        ClusterScopedPolicy {
+            allowed_verbs: strings(&["get", "list", "watch"]),
+            forbidden_resources: strings(&["secrets"]),
+        }
+    }
+}
+
+/// Why a policy file cannot be used.
+#[derive(Debug, Error)]
+pub enum PolicyError {
+    /// The file cannot be read.
+    #[error("cannot read the policy file {path}: {source}")]
+    Read {
+        /// The path given with `--policy-file`.
+        path: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The YAML does not match the schema (unknown field, wrong type).
+    #[error(
+        "invalid operator policy{}: {source}; fields: allowWildcards, forbiddenVerbs, forbiddenResources, clusterScoped.allowedVerbs, clusterScoped.forbiddenResources",
+        .path.as_deref().map(|p| format!(" in {p}")).unwrap_or_default()
+    )]
+    Parse {
+        /// The file, when read from one.
+        path: Option<String>,
+        /// The YAML error (with line and column).
+        #[source]
+        source: serde_yaml::Error,
+    },
+}
+
+impl Policy {
+    /// Parses a policy from YAML; absent fields keep their defaults, an empty document is the
+    /// default policy.
+    ///
+    /// # Errors
+    /// [`PolicyError::Parse`] on an unknown field or a wrong type.
+    pub fn from_yaml(text: &str) -> Result<Self, PolicyError> {
+        if text.trim().is_empty() {
+            return Ok(Policy::default());
+        }
+        serde_yaml::from_str(text).map_err(|source| PolicyError::Parse { path: None, source })
+    }
+
+    /// Reads a policy file (`--policy-file`).
+    ///
+    /// # Errors
+    /// [`PolicyError::Read`] when unreadable, [`PolicyError::Parse`] when invalid.
+    pub fn from_file(path: &Path) -> Result<Self, PolicyError> {
+        let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Policy::from_yaml(&text).map_err(|e| match e {
+            PolicyError::Parse { source, .. } => PolicyError::Parse {
+                path: Some(path.display().to_string()),
+                source,
+            },
+            other => other,
+        })
+    }
+}
+
+/// Where a rule is granted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// In a Role of the vCluster's namespace.
+    Namespaced,
+    /// In a ClusterRole: cluster-wide.
+    Cluster,
+}
+
+/// A refusal: the rule, where it comes from, and the policy field that refuses it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Denial {
+    /// Where the rule comes from, such as `spec.rbac.clusterRole.extraRules[1]`.
+    pub source: String,
+    /// Why, naming the policy field, such as `verb "create" in a cluster-scoped rule
+    /// (policy clusterScoped.allowedVerbs: get, list, watch)`.
+    pub reason: String,
+    /// The rule, rendered compactly.
+    pub rule: String,
+}
+
+impl Denial {
+    /// The condition message: `<source> <rule> is refused by the operator policy: <reason>`.
+    pub fn message(&self) -> String {
+        format!(
+            "{} {} is refused by the operator policy: {}",
+            self.source, self.rule, self.reason
+        )
+    }
+}
+
+/// A rule as `{apiGroups: [..], resources: [..], verbs: [..]}` (plus resourceNames /
+/// nonResourceURLs when present), for messages.
+pub fn render(rule: &PolicyRule) -> String {
+    let list = |v: &[String]| {
+        v.iter()
+            .map(|s| format!("{s:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut parts = Vec::new();
+    if let Some(g) = &rule.api_groups {
+        parts.push(format!("apiGroups: [{}]", list(g)));
+    }
+    if let Some(r) = &rule.resources {
+        parts.push(format!("resources: [{}]", list(r)));
+    }
+    if let Some(n) = rule.resource_names.as_ref().filter(|n| !n.is_empty()) {
+        parts.push(format!("resourceNames: [{}]", list(n)));
+    }
+    if let Some(u) = rule.non_resource_urls.as_ref().filter(|u| !u.is_empty()) {
+        parts.push(format!("nonResourceURLs: [{}]", list(u)));
+    }
+    parts.push(format!("verbs: [{}]", list(&rule.verbs)));
+    format!("{{{}}}", parts.join(", "))
+}
+
+fn matches_resource(listed: &str, resource: &str) -> bool {
+    resource == listed || resource.split('/').next() == Some(listed)
+}
+
+/// The first reason `policy` refuses `rule` granted in `scope`, or `None` when allowed.
+pub fn check_rule(policy: &Policy, scope: Scope, rule: &PolicyRule) -> Option<String> {
+    let groups = rule.api_groups.as_deref().unwrap_or_default();
+    let resources = rule.resources.as_deref().unwrap_or_default();
+    let urls = rule.non_resource_urls.as_deref().unwrap_or_default();
+    if !policy.allow_wildcards {
+        for (field, values) in [
+            ("apiGroups", groups),
+            ("resources", resources),
+            ("verbs", rule.verbs.as_slice()),
+            ("nonResourceURLs", urls),
+        ] {
+            if let Some(v) = values.iter().find(|v| v.contains('*')) {
+                return Some(format!(
+                    "wildcard {v:?} in {field} (policy allowWildcards: false)"
+                ));
+            }
+        }
+    }
+    if let Some(v) = rule.verbs.iter().find(|v| {
+        policy
+            .forbidden_verbs
+            .iter()
+            .any(|f| f.eq_ignore_ascii_case(v))
+    }) {
+        return Some(format!(
+            "verb {v:?} (policy forbiddenVerbs: {})",
+            policy.forbidden_verbs.join(", ")
+        ));
+    }
+    if let Some(r) = resources.iter().find(|r| {
+        policy
+            .forbidden_resources
+            .iter()
+            .any(|f| matches_resource(f, r))
+    }) {
+        return Some(format!(
+            "resource {r:?} (policy forbiddenResources: {})",
+            policy.forbidden_resources.join(", ")
+        ));
+    }
+    if scope == Scope::Cluster {
+        let cluster = &policy.cluster_scoped;
+        if let Some(v) = rule
+            .verbs
+            .iter()
+            .find(|v| !cluster.allowed_verbs.iter().any(|a| a == *v || a == "*"))
+        {
+            return Some(format!(
+                "verb {v:?} in a cluster-scoped rule (policy clusterScoped.allowedVerbs: {})",
+                cluster.allowed_verbs.join(", ")
+            ));
+        }
+        if let Some(r) = resources.iter().find(|r| {
+            cluster
+                .forbidden_resources
+                .iter()
+                .any(|f| matches_resource(f, r) || (r.starts_with('*') && policy.allow_wildcards))
+        }) {
+            return Some(format!(
+                "cluster-wide access to {r:?} (policy clusterScoped.forbiddenResources: {})",
+                cluster.forbidden_resources.join(", ")
+            ));
+        }
+    }
+    None
+}
+
+/// Checks every rule `plugin` would grant (see the module docs) against `policy`.
+///
+/// # Errors
+/// The first [`Denial`], extra rules first (in spec order), then the derived rules.
+pub fn evaluate(policy: &Policy, plugin: &VClusterPlugin) -> Result<(), Denial> {
+    let rbac_spec = plugin.spec.rbac.as_ref();
+    let extras = [
+        (
+            Scope::Namespaced,
+            "spec.rbac.role.extraRules",
+            rbac_spec.and_then(|r| r.role.as_ref()),
+        ),
+        (
+            Scope::Cluster,
+            "spec.rbac.clusterRole.extraRules",
+            rbac_spec.and_then(|r| r.cluster_role.as_ref()),
+        ),
+    ];
+    for (scope, field, rules) in extras {
+        for (i, rule) in rules
+            .map(|r| r.extra_rules.as_slice())
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+        {
+            if let Some(reason) = check_rule(policy, scope, rule) {
+                return Err(Denial {
+                    source: format!("{field}[{i}]"),
+                    reason,
+                    rule: render(rule),
+                });
+            }
+        }
+    }
+    // Derived rules, with the kind standing in for a plural discovery would find.
+    let placeholders: Plurals = rbac::types_to_resolve(plugin)
+        .into_iter()
+        .map(|(api_version, kind)| {
+            let plural = kind.to_lowercase();
+            ((api_version, kind), plural)
+        })
+        .collect();
+    let derived = [
+        (
+            Scope::Namespaced,
+            rbac::namespaced_rules(plugin, &placeholders).unwrap_or_default(),
+        ),
+        (Scope::Cluster, rbac::cluster_rules(plugin)),
+    ];
+    for (scope, rules) in derived {
+        for rule in &rules {
+            if let Some(reason) = check_rule(policy, scope, rule) {
+                return Err(Denial {
+                    source: "a rule derived from spec.syncedTypes / spec.hooks".into(),
+                    reason,
+                    rule: render(rule),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vcp_crds::{
+        Hook, HookEvent, PluginRbac, RoleRules, SyncDirection, SyncedType, VClusterPluginSpec,
+        VClusterRef,
+    };
+
+    fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
+        PolicyRule {
+            api_groups: Some(strings(groups)),
+            resources: Some(strings(resources)),
+            verbs: strings(verbs),
+            ..Default::default()
+        }
+    }
+
+    fn plugin(role: Vec<PolicyRule>, cluster: Vec<PolicyRule>) -> VClusterPlugin {
+        let mut p = VClusterPlugin::new(
+            "p",
+            VClusterPluginSpec {
+                vcluster: VClusterRef { name: "vc".into() },
+                rbac: Some(PluginRbac {
+                    role: Some(RoleRules { extra_rules: role }),
+                    cluster_role: Some(RoleRules {
+                        extra_rules: cluster,
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        );
+        p.metadata.namespace = Some("ns".into());
+        p
+    }
+
+    fn denied(p: &VClusterPlugin) -> Denial {
+        evaluate(&Policy::default(), p).expect_err("should be denied")
+    }
+
+    fn ns(r: PolicyRule) -> Option<String> {
+        check_rule(&Policy::default(), Scope::Namespaced, &r)
+    }
+
+    fn cl(r: PolicyRule) -> Option<String> {
+        check_rule(&Policy::default(), Scope::Cluster, &r)
+    }
+
+    #[test]
+    fn wildcards_are_refused_in_every_field() {
+        assert!(
+            ns(rule(&["*"], &["pods"], &["get"]))
+                .unwrap()
+                .contains("apiGroups")
+        );
+        assert!(
+            ns(rule(&[""], &["*"], &["get"]))
+                .unwrap()
+                .contains("resources")
+        );
+        assert!(
+            ns(rule(&[""], &["pods/*"], &["get"]))
+                .unwrap()
+                .contains("\"pods/*\"")
+        );
+        assert!(
+            ns(rule(&[""], &["pods"], &["*"]))
+                .unwrap()
+                .contains("verbs")
+        );
+        let urls = PolicyRule {
+            non_resource_urls: Some(strings(&["/metrics*"])),
+            verbs: strings(&["get"]),
+            ..Default::default()
+        };
+        assert!(cl(urls).unwrap().contains("nonResourceURLs"));
+    }
+
+    #[test]
+    fn privilege_verbs_are_refused_anywhere() {
+        for v in ["escalate", "bind", "impersonate", "Bind"] {
+            let reason = ns(rule(&["rbac.authorization.k8s.io"], &["roles"], &[v])).unwrap();
+            assert!(reason.contains("forbiddenVerbs"), "{v}: {reason}");
+        }
+        assert!(ns(rule(&[""], &["users"], &["impersonate"])).is_some());
+    }
+
+    #[test]
+    fn namespaced_writes_and_secrets_are_allowed() {
+        assert_eq!(
+            ns(rule(
+                &[""],
+                &["secrets", "configmaps"],
+                &["get", "create", "delete"]
+            )),
+            None
+        );
+        assert_eq!(
+            ns(rule(&["apps"], &["deployments/scale"], &["patch"])),
+            None
+        );
+    }
+
+    #[test]
+    fn cluster_scoped_rules_are_read_only() {
+        assert_eq!(
+            cl(rule(
+                &["apiextensions.k8s.io"],
+                &["customresourcedefinitions"],
+                &["get", "list", "watch"]
+            )),
+            None,
+            "the tutorial's CRD read"
+        );
+        let reason = cl(rule(&[""], &["nodes"], &["get", "patch"])).unwrap();
+        assert!(reason.contains("\"patch\""), "{reason}");
+        assert!(reason.contains("clusterScoped.allowedVerbs"), "{reason}");
+    }
+
+    #[test]
+    fn cluster_wide_secrets_are_refused_even_read_only_and_as_subresource() {
+        for r in ["secrets", "secrets/status"] {
+            let reason = cl(rule(&[""], &[r], &["get"])).unwrap();
+            assert!(
+                reason.contains("clusterScoped.forbiddenResources"),
+                "{reason}"
+            );
+        }
+        assert_eq!(cl(rule(&[""], &["secretstores"], &["get"])), None);
+    }
+
+    #[test]
+    fn evaluate_names_the_offending_extra_rule() {
+        let p = plugin(
+            vec![rule(&[""], &["pods"], &["get"])],
+            vec![
+                rule(&[""], &["nodes"], &["get"]),
+                rule(&[""], &["secrets"], &["list"]),
+            ],
+        );
+        let d = denied(&p);
+        assert_eq!(d.source, "spec.rbac.clusterRole.extraRules[1]");
+        assert_eq!(
+            d.message(),
+            "spec.rbac.clusterRole.extraRules[1] {apiGroups: [\"\"], resources: [\"secrets\"], verbs: [\"list\"]} is refused by the operator policy: cluster-wide access to \"secrets\" (policy clusterScoped.forbiddenResources: secrets)"
+        );
+        let p = plugin(vec![rule(&[""], &["pods"], &["*"])], vec![]);
+        assert_eq!(denied(&p).source, "spec.rbac.role.extraRules[0]");
+    }
+
+    #[test]
+    fn the_tutorial_plugin_is_allowed() {
+        let mut p = plugin(
+            vec![rule(
+                &["example.loft.sh"],
+                &["cars"],
+                &[
+                    "get", "list", "watch", "create", "update", "patch", "delete",
+                ],
+            )],
+            vec![rule(
+                &["apiextensions.k8s.io"],
+                &["customresourcedefinitions"],
+                &["get", "list", "watch"],
+            )],
+        );
+        p.spec.synced_types = vec![SyncedType {
+            api_version: "example.loft.sh/v1".into(),
+            kind: "Car".into(),
+            ..Default::default()
+        }];
+        p.spec.hooks = vec![Hook {
+            name: "pods".into(),
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            events: vec![HookEvent::CreatePhysical, HookEvent::UpdatePhysical],
+            ..Default::default()
+        }];
+        assert_eq!(evaluate(&Policy::default(), &p), Ok(()));
+    }
+
+    #[test]
+    fn derived_rules_are_checked_too() {
+        let mut p = plugin(vec![], vec![]);
+        p.spec.synced_types = vec![SyncedType {
+            api_version: "v1".into(),
+            kind: "Secret".into(),
+            resource: Some("*".into()),
+            direction: SyncDirection::FromHost,
+            ..Default::default()
+        }];
+        let d = denied(&p);
+        assert!(d.source.contains("derived"), "{d:?}");
+        assert!(d.reason.contains("wildcard"), "{d:?}");
+
+        // A narrowing policy can refuse the derived write verbs.
+        let mut p = plugin(vec![], vec![]);
+        p.spec.synced_types = vec![SyncedType {
+            api_version: "example.loft.sh/v1".into(),
+            kind: "Car".into(),
+            ..Default::default()
+        }];
+        let strict = Policy::from_yaml("forbiddenVerbs: [delete]").unwrap();
+        assert!(
+            evaluate(&strict, &p)
+                .unwrap_err()
+                .reason
+                .contains("\"delete\"")
+        );
+        assert_eq!(evaluate(&Policy::default(), &p), Ok(()));
+    }
+
+    #[test]
+    fn policy_file_widens_and_narrows() {
+        let wide = Policy::from_yaml(
+            "allowWildcards: true\nclusterScoped:\n  allowedVerbs: [get, list, watch, create]\n  forbiddenResources: []\n",
+        )
+        .unwrap();
+        assert_eq!(
+            wide.forbidden_verbs,
+            Policy::default().forbidden_verbs,
+            "default kept"
+        );
+        assert_eq!(
+            check_rule(
+                &wide,
+                Scope::Cluster,
+                &rule(&["*"], &["secrets"], &["create"])
+            ),
+            None
+        );
+        assert!(check_rule(&wide, Scope::Cluster, &rule(&[""], &["nodes"], &["delete"])).is_some());
+
+        let narrow = Policy::from_yaml("forbiddenResources: [pods/exec, secrets]").unwrap();
+        assert!(
+            check_rule(
+                &narrow,
+                Scope::Namespaced,
+                &rule(&[""], &["pods/exec"], &["create"])
+            )
+            .is_some()
+        );
+        assert!(
+            check_rule(
+                &narrow,
+                Scope::Namespaced,
+                &rule(&[""], &["secrets"], &["get"])
+            )
+            .is_some()
+        );
+        assert_eq!(
+            check_rule(
+                &narrow,
+                Scope::Namespaced,
+                &rule(&[""], &["pods"], &["create"])
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn empty_file_is_the_default_and_typos_are_errors() {
+        assert_eq!(Policy::from_yaml("").unwrap(), Policy::default());
+        assert_eq!(Policy::from_yaml("{}\n").unwrap(), Policy::default());
+        let err = Policy::from_yaml("allowWildcard: true")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("allowWildcard"), "{err}");
+        assert!(err.contains("fields: allowWildcards"), "{err}");
+        let err = Policy::from_yaml("forbiddenVerbs: bind").unwrap_err();
+        assert!(matches!(err, PolicyError::Parse { .. }));
+    }
+
+    #[test]
+    fn from_file_reports_the_path() {
+        let dir = std::env::temp_dir().join(format!("vcp-policy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("good.yaml");
+        std::fs::write(
+            &good,
+            "clusterScoped:\n  forbiddenResources: [secrets, configmaps]\n",
+        )
+        .unwrap();
+        let p = Policy::from_file(&good).unwrap();
+        assert_eq!(
+            p.cluster_scoped.allowed_verbs,
+            strings(&["get", "list", "watch"])
+        );
+        assert_eq!(p.cluster_scoped.forbidden_resources.len(), 2);
+        let bad = dir.join("bad.yaml");
+        std::fs::write(&bad, "nope: 1").unwrap();
+        assert!(
+            Policy::from_file(&bad)
+                .unwrap_err()
+                .to_string()
+                .contains("bad.yaml")
+        );
+        let missing = Policy::from_file(&dir.join("missing.yaml")).unwrap_err();
+        assert!(matches!(missing, PolicyError::Read { .. }));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
