@@ -818,7 +818,7 @@ mod tests {
             serde_json::to_string(&vec![cars.clone()]).unwrap()
         );
         assert_eq!(
-            patch_role(&installed, "car-syncer", Some(&[cars.clone()])),
+            patch_role(&installed, "car-syncer", Some(std::slice::from_ref(&cars))),
             None,
             "converged"
         );
@@ -826,7 +826,7 @@ mod tests {
         // A second plugin appending the same rule, then the first one leaving.
         let both = apply_patch(
             &installed,
-            &patch_role(&installed, "other", Some(&[cars.clone()])).unwrap(),
+            &patch_role(&installed, "other", Some(std::slice::from_ref(&cars))).unwrap(),
         );
         let first_gone = apply_patch(&both, &restore_role(&both, "car-syncer").unwrap());
         assert_eq!(first_gone.rules.as_ref().unwrap().len(), 3);
@@ -848,14 +848,17 @@ mod tests {
         role.metadata.annotations = None;
         let a = rule("", &["services"], &READ_VERBS, None);
         let b = rule("", &["endpoints"], &READ_VERBS, None);
-        let v1 = apply_patch(&role, &patch_role(&role, "p", Some(&[a.clone()])).unwrap());
+        let v1 = apply_patch(
+            &role,
+            &patch_role(&role, "p", Some(std::slice::from_ref(&a))).unwrap(),
+        );
         // Someone (Helm) appends a rule afterwards.
         let mut edited = v1.clone();
         let helm = rule("", &["secrets"], &["get"], None);
         edited.rules.as_mut().unwrap().push(helm.clone());
         let v2 = apply_patch(
             &edited,
-            &patch_role(&edited, "p", Some(&[b.clone()])).unwrap(),
+            &patch_role(&edited, "p", Some(std::slice::from_ref(&b))).unwrap(),
         );
         let rules = v2.rules.clone().unwrap();
         assert_eq!(rules[2..], [helm.clone(), b]);

@@ -824,7 +824,7 @@ mod tests {
             Some(true),
         );
         assert_eq!(cs[1].name, "a");
-        assert_eq!(mounts(&cs[1]), [kubeconfig.clone()]);
+        assert_eq!(mounts(&cs[1]), std::slice::from_ref(&kubeconfig));
         assert_eq!(cs[2].name, "b");
         assert_eq!(
             mounts(&cs[2]),
