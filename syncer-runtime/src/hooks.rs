@@ -4,9 +4,14 @@
 //! vcluster-sdk's `ClientHook` `Mutate{Create,Update}{Physical,Virtual}` points: it sets
 //! `labels` and `annotations`, removes `removeLabels` and `removeAnnotations`, and then applies
 //! its RFC 6902 `jsonPatch` operations, in that order.
+//!
+//! [`DeclarativeHook`] makes one declared hook a [`ClientHook`], so the declarative runtime
+//! runs its hooks through the same points as a plugin written in code.
 
 use serde_json::Value;
 use vcp_crds::{Hook, HookEvent};
+
+use crate::sdk::{ClientHook, HookPoint};
 
 /// A hook that could not be applied.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +39,69 @@ pub enum HookError {
         /// What went wrong, from the json-patch crate.
         message: String,
     },
+    /// A hook written in code refused the object.
+    #[error("hook {hook:?}: {message}")]
+    Custom {
+        /// Name of the hook.
+        hook: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// One declared hook as a [`ClientHook`]: it implements the points named by its `events`
+/// (`CreatePhysical`, `UpdatePhysical`, `CreateVirtual`, `UpdateVirtual`), each applying
+/// [`apply_hook`].
+#[derive(Clone, Debug)]
+pub struct DeclarativeHook(pub Hook);
+
+impl DeclarativeHook {
+    fn run(&self, mut obj: Value) -> Result<Value, HookError> {
+        apply_hook(&mut obj, &self.0)?;
+        Ok(obj)
+    }
+}
+
+impl ClientHook for DeclarativeHook {
+    fn name(&self) -> &str {
+        &self.0.name
+    }
+    fn api_version(&self) -> &str {
+        &self.0.api_version
+    }
+    fn kind(&self) -> &str {
+        &self.0.kind
+    }
+    fn handles(&self, point: HookPoint) -> bool {
+        let event = match point {
+            HookPoint::CreatePhysical => HookEvent::CreatePhysical,
+            HookPoint::UpdatePhysical => HookEvent::UpdatePhysical,
+            HookPoint::CreateVirtual => HookEvent::CreateVirtual,
+            HookPoint::UpdateVirtual => HookEvent::UpdateVirtual,
+            _ => return false,
+        };
+        self.0.events.contains(&event)
+    }
+    fn mutate_create_physical(&self, obj: Value) -> Result<Value, HookError> {
+        self.run(obj)
+    }
+    fn mutate_update_physical(&self, obj: Value) -> Result<Value, HookError> {
+        self.run(obj)
+    }
+    fn mutate_create_virtual(&self, obj: Value) -> Result<Value, HookError> {
+        self.run(obj)
+    }
+    fn mutate_update_virtual(&self, obj: Value) -> Result<Value, HookError> {
+        self.run(obj)
+    }
+}
+
+/// The declared `hooks` as [`ClientHook`]s.
+pub fn declarative_hooks(hooks: &[Hook]) -> Vec<std::sync::Arc<dyn ClientHook>> {
+    hooks
+        .iter()
+        .map(|h| std::sync::Arc::new(DeclarativeHook(h.clone())) as std::sync::Arc<dyn ClientHook>)
+        .collect()
 }
 
 /// The hooks of `hooks` that apply to objects of `api_version` / `kind` on `event`, in order.

@@ -3,22 +3,33 @@
 //!
 //! - [`translate`]: vCluster-compatible names, labels and annotations of host objects (pure);
 //! - [`hooks`]: the declarative `hooks[]` of a `VClusterPlugin` applied to JSON objects (pure);
-//! - [`syncer`]: a generic virtual-to-host syncer over `DynamicObject`;
+//! - [`sdk`]: the plugin-author API mirroring the vcluster-sdk: [`sdk::Syncer`],
+//!   [`sdk::ClientHook`], [`sdk::SyncContext`] (`sync_to_host_create` / `sync_to_host_update`),
+//!   [`sdk::Plugin`] (init / register / start);
+//! - [`controller`]: the controller that drives a `Syncer` (watches, work queue, workers,
+//!   the lifecycle table);
+//! - [`syncer`]: the declarative syncer of one `syncedTypes[]` entry, a `Syncer`;
+//! - [`from_host`]: host-to-virtual (`FromHost`) syncing;
 //! - [`pods`]: physical pod hooks on the host pods a vCluster made (`--pod-sync=hooks`);
 //! - [`runtime`]: the declarative runtime ([`runtime::run`]) that reads its `VClusterPlugin`
 //!   and runs the syncers and hooks it declares, reporting into its status.
 //!
 //! The contract is `shared/DESIGN.md`, section "Runtime contract".
 
+pub mod controller;
 pub mod error;
+pub mod from_host;
 pub mod hooks;
 pub mod patch;
 pub mod pods;
 mod queue;
 pub mod runtime;
+pub mod sdk;
 pub mod stats;
 pub mod syncer;
 pub mod translate;
 
 pub use error::Error;
 pub use runtime::{Config, PodSync, run};
+pub use sdk::{ClientHook, HookPoint, Plugin, RegisterContext, SyncContext, Syncer};
+pub use translate::NamespacedTranslator;

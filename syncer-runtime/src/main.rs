@@ -38,9 +38,15 @@ struct Args {
     #[arg(long, env = "VCLUSTER_NAME")]
     vcluster: Option<String>,
     /// `hooks`: apply Pod hooks to the host pods the vCluster made; `full`: sync pods
-    /// (not implemented yet).
+    /// virtual → host and their status host → virtual (standalone, no vCluster syncer).
     #[arg(long, value_enum, default_value_t = PodSyncArg::Hooks)]
     pod_sync: PodSyncArg,
+    /// Concurrent workers per synced type.
+    #[arg(long, env = "VCLUSTER_PLUGIN_WORKERS", default_value_t = 4)]
+    workers: usize,
+    /// Seconds between full resyncs of every synced object.
+    #[arg(long, default_value_t = 300)]
+    resync_seconds: u64,
 }
 
 /// `--pod-sync` values.
@@ -48,7 +54,7 @@ struct Args {
 enum PodSyncArg {
     /// Apply the plugin's physical Pod hooks to host pods.
     Hooks,
-    /// Sync pods virtual → host (not implemented yet).
+    /// Sync pods virtual → host, status host → virtual.
     Full,
 }
 
@@ -110,6 +116,8 @@ async fn main_inner(args: Args) -> Result<(), Error> {
         args.plugin,
     );
     config.vcluster = args.vcluster;
+    config.workers = args.workers.max(1);
+    config.resync_period = std::time::Duration::from_secs(args.resync_seconds.max(1));
     config.pod_sync = match args.pod_sync {
         PodSyncArg::Hooks => PodSync::Hooks,
         PodSyncArg::Full => PodSync::Full,

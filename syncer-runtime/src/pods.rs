@@ -19,11 +19,10 @@ use tracing::{info, warn};
 use vcp_crds::{Hook, HookEvent, RUNTIME_FIELD_MANAGER};
 
 use crate::error::Error;
-use crate::hooks::apply_hooks;
 use crate::patch::guarded_merge_patch;
 use crate::queue::work_queue;
+use crate::sdk::{HookPoint, Hooks, to_json};
 use crate::stats::{Outcome, TypeStats};
-use crate::syncer::to_json;
 use crate::translate::MANAGED_BY_LABEL;
 
 /// Everything [`run_pod_hooks`] needs.
@@ -35,8 +34,9 @@ pub struct PodHookOptions {
     pub namespace: String,
     /// The vCluster name (pods labelled [`MANAGED_BY_LABEL`] with it are hooked).
     pub vcluster: String,
-    /// The plugin's hooks; only `v1` `Pod` hooks with a physical event are used.
-    pub hooks: Vec<Hook>,
+    /// The `v1` `Pod` hooks; their `CreatePhysical` and then `UpdatePhysical` points are applied
+    /// to every pod (vCluster's syncer made the pod, so both count as "on its way to the host").
+    pub hooks: Hooks,
     /// Statistics (objects = hooked pods) shared with the status reporter.
     pub stats: Arc<TypeStats>,
 }
@@ -64,8 +64,8 @@ pub fn physical_pod_hooks(hooks: &[Hook]) -> Vec<Hook> {
 /// None at present: failures of single pods are retried with backoff, watch failures are
 /// retried and recorded in the statistics.
 pub async fn run_pod_hooks(opts: PodHookOptions) -> Result<(), Error> {
-    let hooks = physical_pod_hooks(&opts.hooks);
-    if hooks.is_empty() {
+    let hooks = opts.hooks.clone();
+    if !hooks.handles(HookPoint::CreatePhysical) && !hooks.handles(HookPoint::UpdatePhysical) {
         return Ok(());
     }
     let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Pod"), "pods");
@@ -77,7 +77,7 @@ pub async fn run_pod_hooks(opts: PodHookOptions) -> Result<(), Error> {
     let events = watcher(api.clone(), config)
         .default_backoff()
         .reflect(writer);
-    let (queue, mut receiver) = work_queue::<String>();
+    let (queue, receiver) = work_queue::<String>();
     let namespace = opts.namespace.clone();
     let watch = {
         let queue = queue.clone();
@@ -112,7 +112,7 @@ pub async fn run_pod_hooks(opts: PodHookOptions) -> Result<(), Error> {
         let _ = store.wait_until_ready().await;
         opts.stats.set_ready();
         while let Some(name) = receiver.next().await {
-            match hook_pod(
+            let result = hook_pod(
                 &api,
                 &store,
                 &ar,
@@ -121,8 +121,9 @@ pub async fn run_pod_hooks(opts: PodHookOptions) -> Result<(), Error> {
                 &hooks,
                 &opts.stats,
             )
-            .await
-            {
+            .await;
+            receiver.done(&name);
+            match result {
                 Ok(outcome) => {
                     queue.forget(&name);
                     opts.stats.record(&name, outcome);
@@ -152,7 +153,7 @@ async fn hook_pod(
     ar: &ApiResource,
     namespace: &str,
     name: &str,
-    hooks: &[Hook],
+    hooks: &Hooks,
     stats: &TypeStats,
 ) -> Result<Option<Outcome>, Error> {
     let Some(pod) = store.get(&ObjectRef::new_with(name, ar.clone()).within(namespace)) else {
@@ -161,9 +162,9 @@ async fn hook_pod(
     if pod.metadata.deletion_timestamp.is_some() {
         return Ok(None);
     }
-    let current = to_json(&pod, name)?;
-    let mut desired = current.clone();
-    apply_hooks(&mut desired, hooks)?;
+    let current = to_json(&*pod, name)?;
+    let desired = hooks.apply(HookPoint::CreatePhysical, current.clone())?;
+    let desired = hooks.apply(HookPoint::UpdatePhysical, desired)?;
     let Some(patch) = guarded_merge_patch(&current, &desired, pod.resource_version()) else {
         return Ok(Some(Outcome::InSync));
     };

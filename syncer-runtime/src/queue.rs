@@ -1,4 +1,7 @@
-//! A deduplicating work queue of object keys with per-key retry backoff.
+//! A deduplicating work queue of object keys with per-key retry backoff, safe for several
+//! concurrent workers: a key is never handed to two workers at once (a key pushed while it is
+//! being processed is handed out again once [`WorkReceiver::done`] is called for it), as in
+//! client-go's workqueue.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
@@ -28,13 +31,17 @@ impl<K> Clone for WorkQueue<K> {
 }
 
 struct State<K> {
+    /// Keys waiting to be handed out (or to be handed out again once done).
     queued: HashSet<K>,
+    /// Keys a worker holds right now.
+    processing: HashSet<K>,
     failures: HashMap<K, u32>,
 }
 
-/// The receiving side, owned by the worker.
+/// The receiving side, shared by the workers.
 pub(crate) struct WorkReceiver<K> {
-    rx: mpsc::UnboundedReceiver<K>,
+    rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<K>>,
+    tx: mpsc::UnboundedSender<K>,
     state: Arc<Mutex<State<K>>>,
 }
 
@@ -43,26 +50,32 @@ pub(crate) fn work_queue<K: Eq + Hash + Clone>() -> (WorkQueue<K>, WorkReceiver<
     let (tx, rx) = mpsc::unbounded_channel();
     let state = Arc::new(Mutex::new(State {
         queued: HashSet::new(),
+        processing: HashSet::new(),
         failures: HashMap::new(),
     }));
     (
         WorkQueue {
-            tx,
+            tx: tx.clone(),
             state: state.clone(),
         },
-        WorkReceiver { rx, state },
+        WorkReceiver {
+            rx: tokio::sync::Mutex::new(rx),
+            tx,
+            state,
+        },
     )
 }
 
 impl<K: Eq + Hash + Clone + Send + 'static> WorkQueue<K> {
-    /// Queues `key` unless it is already queued.
+    /// Queues `key` unless it is already queued; a key being processed is queued again when
+    /// its worker is done.
     pub(crate) fn push(&self, key: K) {
-        let fresh = self
+        let send = self
             .state
             .lock()
-            .map(|mut s| s.queued.insert(key.clone()))
+            .map(|mut s| s.queued.insert(key.clone()) && !s.processing.contains(&key))
             .unwrap_or(false);
-        if fresh {
+        if send {
             let _ = self.tx.send(key);
         }
     }
@@ -105,13 +118,30 @@ impl<K: Eq + Hash + Clone + Send + 'static> WorkQueue<K> {
 }
 
 impl<K: Eq + Hash + Clone> WorkReceiver<K> {
-    /// The next key; `None` when every sender is gone.
-    pub(crate) async fn next(&mut self) -> Option<K> {
-        let key = self.rx.recv().await?;
+    /// The next key, which the caller then holds until [`Self::done`]; `None` when every
+    /// sender is gone.
+    pub(crate) async fn next(&self) -> Option<K> {
+        let key = self.rx.lock().await.recv().await?;
         if let Ok(mut s) = self.state.lock() {
             s.queued.remove(&key);
+            s.processing.insert(key.clone());
         }
         Some(key)
+    }
+
+    /// The worker is done with `key`; when it was pushed meanwhile it is handed out again.
+    pub(crate) fn done(&self, key: &K) {
+        let again = self
+            .state
+            .lock()
+            .map(|mut s| {
+                s.processing.remove(key);
+                s.queued.contains(key)
+            })
+            .unwrap_or(false);
+        if again {
+            let _ = self.tx.send(key.clone());
+        }
     }
 }
 
@@ -121,29 +151,52 @@ mod tests {
 
     #[tokio::test]
     async fn pushes_are_deduplicated_while_queued() {
-        let (queue, mut receiver) = work_queue::<&'static str>();
+        let (queue, receiver) = work_queue::<&'static str>();
         queue.push("a");
         queue.push("b");
         queue.push("a");
         assert_eq!(receiver.next().await, Some("a"));
+        receiver.done(&"a");
         // once taken, the key can be queued again
         queue.push("a");
         assert_eq!(receiver.next().await, Some("b"));
+        receiver.done(&"b");
         assert_eq!(receiver.next().await, Some("a"));
+        receiver.done(&"a");
         drop(queue);
-        assert_eq!(receiver.next().await, None);
+        // the receiver keeps a sender for re-queues, so check emptiness instead of the end
+        assert!(receiver.rx.lock().await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_key_in_progress_is_not_handed_out_twice() {
+        let (queue, receiver) = work_queue::<&'static str>();
+        queue.push("k");
+        assert_eq!(receiver.next().await, Some("k"));
+        // pushed while a worker holds it: not handed out until done
+        queue.push("k");
+        queue.push("k");
+        queue.push("other");
+        assert_eq!(receiver.next().await, Some("other"));
+        assert!(receiver.rx.lock().await.is_empty());
+        receiver.done(&"k");
+        assert_eq!(receiver.next().await, Some("k"));
+        receiver.done(&"k");
+        assert!(receiver.rx.lock().await.is_empty());
     }
 
     #[tokio::test]
     async fn retries_back_off_and_forget_resets() {
-        let (queue, mut receiver) = work_queue::<&'static str>();
+        let (queue, receiver) = work_queue::<&'static str>();
         let start = tokio::time::Instant::now();
         queue.retry("k");
         assert_eq!(receiver.next().await, Some("k"));
+        receiver.done(&"k");
         assert!(start.elapsed() >= MIN_BACKOFF);
         let second = tokio::time::Instant::now();
         queue.retry("k");
         assert_eq!(receiver.next().await, Some("k"));
+        receiver.done(&"k");
         assert!(
             second.elapsed() >= MIN_BACKOFF * 2,
             "{:?}",

@@ -1,6 +1,11 @@
 //! The declarative runtime: reads its `VClusterPlugin` from the host and runs what it
-//! declares — a [`ToHostSyncer`] per `syncedTypes[]` entry and the physical pod hooks — and
-//! reports `status.syncedObjects`, `status.syncedTotal` and the `RuntimeHealthy` condition.
+//! declares — a [`DeclarativeSyncer`] per `ToHost` entry of `syncedTypes[]` (driven by the same
+//! [`controller`](crate::controller) as plugin-author syncers), a [`from_host`] sync per
+//! `FromHost` entry, the declared hooks as [`ClientHook`]s, and the pods
+//! ([`PodSync`]) — and reports `status.syncedObjects`, `status.syncedTotal` and the
+//! `RuntimeHealthy` condition. A host object of a translated name that the vCluster does not
+//! manage is never touched: it is counted in `syncedObjects[].conflicts` and reported once as
+//! a `Warning` Event (reason [`CONFLICT_REASON`]) on the `VClusterPlugin`.
 //!
 //! The plugin is watched: when its `spec` changes, every syncer is stopped and started again
 //! from the new spec (no process restart). When the plugin is deleted, syncing stops (host
@@ -14,8 +19,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ApiResource, GroupVersionKind, Patch, PatchParams};
 use kube::core::Selector;
 use kube::discovery::{Scope, pinned_kind};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter as EventReporter};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 use tracing::{error, info, warn};
@@ -23,11 +29,20 @@ use vcp_crds::{
     RUNTIME_FIELD_MANAGER, SyncDirection, SyncedType, VClusterPlugin, VClusterPluginSpec,
 };
 
+use crate::controller::{self, ConflictReporter};
 use crate::error::Error;
+use crate::from_host::{self, FromHostOptions};
+use crate::hooks::declarative_hooks;
 use crate::pods::{PodHookOptions, physical_pod_hooks, run_pod_hooks};
+use crate::sdk::{ClientHook, Hooks, RegisterContext, SyncContext};
 use crate::stats::TypeStats;
-use crate::syncer::{ToHostOptions, ToHostSyncer};
+use crate::syncer::DeclarativeSyncer;
 use crate::translate::NamespacedTranslator;
+
+/// Reason of the `Warning` Event published on the `VClusterPlugin` for a host object of a
+/// translated name that this vCluster does not manage (or a virtual object in the way of a
+/// `FromHost` copy).
+pub const CONFLICT_REASON: &str = "HostObjectConflict";
 
 /// Type of the `RuntimeHealthy` condition the runtime reports.
 pub const RUNTIME_HEALTHY: &str = "RuntimeHealthy";
@@ -39,8 +54,10 @@ pub enum PodSync {
     /// hooks to the host pods labelled `vcluster.loft.sh/managed-by=<vcluster>`.
     #[default]
     Hooks,
-    /// Standalone: the runtime syncs pods itself. Not implemented yet: [`run`] refuses it with
-    /// [`Error::Unsupported`].
+    /// Standalone (no vCluster syncer present): the runtime syncs pods itself, virtual to host
+    /// with the translated metadata (the spec is copied at creation; afterwards only labels
+    /// and annotations follow, the rest of a pod's spec being immutable), status host to
+    /// virtual, and the `Pod` hooks applied before each host write.
     Full,
 }
 
@@ -64,6 +81,8 @@ pub struct Config {
     pub resync_period: Duration,
     /// The status is recomputed this often and written when it changed (default 2 seconds).
     pub status_interval: Duration,
+    /// Concurrent workers per synced type (default 4).
+    pub workers: usize,
 }
 
 impl Config {
@@ -84,6 +103,7 @@ impl Config {
             pod_sync: PodSync::Hooks,
             resync_period: Duration::from_secs(300),
             status_interval: Duration::from_secs(2),
+            workers: 4,
         }
     }
 }
@@ -97,14 +117,9 @@ impl Config {
 ///
 /// # Errors
 /// [`Error::ReadPlugin`] / [`Error::PluginNotFound`] when the plugin cannot be read at start,
-/// [`Error::NoVCluster`] when no vCluster name is known, [`Error::Unsupported`] for
-/// [`PodSync::Full`]. Later failures are logged, retried and reported in the status instead.
+/// [`Error::NoVCluster`] when no vCluster name is known. Later failures are logged, retried
+/// and reported in the status instead.
 pub async fn run(config: Config) -> Result<(), Error> {
-    if config.pod_sync == PodSync::Full {
-        return Err(Error::Unsupported {
-            what: "--pod-sync=full (the runtime syncing pods itself)".into(),
-        });
-    }
     let api: Api<VClusterPlugin> = Api::namespaced(config.host.clone(), &config.namespace);
     let plugin = api
         .get_opt(&config.plugin)
@@ -119,7 +134,19 @@ pub async fn run(config: Config) -> Result<(), Error> {
             name: config.plugin.clone(),
         })?;
     let config = Arc::new(config);
-    let mut running = Some(Generation::start(&config, &plugin)?);
+    let (conflict_tx, mut conflicts) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let on_conflict: ConflictReporter = Arc::new(move |message| {
+        let _ = conflict_tx.send(message);
+    });
+    let recorder = Recorder::new(
+        config.host.clone(),
+        EventReporter {
+            controller: RUNTIME_FIELD_MANAGER.into(),
+            instance: None,
+        },
+    );
+    let mut plugin_ref = plugin.object_ref(&());
+    let mut running = Some(Generation::start(&config, &plugin, on_conflict.clone())?);
     let mut reporter = Reporter::new(api.clone(), &config.plugin);
 
     let events = watcher(
@@ -139,7 +166,8 @@ pub async fn run(config: Config) -> Result<(), Error> {
                     if changed {
                         info!(plugin = %config.plugin, "VClusterPlugin spec changed, restarting syncers");
                         running = None;
-                        match Generation::start(&config, &plugin) {
+                        plugin_ref = plugin.object_ref(&());
+                        match Generation::start(&config, &plugin, on_conflict.clone()) {
                             Ok(generation) => running = Some(generation),
                             Err(error) => error!(%error, "cannot start the syncers of the new spec"),
                         }
@@ -163,6 +191,18 @@ pub async fn run(config: Config) -> Result<(), Error> {
                 Ok(Err(error)) => error!(%error, "a syncer stopped"),
                 Err(error) => error!(%error, "a syncer task failed"),
             },
+            Some(message) = conflicts.recv() => {
+                let event = Event {
+                    type_: EventType::Warning,
+                    reason: CONFLICT_REASON.into(),
+                    note: Some(message.chars().take(1000).collect()),
+                    action: "Sync".into(),
+                    secondary: None,
+                };
+                if let Err(error) = recorder.publish(&event, &plugin_ref).await {
+                    warn!(%error, "cannot publish an Event on the VClusterPlugin (the syncer identity needs create on events.k8s.io events)");
+                }
+            }
             _ = tick.tick() => {
                 if let Some(generation) = running.as_ref() {
                     reporter.report(generation).await;
@@ -191,16 +231,20 @@ async fn join_next(
 struct Generation {
     spec: VClusterPluginSpec,
     observed_generation: Option<i64>,
-    /// One per synced type, reported in `status.syncedObjects`.
+    /// One per synced type (and `v1 Pod` with `--pod-sync=full`), reported in
+    /// `status.syncedObjects`.
     types: Vec<Arc<TypeStats>>,
     /// The pod hooks' statistics: they count toward health, not toward `syncedObjects`.
     pod_hooks: Option<Arc<TypeStats>>,
-    unsupported: Vec<String>,
     tasks: JoinSet<Result<(), Error>>,
 }
 
 impl Generation {
-    fn start(config: &Arc<Config>, plugin: &VClusterPlugin) -> Result<Self, Error> {
+    fn start(
+        config: &Arc<Config>,
+        plugin: &VClusterPlugin,
+        on_conflict: ConflictReporter,
+    ) -> Result<Self, Error> {
         let spec = plugin.spec.clone();
         let vcluster = config
             .vcluster
@@ -216,36 +260,45 @@ impl Generation {
             observed_generation: plugin.metadata.generation,
             types: Vec::new(),
             pod_hooks: None,
-            unsupported: Vec::new(),
             tasks: JoinSet::new(),
             spec: spec.clone(),
         };
-        for synced in &spec.synced_types {
-            if synced.direction == SyncDirection::FromHost {
-                warn!(api_version = %synced.api_version, kind = %synced.kind, "direction FromHost is not implemented yet; type skipped");
-                generation
-                    .unsupported
-                    .push(format!("{} {} (FromHost)", synced.api_version, synced.kind));
-                continue;
-            }
+        let hooks: Arc<[Arc<dyn ClientHook>]> = declarative_hooks(&spec.hooks).into();
+        let mut synced_types = spec.synced_types.clone();
+        if config.pod_sync == PodSync::Full
+            && !synced_types
+                .iter()
+                .any(|t| t.api_version == "v1" && t.kind == "Pod")
+        {
+            synced_types.push(SyncedType {
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+                resource: Some("pods".into()),
+                direction: SyncDirection::ToHost,
+                sync_status: true,
+                selector: None,
+            });
+        }
+        for synced in synced_types {
             let stats = Arc::new(TypeStats::new(&synced.api_version, &synced.kind));
             generation.types.push(stats.clone());
             generation.tasks.spawn(run_type(
                 config.clone(),
                 vcluster.clone(),
-                synced.clone(),
-                spec.hooks.clone(),
+                synced,
+                hooks.clone(),
                 stats,
+                on_conflict.clone(),
             ));
         }
-        if !physical_pod_hooks(&spec.hooks).is_empty() {
+        if config.pod_sync == PodSync::Hooks && !physical_pod_hooks(&spec.hooks).is_empty() {
             let stats = Arc::new(TypeStats::new("v1", "Pod"));
             generation.pod_hooks = Some(stats.clone());
             generation.tasks.spawn(run_pod_hooks(PodHookOptions {
                 host: config.host.clone(),
                 namespace: config.namespace.clone(),
                 vcluster: vcluster.clone(),
-                hooks: spec.hooks.clone(),
+                hooks: Hooks::for_type(&hooks, "v1", "Pod"),
                 stats,
             }));
         }
@@ -253,19 +306,23 @@ impl Generation {
             vcluster = %vcluster,
             synced_types = spec.synced_types.len(),
             hooks = spec.hooks.len(),
+            pod_sync = ?config.pod_sync,
             "syncers started"
         );
         Ok(generation)
     }
 }
 
-/// Resolves a synced type (retrying with backoff while it is not served) and runs its syncer.
+/// Resolves a synced type (retrying with backoff while it is not served) and runs its syncer:
+/// a [`DeclarativeSyncer`] under the [`controller`](crate::controller) for `ToHost`,
+/// [`from_host::run`] for `FromHost`.
 async fn run_type(
     config: Arc<Config>,
     vcluster: String,
     synced: SyncedType,
-    hooks: Vec<vcp_crds::Hook>,
+    hooks: Arc<[Arc<dyn ClientHook>]>,
     stats: Arc<TypeStats>,
+    on_conflict: ConflictReporter,
 ) -> Result<(), Error> {
     let selector = match synced.selector.clone().map(Selector::try_from).transpose() {
         Ok(selector) => selector,
@@ -292,24 +349,51 @@ async fn run_type(
         }
     };
     stats.set_type_error(None);
-    ToHostSyncer::run(ToHostOptions {
-        host: config.host.clone(),
-        virtual_: config.virtual_.clone(),
-        translator: NamespacedTranslator::new(
-            vcluster,
-            &config.namespace,
-            &synced.api_version,
-            &synced.kind,
-        ),
-        resource,
+    let type_hooks = Hooks::for_type(&hooks, &synced.api_version, &synced.kind);
+    if synced.direction == SyncDirection::FromHost {
+        return from_host::run(FromHostOptions {
+            host: config.host.clone(),
+            virtual_: config.virtual_.clone(),
+            host_namespace: config.namespace.clone(),
+            virtual_namespace: config.namespace.clone(),
+            resource,
+            selector,
+            sync_status: synced.sync_status,
+            status_subresource,
+            hooks: type_hooks,
+            stats,
+            resync_period: config.resync_period,
+            on_conflict: Some(on_conflict),
+        })
+        .await;
+    }
+    let translator = NamespacedTranslator::new(
+        vcluster,
+        &config.namespace,
+        &synced.api_version,
+        &synced.kind,
+    );
+    let is_pod = synced.api_version == "v1" && synced.kind == "Pod";
+    let syncer = DeclarativeSyncer {
+        translator: translator.clone(),
+        resource: resource.clone(),
+        selector,
         sync_status: synced.sync_status,
         status_subresource,
-        selector,
-        hooks,
-        stats,
+        spec_updates: !is_pod,
+    };
+    let register = RegisterContext {
+        host: config.host.clone(),
+        virtual_: config.virtual_.clone(),
+        host_namespace: config.namespace.clone(),
+        vcluster: translator.vcluster().to_string(),
         resync_period: config.resync_period,
-    })
-    .await
+        workers: config.workers,
+    };
+    let mut options = controller::Options::from(&register);
+    options.on_conflict = Some(on_conflict);
+    let ctx = SyncContext::new(register, resource, translator, type_hooks, stats);
+    controller::run(syncer, ctx, options).await
 }
 
 /// The `ApiResource` of a synced type and whether it has a status subresource, discovered on
@@ -380,12 +464,6 @@ impl Reporter {
             .collect();
         let (status, reason, message) = if !type_errors.is_empty() {
             ("False", "TypeUnavailable", type_errors.join("; "))
-        } else if !generation.unsupported.is_empty() {
-            (
-                "False",
-                "UnsupportedSyncedType",
-                format!("not implemented yet: {}", generation.unsupported.join(", ")),
-            )
         } else if failed > 0 {
             (
                 "False",
