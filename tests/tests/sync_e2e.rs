@@ -17,7 +17,7 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use vcp_crds::VClusterPlugin;
-use vcp_syncer_runtime::{Config, run};
+use vcp_syncer_runtime::{Config, PodSync, run};
 use vcp_tests::{Cluster, ControlPlane, Identity, TEST_FIELD_MANAGER, string_map, wait_for};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -71,8 +71,36 @@ impl Drop for World {
     }
 }
 
-/// Installs CRDs in both clusters, the syncer's RBAC, the plugin, and starts the runtime.
+/// The default plugin spec of a test: Cars labelled `e2e=<test>` to the host with status, and
+/// the tutorial's pod hook.
+fn default_spec(test: &str) -> Value {
+    json!({
+        "vcluster": {"name": format!("vc-{test}")},
+        "syncedTypes": [{
+            "apiVersion": "example.loft.sh/v1", "kind": "Car", "syncStatus": true,
+            "selector": {"matchLabels": {"e2e": test}}
+        }],
+        "hooks": [{
+            "name": "pod-hook", "apiVersion": "v1", "kind": "Pod",
+            "events": ["CreatePhysical", "UpdatePhysical"],
+            "labels": {"created-by-plugin": "pod-hook"}
+        }]
+    })
+}
+
+/// [`world_with`] the default spec and `--pod-sync=hooks`.
 async fn world(test: &str, virtual_namespaces: &[&str]) -> World {
+    world_with(test, virtual_namespaces, default_spec(test), PodSync::Hooks).await
+}
+
+/// Installs CRDs in both clusters, the syncer's RBAC, the plugin with `spec`, and starts the
+/// runtime with `pod_sync`.
+async fn world_with(
+    test: &str,
+    virtual_namespaces: &[&str],
+    spec: Value,
+    pod_sync: PodSync,
+) -> World {
     let cp = ControlPlane::shared();
     let host = cp.client(Cluster::Host, Identity::Admin).await;
     let virtual_ = cp.client(Cluster::Virtual, Identity::Admin).await;
@@ -96,9 +124,10 @@ async fn world(test: &str, virtual_namespaces: &[&str]) -> World {
         "metadata": {"name": "vcp-syncer", "namespace": host_ns},
         "rules": [
             {"apiGroups": ["example.loft.sh"], "resources": ["cars"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
-            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
             {"apiGroups": ["vcp.dev"], "resources": ["vclusterplugins"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": ["vcp.dev"], "resources": ["vclusterplugins/status"], "verbs": ["get", "patch"]}
+            {"apiGroups": ["vcp.dev"], "resources": ["vclusterplugins/status"], "verbs": ["get", "patch"]},
+            {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}
         ]
     })).await;
     apply(&host, &rbac("RoleBinding", "rolebindings", "v1"), Some(&host_ns), json!({
@@ -107,13 +136,16 @@ async fn world(test: &str, virtual_namespaces: &[&str]) -> World {
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "vcp-syncer"},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": Identity::Syncer.user()}]
     })).await;
-    // Virtual: read Cars, write their status.
+    // Virtual: Cars (written by FromHost), their status, pods (--pod-sync=full), namespaces.
     apply(&virtual_, &rbac("ClusterRole", "clusterroles", "v1"), None, json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": {"name": "vcp-e2e-syncer"},
         "rules": [
-            {"apiGroups": ["example.loft.sh"], "resources": ["cars"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": ["example.loft.sh"], "resources": ["cars/status"], "verbs": ["get", "patch", "update"]}
+            {"apiGroups": ["example.loft.sh"], "resources": ["cars"], "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
+            {"apiGroups": ["example.loft.sh"], "resources": ["cars/status"], "verbs": ["get", "patch", "update"]},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["get", "patch"]},
+            {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "create"]}
         ]
     })).await;
     apply(&virtual_, &rbac("ClusterRoleBinding", "clusterrolebindings", "v1"), None, json!({
@@ -127,18 +159,7 @@ async fn world(test: &str, virtual_namespaces: &[&str]) -> World {
     let plugin: VClusterPlugin = serde_json::from_value(json!({
         "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
         "metadata": {"name": "car-plugin", "namespace": host_ns},
-        "spec": {
-            "vcluster": {"name": vcluster},
-            "syncedTypes": [{
-                "apiVersion": "example.loft.sh/v1", "kind": "Car", "syncStatus": true,
-                "selector": {"matchLabels": {"e2e": test}}
-            }],
-            "hooks": [{
-                "name": "pod-hook", "apiVersion": "v1", "kind": "Pod",
-                "events": ["CreatePhysical", "UpdatePhysical"],
-                "labels": {"created-by-plugin": "pod-hook"}
-            }]
-        }
+        "spec": spec
     }))
     .expect("plugin");
     plugins
@@ -154,6 +175,7 @@ async fn world(test: &str, virtual_namespaces: &[&str]) -> World {
     let virtual_syncer = cp.client(Cluster::Virtual, Identity::Syncer).await;
     let mut config = Config::new(host_syncer, virtual_syncer, &host_ns, "car-plugin");
     config.status_interval = Duration::from_millis(300);
+    config.pod_sync = pod_sync;
     let runtime = tokio::spawn(run(config));
     World {
         host,
@@ -496,6 +518,36 @@ async fn unmanaged_host_object_is_never_touched() {
         }
     })
     .await;
+    // reported as a Warning Event on the VClusterPlugin too
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(w.host.clone(), &w.host_ns);
+    let event = wait_for(TIMEOUT, || {
+        let events = events.clone();
+        async move {
+            events
+                .list(&Default::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("HostObjectConflict")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                            == Some("car-plugin")
+                })
+        }
+    })
+    .await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert!(
+        event
+            .note
+            .as_deref()
+            .unwrap_or_default()
+            .contains(host_name),
+        "{:?}",
+        event.note
+    );
     let after = w.host_cars().get(host_name).await.expect("foreign car");
     assert_eq!(after.resource_version(), foreign.resource_version());
     assert_eq!(after.data["spec"], json!({"type": "Foreign"}));
@@ -734,4 +786,308 @@ async fn terminating_virtual_object_and_offline_changes() {
     )
     .await
     .expect("release finalizer");
+}
+
+#[tokio::test]
+async fn host_copy_of_an_earlier_object_is_replaced() {
+    let w = world("uid", &["uid-a"]).await;
+    let host_name = "car-x-uid-a-x-vc-uid";
+    // a host copy made (by this vCluster) from an earlier virtual Car of the same name
+    let stale = apply(&w.host, &cars_resource(), Some(&w.host_ns), json!({
+        "apiVersion": "example.loft.sh/v1", "kind": "Car",
+        "metadata": {"name": host_name, "namespace": w.host_ns,
+            "labels": {"vcluster.loft.sh/managed-by": w.vcluster, "vcluster.loft.sh/namespace": "uid-a"},
+            "annotations": {"vcluster.loft.sh/object-name": "car", "vcluster.loft.sh/object-namespace": "uid-a",
+                "vcluster.loft.sh/object-uid": "uid-of-an-earlier-car",
+                "vcluster.loft.sh/object-kind": "example.loft.sh/v1, Kind=Car"}},
+        "spec": {"type": "Old"}
+    }))
+    .await;
+    let car = w
+        .put_car("uid-a", "car", json!({}), json!({}), json!({"type": "New"}))
+        .await;
+    let replaced = w
+        .host_car_where(host_name, |h| {
+            h.annotations().get("vcluster.loft.sh/object-uid") == car.uid().as_ref()
+        })
+        .await;
+    assert_ne!(
+        replaced.uid(),
+        stale.uid(),
+        "deleted and created, not patched"
+    );
+    assert_eq!(replaced.data["spec"], json!({"type": "New"}));
+    let (labels, annotations) = w.expected_metadata(&car, host_name, &[], &[]);
+    assert_eq!(replaced.labels(), &labels);
+    assert_eq!(replaced.annotations(), &annotations);
+}
+
+#[tokio::test]
+async fn from_host_copies_host_objects_into_the_virtual_cluster() {
+    let test = "fromhost";
+    let spec = json!({
+        "vcluster": {"name": "vc-fromhost"},
+        "syncedTypes": [{
+            "apiVersion": "example.loft.sh/v1", "kind": "Car", "direction": "FromHost",
+            "syncStatus": true, "selector": {"matchLabels": {"e2e": test}}
+        }],
+        "hooks": [{
+            "name": "import-hook", "apiVersion": "example.loft.sh/v1", "kind": "Car",
+            "events": ["CreateVirtual", "UpdateVirtual"],
+            "labels": {"imported": "yes"},
+            "jsonPatch": [{"op": "add", "path": "/metadata/annotations/imported-by", "value": "runtime"}]
+        }]
+    });
+    let w = world_with(test, &[], spec, PodSync::Hooks).await;
+    // identity mapping: host namespace vc-fromhost → virtual namespace vc-fromhost
+    let virtual_cars = w.virtual_cars(&w.host_ns);
+    let host_car = |name: &str, labels: Value, spec: Value| {
+        json!({"apiVersion": "example.loft.sh/v1", "kind": "Car",
+               "metadata": {"name": name, "namespace": w.host_ns, "labels": labels}, "spec": spec})
+    };
+    apply(
+        &w.host,
+        &cars_resource(),
+        Some(&w.host_ns),
+        host_car(
+            "shared",
+            json!({"e2e": test, "tier": "gold"}),
+            json!({"type": "Audi"}),
+        ),
+    )
+    .await;
+    // a host copy some vCluster made from a virtual object is never imported back
+    apply(
+        &w.host,
+        &cars_resource(),
+        Some(&w.host_ns),
+        host_car(
+            "copy-x-a-x-vc",
+            json!({"e2e": test, "vcluster.loft.sh/managed-by": "vc"}),
+            json!({"type": "BMW"}),
+        ),
+    )
+    .await;
+    let wait_virtual = |check: Box<dyn Fn(&DynamicObject) -> bool>| {
+        let api = virtual_cars.clone();
+        async move {
+            wait_for(TIMEOUT, || {
+                let api = api.clone();
+                let check = &check;
+                async move {
+                    api.get_opt("shared")
+                        .await
+                        .ok()
+                        .flatten()
+                        .filter(|c| check(c))
+                }
+            })
+            .await
+        }
+    };
+    let imported = wait_virtual(Box::new(|_| true)).await;
+    assert_eq!(
+        imported.labels(),
+        &string_map([("e2e", test), ("tier", "gold"), ("imported", "yes")])
+    );
+    assert_eq!(
+        imported.annotations(),
+        &string_map([
+            ("vcluster.loft.sh/object-host-name", "shared"),
+            ("vcluster.loft.sh/object-host-namespace", w.host_ns.as_str()),
+            ("imported-by", "runtime"),
+        ])
+    );
+    assert_eq!(imported.data["spec"], json!({"type": "Audi"}));
+
+    // (the runtime created the virtual namespace) a virtual object of a name the host also has, not made by the runtime: untouched
+    let mine = apply(
+        &w.virtual_,
+        &cars_resource(),
+        Some(&w.host_ns),
+        json!({
+            "apiVersion": "example.loft.sh/v1", "kind": "Car",
+            "metadata": {"name": "taken", "namespace": w.host_ns}, "spec": {"type": "Mine"}
+        }),
+    )
+    .await;
+    apply(
+        &w.host,
+        &cars_resource(),
+        Some(&w.host_ns),
+        host_car("taken", json!({"e2e": test}), json!({"type": "Theirs"})),
+    )
+    .await;
+
+    // host changes follow (UpdateVirtual hooks applied), status included (syncStatus)
+    let host_cars = w.host_cars();
+    host_cars
+        .patch(
+            "shared",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"seats": 5}})),
+        )
+        .await
+        .expect("host spec");
+    host_cars
+        .patch_status(
+            "shared",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Imported"}})),
+        )
+        .await
+        .expect("host status");
+    let updated = wait_virtual(Box::new(|c| {
+        c.data["spec"]["seats"] == json!(5) && c.data["status"]["phase"] == json!("Imported")
+    }))
+    .await;
+    assert_eq!(
+        updated.labels().get("imported").map(String::as_str),
+        Some("yes")
+    );
+
+    // drift in the virtual cluster is reverted
+    virtual_cars
+        .patch(
+            "shared",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"type": "Drift"}})),
+        )
+        .await
+        .expect("virtual drift");
+    wait_virtual(Box::new(|c| c.data["spec"]["type"] == json!("Audi"))).await;
+
+    // the unmanaged virtual object is reported and untouched; the managed-by copy not imported
+    let plugins: Api<VClusterPlugin> = Api::namespaced(w.host.clone(), &w.host_ns);
+    wait_for(TIMEOUT, || {
+        let plugins = plugins.clone();
+        async move {
+            let status = plugins.get("car-plugin").await.ok()?.status?;
+            let cars = status.synced_objects.iter().find(|s| s.kind == "Car")?;
+            (cars.count == 1 && cars.conflicts == Some(1)).then_some(())
+        }
+    })
+    .await;
+    let still_mine = virtual_cars.get("taken").await.expect("mine");
+    assert_eq!(still_mine.resource_version(), mine.resource_version());
+    assert!(
+        virtual_cars
+            .get_opt("copy-x-a-x-vc")
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // a deleted host object deletes its virtual copy
+    host_cars
+        .delete("shared", &DeleteParams::default())
+        .await
+        .expect("delete host");
+    wait_for(TIMEOUT, || {
+        let api = virtual_cars.clone();
+        async move { api.get_opt("shared").await.ok()?.is_none().then_some(()) }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn pod_sync_full_syncs_pods_and_their_status() {
+    let w = world_with(
+        "podfull",
+        &["podfull-a"],
+        default_spec("podfull"),
+        PodSync::Full,
+    )
+    .await;
+    let virtual_pods =
+        Api::<DynamicObject>::namespaced_with(w.virtual_.clone(), "podfull-a", &pods_resource());
+    let host_pods =
+        Api::<DynamicObject>::namespaced_with(w.host.clone(), &w.host_ns, &pods_resource());
+    let pod = apply(
+        &w.virtual_,
+        &pods_resource(),
+        Some("podfull-a"),
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "podfull-a", "labels": {"app": "web"}},
+            "spec": {"automountServiceAccountToken": false,
+                     "containers": [{"name": "c", "image": "registry.invalid/web:1"}]}
+        }),
+    )
+    .await;
+    let host_name = "web-x-podfull-a-x-vc-podfull";
+    let host_pod = wait_for(TIMEOUT, || {
+        let api = host_pods.clone();
+        async move { api.get_opt(host_name).await.ok().flatten() }
+    })
+    .await;
+    // translated metadata, with the pod hook applied before the write (CreatePhysical)
+    assert_eq!(
+        host_pod.labels(),
+        &string_map([
+            ("app", "web"),
+            ("vcluster.loft.sh/managed-by", "vc-podfull"),
+            ("vcluster.loft.sh/namespace", "podfull-a"),
+            ("created-by-plugin", "pod-hook"),
+        ])
+    );
+    assert_eq!(
+        host_pod.annotations().get("vcluster.loft.sh/object-uid"),
+        pod.uid().as_ref()
+    );
+    assert_eq!(
+        host_pod
+            .annotations()
+            .get("vcluster.loft.sh/object-kind")
+            .map(String::as_str),
+        Some("/v1, Kind=Pod")
+    );
+    assert_eq!(
+        host_pod.data["spec"]["containers"][0]["image"],
+        json!("registry.invalid/web:1")
+    );
+
+    // no node runs it: the status is written on the host as admin and copied up
+    host_pods
+        .patch_status(
+            host_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"message": "set on the host", "reason": "HostSide"}})),
+        )
+        .await
+        .expect("host pod status");
+    wait_for(TIMEOUT, || {
+        let api = virtual_pods.clone();
+        async move {
+            let pod = api.get("web").await.ok()?;
+            (pod.data["status"]["message"] == json!("set on the host")).then_some(())
+        }
+    })
+    .await;
+
+    // a label change follows; deleting the virtual pod deletes the host pod
+    apply(&w.virtual_, &pods_resource(), Some("podfull-a"), json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web", "namespace": "podfull-a", "labels": {"app": "web", "v": "2"}},
+        "spec": {"automountServiceAccountToken": false,
+                 "containers": [{"name": "c", "image": "registry.invalid/web:1"}]}
+    }))
+    .await;
+    wait_for(TIMEOUT, || {
+        let api = host_pods.clone();
+        async move {
+            let pod = api.get(host_name).await.ok()?;
+            (pod.labels().get("v").map(String::as_str) == Some("2")).then_some(())
+        }
+    })
+    .await;
+    virtual_pods
+        .delete("web", &DeleteParams::default())
+        .await
+        .expect("delete virtual pod");
+    wait_for(TIMEOUT, || {
+        let api = host_pods.clone();
+        async move { api.get_opt(host_name).await.ok()?.is_none().then_some(()) }
+    })
+    .await;
 }
