@@ -54,7 +54,9 @@ pub const PLUGIN_NAMESPACE_LABEL: &str = "vcp.dev/plugin-namespace";
     printcolumn(name = "Synced", type_ = "integer", json_path = ".status.syncedTotal", description = "Objects the runtime keeps in sync, all types together"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     validation = Rule::new("size(self.metadata.name) <= 63").message("metadata.name must be at most 63 characters: it names the plugin container and is a label value"),
-    validation = Rule::new("!has(self.spec.config) || !has(self.spec.image) || (has(self.spec.version) && self.spec.version == 'v1')").message("spec.config is only passed to a v1 (sidecar) plugin image: a v2 plugin gets its config from the vCluster's values").field_path(".spec.config")
+    validation = Rule::new("!has(self.spec.config) || (has(self.spec.image) && has(self.spec.version) && self.spec.version == 'v1')").message("spec.config is only passed to a v1 (sidecar) plugin image: a v2 plugin gets its config from the vCluster's values, and the embedded runtime reads syncedTypes and hooks").field_path(".spec.config"),
+    validation = Rule::new("!has(oldSelf.spec) || self.spec.vcluster.name == oldSelf.spec.vcluster.name").message("spec.vcluster.name is immutable: moving a plugin would strand its entries in the old vCluster's workload; delete the VClusterPlugin and create a new one").field_path(".spec.vcluster.name"),
+    validation = Rule::new("!has(self.spec.rbac) || !has(self.spec.rbac.role) || !has(self.spec.rbac.role.extraRules) || self.spec.rbac.role.extraRules.all(r, !has(r.nonResourceURLs))").message("nonResourceURLs are cluster-scoped: put such a rule in spec.rbac.clusterRole.extraRules").field_path(".spec.rbac.role.extraRules")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct VClusterPluginSpec {
@@ -64,7 +66,7 @@ pub struct VClusterPluginSpec {
     /// A plugin image built with the vcluster-sdk, such as `ghcr.io/loft-sh/vcluster-example:0.1.0`.
     /// Absent: the embedded runtime of this project performs `syncedTypes` and `hooks`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 512), regex(pattern = crate::schema::IMAGE_PATTERN))]
     pub image: Option<String>,
 
     /// How an image plugin is run: `v2` (default; copied by an init container into `/plugins`
@@ -112,12 +114,16 @@ pub struct VClusterPluginSpec {
     #[schemars(schema_with = "crate::schema::free_form_object")]
     pub config: Option<serde_json::Value>,
 
-    /// Resource types the runtime keeps in sync between the virtual cluster and the host.
+    /// Resource types the runtime keeps in sync between the virtual cluster and the host; at
+    /// most one entry per `apiVersion` and `kind`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["apiVersion", "kind"]))]
     pub synced_types: Vec<SyncedType>,
 
-    /// Mutations applied to objects on their way between the virtual cluster and the host.
+    /// Mutations applied to objects on their way between the virtual cluster and the host;
+    /// names are unique.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub hooks: Vec<Hook>,
 
     /// RBAC the plugin needs on the host, granted to the vCluster's service account.
@@ -130,7 +136,7 @@ pub struct VClusterPluginSpec {
 pub struct VClusterRef {
     /// Name of the vCluster release. Its workload is the StatefulSet, else the Deployment, of
     /// that name in the plugin's namespace; its service account is `vc-<name>`.
-    #[schemars(length(min = 1, max = 53))]
+    #[schemars(length(min = 1, max = 53), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
     pub name: String,
 }
 
@@ -173,13 +179,14 @@ impl PullPolicy {
 #[serde(rename_all = "camelCase")]
 pub struct SyncedType {
     /// `group/version` of the type, such as `example.loft.sh/v1` (`v1` for the core group).
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 317), regex(pattern = crate::schema::API_VERSION_PATTERN))]
     pub api_version: String,
     /// Kind of the type, such as `Car`.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 63), regex(pattern = crate::schema::KIND_PATTERN))]
     pub kind: String,
     /// Plural resource name, such as `cars`. Discovered from the API server when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
     pub resource: Option<String>,
     /// `ToHost` (default): virtual objects are copied to the host namespace.
     /// `FromHost`: host objects are copied into the virtual cluster.
@@ -208,32 +215,38 @@ pub enum SyncDirection {
 #[serde(rename_all = "camelCase")]
 pub struct Hook {
     /// Name of the hook, unique in the plugin.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
     pub name: String,
     /// `group/version` of the objects, such as `v1`.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 317), regex(pattern = crate::schema::API_VERSION_PATTERN))]
     pub api_version: String,
     /// Kind of the objects, such as `Pod`.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 63), regex(pattern = crate::schema::KIND_PATTERN))]
     pub kind: String,
-    /// Events on which the hook runs: `CreatePhysical`, `UpdatePhysical` (before a write to
-    /// the host), `CreateVirtual`, `UpdateVirtual` (before a write to the virtual cluster).
-    #[schemars(length(min = 1))]
+    /// Events on which the hook runs, each at most once: `CreatePhysical`, `UpdatePhysical`
+    /// (before a write to the host), `CreateVirtual`, `UpdateVirtual` (before a write to the
+    /// virtual cluster).
+    #[schemars(length(min = 1, max = 4), extend("x-kubernetes-list-type" = "set"))]
     pub events: Vec<HookEvent>,
-    /// Labels to set.
+    /// Labels to set (label keys and values).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "crate::schema::labels_map")]
     pub labels: BTreeMap<String, String>,
-    /// Annotations to set.
+    /// Annotations to set (annotation keys).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "crate::schema::annotations_map")]
     pub annotations: BTreeMap<String, String>,
     /// Label keys to remove.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::schema::key_list")]
     pub remove_labels: Vec<String>,
     /// Annotation keys to remove.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::schema::key_list")]
     pub remove_annotations: Vec<String>,
     /// RFC 6902 JSON Patch operations applied after the label and annotation actions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
     pub json_patch: Vec<JsonPatchOperation>,
 }
 
@@ -252,15 +265,22 @@ pub enum HookEvent {
     UpdateVirtual,
 }
 
-/// One RFC 6902 operation.
+/// One RFC 6902 operation: `from` is required by `move` and `copy` (a CEL rule). `value` is
+/// required by `add`, `replace` and `test`, but an untyped field is invisible to CEL, so the
+/// schema cannot check it: the runtime reports such an operation when it applies the hook.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[schemars(extend("x-kubernetes-validations" = [
+    { "rule": "!(self.op in ['move', 'copy']) || has(self.from)", "message": "from is required by the move and copy operations", "fieldPath": ".from", "reason": "FieldValueRequired" },
+]))]
 pub struct JsonPatchOperation {
     /// `add`, `remove`, `replace`, `move`, `copy` or `test`.
     pub op: JsonPatchOp,
     /// JSON Pointer (RFC 6901) of the target, such as `/metadata/labels/team`.
+    #[schemars(length(max = 1024), regex(pattern = crate::schema::JSON_POINTER_PATTERN))]
     pub path: String,
     /// Source pointer of `move` and `copy`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024), regex(pattern = crate::schema::JSON_POINTER_PATTERN))]
     pub from: Option<String>,
     /// Value of `add`, `replace` and `test`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -316,8 +336,10 @@ pub enum RbacMode {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RoleRules {
-    /// Standard Kubernetes PolicyRules, added to those derived from `syncedTypes`.
+    /// Standard Kubernetes PolicyRules, added to those derived from `syncedTypes`; verbs from
+    /// the known set (a custom verb is refused as a likely typo), at most 64 rules.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::schema::policy_rules")]
     pub extra_rules: Vec<PolicyRule>,
 }
 

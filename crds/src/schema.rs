@@ -18,3 +18,137 @@ pub fn any_value(_: &mut SchemaGenerator) -> Schema {
         "x-kubernetes-preserve-unknown-fields": true,
     })
 }
+
+/// `[registry[:port]/]repository[:tag][@sha256:digest]`, lowercase repository components as in
+/// the distribution reference grammar (schema `pattern` of `spec.image`).
+pub const IMAGE_PATTERN: &str = r"^(([a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?)(\.[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?)*(:[0-9]+)?/)?[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*(/[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$";
+
+/// A label or annotation key: optional DNS-subdomain prefix and `/`, then a name of at most 63
+/// characters (alphanumerics, `-`, `_`, `.`, alphanumeric at both ends).
+pub const KEY_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$";
+
+/// A label value: empty, or at most 63 characters, alphanumeric at both ends.
+pub const LABEL_VALUE_PATTERN: &str = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$";
+
+/// The verbs a rule may name: the API server's resource verbs, the RBAC and certificate verbs,
+/// and `*` (which the operator policy refuses unless widened). A custom verb is refused: a typo
+/// such as `Get` or `gett` would otherwise grant nothing without a word.
+pub const KNOWN_VERBS: [&str; 17] = [
+    "get",
+    "list",
+    "watch",
+    "create",
+    "update",
+    "patch",
+    "delete",
+    "deletecollection",
+    "proxy",
+    "use",
+    "bind",
+    "escalate",
+    "impersonate",
+    "approve",
+    "sign",
+    "attest",
+    "*",
+];
+
+/// Most labels / annotations / keys a hook may set or remove (bounds CEL cost).
+pub const MAX_KEYS: u32 = 32;
+
+/// Labels to set: keys as [`KEY_PATTERN`], values as [`LABEL_VALUE_PATTERN`].
+pub fn labels_map(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "maxProperties": MAX_KEYS,
+        "additionalProperties": { "type": "string", "maxLength": 63, "pattern": LABEL_VALUE_PATTERN },
+        "x-kubernetes-validations": [{
+            "rule": format!("self.all(k, size(k) <= 317 && k.matches('{}'))", KEY_PATTERN.replace('\\', "\\\\")),
+            "message": "every key must be a label key: an optional DNS subdomain prefix and '/', then a name of at most 63 alphanumerics, '-', '_' or '.', alphanumeric at both ends",
+        }],
+    })
+}
+
+/// Annotations to set: keys as [`KEY_PATTERN`], any string values.
+pub fn annotations_map(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "maxProperties": MAX_KEYS,
+        "additionalProperties": { "type": "string", "maxLength": 65536 },
+        "x-kubernetes-validations": [{
+            "rule": format!("self.all(k, size(k) <= 317 && k.matches('{}'))", KEY_PATTERN.replace('\\', "\\\\")),
+            "message": "every key must be an annotation key: an optional DNS subdomain prefix and '/', then a name of at most 63 alphanumerics, '-', '_' or '.', alphanumeric at both ends",
+        }],
+    })
+}
+
+/// Label / annotation keys to remove: each as [`KEY_PATTERN`], no duplicates.
+pub fn key_list(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "maxItems": MAX_KEYS,
+        "x-kubernetes-list-type": "set",
+        "items": { "type": "string", "maxLength": 317, "pattern": KEY_PATTERN },
+    })
+}
+
+/// Most rules in one `extraRules` list.
+pub const MAX_RULES: u32 = 64;
+
+fn string_list(description: &str, max: u32) -> serde_json::Value {
+    serde_json::json!({
+        "type": "array",
+        "description": description,
+        "maxItems": max,
+        "items": { "type": "string", "maxLength": 253 },
+    })
+}
+
+/// `extraRules` of `rbac.role` and `rbac.clusterRole`: PolicyRules with known verbs
+/// ([`KNOWN_VERBS`]) and bounded lists (CEL cost); a rule names resources or nonResourceURLs,
+/// never both. (`nonResourceURLs` in `rbac.role` is refused by a root rule.)
+pub fn policy_rules(_: &mut SchemaGenerator) -> Schema {
+    let rule_checks = serde_json::json!([
+        {
+            "rule": "has(self.resources) != has(self.nonResourceURLs)",
+            "message": "a rule names either resources (with apiGroups) or nonResourceURLs",
+        },
+        {
+            "rule": "!has(self.nonResourceURLs) || (!has(self.apiGroups) && !has(self.resourceNames))",
+            "message": "a nonResourceURLs rule names no apiGroups or resourceNames",
+        },
+    ]);
+    let verbs = serde_json::json!({
+        "type": "array",
+        "description": "Verbs the rule grants: get, list, watch, create, update, patch, delete, deletecollection, proxy, use, bind, escalate, impersonate, approve, sign, attest, or `*`.",
+        "minItems": 1,
+        "maxItems": 17,
+        "items": { "type": "string", "enum": KNOWN_VERBS },
+    });
+    json_schema!({
+        "type": "array",
+        "maxItems": MAX_RULES,
+        "items": {
+            "type": "object",
+            "description": "A Kubernetes RBAC PolicyRule.",
+            "required": ["verbs"],
+            "properties": {
+                "apiGroups": string_list("API groups of the resources (`\"\"` is the core group).", 32),
+                "nonResourceURLs": string_list("Non-resource URLs such as `/healthz` (cluster rules only).", 32),
+                "resourceNames": string_list("Names the rule is restricted to; empty means all.", 64),
+                "resources": string_list("Resources (plural names, `resource/subresource` for a subresource).", 32),
+                "verbs": verbs,
+            },
+            "x-kubernetes-validations": rule_checks,
+        },
+    })
+}
+
+/// `group/version` or `version` (core group), such as `example.loft.sh/v1` or `v1beta2`.
+pub const API_VERSION_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?v[0-9]+((alpha|beta)[0-9]+)?$";
+
+/// A kind: CamelCase, such as `Car`.
+pub const KIND_PATTERN: &str = r"^[A-Z][A-Za-z0-9]*$";
+
+/// An RFC 6901 JSON Pointer: empty, or `/`-separated tokens with `~` only as `~0` / `~1`.
+pub const JSON_POINTER_PATTERN: &str = r"^(/([^~/]|~[01])*)*$";
