@@ -1,0 +1,360 @@
+//! The invalid-input corpus (`tests/fixtures/invalid/*.yaml`) against the real host API server
+//! and the operator running in-process under the `vcp-operator` identity (RBAC on).
+//!
+//! Each fixture starts with a header line `# expect: <outcome>`:
+//! - `refused <field>`: `kubectl apply` fails, and the API server's message names `<field>`
+//!   (the CRD's OpenAPI constraints and CEL rules);
+//! - `Ready=False reason=<Reason> [message=<text>]`: `kubectl apply` succeeds, then the
+//!   operator sets `Ready=False` with that reason (and a message containing `<text>`) for the
+//!   current generation and publishes an Event with that reason on the plugin.
+//!
+//! In both cases, and again after the accepted ones are deleted, the vCluster's StatefulSet,
+//! every Role of the namespace (the chart's and the baseline plugin's) and the baseline's
+//! ClusterRoles keep their `resourceVersion`: nothing was written for a bad object.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::rbac::v1::{ClusterRole, Role};
+use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
+use vcp_crds::VClusterPlugin;
+use vcp_tests::{Cluster, ControlPlane, Identity, apply_yaml, repo_root, wait_for};
+
+const NS: &str = "invalid-corpus";
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// CRDs, the operator's RBAC, and one operator for this test binary on its own runtime.
+async fn setup() -> Client {
+    static STARTED: OnceLock<()> = OnceLock::new();
+    let cp = ControlPlane::shared();
+    let admin = cp.client(Cluster::Host, Identity::Admin).await;
+    if STARTED.get().is_none() {
+        vcp_tests::install_crds(&admin).await;
+        for file in [
+            "config/rbac/role.yaml",
+            "config/rbac/test-user-binding.yaml",
+        ] {
+            vcp_tests::apply_yaml_file(&admin, file, None)
+                .await
+                .unwrap_or_else(|e| panic!("apply {file}: {e:#}"));
+        }
+        STARTED.get_or_init(|| {
+            std::thread::spawn(|| {
+                let rt = tokio::runtime::Runtime::new().expect("operator runtime");
+                rt.block_on(async {
+                    let client = ControlPlane::shared()
+                        .client(Cluster::Host, Identity::Operator)
+                        .await;
+                    let mut config = vcluster_plugin_operator::Config::new(client);
+                    config.runtime_image = "vcp-test/runtime:corpus".into();
+                    vcluster_plugin_operator::run(config)
+                        .await
+                        .expect("operator stopped");
+                });
+            });
+        });
+    }
+    admin
+}
+
+/// A vCluster-chart-shaped namespace: ServiceAccount, StatefulSet (container `syncer`), the
+/// chart's Role and RoleBinding, and an installed baseline plugin syncing Cars.
+const VCLUSTER: &str = r#"
+apiVersion: v1
+kind: ServiceAccount
+metadata: { name: vc-my-vcluster }
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: { name: my-vcluster }
+spec:
+  serviceName: my-vcluster-headless
+  selector: { matchLabels: { app: vcluster } }
+  template:
+    metadata: { labels: { app: vcluster } }
+    spec:
+      serviceAccountName: vc-my-vcluster
+      containers:
+        - name: syncer
+          image: ghcr.io/loft-sh/vcluster-pro:0.26.0
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: { name: vc-my-vcluster }
+rules:
+  - apiGroups: [""]
+    resources: [pods, services]
+    verbs: [get, list, watch, create, update, patch, delete]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: { name: vc-my-vcluster }
+roleRef: { apiGroup: rbac.authorization.k8s.io, kind: Role, name: vc-my-vcluster }
+subjects:
+  - { kind: ServiceAccount, name: vc-my-vcluster, namespace: invalid-corpus }
+---
+apiVersion: vcp.dev/v1alpha1
+kind: VClusterPlugin
+metadata: { name: baseline }
+spec:
+  vcluster: { name: my-vcluster }
+  syncedTypes:
+    - { apiVersion: example.loft.sh/v1, kind: Car }
+"#;
+
+/// What a fixture expects.
+#[derive(Debug)]
+enum Expect {
+    Refused {
+        field: String,
+    },
+    NotReady {
+        reason: String,
+        message: Option<String>,
+    },
+}
+
+fn parse_expect(path: &PathBuf, text: &str) -> Expect {
+    let header = text
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("# expect: "))
+        .unwrap_or_else(|| panic!("{}: first line must be `# expect: ...`", path.display()));
+    if let Some(field) = header.strip_prefix("refused ") {
+        return Expect::Refused {
+            field: field.trim().to_string(),
+        };
+    }
+    let rest = header
+        .strip_prefix("Ready=False ")
+        .unwrap_or_else(|| panic!("{}: unknown expectation {header:?}", path.display()));
+    let mut reason = None;
+    let mut message = None;
+    for part in rest.split_whitespace() {
+        match part.split_once('=') {
+            Some(("reason", r)) => reason = Some(r.to_string()),
+            Some(("message", m)) => message = Some(m.to_string()),
+            _ => panic!("{}: unknown part {part:?}", path.display()),
+        }
+    }
+    Expect::NotReady {
+        reason: reason.unwrap_or_else(|| panic!("{}: no reason=", path.display())),
+        message,
+    }
+}
+
+fn plugin_name(text: &str) -> String {
+    let doc: serde_yaml::Value = serde_yaml::from_str(text).expect("fixture YAML");
+    doc["metadata"]["name"]
+        .as_str()
+        .expect("metadata.name")
+        .to_string()
+}
+
+fn kubectl(args: &[&str]) -> (bool, String) {
+    let kubeconfig = ControlPlane::shared().kubeconfig(Cluster::Host, Identity::Admin);
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(args)
+        .output()
+        .expect("run kubectl");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// `kind/name` → resourceVersion of the objects a bad plugin must never touch.
+async fn versions(admin: &Client) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let sts = Api::<StatefulSet>::namespaced(admin.clone(), NS)
+        .get("my-vcluster")
+        .await
+        .expect("StatefulSet");
+    out.insert(
+        "StatefulSet/my-vcluster".into(),
+        sts.resource_version().unwrap(),
+    );
+    for r in Api::<Role>::namespaced(admin.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .expect("Roles")
+    {
+        out.insert(
+            format!("Role/{}", r.name_any()),
+            r.resource_version().unwrap(),
+        );
+    }
+    for r in Api::<ClusterRole>::all(admin.clone())
+        .list(&ListParams::default().labels(&format!("{}={NS}", vcp_crds::PLUGIN_NAMESPACE_LABEL)))
+        .await
+        .expect("ClusterRoles")
+    {
+        out.insert(
+            format!("ClusterRole/{}", r.name_any()),
+            r.resource_version().unwrap(),
+        );
+    }
+    out
+}
+
+async fn wait_not_ready(
+    api: &Api<VClusterPlugin>,
+    name: &str,
+) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    for _ in 0..(TIMEOUT.as_millis() / 100) {
+        if let Ok(p) = api.get(name).await {
+            let status = p.status.clone().unwrap_or_default();
+            if let Some(c) = status.conditions.iter().find(|c| c.type_ == "Ready")
+                && c.status == "False"
+                && status.observed_generation == p.metadata.generation
+            {
+                return Some(c.clone());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
+#[tokio::test]
+async fn every_invalid_manifest_is_refused_or_reported_and_nothing_is_written() {
+    let admin = setup().await;
+    vcp_tests::create_namespace(&admin, NS).await;
+    apply_yaml(&admin, VCLUSTER, Some(NS))
+        .await
+        .expect("vCluster fixtures");
+    let plugins = Api::<VClusterPlugin>::namespaced(admin.clone(), NS);
+    wait_for(TIMEOUT, || {
+        let plugins = plugins.clone();
+        async move {
+            let p = plugins.get("baseline").await.ok()?;
+            p.status?
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+                .then_some(())
+        }
+    })
+    .await;
+    // Let the baseline settle (its RBAC and status are written after the workload).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = versions(&admin).await;
+    assert!(
+        before.contains_key("Role/vcp-plugin-baseline"),
+        "{before:?}"
+    );
+
+    let dir = repo_root().join("tests/fixtures/invalid");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("fixtures folder")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 30, "only {} fixtures", files.len());
+
+    let events = Api::<Event>::namespaced(admin.clone(), NS);
+    let mut failures = Vec::new();
+    let (mut refused, mut reported) = (0, 0);
+    for path in &files {
+        let file = path.file_name().unwrap().to_string_lossy().to_string();
+        let text = std::fs::read_to_string(path).unwrap();
+        let name = plugin_name(&text);
+        let path_str = path.to_string_lossy().to_string();
+        let (ok, out) = kubectl(&["apply", "-n", NS, "-f", &path_str]);
+        match parse_expect(path, &text) {
+            Expect::Refused { field } => {
+                refused += 1;
+                if ok {
+                    failures.push(format!("{file}: accepted, expected refused ({out})"));
+                    kubectl(&["delete", "-n", NS, "-f", &path_str, "--wait=true"]);
+                } else if !out.contains("is invalid") || !out.contains(&field) {
+                    failures.push(format!("{file}: refused without naming {field}: {out}"));
+                }
+            }
+            Expect::NotReady { reason, message } => {
+                reported += 1;
+                if !ok {
+                    failures.push(format!("{file}: refused by kubectl apply: {out}"));
+                    continue;
+                }
+                match wait_not_ready(&plugins, &name).await {
+                    None => failures.push(format!("{file}: never Ready=False")),
+                    Some(c) if c.reason != reason => failures.push(format!(
+                        "{file}: reason {} ({}), expected {reason}",
+                        c.reason, c.message
+                    )),
+                    Some(c) => {
+                        if let Some(m) = &message
+                            && !c.message.contains(m.as_str())
+                        {
+                            failures
+                                .push(format!("{file}: message {:?} does not name {m}", c.message));
+                        }
+                        let evs = events.list(&ListParams::default()).await.unwrap();
+                        let has_event = evs.items.iter().any(|e| {
+                            e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                                == Some(name.as_str())
+                                && e.reason.as_deref() == Some(reason.as_str())
+                        });
+                        if !has_event {
+                            failures.push(format!("{file}: no Event with reason {reason}"));
+                        }
+                    }
+                }
+                let after_apply = versions(&admin).await;
+                if after_apply != before {
+                    failures.push(format!(
+                        "{file}: written while applied: {before:?} -> {after_apply:?}"
+                    ));
+                }
+                let (deleted, out) = kubectl(&[
+                    "delete",
+                    "-n",
+                    NS,
+                    "vclusterplugin",
+                    &name,
+                    "--wait=true",
+                    "--timeout=30s",
+                ]);
+                if !deleted {
+                    failures.push(format!("{file}: delete failed: {out}"));
+                }
+            }
+        }
+        let after = versions(&admin).await;
+        if after != before {
+            failures.push(format!("{file}: written: {before:?} -> {after:?}"));
+        }
+    }
+    // The baseline still works.
+    let baseline = plugins.get("baseline").await.unwrap();
+    assert!(
+        baseline
+            .status
+            .unwrap()
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True"),
+        "baseline lost Ready"
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {} fixtures failed ({refused} refused, {reported} reported):\n{}",
+        failures.len(),
+        files.len(),
+        failures.join("\n")
+    );
+}
