@@ -136,7 +136,10 @@ pub struct VClusterPluginSpec {
 pub struct VClusterRef {
     /// Name of the vCluster release. Its workload is the StatefulSet, else the Deployment, of
     /// that name in the plugin's namespace; its service account is `vc-<name>`.
-    #[schemars(length(min = 1, max = 53), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    #[schemars(
+        length(min = 1, max = 53),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
     pub name: String,
 }
 
@@ -186,7 +189,10 @@ pub struct SyncedType {
     pub kind: String,
     /// Plural resource name, such as `cars`. Discovered from the API server when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
     pub resource: Option<String>,
     /// `ToHost` (default): virtual objects are copied to the host namespace.
     /// `FromHost`: host objects are copied into the virtual cluster.
@@ -215,7 +221,10 @@ pub enum SyncDirection {
 #[serde(rename_all = "camelCase")]
 pub struct Hook {
     /// Name of the hook, unique in the plugin.
-    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
     pub name: String,
     /// `group/version` of the objects, such as `v1`.
     #[schemars(length(min = 1, max = 317), regex(pattern = crate::schema::API_VERSION_PATTERN))]

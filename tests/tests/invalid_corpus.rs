@@ -120,7 +120,7 @@ enum Expect {
     },
 }
 
-fn parse_expect(path: &PathBuf, text: &str) -> Expect {
+fn parse_expect(path: &std::path::Path, text: &str) -> Expect {
     let header = text
         .lines()
         .next()
