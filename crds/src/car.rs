@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
         json_path = ".metadata.creationTimestamp"
     )
 )]
+#[schemars(transform = crate::schema::paragraphs)]
 pub struct CarSpec {
     /// Make of the car, such as `BMW`, `Tesla` or `Audi`.
     #[serde(rename = "type")]
@@ -37,6 +38,7 @@ pub struct CarSpec {
 /// Observed state of a car.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::schema::paragraphs)]
 pub struct CarStatus {
     /// Free-text phase, such as `Parked`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -59,6 +59,7 @@ pub const PLUGIN_NAMESPACE_LABEL: &str = "vcp.dev/plugin-namespace";
     validation = Rule::new("!has(self.spec.rbac) || !has(self.spec.rbac.role) || !has(self.spec.rbac.role.extraRules) || self.spec.rbac.role.extraRules.all(r, !has(r.nonResourceURLs))").message("nonResourceURLs are cluster-scoped: put such a rule in spec.rbac.clusterRole.extraRules").field_path(".spec.rbac.role.extraRules")
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::schema::paragraphs)]
 pub struct VClusterPluginSpec {
     /// The vCluster this plugin is installed into.
     pub vcluster: VClusterRef,
@@ -357,6 +358,7 @@ pub struct RoleRules {
 /// server-side apply under its own field manager.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = crate::schema::paragraphs)]
 pub struct VClusterPluginStatus {
     /// `metadata.generation` the operator last acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]

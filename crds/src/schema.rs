@@ -152,3 +152,82 @@ pub const KIND_PATTERN: &str = r"^[A-Z][A-Za-z0-9]*$";
 
 /// An RFC 6901 JSON Pointer: empty, or `/`-separated tokens with `~` only as `~0` / `~1`.
 pub const JSON_POINTER_PATTERN: &str = r"^(/([^~/]|~[01])*)*$";
+
+/// Container transform (`#[schemars(transform = crate::schema::paragraphs)]`) that makes every
+/// `description` below the type read well in `kubectl explain`: doc comments are wrapped at
+/// ~100 columns, and `kubectl explain` would print those hard line breaks mid-sentence. See
+/// [`join_wrapped_lines`] for what is kept.
+pub fn paragraphs(schema: &mut Schema) {
+    if let Some(serde_json::Value::String(d)) = schema.get_mut("description") {
+        *d = join_wrapped_lines(d);
+    }
+    schemars::transform::transform_subschemas(&mut paragraphs, schema);
+}
+
+/// Joins the wrapped lines of each paragraph of `text` with a space. Kept as they are: blank
+/// lines between paragraphs (collapsed to one), and the line break before a line that is
+/// indented or starts a list item (`- `, `* `, `+ `, `1. `), as in the Kubernetes API's own
+/// descriptions ("Valid options are:\n  Localhost - ...").
+pub fn join_wrapped_lines(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut blank_pending = false;
+    for line in text.trim().lines() {
+        if line.trim().is_empty() {
+            blank_pending = true;
+            continue;
+        }
+        if out.is_empty() {
+            out.push_str(line.trim_end());
+        } else if blank_pending {
+            out.push_str("\n\n");
+            out.push_str(line.trim_end());
+        } else if keeps_its_line(line) {
+            out.push('\n');
+            out.push_str(line.trim_end());
+        } else {
+            out.push(' ');
+            out.push_str(line.trim());
+        }
+        blank_pending = false;
+    }
+    out
+}
+
+/// A line that starts a line of its own: indented, or a list item.
+pub fn keeps_its_line(line: &str) -> bool {
+    if line.starts_with(char::is_whitespace) {
+        return true;
+    }
+    if ["- ", "* ", "+ "].iter().any(|m| line.starts_with(m)) {
+        return true;
+    }
+    let digits = line.chars().take_while(char::is_ascii_digit).count();
+    digits > 0 && line[digits..].starts_with(". ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::join_wrapped_lines;
+
+    #[test]
+    fn wrapped_lines_become_one_paragraph() {
+        assert_eq!(
+            join_wrapped_lines(
+                "Events on which the hook runs: `A` (before a write to\nthe host), `B`."
+            ),
+            "Events on which the hook runs: `A` (before a write to the host), `B`."
+        );
+    }
+
+    #[test]
+    fn paragraphs_lists_and_indented_lines_are_kept() {
+        assert_eq!(
+            join_wrapped_lines(
+                "First\nparagraph.\n\n\nSecond:\n- one\n- two\nwrapped\n  Indented\n1. item"
+            ),
+            "First paragraph.\n\nSecond:\n- one\n- two wrapped\n  Indented\n1. item"
+        );
+        assert_eq!(join_wrapped_lines("  one line  \n"), "one line");
+        assert_eq!(join_wrapped_lines(""), "");
+    }
+}
