@@ -12,12 +12,14 @@
 //! | the finalizer `vcp.dev/cleanup` | [`cleanup`] |
 //! | which RBAC rules a plugin may grant (`PolicyDenied`) | [`policy`] |
 //! | watches, reconcile order, Events, retries | [`controller`] |
+//! | `vcluster-plugin-operator import`: Helm values (`plugin:` / `plugins:`) to VClusterPlugins | [`import`] |
 //!
 //! Tests and the binary start the operator with [`run`] (or [`run_until`]) and a [`Config`].
 
 pub mod cleanup;
 pub mod controller;
 pub mod error;
+pub mod import;
 pub mod policy;
 pub mod rbac;
 pub mod status;

@@ -1,14 +1,51 @@
 //! `vcluster-plugin-operator`: runs the VClusterPlugin controller with the in-cluster
 //! configuration or `$KUBECONFIG`; JSON logs on stderr; stops gracefully on SIGTERM / Ctrl-C.
+//!
+//! Subcommands:
+//! - none, or `run`: the controller (flags: [`RunArgs`]);
+//! - `crd`: print both CRDs as multi-document YAML (the committed files' content);
+//! - `import`: convert a vCluster Helm values file (`plugin:` / `plugins:`) into VClusterPlugin
+//!   manifests (see [`vcluster_plugin_operator::import`]).
 
-use clap::Parser;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
-use vcluster_plugin_operator::{Config, default_runtime_image, run_until};
+use vcluster_plugin_operator::{Config, default_runtime_image, import, run_until};
 
 /// Command line of the operator.
 #[derive(Debug, Parser)]
-#[command(version, about = "Installs VClusterPlugin objects into their vCluster")]
-struct Args {
+#[command(
+    version,
+    about = "Installs VClusterPlugin objects into their vCluster",
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    /// What to do; without a subcommand the controller runs (as `run`).
+    #[command(subcommand)]
+    command: Option<Command>,
+
+    /// Flags of the controller, accepted without the `run` subcommand too.
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+/// Subcommands of the operator binary.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the controller (the default without a subcommand).
+    Run(RunArgs),
+    /// Print the CustomResourceDefinitions (VClusterPlugin, Car) as multi-document YAML.
+    Crd,
+    /// Convert a vCluster Helm values file (`plugin:` / `plugins:`) into VClusterPlugin manifests.
+    Import(ImportArgs),
+}
+
+/// Flags of the controller (`run`, or no subcommand). Add new run flags here.
+#[derive(Debug, Clone, clap::Args)]
+struct RunArgs {
     /// Image of the embedded-runtime sidecar (plugins without `spec.image`).
     #[arg(long, env = "VCP_RUNTIME_IMAGE", default_value_t = default_runtime_image())]
     runtime_image: String,
@@ -27,9 +64,115 @@ struct Args {
     log: String,
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    let args = Args::parse();
+/// Flags of `import`.
+#[derive(Debug, clap::Args)]
+struct ImportArgs {
+    /// The Helm values file to convert (`-` for stdin).
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    file: PathBuf,
+
+    /// The vCluster (Helm release) the plugins are installed into.
+    #[arg(long, value_name = "NAME")]
+    vcluster: String,
+
+    /// Namespace of the VClusterPlugins (the vCluster's host namespace); default: the vCluster's
+    /// name, the namespace `vcluster create NAME` uses (`vcluster-NAME` with older CLIs: pass
+    /// it explicitly then).
+    #[arg(short = 'n', long, value_name = "NAMESPACE")]
+    namespace: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        None => run(cli.run),
+        Some(Command::Run(args)) => run(args),
+        Some(Command::Crd) => print_crds(),
+        Some(Command::Import(args)) => run_import(&args),
+    }
+}
+
+/// `crd`: both CRDs, as committed in `crds/`, separated by `---`.
+fn print_crds() -> ExitCode {
+    let mut docs = Vec::new();
+    for (_, crd) in vcp_crds::crd_files() {
+        match vcp_crds::crd_yaml(&crd) {
+            Ok(doc) => docs.push(doc),
+            Err(e) => {
+                eprintln!("error: cannot serialize the CRD {}: {e}", crd_name(&crd));
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    write_stdout(&docs.join("---\n"))
+}
+
+fn crd_name(
+    crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+) -> &str {
+    crd.metadata.name.as_deref().unwrap_or("?")
+}
+
+/// `import`: manifests on stdout, warnings on stderr; on an error nothing on stdout.
+fn run_import(args: &ImportArgs) -> ExitCode {
+    let (source, text) = if args.file.as_os_str() == "-" {
+        let mut text = String::new();
+        if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut text) {
+            eprintln!("error: cannot read the values from stdin: {e}");
+            return ExitCode::FAILURE;
+        }
+        ("<stdin>".to_string(), text)
+    } else {
+        match std::fs::read_to_string(&args.file) {
+            Ok(t) => (args.file.display().to_string(), t),
+            Err(e) => {
+                eprintln!("error: cannot read {}: {e}", args.file.display());
+                return ExitCode::FAILURE;
+            }
+        }
+    };
+    let namespace = args.namespace.as_deref().unwrap_or(&args.vcluster);
+    match import::import(&text, &args.vcluster, namespace) {
+        Ok(out) => {
+            for warning in &out.warnings {
+                eprintln!("warning: {source}: {warning}");
+            }
+            write_stdout(&out.yaml)
+        }
+        Err(e) => {
+            eprintln!("error: {source}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn write_stdout(text: &str) -> ExitCode {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: cannot write to stdout: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The controller: builds a client, runs until SIGTERM / Ctrl-C.
+fn run(args: RunArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run_controller(args))
+}
+
+async fn run_controller(args: RunArgs) -> ExitCode {
     tracing_subscriber::fmt()
         .json()
         .with_writer(std::io::stderr)
@@ -40,7 +183,7 @@ async fn main() -> std::process::ExitCode {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(error = %e, "cannot build a Kubernetes client (in-cluster config or $KUBECONFIG)");
-            return std::process::ExitCode::FAILURE;
+            return ExitCode::FAILURE;
         }
     };
     let mut config = Config::new(client);
@@ -61,11 +204,11 @@ async fn main() -> std::process::ExitCode {
     match run_until(config, shutdown_signal()).await {
         Ok(()) => {
             tracing::info!("stopped");
-            std::process::ExitCode::SUCCESS
+            ExitCode::SUCCESS
         }
         Err(e) => {
             tracing::error!(error = %e, "operator failed");
-            std::process::ExitCode::FAILURE
+            ExitCode::FAILURE
         }
     }
 }
@@ -89,5 +232,68 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = ctrl_c => {},
         _ = term => {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory as _;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn no_subcommand_keeps_the_run_flags() {
+        let cli = Cli::try_parse_from([
+            "vcluster-plugin-operator",
+            "--runtime-image",
+            "img:1",
+            "--concurrency",
+            "2",
+        ])
+        .expect("parse");
+        assert!(cli.command.is_none());
+        assert_eq!(cli.run.runtime_image, "img:1");
+        assert_eq!(cli.run.concurrency, 2);
+    }
+
+    #[test]
+    fn run_subcommand_takes_the_same_flags() {
+        let cli = Cli::try_parse_from(["vcluster-plugin-operator", "run", "--concurrency", "7"])
+            .expect("parse");
+        match cli.command {
+            Some(Command::Run(args)) => assert_eq!(args.concurrency, 7),
+            other => panic!("expected run, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn import_flags() {
+        let cli = Cli::try_parse_from([
+            "vcluster-plugin-operator",
+            "import",
+            "-f",
+            "plugin.yaml",
+            "--vcluster",
+            "my-vcluster",
+            "-n",
+            "team-a",
+        ])
+        .expect("parse");
+        match cli.command {
+            Some(Command::Import(args)) => {
+                assert_eq!(args.file, PathBuf::from("plugin.yaml"));
+                assert_eq!(args.vcluster, "my-vcluster");
+                assert_eq!(args.namespace.as_deref(), Some("team-a"));
+            }
+            other => panic!("expected import, got {other:?}"),
+        }
+        assert!(
+            Cli::try_parse_from(["vcluster-plugin-operator", "import", "-f", "x"]).is_err(),
+            "--vcluster is required"
+        );
     }
 }

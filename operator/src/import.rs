@@ -1,0 +1,810 @@
+//! `vcluster-plugin-operator import`: a vCluster Helm values file into VClusterPlugin manifests.
+//!
+//! Pure conversion, no Helm and no API server. Two maps of the vCluster chart are read:
+//!
+//! - the legacy `plugin:` map: an entry with `version: v2` is a v2 plugin (init container that
+//!   copies the plugin into `/plugins`, started by the syncer); any other entry is a v1 gRPC
+//!   sidecar, as the chart's templates decide (`version` other than `v2` means legacy sidecar);
+//! - the newer `plugins:` map: every entry is a v2 plugin.
+//!
+//! Each entry with an `image` becomes one `VClusterPlugin` named after its key, in the given
+//! namespace, targeting the given vCluster. The keys the chart reads are carried over: `image`,
+//! `imagePullPolicy`, `version`, `command`, `args`, `env`, `envFrom`, `resources`,
+//! `securityContext`, `volumeMounts`, `config` (v1 only: a v2 plugin gets its config from the
+//! vCluster's own values, and the VClusterPlugin schema refuses `config` with v2), and
+//! `rbac.role.extraRules` / `rbac.clusterRole.extraRules`.
+//!
+//! Nothing is dropped silently: every key that is not carried over becomes a [`Warning`] naming
+//! its full path (such as `plugins.crd-sync.foo`). Input that cannot be converted at all
+//! (malformed YAML, a value of the wrong type) is an [`ImportError`]; then no manifest is
+//! produced.
+
+use k8s_openapi::api::core::v1::{
+    EnvFromSource, EnvVar, ResourceRequirements, SecurityContext, VolumeMount,
+};
+use k8s_openapi::api::rbac::v1::PolicyRule;
+use serde::de::DeserializeOwned;
+use serde_yaml::Value;
+use thiserror::Error;
+use vcp_crds::{
+    PluginRbac, PluginVersion, PullPolicy, RoleRules, VClusterPlugin, VClusterPluginSpec,
+    VClusterRef,
+};
+
+/// The legacy map of the vCluster chart (v1 sidecars and v2 plugins).
+pub const LEGACY_KEY: &str = "plugin";
+/// The newer map of the vCluster chart (v2 plugins only).
+pub const PLUGINS_KEY: &str = "plugins";
+
+/// Container keys of the chart's v1 sidecar template that a VClusterPlugin has no field for.
+const UNSUPPORTED_CONTAINER_KEYS: [&str; 8] = [
+    "workingDir",
+    "terminationMessagePath",
+    "terminationMessagePolicy",
+    "lifecycle",
+    "livenessProbe",
+    "readinessProbe",
+    "startupProbe",
+    "volumeDevices",
+];
+
+/// Why a values file cannot be converted. Nothing is printed on stdout then.
+#[derive(Debug, Error, PartialEq)]
+pub enum ImportError {
+    /// The file is not valid YAML.
+    #[error("malformed YAML at line {line}, column {column}: {message}")]
+    Yaml {
+        /// 1-based line of the error.
+        line: usize,
+        /// 1-based column of the error.
+        column: usize,
+        /// The parser's message.
+        message: String,
+    },
+    /// The file is not valid YAML, and the parser gave no position (such as an empty stream of
+    /// several documents).
+    #[error("malformed YAML: {0}")]
+    YamlNoPosition(String),
+    /// The top level of the file is not a map of values.
+    #[error("the values file must be a YAML map with a `plugin:` or `plugins:` key, found {0}")]
+    NotAMap(&'static str),
+    /// Neither `plugin:` nor `plugins:` holds an entry.
+    #[error(
+        "no plugin found: the values file has no entries under `plugin:` (legacy, v1 and v2) or `plugins:` (v2)"
+    )]
+    NoPlugins,
+    /// A value has the wrong type or shape.
+    #[error("{path}: {message}")]
+    Invalid {
+        /// Full path of the value, such as `plugins.crd-sync.env`.
+        path: String,
+        /// What is wrong and what is expected.
+        message: String,
+    },
+    /// The same plugin name appears under both `plugin:` and `plugins:`.
+    #[error(
+        "plugin `{0}` is defined under both `plugin:` and `plugins:`; a VClusterPlugin name must be unique in its namespace: rename one"
+    )]
+    Duplicate(String),
+}
+
+/// A key that is not carried over into the manifests, with the reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Warning {
+    /// Full path of the key, such as `plugin.crd-sync.foo`.
+    pub path: String,
+    /// Why it is not carried over, and what to do.
+    pub message: String,
+}
+
+impl std::fmt::Display for Warning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+/// The result of a conversion.
+#[derive(Clone, Debug)]
+pub struct Imported {
+    /// One VClusterPlugin per converted entry: `plugin:` entries first, then `plugins:`, each in
+    /// file order.
+    pub plugins: Vec<VClusterPlugin>,
+    /// Keys that were not carried over.
+    pub warnings: Vec<Warning>,
+    /// [`Imported::plugins`] as multi-document YAML (documents separated by `---`), ready for
+    /// `kubectl apply -f -`.
+    pub yaml: String,
+}
+
+/// Converts the values file `text` into VClusterPlugins for the vCluster `vcluster` in
+/// `namespace`.
+///
+/// # Errors
+/// [`ImportError`]: malformed YAML (with line and column), a value of the wrong type, no
+/// plugin at all, or the same name under both maps.
+pub fn import(text: &str, vcluster: &str, namespace: &str) -> Result<Imported, ImportError> {
+    let root: Value = serde_yaml::from_str(text).map_err(|e| match e.location() {
+        Some(l) => ImportError::Yaml {
+            line: l.line(),
+            column: l.column(),
+            message: strip_location(&e.to_string()),
+        },
+        None => ImportError::YamlNoPosition(e.to_string()),
+    })?;
+    let root = match root {
+        Value::Mapping(m) => m,
+        Value::Null => return Err(ImportError::NoPlugins),
+        other => return Err(ImportError::NotAMap(kind_of(&other))),
+    };
+
+    let mut warnings = Vec::new();
+    let mut plugins: Vec<VClusterPlugin> = Vec::new();
+    for (key, value) in &root {
+        let key = key_string(key);
+        match key.as_str() {
+            LEGACY_KEY | PLUGINS_KEY => {
+                let legacy = key == LEGACY_KEY;
+                let entries = match value {
+                    Value::Mapping(m) => m,
+                    Value::Null => continue,
+                    other => {
+                        return Err(ImportError::Invalid {
+                            path: key,
+                            message: format!(
+                                "expected a map of plugin name to plugin, found {}",
+                                kind_of(other)
+                            ),
+                        });
+                    }
+                };
+                for (name, entry) in entries {
+                    let name = key_string(name);
+                    let path = format!("{key}.{name}");
+                    let Some(plugin) =
+                        convert_entry(&path, &name, entry, legacy, vcluster, namespace, &mut warnings)?
+                    else {
+                        continue;
+                    };
+                    if plugins.iter().any(|p| p.metadata.name == plugin.metadata.name) {
+                        return Err(ImportError::Duplicate(name));
+                    }
+                    plugins.push(plugin);
+                }
+            }
+            "rbac" => warnings.push(Warning {
+                path: key,
+                message: "the vCluster's own RBAC settings are not a plugin setting; ignored (the operator grants each plugin's rules itself)".into(),
+            }),
+            _ => warnings.push(Warning {
+                path: key,
+                message: "not a plugin setting; ignored (keep it in the vCluster's values)".into(),
+            }),
+        }
+    }
+    if plugins.is_empty() {
+        return Err(ImportError::NoPlugins);
+    }
+    let mut docs = Vec::with_capacity(plugins.len());
+    for p in &plugins {
+        docs.push(serde_yaml::to_string(p).map_err(|e| ImportError::Invalid {
+            path: format!(
+                "VClusterPlugin {}",
+                p.metadata.name.as_deref().unwrap_or_default()
+            ),
+            message: format!("cannot be written as YAML: {e}"),
+        })?);
+    }
+    Ok(Imported {
+        plugins,
+        warnings,
+        yaml: docs.join("---\n"),
+    })
+}
+
+/// One entry of `plugin:` / `plugins:`; `None` (with a warning) when it installs nothing.
+fn convert_entry(
+    path: &str,
+    name: &str,
+    entry: &Value,
+    legacy: bool,
+    vcluster: &str,
+    namespace: &str,
+    warnings: &mut Vec<Warning>,
+) -> Result<Option<VClusterPlugin>, ImportError> {
+    let map = match entry {
+        Value::Mapping(m) => m,
+        other => {
+            return Err(ImportError::Invalid {
+                path: path.to_string(),
+                message: format!(
+                    "expected a map of plugin settings, found {}",
+                    kind_of(other)
+                ),
+            });
+        }
+    };
+    let mut warn = |key: &str, message: String| {
+        warnings.push(Warning {
+            path: format!("{path}.{key}"),
+            message,
+        });
+    };
+
+    let version = match (legacy, map.get("version")) {
+        (true, Some(Value::String(v))) if v == "v2" => PluginVersion::V2,
+        (true, None) => PluginVersion::V1,
+        (true, Some(Value::String(v))) if v == "v1" => PluginVersion::V1,
+        (true, Some(other)) => {
+            warn(
+                "version",
+                format!(
+                    "`{}` is not `v2`, so the chart runs this plugin as a v1 sidecar; imported as `version: v1`",
+                    scalar_text(other)
+                ),
+            );
+            PluginVersion::V1
+        }
+        (false, None) => PluginVersion::V2,
+        (false, Some(Value::String(v))) if v == "v2" => PluginVersion::V2,
+        (false, Some(other)) => {
+            warn(
+                "version",
+                format!(
+                    "`{}` ignored: entries of `plugins:` are always v2 (put a v1 sidecar under `plugin:`)",
+                    scalar_text(other)
+                ),
+            );
+            PluginVersion::V2
+        }
+    };
+
+    let mut spec = VClusterPluginSpec {
+        vcluster: VClusterRef {
+            name: vcluster.to_string(),
+        },
+        version: Some(version),
+        ..Default::default()
+    };
+    let mut config = None;
+    for (key, value) in map {
+        let key = key_string(key);
+        let here = format!("{path}.{key}");
+        match key.as_str() {
+            "version" => {}
+            "image" => spec.image = typed::<String>(&here, value, "a string")?,
+            "imagePullPolicy" => {
+                spec.image_pull_policy =
+                    typed::<PullPolicy>(&here, value, "one of `Always`, `IfNotPresent`, `Never`")?;
+            }
+            "command" => spec.command = typed(&here, value, "a list of strings")?,
+            "args" => spec.args = typed(&here, value, "a list of strings")?,
+            "env" => spec.env = typed::<Vec<EnvVar>>(&here, value, "a list of EnvVar")?,
+            "envFrom" => {
+                spec.env_from =
+                    typed::<Vec<EnvFromSource>>(&here, value, "a list of EnvFromSource")?;
+            }
+            "resources" => {
+                spec.resources =
+                    typed::<ResourceRequirements>(&here, value, "a ResourceRequirements map")?;
+            }
+            "securityContext" => {
+                spec.security_context =
+                    typed::<SecurityContext>(&here, value, "a SecurityContext map")?;
+            }
+            "volumeMounts" => {
+                spec.volume_mounts =
+                    typed::<Vec<VolumeMount>>(&here, value, "a list of VolumeMount")?;
+            }
+            "config" => config = Some(value),
+            "rbac" => spec.rbac = convert_rbac(&here, value, &mut warn)?,
+            "name" => {
+                let container = typed::<String>(&here, value, "a string")?;
+                if container.as_deref().is_some_and(|c| c != name) {
+                    warn(
+                        "name",
+                        format!(
+                            "the plugin's container is named after the VClusterPlugin (`{name}`), not `{}`; rename the key to keep the old name",
+                            container.unwrap_or_default()
+                        ),
+                    );
+                }
+            }
+            k if UNSUPPORTED_CONTAINER_KEYS.contains(&k) => {
+                warn(k, "not supported by VClusterPlugin; dropped".into())
+            }
+            _ => warn(&key, "unknown plugin key; ignored".into()),
+        }
+    }
+
+    if let Some(value) = config {
+        let here = format!("{path}.config");
+        match (version, value) {
+            (_, Value::Null) => {}
+            (PluginVersion::V1, Value::Mapping(_)) => {
+                spec.config = Some(serde_json::to_value(value).map_err(|e| {
+                    ImportError::Invalid {
+                        path: here.clone(),
+                        message: format!("cannot be represented as JSON: {e}"),
+                    }
+                })?);
+            }
+            (PluginVersion::V1, other) => {
+                return Err(ImportError::Invalid {
+                    path: here,
+                    message: format!(
+                        "expected a map (VClusterPlugin spec.config is an object), found {}",
+                        kind_of(other)
+                    ),
+                });
+            }
+            (PluginVersion::V2, _) => warn(
+                "config",
+                "not carried over: a v2 plugin is started by the vCluster syncer, which passes it the config from the vCluster's own values; keep it there".into(),
+            ),
+        }
+    }
+
+    if spec.image.is_none() {
+        warnings.push(Warning {
+            path: path.to_string(),
+            message: "no `image`: nothing to install (the chart only passes such an entry's config to the syncer); skipped".into(),
+        });
+        return Ok(None);
+    }
+
+    let mut plugin = VClusterPlugin::new(name, spec);
+    plugin.metadata.namespace = Some(namespace.to_string());
+    Ok(Some(plugin))
+}
+
+/// `rbac:` of an entry: `role.extraRules` and `clusterRole.extraRules`.
+fn convert_rbac(
+    path: &str,
+    value: &Value,
+    warn: &mut impl FnMut(&str, String),
+) -> Result<Option<PluginRbac>, ImportError> {
+    let map = match value {
+        Value::Null => return Ok(None),
+        Value::Mapping(m) => m,
+        other => {
+            return Err(ImportError::Invalid {
+                path: path.to_string(),
+                message: format!(
+                    "expected a map with `role` / `clusterRole`, found {}",
+                    kind_of(other)
+                ),
+            });
+        }
+    };
+    let mut rbac = PluginRbac::default();
+    for (key, value) in map {
+        let key = key_string(key);
+        let here = format!("{path}.{key}");
+        let slot = match key.as_str() {
+            "role" => &mut rbac.role,
+            "clusterRole" => &mut rbac.cluster_role,
+            _ => {
+                warn(&format!("rbac.{key}"), "unknown rbac key; ignored".into());
+                continue;
+            }
+        };
+        let rules_map = match value {
+            Value::Null => continue,
+            Value::Mapping(m) => m,
+            other => {
+                return Err(ImportError::Invalid {
+                    path: here,
+                    message: format!("expected a map with `extraRules`, found {}", kind_of(other)),
+                });
+            }
+        };
+        for (rkey, rvalue) in rules_map {
+            let rkey = key_string(rkey);
+            if rkey == "extraRules" {
+                let rules = typed::<Vec<PolicyRule>>(
+                    &format!("{here}.extraRules"),
+                    rvalue,
+                    "a list of PolicyRule",
+                )?
+                .unwrap_or_default();
+                if !rules.is_empty() {
+                    *slot = Some(RoleRules { extra_rules: rules });
+                }
+            } else {
+                warn(
+                    &format!("rbac.{key}.{rkey}"),
+                    "unknown rbac key; ignored".into(),
+                );
+            }
+        }
+    }
+    Ok((rbac.role.is_some() || rbac.cluster_role.is_some()).then_some(rbac))
+}
+
+/// `value` as `T`; `null` is `None`.
+fn typed<T: DeserializeOwned>(
+    path: &str,
+    value: &Value,
+    expected: &str,
+) -> Result<Option<T>, ImportError> {
+    if value.is_null() {
+        return Ok(None);
+    }
+    serde_yaml::from_value(value.clone())
+        .map(Some)
+        .map_err(|e| ImportError::Invalid {
+            path: path.to_string(),
+            message: format!("expected {expected}: {e}"),
+        })
+}
+
+/// A map key as text (keys such as `1` or `true` are valid YAML).
+fn key_string(key: &Value) -> String {
+    match key {
+        Value::String(s) => s.clone(),
+        other => scalar_text(other),
+    }
+}
+
+fn scalar_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "null".into(),
+        other => serde_yaml::to_string(other)
+            .map(|s| s.trim_end().to_string())
+            .unwrap_or_else(|_| kind_of(other).to_string()),
+    }
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Sequence(_) => "a list",
+        Value::Mapping(_) => "a map",
+        Value::Tagged(_) => "a tagged value",
+    }
+}
+
+/// serde_yaml appends ` at line L column C` to its messages; the error carries them apart.
+fn strip_location(message: &str) -> String {
+    match message.find(" at line ") {
+        Some(i) => message[..i].to_string(),
+        None => message.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const TUTORIAL: &str = include_str!("../../tests/fixtures/import/plugin.yaml");
+    const LEGACY: &str = include_str!("../../tests/fixtures/import/legacy-v1.yaml");
+
+    fn ok(text: &str) -> Imported {
+        import(text, "my-vcluster", "team-a").unwrap_or_else(|e| panic!("import failed: {e}"))
+    }
+
+    fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        PolicyRule {
+            api_groups: Some(s(groups)),
+            resources: Some(s(resources)),
+            verbs: s(verbs),
+            ..Default::default()
+        }
+    }
+
+    fn paths(out: &Imported) -> Vec<&str> {
+        out.warnings.iter().map(|w| w.path.as_str()).collect()
+    }
+
+    #[test]
+    fn tutorial_plugin_yaml_becomes_one_v2_plugin_with_its_rules() {
+        let out = ok(TUTORIAL);
+        assert_eq!(out.plugins.len(), 1);
+        let p = &out.plugins[0];
+        assert_eq!(p.metadata.name.as_deref(), Some("crd-sync"));
+        assert_eq!(p.metadata.namespace.as_deref(), Some("team-a"));
+        let want = VClusterPluginSpec {
+            vcluster: VClusterRef {
+                name: "my-vcluster".into(),
+            },
+            image: Some("ghcr.io/loft-sh/vcluster-example-crd-sync:v3".into()),
+            version: Some(PluginVersion::V2),
+            image_pull_policy: Some(PullPolicy::IfNotPresent),
+            rbac: Some(PluginRbac {
+                role: Some(RoleRules {
+                    extra_rules: vec![rule(
+                        &["example.loft.sh"],
+                        &["cars"],
+                        &[
+                            "create", "delete", "patch", "update", "get", "list", "watch",
+                        ],
+                    )],
+                }),
+                cluster_role: Some(RoleRules {
+                    extra_rules: vec![rule(
+                        &["apiextensions.k8s.io"],
+                        &["customresourcedefinitions"],
+                        &["get", "list", "watch"],
+                    )],
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(p.spec, want);
+        // The top-level `rbac:` is the vCluster's own setting: named, not silently dropped.
+        assert_eq!(paths(&out), vec!["rbac"]);
+    }
+
+    #[test]
+    fn output_is_the_plugins_as_yaml_documents() {
+        let out = ok(LEGACY);
+        let docs: Vec<VClusterPlugin> = serde_yaml::Deserializer::from_str(&out.yaml)
+            .map(|d| VClusterPlugin::deserialize(d).expect("a VClusterPlugin document"))
+            .collect();
+        let json = |p: &[VClusterPlugin]| serde_json::to_value(p).expect("as JSON");
+        assert_eq!(json(&docs), json(&out.plugins));
+        let first: serde_json::Value =
+            serde_yaml::from_str(out.yaml.split("---\n").next().unwrap()).expect("first document");
+        assert_eq!(first["apiVersion"], "vcp.dev/v1alpha1");
+        assert_eq!(first["kind"], "VClusterPlugin");
+        assert_eq!(
+            first["metadata"],
+            json!({"name": "car-sync", "namespace": "team-a"})
+        );
+        assert!(first.get("status").is_none(), "{first}");
+    }
+
+    use serde::Deserialize as _;
+
+    #[test]
+    fn legacy_map_without_version_is_v1_with_container_fields_and_config() {
+        let out = ok(LEGACY);
+        let names: Vec<_> = out
+            .plugins
+            .iter()
+            .map(|p| p.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(names, ["car-sync", "pod-labels"], "file order");
+        let car = &out.plugins[0].spec;
+        assert_eq!(car.version, Some(PluginVersion::V1));
+        assert_eq!(car.image_pull_policy, Some(PullPolicy::Always));
+        assert_eq!(
+            car.args.as_deref(),
+            Some(&["--log-level".to_string(), "debug".to_string()][..])
+        );
+        let env = car.env.as_ref().expect("env");
+        assert_eq!(env[0].name, "SYNC_INTERVAL");
+        assert_eq!(env[0].value.as_deref(), Some("30s"));
+        let res = car.resources.as_ref().expect("resources");
+        assert_eq!(res.limits.as_ref().unwrap()["memory"].0, "256Mi");
+        assert_eq!(res.requests.as_ref().unwrap()["cpu"].0, "50m");
+        let sc = car.security_context.as_ref().expect("securityContext");
+        assert_eq!(sc.run_as_non_root, Some(true));
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(
+            car.config,
+            Some(json!({"brands": ["BMW", "Tesla"], "seats": {"max": 7}}))
+        );
+        let role = car.rbac.as_ref().unwrap().role.as_ref().unwrap();
+        assert_eq!(
+            role.extra_rules[0].resources.as_deref(),
+            Some(&["cars".to_string()][..])
+        );
+        assert!(car.rbac.as_ref().unwrap().cluster_role.is_none());
+
+        let pods = &out.plugins[1].spec;
+        assert_eq!(pods.version, Some(PluginVersion::V2));
+        assert_eq!(
+            pods.command.as_deref(),
+            Some(&["/plugin/pod-labels".to_string()][..])
+        );
+        assert!(pods.rbac.is_none());
+        assert_eq!(paths(&out), vec!["plugin.car-sync.livenessProbe"]);
+        assert!(
+            out.warnings[0].message.contains("not supported"),
+            "{:?}",
+            out.warnings
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_named_with_their_full_path() {
+        let out = ok(
+            "plugin:\n  crd-sync:\n    image: a:1\n    foo: 1\n    rbac:\n      role:\n        extraRules: []\n        bar: x\n      baz: {}\nplugins:\n  other:\n    image: b:1\n    imagePullPolicy: Never\n    qux: [1]\ncontrolPlane:\n  distro: {}\n",
+        );
+        assert_eq!(
+            paths(&out),
+            vec![
+                "plugin.crd-sync.foo",
+                "plugin.crd-sync.rbac.role.bar",
+                "plugin.crd-sync.rbac.baz",
+                "plugins.other.qux",
+                "controlPlane",
+            ]
+        );
+        assert_eq!(out.plugins.len(), 2);
+        // An empty rule list grants nothing: no rbac at all.
+        assert!(out.plugins[0].spec.rbac.is_none());
+        assert_eq!(
+            out.warnings[0].to_string(),
+            "plugin.crd-sync.foo: unknown plugin key; ignored"
+        );
+    }
+
+    #[test]
+    fn malformed_yaml_reports_line_and_column() {
+        let err = import("plugins:\n  crd-sync:\n    image: [unclosed\n", "v", "ns").unwrap_err();
+        match &err {
+            ImportError::Yaml {
+                line,
+                column,
+                message,
+            } => {
+                assert!(*line >= 3, "line {line}");
+                assert!(*column >= 1, "column {column}");
+                assert!(!message.contains(" at line "), "{message}");
+            }
+            other => panic!("expected a YAML error, got {other:?}"),
+        }
+        let text = err.to_string();
+        assert!(text.starts_with("malformed YAML at line "), "{text}");
+
+        let err = import("plugins:\n  a:\n    image: x\n   bad: indent\n", "v", "ns").unwrap_err();
+        assert!(matches!(err, ImportError::Yaml { line: 4, .. }), "{err:?}");
+        let err = import("plugins:\n  a: {image: x}\n  a: {image: y}\n", "v", "ns").unwrap_err();
+        assert!(
+            matches!(&err, ImportError::Yaml { line: 2, message, .. } if message.contains("duplicate entry with key \"a\"")),
+            "duplicate key: {err:?}"
+        );
+    }
+
+    #[test]
+    fn wrong_types_name_the_value() {
+        let cases = [
+            (
+                "plugins:\n  a:\n    image: x\n    env: nope\n",
+                "plugins.a.env",
+            ),
+            (
+                "plugins:\n  a:\n    image: x\n    imagePullPolicy: Sometimes\n",
+                "plugins.a.imagePullPolicy",
+            ),
+            ("plugins:\n  a:\n    image: [x]\n", "plugins.a.image"),
+            (
+                "plugins:\n  a:\n    image: x\n    rbac:\n      role:\n        extraRules: {}\n",
+                "plugins.a.rbac.role.extraRules",
+            ),
+            (
+                "plugins:\n  a:\n    image: x\n    rbac: yes\n",
+                "plugins.a.rbac",
+            ),
+            (
+                "plugin:\n  a:\n    image: x\n    config: just-text\n",
+                "plugin.a.config",
+            ),
+            ("plugins:\n  a: 3\n", "plugins.a"),
+            ("plugins: [a]\n", "plugins"),
+        ];
+        for (text, want) in cases {
+            match import(text, "v", "ns") {
+                Err(ImportError::Invalid { path, .. }) => assert_eq!(path, want, "{text}"),
+                other => panic!("{text}: expected Invalid at {want}, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn nothing_to_import_is_an_error() {
+        for text in [
+            "",
+            "controlPlane: {}\n",
+            "plugins: {}\nplugin:\n",
+            "plugins:\n  a:\n    config: {x: 1}\n",
+        ] {
+            assert_eq!(
+                import(text, "v", "ns").unwrap_err(),
+                ImportError::NoPlugins,
+                "{text:?}"
+            );
+        }
+        assert_eq!(
+            import("- a\n", "v", "ns").unwrap_err(),
+            ImportError::NotAMap("a list")
+        );
+    }
+
+    #[test]
+    fn entry_without_image_is_skipped_with_a_warning() {
+        let out = ok(
+            "plugin:\n  settings-only:\n    version: v2\n    config: {x: 1}\n  real:\n    image: r:1\n    version: v2\n",
+        );
+        assert_eq!(out.plugins.len(), 1);
+        assert_eq!(
+            paths(&out),
+            vec!["plugin.settings-only.config", "plugin.settings-only"]
+        );
+    }
+
+    #[test]
+    fn v2_config_is_not_carried_over() {
+        for text in [
+            "plugin:\n  a:\n    version: v2\n    image: x\n    config: {k: v}\n",
+            "plugins:\n  a:\n    image: x\n    config: {k: v}\n",
+        ] {
+            let out = ok(text);
+            assert_eq!(out.plugins[0].spec.config, None, "{text}");
+            assert_eq!(out.plugins[0].spec.version, Some(PluginVersion::V2));
+            assert_eq!(out.warnings.len(), 1);
+            assert!(out.warnings[0].path.ends_with(".a.config"));
+            assert!(out.warnings[0].message.contains("vCluster's own values"));
+        }
+    }
+
+    #[test]
+    fn versions_follow_the_chart() {
+        let version = |text: &str| ok(text).plugins[0].spec.version;
+        assert_eq!(
+            version("plugin:\n  a:\n    image: x\n"),
+            Some(PluginVersion::V1)
+        );
+        assert_eq!(
+            version("plugin:\n  a:\n    image: x\n    version: v1\n"),
+            Some(PluginVersion::V1)
+        );
+        assert_eq!(
+            version("plugin:\n  a:\n    image: x\n    version: v2\n"),
+            Some(PluginVersion::V2)
+        );
+        assert_eq!(
+            version("plugins:\n  a:\n    image: x\n"),
+            Some(PluginVersion::V2)
+        );
+        // Anything but `v2` under `plugin:` is a sidecar for the chart: said so.
+        let out = ok("plugin:\n  a:\n    image: x\n    version: 2\n");
+        assert_eq!(out.plugins[0].spec.version, Some(PluginVersion::V1));
+        assert_eq!(paths(&out), vec!["plugin.a.version"]);
+        let out = ok("plugins:\n  a:\n    image: x\n    version: v1\n");
+        assert_eq!(out.plugins[0].spec.version, Some(PluginVersion::V2));
+        assert_eq!(paths(&out), vec!["plugins.a.version"]);
+    }
+
+    #[test]
+    fn container_name_override_is_reported() {
+        let out = ok("plugins:\n  a:\n    image: x\n    name: other\n");
+        assert_eq!(paths(&out), vec!["plugins.a.name"]);
+        assert!(
+            ok("plugins:\n  a:\n    image: x\n    name: a\n")
+                .warnings
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn same_name_in_both_maps_is_refused() {
+        assert_eq!(
+            import(
+                "plugin:\n  a: {image: x}\nplugins:\n  a: {image: y}\n",
+                "v",
+                "ns"
+            )
+            .unwrap_err(),
+            ImportError::Duplicate("a".into())
+        );
+    }
+
+    #[test]
+    fn vcluster_and_namespace_are_applied_to_every_plugin() {
+        let out = import(LEGACY, "prod", "vcluster-prod").expect("import");
+        for p in &out.plugins {
+            assert_eq!(p.spec.vcluster.name, "prod");
+            assert_eq!(p.metadata.namespace.as_deref(), Some("vcluster-prod"));
+        }
+    }
+}
