@@ -21,7 +21,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -64,6 +64,8 @@ pub struct Context {
     /// Every VClusterPlugin, from the controller's watch cache (used to build the workload's
     /// apply body from all plugins of a vCluster).
     pub plugins: Store<VClusterPlugin>,
+    /// Reconcile metrics and readiness.
+    pub telemetry: Arc<crate::Telemetry>,
     /// One lock per workload (`namespace/vcluster`): reconciles of plugins of the same vCluster
     /// compute and send the workload's apply body one at a time.
     workload_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -136,7 +138,25 @@ pub async fn run_until(
         ),
         plugins: store.clone(),
         policy: config.policy.clone(),
+        telemetry: config.telemetry.clone(),
         workload_locks: Mutex::default(),
+    });
+
+    // Ready (while leading) once the API server answers a list of VClusterPlugins with the
+    // operator's identity (reachable, CRD installed, RBAC in place); retried every second.
+    let telemetry = config.telemetry.clone();
+    let probe: Api<VClusterPlugin> = Api::all(client.clone());
+    let readiness = tokio::spawn(async move {
+        loop {
+            match probe.list_metadata(&ListParams::default().limit(1)).await {
+                Ok(_) => {
+                    telemetry.set_synced(true);
+                    return;
+                }
+                Err(e) => debug!(error = %e, "not ready: cannot list VClusterPlugins"),
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
     });
 
     let sts_store = store.clone();
@@ -190,6 +210,8 @@ pub async fn run_until(
             }
         })
         .await;
+    readiness.abort();
+    config.telemetry.set_synced(false);
     Ok(())
 }
 
@@ -221,6 +243,18 @@ fn plugin_of_labels<K: Resource>(obj: K) -> Option<ObjectRef<VClusterPlugin>> {
 /// # Errors
 /// Any API error; the controller retries after [`RETRY`] ([`error_policy`]).
 pub async fn reconcile(plugin: Arc<VClusterPlugin>, ctx: Arc<Context>) -> Result<Action> {
+    let started = std::time::Instant::now();
+    let telemetry = ctx.telemetry.clone();
+    let result = reconcile_inner(plugin, ctx).await;
+    telemetry.observe_reconcile(
+        started.elapsed(),
+        result.as_ref().err().map(Error::metric_reason),
+    );
+    result
+}
+
+/// [`reconcile`] without the metrics.
+async fn reconcile_inner(plugin: Arc<VClusterPlugin>, ctx: Arc<Context>) -> Result<Action> {
     let namespace = plugin
         .namespace()
         .ok_or(Error::MissingField("metadata.namespace"))?;

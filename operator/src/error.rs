@@ -34,6 +34,37 @@ pub enum Error {
     /// An object from the watch cache lacks a field the API server always sets.
     #[error("VClusterPlugin without {0}: the API server always sets it, so this is a bug")]
     MissingField(&'static str),
+
+    /// The leader-election Lease cannot be read, created or renewed.
+    #[error(
+        "leader election on Lease {lease}: {source} (the operator needs get/create/patch on \
+         leases in that namespace: config/rbac/leader_election_role.yaml; or run without \
+         --leader-elect)"
+    )]
+    Lease {
+        /// `namespace/name` of the Lease.
+        lease: String,
+        /// The lease manager's error.
+        #[source]
+        source: kube_lease_manager::LeaseManagerError,
+    },
+
+    /// `--lease-duration` too short to renew the Lease before it expires.
+    #[error("--lease-duration {0}s is too short: use at least 2 seconds (default 15)")]
+    LeaseDuration(u64),
+
+    /// The HTTP server cannot listen.
+    #[error(
+        "cannot listen on {addr} for /metrics, /healthz and /readyz: {source} (choose another \
+         --metrics-bind-address)"
+    )]
+    Bind {
+        /// The address asked for.
+        addr: std::net::SocketAddr,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl Error {
@@ -43,6 +74,34 @@ impl Error {
             action: action.into(),
             source,
         }
+    }
+
+    /// A short, low-cardinality reason for the `vcp_reconcile_errors_total` metric: the API
+    /// server's status reason (such as `Conflict`, `Forbidden`, `NotFound`) when there is one,
+    /// else the kind of failure.
+    pub fn metric_reason(&self) -> String {
+        match self {
+            Error::Kube { source, .. } => kube_reason(source),
+            Error::Finalizer { source, .. } => match source.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(e)
+                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.metric_reason(),
+                kube::runtime::finalizer::Error::AddFinalizer(e)
+                | kube::runtime::finalizer::Error::RemoveFinalizer(e) => kube_reason(e),
+                _ => "Finalizer".into(),
+            },
+            Error::MissingField(_) => "MissingField".into(),
+            Error::Lease { .. } | Error::LeaseDuration(_) => "Lease".into(),
+            Error::Bind { .. } => "Bind".into(),
+        }
+    }
+}
+
+/// The status reason of an API error, else `Transport`.
+fn kube_reason(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) if !s.reason.is_empty() => s.reason.clone(),
+        kube::Error::Api(s) => format!("HTTP{}", s.code),
+        _ => "Transport".into(),
     }
 }
 

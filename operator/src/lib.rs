@@ -13,21 +13,30 @@
 //! | which RBAC rules a plugin may grant (`PolicyDenied`) | [`policy`] |
 //! | watches, reconcile order, Events, retries | [`controller`] |
 //! | `vcluster-plugin-operator import`: Helm values (`plugin:` / `plugins:`) to VClusterPlugins | [`import`] |
+//! | leader election on a Lease | [`leader`] |
+//! | metrics, health and readiness | [`telemetry`], served by [`http`] |
 //!
 //! Tests and the binary start the operator with [`run`] (or [`run_until`]) and a [`Config`].
 
 pub mod cleanup;
 pub mod controller;
 pub mod error;
+pub mod http;
 pub mod import;
+pub mod leader;
+pub mod operations;
 pub mod policy;
 pub mod rbac;
 pub mod status;
+pub mod telemetry;
 pub mod workload;
 
 use std::future::Future;
+use std::sync::Arc;
 
 pub use error::Error;
+pub use leader::LeaderElection;
+pub use telemetry::Telemetry;
 
 /// The embedded runtime's image at this crate's version:
 /// `ghcr.io/vcp-dev/vcluster-plugin-operator:<version>` (one image holds both binaries).
@@ -51,6 +60,11 @@ pub struct Config {
     pub instance: Option<String>,
     /// Which RBAC rules a plugin may grant; default [`policy::Policy::default`] (DESIGN.md).
     pub policy: policy::Policy,
+    /// Leader election: only the holder of the Lease reconciles; default: none (this replica
+    /// always reconciles).
+    pub leader_election: Option<LeaderElection>,
+    /// Metrics and readiness, shared with [`http::serve`]; default: fresh.
+    pub telemetry: Arc<Telemetry>,
 }
 
 impl Config {
@@ -62,6 +76,8 @@ impl Config {
             concurrency: 4,
             instance: None,
             policy: policy::Policy::default(),
+            leader_election: None,
+            telemetry: Arc::new(Telemetry::new()),
         }
     }
 }
@@ -75,13 +91,21 @@ pub async fn run(config: Config) -> Result<(), Error> {
 }
 
 /// Runs the operator until `shutdown` completes; reconciles in flight then finish before this
-/// returns.
+/// returns. With [`Config::leader_election`], the controller runs only while this replica
+/// holds the Lease ([`leader::run_elected`]), and the Lease is released at the end.
 ///
 /// # Errors
-/// None today (watch errors are retried and logged); reserved for start-up checks.
+/// Leader-election failures ([`Error::Lease`], [`Error::LeaseDuration`]); watch errors are
+/// retried and logged.
 pub async fn run_until(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), Error> {
-    controller::run_until(config, shutdown).await
+    match config.leader_election.clone() {
+        Some(election) => leader::run_elected(config, election, shutdown).await,
+        None => {
+            config.telemetry.set_leading(true);
+            controller::run_until(config, shutdown).await
+        }
+    }
 }

@@ -1,5 +1,6 @@
 //! `vcluster-plugin-operator`: runs the VClusterPlugin controller with the in-cluster
-//! configuration or `$KUBECONFIG`; JSON logs on stderr; stops gracefully on SIGTERM / Ctrl-C.
+//! configuration or `$KUBECONFIG`; JSON logs on stderr; serves /metrics, /healthz and /readyz;
+//! optional leader election (`--leader-elect`); stops gracefully on SIGTERM / Ctrl-C.
 //!
 //! Subcommands:
 //! - none, or `run`: the controller (flags: [`RunArgs`]);
@@ -12,8 +13,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use futures::FutureExt;
 use tracing_subscriber::EnvFilter;
-use vcluster_plugin_operator::{Config, default_runtime_image, import, run_until};
+use vcluster_plugin_operator::operations::OperationsArgs;
+use vcluster_plugin_operator::{Config, default_runtime_image, http, import, run_until};
 
 /// Command line of the operator.
 #[derive(Debug, Parser)]
@@ -62,6 +65,9 @@ struct RunArgs {
     /// Log filter (tracing EnvFilter syntax), such as `info` or `vcluster_plugin_operator=debug`.
     #[arg(long, env = "RUST_LOG", default_value = "info")]
     log: String,
+
+    #[command(flatten)]
+    operations: OperationsArgs,
 }
 
 /// Flags of `import`.
@@ -199,9 +205,24 @@ async fn run_controller(args: RunArgs) -> ExitCode {
             }
         }
     }
+    config.leader_election = args.operations.leader_election();
 
-    tracing::info!(runtime_image = %config.runtime_image, "starting vcluster-plugin-operator");
-    match run_until(config, shutdown_signal()).await {
+    let shutdown = shutdown_signal().boxed().shared();
+    let listener = match http::bind(args.operations.metrics_bind_address).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the HTTP server");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    tokio::spawn(http::serve(
+        listener,
+        config.telemetry.clone(),
+        shutdown.clone(),
+    ));
+
+    tracing::info!(runtime_image = %config.runtime_image, leader_election = ?config.leader_election, "starting vcluster-plugin-operator");
+    match run_until(config, shutdown).await {
         Ok(()) => {
             tracing::info!("stopped");
             ExitCode::SUCCESS
@@ -268,6 +289,39 @@ mod tests {
             Some(Command::Run(args)) => assert_eq!(args.concurrency, 7),
             other => panic!("expected run, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn operations_flags() {
+        let cli = Cli::try_parse_from([
+            "vcluster-plugin-operator",
+            "--leader-elect",
+            "--lease-name",
+            "l",
+            "--lease-namespace",
+            "ns",
+            "--lease-duration",
+            "9",
+            "--metrics-bind-address",
+            "127.0.0.1:9090",
+        ])
+        .expect("parse");
+        let election = cli.run.operations.leader_election().expect("elected");
+        assert_eq!(
+            (election.lease_name.as_str(), election.namespace.as_str()),
+            ("l", "ns")
+        );
+        assert_eq!(election.duration_seconds, 9);
+        assert_eq!(
+            cli.run.operations.metrics_bind_address.to_string(),
+            "127.0.0.1:9090"
+        );
+        let plain = Cli::try_parse_from(["vcluster-plugin-operator"]).expect("parse");
+        assert!(plain.run.operations.leader_election().is_none());
+        assert_eq!(
+            plain.run.operations.metrics_bind_address.to_string(),
+            "0.0.0.0:8080"
+        );
     }
 
     #[test]

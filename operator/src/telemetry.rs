@@ -1,0 +1,197 @@
+//! What the operator tells about itself: Prometheus metrics and the health / readiness state
+//! served by [`crate::http`] (DESIGN.md, "Operator contract": `/metrics`, `/healthz`, `/readyz`).
+//!
+//! Metrics (Prometheus text format):
+//! - `vcp_reconcile_total{result="success"|"error"}`: reconciles finished, by result;
+//! - `vcp_reconcile_errors_total{reason}`: failed reconciles by reason (the API server's
+//!   status reason such as `Conflict` or `Forbidden`, else the error's kind);
+//! - `vcp_reconcile_duration_seconds`: histogram of the time one reconcile took;
+//! - `vcp_leader`: 1 while this replica holds the Lease (or runs without leader election).
+//!
+//! Readiness: the replica is ready once it knows its leader state (it joined the election, or
+//! runs without one) and, while it leads, once its controller started and the API server
+//! answered a list of VClusterPlugins with the operator's identity.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Label of `vcp_reconcile_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
+    result: &'static str,
+}
+
+/// Label of `vcp_reconcile_errors_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: String,
+}
+
+/// Metrics and health state of one operator replica; share it between the controller
+/// ([`crate::Config::telemetry`]) and the HTTP server ([`crate::http::serve`]).
+pub struct Telemetry {
+    registry: Registry,
+    reconciles: Family<ResultLabel, Counter>,
+    errors: Family<ReasonLabel, Counter>,
+    duration: Histogram,
+    leader: Gauge,
+    election_known: AtomicBool,
+    leading: AtomicBool,
+    synced: AtomicBool,
+}
+
+impl std::fmt::Debug for Telemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Telemetry")
+            .field("leading", &self.is_leading())
+            .field("ready", &self.is_ready())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Telemetry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Telemetry {
+    /// Fresh metrics (all zero), not ready.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let reconciles = Family::<ResultLabel, Counter>::default();
+        let errors = Family::<ReasonLabel, Counter>::default();
+        // 5 ms .. ~20 s.
+        let duration = Histogram::new(exponential_buckets(0.005, 2.0, 13));
+        let leader = Gauge::default();
+        registry.register(
+            "vcp_reconcile",
+            "VClusterPlugin reconciles finished, by result",
+            reconciles.clone(),
+        );
+        registry.register(
+            "vcp_reconcile_errors",
+            "Failed VClusterPlugin reconciles, by reason",
+            errors.clone(),
+        );
+        registry.register(
+            "vcp_reconcile_duration_seconds",
+            "Time one VClusterPlugin reconcile took",
+            duration.clone(),
+        );
+        registry.register(
+            "vcp_leader",
+            "1 while this replica holds the leader Lease (or runs without leader election)",
+            leader.clone(),
+        );
+        Telemetry {
+            registry,
+            reconciles,
+            errors,
+            duration,
+            leader,
+            election_known: AtomicBool::new(false),
+            leading: AtomicBool::new(false),
+            synced: AtomicBool::new(false),
+        }
+    }
+
+    /// Records one finished reconcile: `error` is `None` on success, else its reason label.
+    pub fn observe_reconcile(&self, took: Duration, error: Option<String>) {
+        self.duration.observe(took.as_secs_f64());
+        let result = if error.is_some() { "error" } else { "success" };
+        self.reconciles.get_or_create(&ResultLabel { result }).inc();
+        if let Some(reason) = error {
+            self.errors.get_or_create(&ReasonLabel { reason }).inc();
+        }
+    }
+
+    /// Reconciles finished so far (both results).
+    pub fn reconciles(&self) -> u64 {
+        ["success", "error"]
+            .into_iter()
+            .map(|result| self.reconciles.get_or_create(&ResultLabel { result }).get())
+            .sum()
+    }
+
+    /// Sets whether this replica leads (and so reconciles); its leader state is known from now.
+    pub fn set_leading(&self, leading: bool) {
+        self.leading.store(leading, Ordering::SeqCst);
+        self.election_known.store(true, Ordering::SeqCst);
+        self.leader.set(i64::from(leading));
+        if !leading {
+            self.synced.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// Sets whether the controller started and can list VClusterPlugins.
+    pub fn set_synced(&self, synced: bool) {
+        self.synced.store(synced, Ordering::SeqCst);
+    }
+
+    /// Whether this replica leads.
+    pub fn is_leading(&self) -> bool {
+        self.leading.load(Ordering::SeqCst)
+    }
+
+    /// `/readyz`: the leader state is known and, when leading, the controller is running.
+    pub fn is_ready(&self) -> bool {
+        self.election_known.load(Ordering::SeqCst)
+            && (!self.is_leading() || self.synced.load(Ordering::SeqCst))
+    }
+
+    /// The metrics in the Prometheus text exposition format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_by_result_and_reason_and_reports_readiness() {
+        let t = Telemetry::new();
+        assert!(!t.is_ready(), "not ready before the leader state is known");
+        t.set_leading(false);
+        assert!(
+            t.is_ready(),
+            "a standby is ready once it joined the election"
+        );
+        t.set_leading(true);
+        assert!(
+            !t.is_ready(),
+            "a leader is ready only once its controller runs"
+        );
+        t.set_synced(true);
+        assert!(t.is_ready());
+
+        t.observe_reconcile(Duration::from_millis(3), None);
+        t.observe_reconcile(Duration::from_millis(30), Some("Conflict".into()));
+        assert_eq!(t.reconciles(), 2);
+        let text = t.encode();
+        for line in [
+            "vcp_reconcile_total{result=\"success\"} 1",
+            "vcp_reconcile_total{result=\"error\"} 1",
+            "vcp_reconcile_errors_total{reason=\"Conflict\"} 1",
+            "vcp_reconcile_duration_seconds_count 2",
+            "vcp_leader 1",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+    }
+}
