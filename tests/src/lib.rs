@@ -445,6 +445,48 @@ pub fn audited_writes(
     Ok(writes)
 }
 
+/// One write request from the API server's audit log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditedWrite {
+    /// User name (such as `vcp-operator`).
+    pub user: String,
+    /// The request's `User-Agent` header (tells apart replicas that share a user).
+    pub user_agent: String,
+    /// `create`, `update`, `patch`, `delete` or `deletecollection`.
+    pub verb: String,
+    /// The request URI.
+    pub uri: String,
+}
+
+/// Every write request made on `cluster` so far, in order, with user and user agent (see
+/// [`audited_writes`] for a user's `(verb, uri)` pairs).
+///
+/// # Errors
+/// When the audit log cannot be read.
+pub fn audited_write_events(
+    cp: &ControlPlane,
+    cluster: Cluster,
+) -> anyhow::Result<Vec<AuditedWrite>> {
+    let path = cp.dir.join(format!("audit-{}.log", cluster.as_str()));
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
+    let mut writes = Vec::new();
+    for line in text.lines() {
+        let event: serde_json::Value = serde_json::from_str(line)?;
+        if event["stage"] != "ResponseComplete" {
+            continue;
+        }
+        let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+        writes.push(AuditedWrite {
+            user: s(&event["user"]["username"]),
+            user_agent: s(&event["userAgent"]),
+            verb: s(&event["verb"]),
+            uri: s(&event["requestURI"]),
+        });
+    }
+    Ok(writes)
+}
+
 /// Labels as a sorted map from a list of pairs, for exact comparisons in tests.
 pub fn string_map<const N: usize>(pairs: [(&str, &str); N]) -> BTreeMap<String, String> {
     pairs
