@@ -533,7 +533,8 @@ async fn two_replicas_only_the_leader_writes_and_a_dead_leader_is_replaced() {
     );
     assert_eq!(holder().await.as_deref(), Some("replica-b"));
 
-    create_plugin(&admin, ns, "second", embedded_car_spec()).await;
+    // (Not a second Car syncer: that would be a Conflict with `first`.)
+    create_plugin(&admin, ns, "second", json!({ "vcluster": { "name": VC } })).await;
     wait_ready(&admin, ns, "second", "True", None).await;
     let after: Vec<_> = operator_writes(ns).into_iter().skip(before).collect();
     assert!(!after.is_empty(), "the new leader installed `second`");
