@@ -1,0 +1,321 @@
+//! Compatibility table: host names, labels and annotations exactly as vCluster's own syncer
+//! makes them (vCluster `pkg/util/translate`: `SafeConcatName` — joined with `-`, over 63
+//! bytes cut to 52 + `-` + 10 hex of sha256, then `.-` → `-`; single-namespace `HostName`
+//! `<name>-x-<namespace>-x-<vcluster>`; `HostLabels` / `HostAnnotations` with the
+//! `managed-labels` / `managed-annotations` bookkeeping of `applyMaps`).
+//!
+//! The expected names are literals computed outside this crate (Python's hashlib), not by the
+//! function under test.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use vcp_syncer_runtime::translate::{NamespacedTranslator, host_name};
+
+#[test]
+fn host_names() {
+    let cases: Vec<(&str, String, String, String, &str)> = vec![
+        (
+            "short name",
+            String::from("my-car"),
+            String::from("default"),
+            String::from("my-vcluster"),
+            "my-car-x-default-x-my-vcluster",
+        ),
+        (
+            "short names",
+            String::from("audi"),
+            String::from("team-a"),
+            String::from("vc"),
+            "audi-x-team-a-x-vc",
+        ),
+        (
+            "dots are kept when short",
+            String::from("with.dots"),
+            String::from("ns"),
+            String::from("vc"),
+            "with.dots-x-ns-x-vc",
+        ),
+        (
+            "joined exactly 63: kept",
+            String::from("a".repeat(53)),
+            String::from("ns"),
+            String::from("vc"),
+            "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-x-ns-x-vc",
+        ),
+        (
+            "joined 64: cut at 52 + sha256",
+            String::from("a".repeat(54)),
+            String::from("ns"),
+            String::from("vc"),
+            "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-b8d0c4da7c",
+        ),
+        (
+            "dot right before the cut: `.-` becomes `-`",
+            String::from(format!("{}.{}", "b".repeat(51), "c".repeat(20))),
+            String::from("ns"),
+            String::from("vc"),
+            "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb-8f842dd8e4",
+        ),
+        (
+            "dot two before the cut stays",
+            String::from(format!("{}.c{}", "b".repeat(50), "d".repeat(20))),
+            String::from("ns"),
+            String::from("vc"),
+            "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb.c-562a10db36",
+        ),
+        (
+            "long namespace, joined 62: kept",
+            String::from("x"),
+            String::from("n".repeat(53)),
+            String::from("vc"),
+            "x-x-nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn-x-vc",
+        ),
+        (
+            "long vCluster name: cut",
+            String::from("x"),
+            String::from("ns"),
+            String::from("v".repeat(60)),
+            "x-x-ns-x-vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv-0dc0bfd40c",
+        ),
+        (
+            "pod-like name",
+            String::from("web-0"),
+            String::from("kube-system"),
+            String::from("vcluster"),
+            "web-0-x-kube-system-x-vcluster",
+        ),
+        (
+            "tutorial long name",
+            String::from("a-very-long-car-name-that-will-not-fit-into-a-kubernetes-label"),
+            String::from("default"),
+            String::from("my-vcluster"),
+            "a-very-long-car-name-that-will-not-fit-into-a-kubern-766e2a4534",
+        ),
+        (
+            "dotted name",
+            String::from("car.v1.example"),
+            String::from("prod"),
+            String::from("vc-1"),
+            "car.v1.example-x-prod-x-vc-1",
+        ),
+        (
+            "digits, joined 70",
+            String::from("1234567890".repeat(6)),
+            String::from("ns"),
+            String::from("vc"),
+            "1234567890123456789012345678901234567890123456789012-3c3d4d3a16",
+        ),
+        (
+            "long vCluster, short name",
+            String::from("z"),
+            String::from("default"),
+            String::from("my-vcluster-with-a-very-long-name-that-is-long-enough-too"),
+            "z-x-default-x-my-vcluster-with-a-very-long-name-that-bbe267da76",
+        ),
+    ];
+    assert!(cases.len() >= 14);
+    for (what, name, namespace, vcluster, expected) in cases {
+        let got = host_name(&name, &namespace, &vcluster);
+        assert_eq!(got, expected, "{what}");
+        assert!(got.len() <= 63, "{what}: {got} longer than 63");
+    }
+}
+
+fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn virtual_meta(labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> ObjectMeta {
+    ObjectMeta {
+        name: Some("car".into()),
+        namespace: Some("team-a".into()),
+        uid: Some("uid-1".into()),
+        labels: (!labels.is_empty()).then(|| map(labels)),
+        annotations: (!annotations.is_empty()).then(|| map(annotations)),
+        ..ObjectMeta::default()
+    }
+}
+
+fn translator() -> NamespacedTranslator {
+    NamespacedTranslator::new("vc", "host-ns", "example.loft.sh/v1", "Car")
+}
+
+/// The annotations vCluster always sets on a host copy of `team-a/car`.
+fn base_annotations() -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("vcluster.loft.sh/object-name", "car"),
+        ("vcluster.loft.sh/object-namespace", "team-a"),
+        ("vcluster.loft.sh/object-uid", "uid-1"),
+        (
+            "vcluster.loft.sh/object-kind",
+            "example.loft.sh/v1, Kind=Car",
+        ),
+        ("vcluster.loft.sh/object-host-name", "car-x-team-a-x-vc"),
+        ("vcluster.loft.sh/object-host-namespace", "host-ns"),
+    ]
+}
+
+const MANAGED_BY: (&str, &str) = ("vcluster.loft.sh/managed-by", "vc");
+const NAMESPACE: (&str, &str) = ("vcluster.loft.sh/namespace", "team-a");
+
+#[test]
+fn label_and_annotation_sets_on_create() {
+    type Pairs = &'static [(&'static str, &'static str)];
+    let cases: Vec<(&str, Pairs, Pairs, Vec<(&str, &str)>, Vec<(&str, &str)>)> = vec![
+        ("no labels, no annotations", &[], &[], vec![], vec![]),
+        (
+            "labels sorted into managed-labels",
+            &[("tier", "gold"), ("app", "cars")],
+            &[],
+            vec![("app", "cars"), ("tier", "gold")],
+            vec![("vcluster.loft.sh/managed-labels", "app\ntier")],
+        ),
+        (
+            "annotations into managed-annotations",
+            &[],
+            &[("note", "fast"), ("a.example.com/x", "1")],
+            vec![],
+            vec![
+                ("note", "fast"),
+                ("a.example.com/x", "1"),
+                (
+                    "vcluster.loft.sh/managed-annotations",
+                    "a.example.com/x\nnote",
+                ),
+            ],
+        ),
+        (
+            "a spoofed reserved annotation is overwritten, not managed",
+            &[],
+            &[("vcluster.loft.sh/object-name", "spoofed")],
+            vec![],
+            vec![],
+        ),
+        (
+            "a spoofed managed-by label is overwritten, not managed",
+            &[("vcluster.loft.sh/managed-by", "other")],
+            &[],
+            vec![],
+            vec![],
+        ),
+        (
+            "prefixed label keys",
+            &[("app.kubernetes.io/name", "car")],
+            &[],
+            vec![("app.kubernetes.io/name", "car")],
+            vec![("vcluster.loft.sh/managed-labels", "app.kubernetes.io/name")],
+        ),
+    ];
+    for (what, labels, annotations, extra_labels, extra_annotations) in cases {
+        let host = translator().translate_metadata(&virtual_meta(labels, annotations));
+        let mut want_labels = extra_labels;
+        want_labels.extend([MANAGED_BY, NAMESPACE]);
+        let mut want_annotations = base_annotations();
+        want_annotations.extend(extra_annotations);
+        assert_eq!(host.name.as_deref(), Some("car-x-team-a-x-vc"), "{what}");
+        assert_eq!(host.namespace.as_deref(), Some("host-ns"), "{what}");
+        assert_eq!(host.labels, Some(map(&want_labels)), "{what}: labels");
+        assert_eq!(
+            host.annotations,
+            Some(map(&want_annotations)),
+            "{what}: annotations"
+        );
+    }
+}
+
+#[test]
+fn managed_labels_bookkeeping_on_update() {
+    type Pairs = &'static [(&'static str, &'static str)];
+    // (what, virtual labels before, labels added on the host, virtual labels after,
+    //  expected host labels after (besides managed-by/namespace), expected managed-labels)
+    let cases: Vec<(&str, Pairs, Pairs, Pairs, Pairs, Option<&str>)> = vec![
+        (
+            "unchanged: no update",
+            &[("a", "1")],
+            &[],
+            &[("a", "1")],
+            &[("a", "1")],
+            Some("a"),
+        ),
+        (
+            "value changed",
+            &[("a", "1")],
+            &[],
+            &[("a", "2")],
+            &[("a", "2")],
+            Some("a"),
+        ),
+        (
+            "key removed in the virtual cluster is removed on the host",
+            &[("a", "1"), ("b", "2")],
+            &[],
+            &[("a", "1")],
+            &[("a", "1")],
+            Some("a"),
+        ),
+        (
+            "key added on the host is kept",
+            &[("a", "1")],
+            &[("host", "h")],
+            &[("a", "1")],
+            &[("a", "1"), ("host", "h")],
+            Some("a"),
+        ),
+        (
+            "all virtual keys removed: bookkeeping annotation removed, host key kept",
+            &[("a", "1")],
+            &[("host", "h")],
+            &[],
+            &[("host", "h")],
+            None,
+        ),
+        (
+            "key added in the virtual cluster",
+            &[],
+            &[],
+            &[("n", "1")],
+            &[("n", "1")],
+            Some("n"),
+        ),
+        (
+            "virtual takes over a key the host added",
+            &[],
+            &[("k", "host")],
+            &[("k", "virtual")],
+            &[("k", "virtual")],
+            Some("k"),
+        ),
+    ];
+    for (what, before, host_added, after, want, want_managed) in cases {
+        let t = translator();
+        let mut host = t.translate_metadata(&virtual_meta(before, &[]));
+        host.labels
+            .get_or_insert_with(Default::default)
+            .extend(map(host_added));
+        let update = t.translate_metadata_update(&virtual_meta(after, &[]), &host);
+        let (labels, annotations) = match update {
+            Some(update) => (update.labels, update.annotations),
+            None => {
+                assert_eq!(before, after, "{what}: an update was expected");
+                (
+                    host.labels.clone().unwrap(),
+                    host.annotations.clone().unwrap(),
+                )
+            }
+        };
+        let mut want_labels = want.to_vec();
+        want_labels.extend([MANAGED_BY, NAMESPACE]);
+        assert_eq!(labels, map(&want_labels), "{what}: labels");
+        assert_eq!(
+            annotations
+                .get("vcluster.loft.sh/managed-labels")
+                .map(String::as_str),
+            want_managed,
+            "{what}: managed-labels"
+        );
+    }
+}
