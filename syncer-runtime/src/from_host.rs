@@ -5,7 +5,7 @@
 //! the vCluster's host namespace (the only host namespace the runtime may watch) are copied into
 //! one virtual namespace **under the same name**. The plugin API has no mapping field, so the
 //! runtime uses the identity mapping: the virtual namespace has the host namespace's name
-//! (created when missing). Our choices, documented in `syncer-runtime/README.md`:
+//! (created when missing). The choices this module makes:
 //!
 //! - source objects: host objects matching the synced type's `selector`, except those labelled
 //!   `vcluster.loft.sh/managed-by` (host copies some vCluster made from a virtual object are
