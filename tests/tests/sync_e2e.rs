@@ -124,6 +124,7 @@ async fn world_with(
         "metadata": {"name": "vcp-syncer", "namespace": host_ns},
         "rules": [
             {"apiGroups": ["example.loft.sh"], "resources": ["cars"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+            {"apiGroups": ["e2e.vcp.test"], "resources": ["widgets"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
             {"apiGroups": ["vcp.dev"], "resources": ["vclusterplugins"], "verbs": ["get", "list", "watch"]},
             {"apiGroups": ["vcp.dev"], "resources": ["vclusterplugins/status"], "verbs": ["get", "patch"]},
@@ -143,6 +144,7 @@ async fn world_with(
         "rules": [
             {"apiGroups": ["example.loft.sh"], "resources": ["cars"], "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
             {"apiGroups": ["example.loft.sh"], "resources": ["cars/status"], "verbs": ["get", "patch", "update"]},
+            {"apiGroups": ["e2e.vcp.test"], "resources": ["widgets"], "verbs": ["get", "list", "watch"]},
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
             {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["get", "patch"]},
             {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "create"]}
@@ -1090,4 +1092,118 @@ async fn pod_sync_full_syncs_pods_and_their_status() {
         async move { api.get_opt(host_name).await.ok()?.is_none().then_some(()) }
     })
     .await;
+}
+
+/// A CRD `widgets.e2e.vcp.test` whose `spec` has the given schema.
+fn widget_crd(spec_schema: Value) -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.e2e.vcp.test"},
+        "spec": {"group": "e2e.vcp.test", "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": spec_schema}}}}]}
+    })
+}
+
+#[tokio::test]
+async fn malformed_object_is_reported_and_the_rest_keep_syncing() {
+    let cp = ControlPlane::shared();
+    let host = cp.client(Cluster::Host, Identity::Admin).await;
+    let virtual_ = cp.client(Cluster::Virtual, Identity::Admin).await;
+    // the host CRD wants an integer size; the virtual one accepts anything
+    let crds = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+        "customresourcedefinitions",
+    );
+    apply(
+        &host,
+        &crds,
+        None,
+        widget_crd(json!({"type": "object",
+        "properties": {"size": {"type": "integer"}}})),
+    )
+    .await;
+    apply(
+        &virtual_,
+        &crds,
+        None,
+        widget_crd(json!({"type": "object",
+        "x-kubernetes-preserve-unknown-fields": true})),
+    )
+    .await;
+    let widgets = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("e2e.vcp.test", "v1", "Widget"),
+        "widgets",
+    );
+    let spec = json!({
+        "vcluster": {"name": "vc-malformed"},
+        "syncedTypes": [{"apiVersion": "e2e.vcp.test/v1", "kind": "Widget"}]
+    });
+    let w = world_with("malformed", &["malformed-a"], spec, PodSync::Hooks).await;
+    let widget = |name: &str, size: Value| {
+        json!({"apiVersion": "e2e.vcp.test/v1", "kind": "Widget",
+               "metadata": {"name": name, "namespace": "malformed-a"}, "spec": {"size": size}})
+    };
+    // the discovery of the new CRD may lag: retry the virtual applies until served
+    for (name, size) in [("bad", json!("big")), ("good", json!(3))] {
+        let obj: DynamicObject = serde_json::from_value(widget(name, size)).unwrap();
+        let api =
+            Api::<DynamicObject>::namespaced_with(w.virtual_.clone(), "malformed-a", &widgets);
+        wait_for(TIMEOUT, || {
+            let api = api.clone();
+            let obj = obj.clone();
+            async move {
+                api.patch(
+                    &obj.name_any(),
+                    &PatchParams::apply(TEST_FIELD_MANAGER).force(),
+                    &Patch::Apply(&obj),
+                )
+                .await
+                .ok()
+            }
+        })
+        .await;
+    }
+    let host_widgets = Api::<DynamicObject>::namespaced_with(w.host.clone(), &w.host_ns, &widgets);
+    let good = wait_for(TIMEOUT, || {
+        let api = host_widgets.clone();
+        async move {
+            api.get_opt("good-x-malformed-a-x-vc-malformed")
+                .await
+                .ok()
+                .flatten()
+        }
+    })
+    .await;
+    assert_eq!(good.data["spec"], json!({"size": 3}));
+    // the bad one is refused by the host API server, reported, and retried (not dropped)
+    let plugins: Api<VClusterPlugin> = Api::namespaced(w.host.clone(), &w.host_ns);
+    let condition = wait_for(TIMEOUT, || {
+        let plugins = plugins.clone();
+        async move {
+            let status = plugins.get("car-plugin").await.ok()?.status?;
+            let widgets = status.synced_objects.iter().find(|s| s.kind == "Widget")?;
+            let condition = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "RuntimeHealthy")?
+                .clone();
+            (widgets.count == 1 && condition.reason == "SyncErrors").then_some(condition)
+        }
+    })
+    .await;
+    assert_eq!(condition.status, "False");
+    assert!(
+        condition.message.contains("1 object(s) failed"),
+        "{}",
+        condition.message
+    );
+    assert!(
+        host_widgets
+            .get_opt("bad-x-malformed-a-x-vc-malformed")
+            .await
+            .unwrap()
+            .is_none()
+    );
 }
