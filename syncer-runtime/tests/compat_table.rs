@@ -38,28 +38,28 @@ fn host_names() {
         ),
         (
             "joined exactly 63: kept",
-            String::from("a".repeat(53)),
+            "a".repeat(53),
             String::from("ns"),
             String::from("vc"),
             "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-x-ns-x-vc",
         ),
         (
             "joined 64: cut at 52 + sha256",
-            String::from("a".repeat(54)),
+            "a".repeat(54),
             String::from("ns"),
             String::from("vc"),
             "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-b8d0c4da7c",
         ),
         (
             "dot right before the cut: `.-` becomes `-`",
-            String::from(format!("{}.{}", "b".repeat(51), "c".repeat(20))),
+            format!("{}.{}", "b".repeat(51), "c".repeat(20)),
             String::from("ns"),
             String::from("vc"),
             "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb-8f842dd8e4",
         ),
         (
             "dot two before the cut stays",
-            String::from(format!("{}.c{}", "b".repeat(50), "d".repeat(20))),
+            format!("{}.c{}", "b".repeat(50), "d".repeat(20)),
             String::from("ns"),
             String::from("vc"),
             "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb.c-562a10db36",
@@ -67,7 +67,7 @@ fn host_names() {
         (
             "long namespace, joined 62: kept",
             String::from("x"),
-            String::from("n".repeat(53)),
+            "n".repeat(53),
             String::from("vc"),
             "x-x-nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn-x-vc",
         ),
@@ -75,7 +75,7 @@ fn host_names() {
             "long vCluster name: cut",
             String::from("x"),
             String::from("ns"),
-            String::from("v".repeat(60)),
+            "v".repeat(60),
             "x-x-ns-x-vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv-0dc0bfd40c",
         ),
         (
@@ -101,7 +101,7 @@ fn host_names() {
         ),
         (
             "digits, joined 70",
-            String::from("1234567890".repeat(6)),
+            "1234567890".repeat(6),
             String::from("ns"),
             String::from("vc"),
             "1234567890123456789012345678901234567890123456789012-3c3d4d3a16",
@@ -159,13 +159,24 @@ fn base_annotations() -> Vec<(&'static str, &'static str)> {
     ]
 }
 
+/// Label or annotation pairs of a case.
+type Pairs = &'static [(&'static str, &'static str)];
+
 const MANAGED_BY: (&str, &str) = ("vcluster.loft.sh/managed-by", "vc");
 const NAMESPACE: (&str, &str) = ("vcluster.loft.sh/namespace", "team-a");
 
 #[test]
 fn label_and_annotation_sets_on_create() {
-    type Pairs = &'static [(&'static str, &'static str)];
-    let cases: Vec<(&str, Pairs, Pairs, Vec<(&str, &str)>, Vec<(&str, &str)>)> = vec![
+    /// (what, virtual labels, virtual annotations, expected extra labels, expected extra
+    /// annotations)
+    type Case = (
+        &'static str,
+        Pairs,
+        Pairs,
+        Vec<(&'static str, &'static str)>,
+        Vec<(&'static str, &'static str)>,
+    );
+    let cases: Vec<Case> = vec![
         ("no labels, no annotations", &[], &[], vec![], vec![]),
         (
             "labels sorted into managed-labels",
@@ -229,10 +240,17 @@ fn label_and_annotation_sets_on_create() {
 
 #[test]
 fn managed_labels_bookkeeping_on_update() {
-    type Pairs = &'static [(&'static str, &'static str)];
     // (what, virtual labels before, labels added on the host, virtual labels after,
     //  expected host labels after (besides managed-by/namespace), expected managed-labels)
-    let cases: Vec<(&str, Pairs, Pairs, Pairs, Pairs, Option<&str>)> = vec![
+    type Case = (
+        &'static str,
+        Pairs,
+        Pairs,
+        Pairs,
+        Pairs,
+        Option<&'static str>,
+    );
+    let cases: Vec<Case> = vec![
         (
             "unchanged: no update",
             &[("a", "1")],
