@@ -1,0 +1,552 @@
+//! `scripts/bench operator`: the operator at scale on its own real control plane.
+//!
+//! 200 vClusters (one StatefulSet and its ServiceAccount `vc-<name>` per namespace) with two
+//! plugins each: `car`, the embedded runtime syncing the tutorial's `Car`, and `v2`, a
+//! `version: v2` image plugin (different container names, different synced types: no
+//! Conflict). It measures, in one run:
+//!
+//! 1. **operator**: the time from the moment all 400 VClusterPlugins are applied until all are
+//!    `Ready=True` for their generation (the operator, in-process under the `vcp-operator`
+//!    identity with `config/rbac`, is started right after the apply), and its write requests
+//!    (audit log, user `vcp-operator`);
+//! 2. **no-op resync**: the operator restarted on the converged state, until it has reconciled
+//!    every plugin (its reconcile counter), then quiet for a while: its write requests (must be 0);
+//! 3. **floor**: the same final writes — finalizer, one StatefulSet apply per vCluster with both
+//!    plugins, the Role/RoleBinding/ClusterRole/ClusterRoleBinding, the status apply and the
+//!    `Ready` Event of each plugin, computed with the operator's own pure functions
+//!    (`workload::plan`, `rbac::desired`, `status::desired`) — sent directly by one client with
+//!    the operator's identity at the operator's concurrency, against a fresh equivalent set of
+//!    vClusters and plugins; the floor's reads happen before its clock starts.
+//!
+//! Last line: `operator_ready_ratio=<operator time / floor time> noop_writes=<n>`.
+//! `BENCH_VCLUSTERS` (default 200) and `BENCH_CONCURRENCY` (default: the operator's default)
+//! change the scale.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, stream};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+use vcluster_plugin_operator::status::{self, Check, Outcome};
+use vcluster_plugin_operator::{Config, Telemetry, controller, rbac, workload};
+use vcp_crds::{FINALIZER, OPERATOR_FIELD_MANAGER, VClusterPlugin, WorkloadRef};
+use vcp_tests::{AuditedWrite, Cluster, ControlPlane, Identity};
+
+const RUNTIME_IMAGE: &str = "vcp-bench/runtime:bench";
+const VC: &str = "vc";
+const SET_LABEL: &str = "vcp-bench/set";
+/// Concurrency of the bench's own set-up requests (namespaces, workloads, plugins).
+const SETUP_CONCURRENCY: usize = 8;
+const TIMEOUT: Duration = Duration::from_secs(900);
+
+fn progress(start: Instant, msg: impl AsRef<str>) {
+    println!("[{:7.1}s] {}", start.elapsed().as_secs_f64(), msg.as_ref());
+}
+
+fn namespace(set: &str, i: usize) -> String {
+    format!("bench-{set}-{i:03}")
+}
+
+/// Namespace, ServiceAccount `vc-vc` and the vCluster-chart-shaped StatefulSet `vc` (field
+/// manager `helm`) of vCluster `i` of `set`.
+async fn create_vcluster(admin: &Client, set: &str, i: usize) -> anyhow::Result<()> {
+    let ns = namespace(set, i);
+    vcp_tests::create_namespace(admin, &ns).await;
+    let sa: ServiceAccount = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": { "name": rbac::service_account_name(VC), "namespace": ns },
+    }))?;
+    Api::<ServiceAccount>::namespaced(admin.clone(), &ns)
+        .create(&PostParams::default(), &sa)
+        .await?;
+    let labels = json!({ "app": "vcluster", "release": VC });
+    let sts: StatefulSet = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": { "name": VC, "namespace": ns },
+        "spec": {
+            "serviceName": "vc-headless",
+            "selector": { "matchLabels": labels },
+            "template": {
+                "metadata": { "labels": labels },
+                "spec": {
+                    "serviceAccountName": rbac::service_account_name(VC),
+                    "containers": [{
+                        "name": "syncer",
+                        "image": "ghcr.io/loft-sh/vcluster-pro:0.26.0",
+                        "args": ["--name=vc"],
+                        "volumeMounts": [{ "name": "data", "mountPath": "/data" }],
+                    }],
+                    "volumes": [{ "name": "data", "emptyDir": {} }],
+                },
+            },
+        },
+    }))?;
+    Api::<StatefulSet>::namespaced(admin.clone(), &ns)
+        .create(
+            &PostParams {
+                field_manager: Some("helm".into()),
+                ..Default::default()
+            },
+            &sts,
+        )
+        .await?;
+    Ok(())
+}
+
+/// The two plugins of a vCluster: the embedded runtime syncing `Car`, and a v2 image plugin.
+fn plugins(set: &str, ns: &str) -> [VClusterPlugin; 2] {
+    let meta = |name: &str| json!({ "name": name, "namespace": ns, "labels": { SET_LABEL: set } });
+    [
+        json!({
+            "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin", "metadata": meta("car"),
+            "spec": { "vcluster": { "name": VC },
+                      "syncedTypes": [{ "apiVersion": "example.loft.sh/v1", "kind": "Car" }] },
+        }),
+        json!({
+            "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin", "metadata": meta("v2"),
+            "spec": { "vcluster": { "name": VC }, "image": "ghcr.io/example/v2-plugin:1" },
+        }),
+    ]
+    .map(|v| serde_json::from_value(v).expect("plugin"))
+}
+
+/// Creates `n` vClusters of `set` and their plugins.
+async fn create_set(admin: &Client, set: &str, n: usize, start: Instant) -> anyhow::Result<()> {
+    let results: Vec<anyhow::Result<()>> = stream::iter(0..n)
+        .map(|i| create_vcluster(admin, set, i))
+        .buffer_unordered(SETUP_CONCURRENCY)
+        .collect()
+        .await;
+    results.into_iter().collect::<anyhow::Result<()>>()?;
+    progress(start, format!("{set}: {n} vClusters created"));
+    let results: Vec<anyhow::Result<()>> = stream::iter(0..n)
+        .flat_map(|i| stream::iter(plugins(set, &namespace(set, i))))
+        .map(|p| async move {
+            Api::<VClusterPlugin>::namespaced(admin.clone(), &p.namespace().unwrap_or_default())
+                .create(&PostParams::default(), &p)
+                .await?;
+            Ok(())
+        })
+        .buffer_unordered(SETUP_CONCURRENCY)
+        .collect()
+        .await;
+    results.into_iter().collect::<anyhow::Result<()>>()?;
+    progress(start, format!("{set}: {} VClusterPlugins applied", 2 * n));
+    Ok(())
+}
+
+/// The plugins of `set`, with how many are `Ready=True` for their generation.
+async fn ready_count(admin: &Client, set: &str) -> anyhow::Result<(usize, Vec<VClusterPlugin>)> {
+    let list = Api::<VClusterPlugin>::all(admin.clone())
+        .list(&ListParams::default().labels(&format!("{SET_LABEL}={set}")))
+        .await?
+        .items;
+    let ready = list
+        .iter()
+        .filter(|p| {
+            p.status.as_ref().is_some_and(|s| {
+                s.observed_generation == p.metadata.generation
+                    && s.conditions
+                        .iter()
+                        .any(|c| c.type_ == status::READY && c.status == "True")
+            })
+        })
+        .count();
+    Ok((ready, list))
+}
+
+/// Polls every 100 ms until all `total` plugins of `set` are Ready; returns when.
+async fn wait_all_ready(
+    admin: &Client,
+    set: &str,
+    total: usize,
+    start: Instant,
+) -> anyhow::Result<Instant> {
+    let deadline = Instant::now() + TIMEOUT;
+    let mut last_report = Instant::now();
+    loop {
+        let (ready, _) = ready_count(admin, set).await?;
+        if ready == total {
+            return Ok(Instant::now());
+        }
+        if last_report.elapsed() > Duration::from_secs(5) {
+            progress(start, format!("{set}: {ready}/{total} Ready"));
+            last_report = Instant::now();
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{set}: only {ready}/{total} Ready"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// An in-process operator under the `vcp-operator` identity.
+struct Operator {
+    telemetry: Arc<Telemetry>,
+    stop: oneshot::Sender<()>,
+    done: tokio::task::JoinHandle<()>,
+}
+
+impl Operator {
+    async fn start(cp: &ControlPlane, concurrency: u16) -> anyhow::Result<Operator> {
+        let client = Client::try_from(cp.config(Cluster::Host, Identity::Operator).await?)?;
+        let telemetry = Arc::new(Telemetry::new());
+        let mut config = Config::new(client);
+        config.runtime_image = RUNTIME_IMAGE.into();
+        config.concurrency = concurrency;
+        config.telemetry = telemetry.clone();
+        let (stop, stop_rx) = oneshot::channel::<()>();
+        let done = tokio::spawn(async move {
+            vcluster_plugin_operator::run_until(config, async {
+                let _ = stop_rx.await;
+            })
+            .await
+            .expect("operator");
+        });
+        Ok(Operator {
+            telemetry,
+            stop,
+            done,
+        })
+    }
+
+    async fn stop(self) -> anyhow::Result<()> {
+        let _ = self.stop.send(());
+        self.done.await?;
+        Ok(())
+    }
+}
+
+/// Write requests of user `vcp-operator` on objects of `set` (its namespaces, its
+/// cluster-scoped `vcp:bench-<set>-...` objects).
+fn operator_writes(cp: &ControlPlane, set: &str) -> anyhow::Result<Vec<AuditedWrite>> {
+    let ns = format!("bench-{set}-");
+    Ok(vcp_tests::audited_write_events(cp, Cluster::Host)?
+        .into_iter()
+        .filter(|w| w.user == Identity::Operator.user())
+        .filter(|w| matches!(w.verb.as_str(), "create" | "update" | "patch" | "delete"))
+        .filter(|w| {
+            w.uri.contains(&format!("/namespaces/{ns}")) || w.uri.contains(&format!("vcp:{ns}"))
+        })
+        .collect())
+}
+
+/// `verb resource[/subresource]` → count, for the report.
+fn breakdown(writes: &[AuditedWrite]) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for w in writes {
+        let path = w.uri.split('?').next().unwrap_or_default();
+        let parts: Vec<&str> = path.split('/').collect();
+        // .../namespaces/<ns>/<resource>/<name>[/<sub>] or .../<resource>/<name>
+        let (resource, sub) = match parts.iter().position(|p| *p == "namespaces") {
+            Some(i) if parts.len() > i + 2 => (parts[i + 2], parts.get(i + 4).copied()),
+            _ => (
+                parts
+                    .get(parts.len().saturating_sub(2))
+                    .copied()
+                    .unwrap_or(""),
+                None,
+            ),
+        };
+        let key = match sub {
+            Some(s) => format!("{} {resource}/{s}", w.verb),
+            None => format!("{} {resource}", w.verb),
+        };
+        *out.entry(key).or_default() += 1;
+    }
+    out
+}
+
+/// One floor write, as the operator sends it.
+enum Write {
+    /// The merge patch adding the finalizer.
+    Finalizer(String, String),
+    /// The StatefulSet's server-side apply body.
+    Workload(String, Value),
+    Role(String, Role),
+    RoleBinding(String, RoleBinding),
+    ClusterRole(ClusterRole),
+    ClusterRoleBinding(ClusterRoleBinding),
+    /// The status apply body of a plugin.
+    Status(String, String, Value),
+    /// The `Ready` Event of a plugin.
+    Event(String, Event),
+}
+
+async fn apply<K>(api: Api<K>, obj: &K) -> anyhow::Result<()>
+where
+    K: Resource + Serialize + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let name = obj.meta().name.clone().unwrap_or_default();
+    api.patch(
+        &name,
+        &PatchParams::apply(OPERATOR_FIELD_MANAGER).force(),
+        &Patch::Apply(obj),
+    )
+    .await?;
+    Ok(())
+}
+
+impl Write {
+    async fn send(self, client: &Client) -> anyhow::Result<()> {
+        let pp = PatchParams::apply(OPERATOR_FIELD_MANAGER).force();
+        match self {
+            Write::Finalizer(ns, name) => {
+                Api::<VClusterPlugin>::namespaced(client.clone(), &ns)
+                    .patch(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({ "metadata": { "finalizers": [FINALIZER] } })),
+                    )
+                    .await?;
+            }
+            Write::Workload(ns, body) => {
+                Api::<StatefulSet>::namespaced(client.clone(), &ns)
+                    .patch(VC, &pp, &Patch::Apply(&body))
+                    .await?;
+            }
+            Write::Role(ns, r) => apply(Api::namespaced(client.clone(), &ns), &r).await?,
+            Write::RoleBinding(ns, r) => apply(Api::namespaced(client.clone(), &ns), &r).await?,
+            Write::ClusterRole(r) => apply(Api::all(client.clone()), &r).await?,
+            Write::ClusterRoleBinding(r) => apply(Api::all(client.clone()), &r).await?,
+            Write::Status(ns, name, body) => {
+                Api::<VClusterPlugin>::namespaced(client.clone(), &ns)
+                    .patch_status(&name, &pp, &Patch::Apply(&body))
+                    .await?;
+            }
+            Write::Event(ns, e) => {
+                Api::<Event>::namespaced(client.clone(), &ns)
+                    .create(&PostParams::default(), &e)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The writes of one plugin in the order the operator makes them; `workload` (the
+/// StatefulSet's apply body with both plugins) goes with the first plugin of each vCluster.
+async fn plugin_writes(
+    client: &Client,
+    plugin: &VClusterPlugin,
+    workload: Option<Value>,
+) -> anyhow::Result<Vec<Write>> {
+    let ns = plugin.namespace().unwrap_or_default();
+    let name = plugin.name_any();
+    let mut out = vec![Write::Finalizer(ns.clone(), name.clone())];
+    if let Some(body) = workload {
+        out.push(Write::Workload(ns.clone(), body));
+    }
+    let plurals = controller::resolve_plurals(client, plugin).await?;
+    let desired = rbac::desired(plugin, &plurals)
+        .map_err(|r| anyhow::anyhow!("{}: {}", r.reason, r.message))?;
+    if let Some(r) = desired.role {
+        out.push(Write::Role(ns.clone(), r));
+    }
+    if let Some(r) = desired.role_binding {
+        out.push(Write::RoleBinding(ns.clone(), r));
+    }
+    if let Some(r) = desired.cluster_role {
+        out.push(Write::ClusterRole(r));
+    }
+    if let Some(r) = desired.cluster_role_binding {
+        out.push(Write::ClusterRoleBinding(r));
+    }
+    let outcome = Outcome {
+        workload: Some(WorkloadRef {
+            kind: "StatefulSet".into(),
+            name: VC.into(),
+        }),
+        workload_patched: Check::Ok,
+        rbac: Check::Ok,
+        terminating: false,
+    };
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let desired_status = status::desired(plugin, &outcome, &now);
+    out.push(Write::Status(
+        ns.clone(),
+        name.clone(),
+        status::apply_body(plugin, &desired_status),
+    ));
+    let event: Event = serde_json::from_value(json!({
+        "metadata": { "name": format!("{name}.{:x}", now.0.as_nanosecond()), "namespace": ns },
+        "eventTime": MicroTime(now.0),
+        "reportingController": controller::CONTROLLER_NAME,
+        "reportingInstance": controller::CONTROLLER_NAME,
+        "action": "Reconcile",
+        "reason": status::REASON_INSTALLED,
+        "type": "Normal",
+        "note": "installed into \"StatefulSet vc\"",
+        "regarding": {
+            "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
+            "name": name, "namespace": ns, "uid": plugin.uid(),
+        },
+    }))?;
+    out.push(Write::Event(ns, event));
+    Ok(out)
+}
+
+/// Computes the floor's writes for `set` (reads, before the clock starts).
+async fn floor_writes(
+    client: &Client,
+    admin: &Client,
+    set: &str,
+    n: usize,
+) -> anyhow::Result<Vec<Vec<Write>>> {
+    let mut all = Vec::new();
+    for i in 0..n {
+        let ns = namespace(set, i);
+        let sts = Api::<StatefulSet>::namespaced(admin.clone(), &ns)
+            .get(VC)
+            .await?;
+        let wl = workload::Workload::from_statefulset(&sts);
+        let mut ps = Api::<VClusterPlugin>::namespaced(admin.clone(), &ns)
+            .list(&ListParams::default())
+            .await?
+            .items;
+        ps.sort_by_key(|p| p.name_any());
+        let refs: Vec<&VClusterPlugin> = ps.iter().collect();
+        let plan = workload::plan(&wl, &refs, RUNTIME_IMAGE);
+        anyhow::ensure!(plan.refused.is_empty(), "refused: {:?}", plan.refused);
+        for (k, p) in ps.iter().enumerate() {
+            let body = (k == 0).then(|| plan.patch.clone());
+            all.push(plugin_writes(client, p, body).await?);
+        }
+    }
+    Ok(all)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let start = Instant::now();
+    let n: usize = std::env::var("BENCH_VCLUSTERS")
+        .ok()
+        .map(|v| v.parse())
+        .transpose()?
+        .unwrap_or(200);
+    let default_concurrency = Config::new(Client::try_from(kube::Config::new(
+        "http://127.0.0.1:1".parse()?,
+    ))?)
+    .concurrency;
+    let concurrency: u16 = std::env::var("BENCH_CONCURRENCY")
+        .ok()
+        .map(|v| v.parse())
+        .transpose()?
+        .unwrap_or(default_concurrency);
+    let total = 2 * n;
+    progress(
+        start,
+        format!("operator bench: {n} vClusters x 2 plugins, operator concurrency {concurrency}"),
+    );
+    let cp = ControlPlane::start()?;
+    let admin = cp.client(Cluster::Host, Identity::Admin).await;
+    vcp_tests::install_crds(&admin).await;
+    for file in [
+        "config/rbac/role.yaml",
+        "config/rbac/test-user-binding.yaml",
+    ] {
+        vcp_tests::apply_yaml_file(&admin, file, None).await?;
+    }
+    progress(start, format!("control plane up in {}", cp.dir().display()));
+
+    // 1. The operator.
+    create_set(&admin, "op", n, start).await?;
+    let t0 = Instant::now();
+    let operator = Operator::start(&cp, concurrency).await?;
+    let t1 = wait_all_ready(&admin, "op", total, start).await?;
+    let operator_secs = (t1 - t0).as_secs_f64();
+    progress(
+        start,
+        format!("op: all {total} Ready {operator_secs:.2}s after the apply"),
+    );
+    // Reconciles the last writes triggered (watch events of its own writes) finish quietly.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let reconciles = operator.telemetry.reconciles();
+    operator.stop().await?;
+    let op_writes = operator_writes(&cp, "op")?;
+    progress(
+        start,
+        format!(
+            "op: {} write requests, {reconciles} reconciles: {:?}",
+            op_writes.len(),
+            breakdown(&op_writes)
+        ),
+    );
+
+    // 2. No-op resync: a restarted operator on the converged state.
+    let before = op_writes.len();
+    let operator = Operator::start(&cp, concurrency).await?;
+    let deadline = Instant::now() + TIMEOUT;
+    while operator.telemetry.reconciles() < total as u64 {
+        anyhow::ensure!(Instant::now() < deadline, "resync did not finish");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let resync_reconciles = operator.telemetry.reconciles();
+    operator.stop().await?;
+    let after = operator_writes(&cp, "op")?;
+    let noop_writes = after.len() - before;
+    progress(
+        start,
+        format!(
+            "resync: {resync_reconciles} reconciles, {noop_writes} write requests {:?}",
+            breakdown(&after[before..])
+        ),
+    );
+
+    // 3. The floor: the same final writes, sent directly.
+    create_set(&admin, "floor", n, start).await?;
+    let client = Client::try_from(cp.config(Cluster::Host, Identity::Operator).await?)?;
+    let writes = floor_writes(&client, &admin, "floor", n).await?;
+    let planned: usize = writes.iter().map(Vec::len).sum();
+    progress(start, format!("floor: {planned} writes computed"));
+    let t0 = Instant::now();
+    let results: Vec<anyhow::Result<()>> = stream::iter(writes)
+        .map(|ws| {
+            let client = client.clone();
+            async move {
+                for w in ws {
+                    w.send(&client).await?;
+                }
+                Ok(())
+            }
+        })
+        .buffer_unordered(usize::from(concurrency).max(1))
+        .collect()
+        .await;
+    results.into_iter().collect::<anyhow::Result<()>>()?;
+    let floor_secs = t0.elapsed().as_secs_f64();
+    let (ready, _) = ready_count(&admin, "floor").await?;
+    anyhow::ensure!(ready == total, "floor: only {ready}/{total} Ready");
+    let floor_audited = operator_writes(&cp, "floor")?;
+    progress(
+        start,
+        format!(
+            "floor: {} write requests in {floor_secs:.2}s, all {total} Ready: {:?}",
+            floor_audited.len(),
+            breakdown(&floor_audited)
+        ),
+    );
+
+    let ratio = operator_secs / floor_secs;
+    println!(
+        "operator: {operator_secs:.2}s, {} writes; floor: {floor_secs:.2}s, {} writes; no-op resync: {noop_writes} writes",
+        op_writes.len(),
+        floor_audited.len()
+    );
+    drop(cp);
+    println!("operator_ready_ratio={ratio:.2} noop_writes={noop_writes}");
+    Ok(())
+}
