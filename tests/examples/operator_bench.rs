@@ -275,14 +275,14 @@ enum Write {
     Finalizer(String, String),
     /// The StatefulSet's server-side apply body.
     Workload(String, Value),
-    Role(String, Role),
-    RoleBinding(String, RoleBinding),
-    ClusterRole(ClusterRole),
-    ClusterRoleBinding(ClusterRoleBinding),
+    Role(String, Box<Role>),
+    RoleBinding(String, Box<RoleBinding>),
+    ClusterRole(Box<ClusterRole>),
+    ClusterRoleBinding(Box<ClusterRoleBinding>),
     /// The status apply body of a plugin.
     Status(String, String, Value),
     /// The `Ready` Event of a plugin.
-    Event(String, Event),
+    Event(String, Box<Event>),
 }
 
 async fn apply<K>(api: Api<K>, obj: &K) -> anyhow::Result<()>
@@ -317,10 +317,10 @@ impl Write {
                     .patch(VC, &pp, &Patch::Apply(&body))
                     .await?;
             }
-            Write::Role(ns, r) => apply(Api::namespaced(client.clone(), &ns), &r).await?,
-            Write::RoleBinding(ns, r) => apply(Api::namespaced(client.clone(), &ns), &r).await?,
-            Write::ClusterRole(r) => apply(Api::all(client.clone()), &r).await?,
-            Write::ClusterRoleBinding(r) => apply(Api::all(client.clone()), &r).await?,
+            Write::Role(ns, r) => apply(Api::namespaced(client.clone(), &ns), &*r).await?,
+            Write::RoleBinding(ns, r) => apply(Api::namespaced(client.clone(), &ns), &*r).await?,
+            Write::ClusterRole(r) => apply(Api::all(client.clone()), &*r).await?,
+            Write::ClusterRoleBinding(r) => apply(Api::all(client.clone()), &*r).await?,
             Write::Status(ns, name, body) => {
                 Api::<VClusterPlugin>::namespaced(client.clone(), &ns)
                     .patch_status(&name, &pp, &Patch::Apply(&body))
@@ -328,7 +328,7 @@ impl Write {
             }
             Write::Event(ns, e) => {
                 Api::<Event>::namespaced(client.clone(), &ns)
-                    .create(&PostParams::default(), &e)
+                    .create(&PostParams::default(), &*e)
                     .await?;
             }
         }
@@ -353,16 +353,16 @@ async fn plugin_writes(
     let desired = rbac::desired(plugin, &plurals)
         .map_err(|r| anyhow::anyhow!("{}: {}", r.reason, r.message))?;
     if let Some(r) = desired.role {
-        out.push(Write::Role(ns.clone(), r));
+        out.push(Write::Role(ns.clone(), Box::new(r)));
     }
     if let Some(r) = desired.role_binding {
-        out.push(Write::RoleBinding(ns.clone(), r));
+        out.push(Write::RoleBinding(ns.clone(), Box::new(r)));
     }
     if let Some(r) = desired.cluster_role {
-        out.push(Write::ClusterRole(r));
+        out.push(Write::ClusterRole(Box::new(r)));
     }
     if let Some(r) = desired.cluster_role_binding {
-        out.push(Write::ClusterRoleBinding(r));
+        out.push(Write::ClusterRoleBinding(Box::new(r)));
     }
     let outcome = Outcome {
         workload: Some(WorkloadRef {
@@ -394,7 +394,7 @@ async fn plugin_writes(
             "name": name, "namespace": ns, "uid": plugin.uid(),
         },
     }))?;
-    out.push(Write::Event(ns, event));
+    out.push(Write::Event(ns, Box::new(event)));
     Ok(out)
 }
 
