@@ -3,7 +3,7 @@
 //!
 //! DESIGN.md ("Operator contract"): remove exactly what was added, then the finalizer.
 //! - the workload: the apply body is recomputed from the *other* plugins installed into the
-//!   vCluster and applied; server-side apply then removes this plugin's containers, and, when
+//!   vCluster, less those refused (judged as in [`crate::controller`]), and applied; server-side apply then removes this plugin's containers, and, when
 //!   it was the last v2 plugin, the shared `plugins` volume and `/plugins` mount. With no plugin
 //!   left the operator's field manager owns nothing and the pod template is the original;
 //! - a workload that no longer exists does not block deletion;
@@ -21,7 +21,9 @@ use serde::de::DeserializeOwned;
 use std::fmt::Debug;
 use vcp_crds::{VClusterPlugin, WorkloadRef};
 
-use crate::controller::{Context, apply_workload, delete_if_ours, fetch_workload, write_status};
+use crate::controller::{
+    ClusterFacts, Context, apply_workload, delete_if_ours, fetch_workload, write_status,
+};
 use crate::error::{Error, Result};
 use crate::rbac;
 use crate::status::{Check, Outcome};
@@ -57,7 +59,9 @@ pub async fn cleanup(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
     if let Some(wl) = wl {
         let others = ctx.installed_plugins(&namespace, &vcluster, None, Some(&name));
         let refs: Vec<&VClusterPlugin> = others.iter().collect();
-        let plan = workload::plan(&wl, &refs, &ctx.runtime_image);
+        // The same judgement as the install path: refused plugins stay out.
+        let facts = ClusterFacts::read(&ctx.client, &namespace, &vcluster, &refs).await?;
+        let plan = workload::plan(&wl, &facts.accepted(&refs), &ctx.runtime_image);
         apply_workload(&ctx.client, &wl, &plan.patch).await?;
     }
     drop(guard);

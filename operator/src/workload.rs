@@ -30,6 +30,13 @@
 //! `spec` at all, so the operator's field manager owns nothing and the pod template is back
 //! to what it was.
 //!
+//! Refusals the operator decides from policy or cluster state (a rule the policy forbids, a
+//! type the host does not serve, no vCluster Role to append to) are judged for every plugin of
+//! the vCluster before [`plan`] runs, by every reconcile of that workload alike
+//! (`crate::controller::ClusterFacts`): [`plan`] is only given the plugins those checks let
+//! through, and decides conflicts among them. A refused plugin therefore never appears in any
+//! reconcile's apply body, and the workload is not written for it.
+//!
 //! [`is_converged`] decides whether the apply can be skipped (DESIGN.md: a reconcile of a
 //! converged object performs zero writes).
 
