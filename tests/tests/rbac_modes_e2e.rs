@@ -1,14 +1,18 @@
 //! `rbac.mode: PatchVClusterRoles` end to end on the real host API server, the operator
 //! in-process under the `vcp-operator` identity: the plugin's rules are appended to the Role the
 //! vCluster chart binds to `vc-<vcluster>`, recorded in an annotation, and removing the plugin
-//! restores that Role's rules, labels and annotations exactly.
+//! restores that Role's rules, labels and annotations exactly. Refusals decided by the
+//! operator from cluster state (no Role bound to the vCluster) and by policy write nothing for
+//! the plugin, and take back what an earlier generation of it was given.
 
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use k8s_openapi::api::rbac::v1::Role;
-use kube::Client;
-use kube::api::{Api, DeleteParams};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{Api, DeleteParams, ListParams};
+use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use vcp_crds::VClusterPlugin;
 use vcp_tests::{Cluster, ControlPlane, Identity, apply_yaml, wait_for};
@@ -210,4 +214,279 @@ spec:
         serde_json::to_string(&original.rules).unwrap(),
         "byte for byte"
     );
+}
+
+/// A vCluster-shaped namespace `ns`: ServiceAccount and StatefulSet; with `chart_role`, the
+/// chart's Role `vc-my-vcluster` and the RoleBinding to the ServiceAccount, else only a Role
+/// `unrelated` that nothing binds.
+fn vcluster_in(ns: &str, chart_role: bool) -> String {
+    let base = r#"
+apiVersion: v1
+kind: ServiceAccount
+metadata: { name: vc-my-vcluster }
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: { name: my-vcluster }
+spec:
+  serviceName: my-vcluster-headless
+  selector: { matchLabels: { app: vcluster } }
+  template:
+    metadata: { labels: { app: vcluster } }
+    spec:
+      serviceAccountName: vc-my-vcluster
+      containers:
+        - { name: syncer, image: "ghcr.io/loft-sh/vcluster-pro:0.26.0" }
+"#;
+    let roles = if chart_role {
+        format!(
+            r#"
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{ name: vc-my-vcluster }}
+rules:
+  - {{ apiGroups: [""], resources: [pods], verbs: [get] }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{ name: vc-my-vcluster }}
+roleRef: {{ apiGroup: rbac.authorization.k8s.io, kind: Role, name: vc-my-vcluster }}
+subjects:
+  - {{ kind: ServiceAccount, name: vc-my-vcluster, namespace: {ns} }}
+"#
+        )
+    } else {
+        r#"
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: { name: unrelated }
+rules:
+  - { apiGroups: [""], resources: [pods], verbs: [get] }
+"#
+        .to_string()
+    };
+    format!("{base}{roles}")
+}
+
+/// The `Ready` condition of `name` once it is `False` for the current generation, with `reason`.
+async fn wait_refused(plugins: &Api<VClusterPlugin>, name: &str, reason: &str) {
+    wait_for(TIMEOUT, || {
+        let plugins = plugins.clone();
+        async move {
+            let p = plugins.get(name).await.ok()?;
+            let status = p.status?;
+            (status.observed_generation == p.metadata.generation
+                && status
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "False" && c.reason == reason))
+            .then_some(())
+        }
+    })
+    .await;
+}
+
+/// Names of the containers of the StatefulSet `my-vcluster` in `ns`.
+async fn containers(admin: &Client, ns: &str) -> Vec<String> {
+    Api::<StatefulSet>::namespaced(admin.clone(), ns)
+        .get("my-vcluster")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap()
+        .containers
+        .into_iter()
+        .map(|c| c.name)
+        .collect()
+}
+
+#[tokio::test]
+async fn patch_mode_without_a_bound_role_is_refused_before_anything_is_written() {
+    const NS: &str = "rbac-no-vcluster-role";
+    let admin = setup().await;
+    vcp_tests::create_namespace(&admin, NS).await;
+    apply_yaml(&admin, &vcluster_in(NS, false), Some(NS))
+        .await
+        .expect("vCluster");
+    let sts = Api::<StatefulSet>::namespaced(admin.clone(), NS);
+    let roles = Api::<Role>::namespaced(admin.clone(), NS);
+    let sts_before = sts.get("my-vcluster").await.unwrap().resource_version();
+    let role_before = roles.get("unrelated").await.unwrap().resource_version();
+
+    apply_yaml(
+        &admin,
+        r#"
+apiVersion: vcp.dev/v1alpha1
+kind: VClusterPlugin
+metadata: { name: no-role }
+spec:
+  vcluster: { name: my-vcluster }
+  syncedTypes:
+    - { apiVersion: example.loft.sh/v1, kind: Car }
+  rbac: { mode: PatchVClusterRoles }
+"#,
+        Some(NS),
+    )
+    .await
+    .expect("plugin");
+    let plugins = Api::<VClusterPlugin>::namespaced(admin.clone(), NS);
+    wait_refused(&plugins, "no-role", "VClusterRoleNotFound").await;
+    let events = Api::<Event>::namespaced(admin.clone(), NS);
+    wait_for(TIMEOUT, || {
+        let events = events.clone();
+        async move {
+            events
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .iter()
+                .any(|e| {
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("no-role")
+                        && e.reason.as_deref() == Some("VClusterRoleNotFound")
+                })
+                .then_some(())
+        }
+    })
+    .await;
+    // Let any write that would follow the status land before comparing.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        sts.get("my-vcluster").await.unwrap().resource_version(),
+        sts_before,
+        "the StatefulSet was written for a refused plugin: {:?}",
+        containers(&admin, NS).await
+    );
+    assert_eq!(
+        roles.get("unrelated").await.unwrap().resource_version(),
+        role_before
+    );
+    let names: Vec<String> = roles
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|r| r.name_any())
+        .collect();
+    assert_eq!(names, ["unrelated"]);
+}
+
+#[tokio::test]
+async fn an_installed_plugin_edited_into_a_denied_one_loses_its_container_and_rbac() {
+    const NS: &str = "rbac-refused-later";
+    let admin = setup().await;
+    vcp_tests::create_namespace(&admin, NS).await;
+    apply_yaml(&admin, &vcluster_in(NS, true), Some(NS))
+        .await
+        .expect("vCluster");
+    let roles = Api::<Role>::namespaced(admin.clone(), NS);
+    let bindings = Api::<RoleBinding>::namespaced(admin.clone(), NS);
+    let plugin = |extra: &str| {
+        format!(
+            r#"
+apiVersion: vcp.dev/v1alpha1
+kind: VClusterPlugin
+metadata: {{ name: later-denied }}
+spec:
+  vcluster: {{ name: my-vcluster }}
+  syncedTypes:
+    - {{ apiVersion: example.loft.sh/v1, kind: Car }}
+  rbac:
+    role:
+      extraRules:
+        - {{ apiGroups: [""], resources: [configmaps], verbs: [get] }}
+{extra}
+"#
+        )
+    };
+    apply_yaml(&admin, &plugin(""), Some(NS))
+        .await
+        .expect("plugin");
+    let plugins = Api::<VClusterPlugin>::namespaced(admin.clone(), NS);
+    wait_for(TIMEOUT, || {
+        let plugins = plugins.clone();
+        async move {
+            let p = plugins.get("later-denied").await.ok()?;
+            p.status?
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+                .then_some(())
+        }
+    })
+    .await;
+    assert!(
+        containers(&admin, NS)
+            .await
+            .contains(&"later-denied".to_string())
+    );
+    assert!(
+        roles
+            .get_opt("vcp-plugin-later-denied")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        bindings
+            .get_opt("vcp-plugin-later-denied")
+            .await
+            .unwrap()
+            .is_some()
+    );
+
+    apply_yaml(
+        &admin,
+        &plugin(
+            "        - { apiGroups: [rbac.authorization.k8s.io], resources: [roles], verbs: [escalate] }",
+        ),
+        Some(NS),
+    )
+    .await
+    .expect("edit");
+    wait_refused(&plugins, "later-denied", "PolicyDenied").await;
+    wait_for(TIMEOUT, || {
+        let (admin, roles, bindings) = (admin.clone(), roles.clone(), bindings.clone());
+        async move {
+            let gone = !containers(&admin, NS)
+                .await
+                .contains(&"later-denied".to_string())
+                && roles
+                    .get_opt("vcp-plugin-later-denied")
+                    .await
+                    .ok()?
+                    .is_none()
+                && bindings
+                    .get_opt("vcp-plugin-later-denied")
+                    .await
+                    .ok()?
+                    .is_none();
+            gone.then_some(())
+        }
+    })
+    .await;
+    // The chart's Role is untouched and the plugin can still be deleted.
+    plugins
+        .delete("later-denied", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(TIMEOUT, || {
+        let plugins = plugins.clone();
+        async move {
+            plugins
+                .get_opt("later-denied")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        }
+    })
+    .await;
+    assert_eq!(containers(&admin, NS).await, ["syncer"]);
 }
