@@ -262,6 +262,47 @@ impl Drop for ControlPlane {
     }
 }
 
+/// Installs the CRDs and the operator's RBAC (`config/rbac/role.yaml` plus the binding of the
+/// static-token user `vcp-operator`) on the shared host cluster, and starts one operator for
+/// this test binary, as `vcp-operator`, with `runtime_image` as its embedded-runtime image. The
+/// operator runs on a thread and tokio runtime of its own, so it outlives each test's runtime;
+/// later calls only return a new admin client.
+///
+/// # Panics
+/// When the CRDs or the RBAC cannot be applied, or the operator stops.
+pub async fn start_shared_operator(runtime_image: &'static str) -> Client {
+    static STARTED: OnceLock<()> = OnceLock::new();
+    let cp = ControlPlane::shared();
+    let admin = cp.client(Cluster::Host, Identity::Admin).await;
+    if STARTED.get().is_none() {
+        install_crds(&admin).await;
+        for file in [
+            "config/rbac/role.yaml",
+            "config/rbac/test-user-binding.yaml",
+        ] {
+            apply_yaml_file(&admin, file, None)
+                .await
+                .unwrap_or_else(|e| panic!("apply {file}: {e:#}"));
+        }
+        STARTED.get_or_init(|| {
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Runtime::new().expect("operator runtime");
+                rt.block_on(async {
+                    let client = ControlPlane::shared()
+                        .client(Cluster::Host, Identity::Operator)
+                        .await;
+                    let mut config = vcluster_plugin_operator::Config::new(client);
+                    config.runtime_image = runtime_image.into();
+                    vcluster_plugin_operator::run(config)
+                        .await
+                        .expect("operator stopped");
+                });
+            });
+        });
+    }
+    admin
+}
+
 /// Reads a kubeconfig file into a kube client config.
 ///
 /// # Errors

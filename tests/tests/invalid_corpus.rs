@@ -15,7 +15,6 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -31,36 +30,7 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// CRDs, the operator's RBAC, and one operator for this test binary on its own runtime.
 async fn setup() -> Client {
-    static STARTED: OnceLock<()> = OnceLock::new();
-    let cp = ControlPlane::shared();
-    let admin = cp.client(Cluster::Host, Identity::Admin).await;
-    if STARTED.get().is_none() {
-        vcp_tests::install_crds(&admin).await;
-        for file in [
-            "config/rbac/role.yaml",
-            "config/rbac/test-user-binding.yaml",
-        ] {
-            vcp_tests::apply_yaml_file(&admin, file, None)
-                .await
-                .unwrap_or_else(|e| panic!("apply {file}: {e:#}"));
-        }
-        STARTED.get_or_init(|| {
-            std::thread::spawn(|| {
-                let rt = tokio::runtime::Runtime::new().expect("operator runtime");
-                rt.block_on(async {
-                    let client = ControlPlane::shared()
-                        .client(Cluster::Host, Identity::Operator)
-                        .await;
-                    let mut config = vcluster_plugin_operator::Config::new(client);
-                    config.runtime_image = "vcp-test/runtime:corpus".into();
-                    vcluster_plugin_operator::run(config)
-                        .await
-                        .expect("operator stopped");
-                });
-            });
-        });
-    }
-    admin
+    vcp_tests::start_shared_operator("vcp-test/runtime:corpus").await
 }
 
 /// A vCluster-chart-shaped namespace: ServiceAccount, StatefulSet (container `syncer`), the

@@ -5,7 +5,6 @@
 //! ServiceAccount, and a StatefulSet never gets pods. Each test uses its own namespace and
 //! creates the vCluster's ServiceAccount itself.
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -24,36 +23,7 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// Installs the CRDs and the operator's RBAC, then starts one operator for this test binary on
 /// its own thread and runtime (so it outlives each test's runtime). Returns an admin client.
 async fn setup() -> Client {
-    static STARTED: OnceLock<()> = OnceLock::new();
-    let cp = ControlPlane::shared();
-    let admin = cp.client(Cluster::Host, Identity::Admin).await;
-    if STARTED.get().is_none() {
-        vcp_tests::install_crds(&admin).await;
-        for file in [
-            "config/rbac/role.yaml",
-            "config/rbac/test-user-binding.yaml",
-        ] {
-            vcp_tests::apply_yaml_file(&admin, file, None)
-                .await
-                .unwrap_or_else(|e| panic!("apply {file}: {e:#}"));
-        }
-        STARTED.get_or_init(|| {
-            std::thread::spawn(|| {
-                let rt = tokio::runtime::Runtime::new().expect("operator runtime");
-                rt.block_on(async {
-                    let client = ControlPlane::shared()
-                        .client(Cluster::Host, Identity::Operator)
-                        .await;
-                    let mut config = vcluster_plugin_operator::Config::new(client);
-                    config.runtime_image = RUNTIME_IMAGE.into();
-                    vcluster_plugin_operator::run(config)
-                        .await
-                        .expect("operator stopped");
-                });
-            });
-        });
-    }
-    admin
+    vcp_tests::start_shared_operator(RUNTIME_IMAGE).await
 }
 
 /// A namespace with a vCluster-chart-shaped StatefulSet `my-vcluster` (container `syncer`,

@@ -5,7 +5,6 @@
 //! operator from cluster state (no Role bound to the vCluster) and by policy write nothing for
 //! the plugin, and take back what an earlier generation of it was given.
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -15,43 +14,14 @@ use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use vcp_crds::VClusterPlugin;
-use vcp_tests::{Cluster, ControlPlane, Identity, apply_yaml, wait_for};
+use vcp_tests::{apply_yaml, wait_for};
 
 const NS: &str = "rbac-patch-mode";
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// CRDs, the operator's RBAC, and one operator for this test binary on its own runtime.
 async fn setup() -> Client {
-    static STARTED: OnceLock<()> = OnceLock::new();
-    let cp = ControlPlane::shared();
-    let admin = cp.client(Cluster::Host, Identity::Admin).await;
-    if STARTED.get().is_none() {
-        vcp_tests::install_crds(&admin).await;
-        for file in [
-            "config/rbac/role.yaml",
-            "config/rbac/test-user-binding.yaml",
-        ] {
-            vcp_tests::apply_yaml_file(&admin, file, None)
-                .await
-                .unwrap_or_else(|e| panic!("apply {file}: {e:#}"));
-        }
-        STARTED.get_or_init(|| {
-            std::thread::spawn(|| {
-                let rt = tokio::runtime::Runtime::new().expect("operator runtime");
-                rt.block_on(async {
-                    let client = ControlPlane::shared()
-                        .client(Cluster::Host, Identity::Operator)
-                        .await;
-                    let mut config = vcluster_plugin_operator::Config::new(client);
-                    config.runtime_image = "vcp-test/runtime:rbac-modes".into();
-                    vcluster_plugin_operator::run(config)
-                        .await
-                        .expect("operator stopped");
-                });
-            });
-        });
-    }
-    admin
+    vcp_tests::start_shared_operator("vcp-test/runtime:rbac-modes").await
 }
 
 const VCLUSTER: &str = r#"
