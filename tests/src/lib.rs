@@ -135,6 +135,35 @@ impl ControlPlane {
         SHARED.get_or_init(|| ControlPlane::start().expect("start the local control plane"))
     }
 
+    /// Stops `cluster`'s kube-apiserver and starts it again on the same port with the same
+    /// flags and certificates (`scripts/control-plane restart`), returning once it answers
+    /// `/readyz`. etcd keeps running, so every object survives; clients made earlier reconnect
+    /// on their next request, and the audit log is appended to. Blocks the calling thread for
+    /// the restart (typically 3–10 s).
+    ///
+    /// # Errors
+    /// When the script fails (the server did not stop, or was not ready within 60 s): its
+    /// output is in the error.
+    pub fn restart(&self, cluster: Cluster) -> anyhow::Result<()> {
+        let out = Command::new(repo_root().join("scripts/control-plane"))
+            .arg("restart")
+            .arg(cluster.as_str())
+            .arg("--dir")
+            .arg(&self.dir)
+            .output()
+            .context("run scripts/control-plane restart")?;
+        if !out.status.success() {
+            bail!(
+                "scripts/control-plane restart {} failed ({}):\n{}{}",
+                cluster.as_str(),
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
+    }
+
     /// The folder holding kubeconfigs, logs and the audit logs (`audit-{host,virtual}.log`).
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -459,6 +488,21 @@ where
     }
 }
 
+/// The complete audit events of `cluster`'s audit log, one JSON value per line. A last line
+/// the API server is still writing (no newline yet) is left out; the log survives
+/// [`ControlPlane::restart`] (the restarted server appends to the same file).
+fn audit_events(cp: &ControlPlane, cluster: Cluster) -> anyhow::Result<Vec<serde_json::Value>> {
+    let path = cp.dir.join(format!("audit-{}.log", cluster.as_str()));
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
+    let complete = text.rfind('\n').map_or("", |end| &text[..end]);
+    complete
+        .lines()
+        .filter(|line| !line.is_empty())
+        .map(|line| serde_json::from_str(line).with_context(|| format!("audit line {line}")))
+        .collect()
+}
+
 /// Write requests (create, update, patch, delete) that `user` made on `cluster`, read from the
 /// API server's audit log: one `(verb, request URI)` per request, in order.
 ///
@@ -469,21 +513,11 @@ pub fn audited_writes(
     cluster: Cluster,
     user: &str,
 ) -> anyhow::Result<Vec<(String, String)>> {
-    let path = cp.dir.join(format!("audit-{}.log", cluster.as_str()));
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
-    let mut writes = Vec::new();
-    for line in text.lines() {
-        let event: serde_json::Value = serde_json::from_str(line)?;
-        if event["stage"] != "ResponseComplete" || event["user"]["username"] != user {
-            continue;
-        }
-        writes.push((
-            event["verb"].as_str().unwrap_or_default().to_string(),
-            event["requestURI"].as_str().unwrap_or_default().to_string(),
-        ));
-    }
-    Ok(writes)
+    Ok(audited_write_events(cp, cluster)?
+        .into_iter()
+        .filter(|w| w.user == user)
+        .map(|w| (w.verb, w.uri))
+        .collect())
 }
 
 /// One write request from the API server's audit log.
@@ -497,32 +531,46 @@ pub struct AuditedWrite {
     pub verb: String,
     /// The request URI.
     pub uri: String,
+    /// Name of the object written (`objectRef.name`; for a create, the name in the body);
+    /// empty when absent.
+    pub object_name: String,
+    /// HTTP status of the response (`responseStatus.code`: 200, 201, 409, …; 0 when absent).
+    pub code: u16,
+    /// When the API server received the request (`requestReceivedTimestamp`, microsecond
+    /// precision); the Unix epoch when absent.
+    pub received_at: std::time::SystemTime,
 }
 
-/// Every write request made on `cluster` so far, in order, with user and user agent (see
-/// [`audited_writes`] for a user's `(verb, uri)` pairs).
+/// Every write request made on `cluster` so far, in order, with user, user agent, response
+/// code and time (see [`audited_writes`] for a user's `(verb, uri)` pairs).
 ///
 /// # Errors
-/// When the audit log cannot be read.
+/// When the audit log cannot be read or a complete line is not JSON.
 pub fn audited_write_events(
     cp: &ControlPlane,
     cluster: Cluster,
 ) -> anyhow::Result<Vec<AuditedWrite>> {
-    let path = cp.dir.join(format!("audit-{}.log", cluster.as_str()));
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
     let mut writes = Vec::new();
-    for line in text.lines() {
-        let event: serde_json::Value = serde_json::from_str(line)?;
+    for event in audit_events(cp, cluster)? {
         if event["stage"] != "ResponseComplete" {
             continue;
         }
         let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+        let received_at = event["requestReceivedTimestamp"]
+            .as_str()
+            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+            .map_or(std::time::UNIX_EPOCH, std::time::SystemTime::from);
         writes.push(AuditedWrite {
             user: s(&event["user"]["username"]),
             user_agent: s(&event["userAgent"]),
             verb: s(&event["verb"]),
             uri: s(&event["requestURI"]),
+            object_name: s(&event["objectRef"]["name"]),
+            code: event["responseStatus"]["code"]
+                .as_u64()
+                .and_then(|c| u16::try_from(c).ok())
+                .unwrap_or(0),
+            received_at,
         });
     }
     Ok(writes)
