@@ -1,12 +1,14 @@
 //! A deduplicating work queue of object keys with per-key retry backoff, safe for several
 //! concurrent workers: a key is never handed to two workers at once (a key pushed while it is
 //! being processed is handed out again once [`WorkReceiver::done`] is called for it), as in
-//! client-go's workqueue.
+//! client-go's workqueue. A key that failed is held for its backoff: pushes of it (watch events,
+//! resyncs) are absorbed until the backoff expires, so a failing key is retried at the backoff's
+//! pace however many events arrive.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
@@ -36,6 +38,8 @@ struct State<K> {
     /// Keys a worker holds right now.
     processing: HashSet<K>,
     failures: HashMap<K, u32>,
+    /// Keys in backoff, and when it ends: pushed only by the delayed retry until then.
+    held_until: HashMap<K, Instant>,
 }
 
 /// The receiving side, shared by the workers.
@@ -52,6 +56,7 @@ pub(crate) fn work_queue<K: Eq + Hash + Clone>() -> (WorkQueue<K>, WorkReceiver<
         queued: HashSet::new(),
         processing: HashSet::new(),
         failures: HashMap::new(),
+        held_until: HashMap::new(),
     }));
     (
         WorkQueue {
@@ -67,13 +72,23 @@ pub(crate) fn work_queue<K: Eq + Hash + Clone>() -> (WorkQueue<K>, WorkReceiver<
 }
 
 impl<K: Eq + Hash + Clone + Send + 'static> WorkQueue<K> {
-    /// Queues `key` unless it is already queued; a key being processed is queued again when
-    /// its worker is done.
+    /// Queues `key` unless it is already queued or held in its retry backoff (the retry
+    /// queues it when the backoff ends); a key being processed is queued again when its
+    /// worker is done.
     pub(crate) fn push(&self, key: K) {
         let send = self
             .state
             .lock()
-            .map(|mut s| s.queued.insert(key.clone()) && !s.processing.contains(&key))
+            .map(|mut s| {
+                if s.held_until
+                    .get(&key)
+                    .is_some_and(|end| *end > Instant::now())
+                {
+                    return false;
+                }
+                s.held_until.remove(&key);
+                s.queued.insert(key.clone()) && !s.processing.contains(&key)
+            })
             .unwrap_or(false);
         if send {
             let _ = self.tx.send(key);
@@ -81,21 +96,30 @@ impl<K: Eq + Hash + Clone + Send + 'static> WorkQueue<K> {
     }
 
     /// Records a failure of `key` and queues it again after an exponential backoff
-    /// (200 ms doubling up to 30 s).
+    /// (200 ms doubling up to 30 s). Until then the key is held: a push made meanwhile,
+    /// including one made while the failed attempt ran, does not hand it out earlier.
     pub(crate) fn retry(&self, key: K) {
-        let attempts = self
-            .state
-            .lock()
-            .map(|mut s| {
-                let n = s.failures.entry(key.clone()).or_insert(0);
-                *n = n.saturating_add(1);
-                *n
-            })
-            .unwrap_or(1);
+        let Ok(mut s) = self.state.lock() else {
+            return;
+        };
+        let n = s.failures.entry(key.clone()).or_insert(0);
+        *n = n.saturating_add(1);
         let delay = MIN_BACKOFF
-            .saturating_mul(2u32.saturating_pow(attempts.saturating_sub(1).min(16)))
+            .saturating_mul(2u32.saturating_pow(n.saturating_sub(1).min(16)))
             .min(MAX_BACKOFF);
-        self.push_after(key, delay);
+        s.queued.remove(&key);
+        s.held_until.insert(key.clone(), Instant::now() + delay);
+        drop(s);
+        let queue = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            if let Ok(mut s) = queue.state.lock() {
+                s.held_until.remove(&key);
+            }
+            if !queue.tx.is_closed() {
+                queue.push(key);
+            }
+        });
     }
 
     /// Queues `key` after `delay`.
@@ -113,6 +137,7 @@ impl<K: Eq + Hash + Clone + Send + 'static> WorkQueue<K> {
     pub(crate) fn forget(&self, key: &K) {
         if let Ok(mut s) = self.state.lock() {
             s.failures.remove(key);
+            s.held_until.remove(key);
         }
     }
 }
@@ -202,6 +227,18 @@ mod tests {
             "{:?}",
             second.elapsed()
         );
+        // a push during the backoff (a watch event) does not cut it short, not even one made
+        // while the failed attempt ran
+        queue.push("k");
+        assert_eq!(receiver.next().await, Some("k"));
+        queue.push("k");
+        queue.retry("k");
+        receiver.done(&"k");
+        let held = tokio::time::Instant::now();
+        queue.push("k");
+        assert_eq!(receiver.next().await, Some("k"));
+        receiver.done(&"k");
+        assert!(held.elapsed() >= MIN_BACKOFF * 3, "{:?}", held.elapsed());
         queue.forget(&"k");
         let third = tokio::time::Instant::now();
         queue.retry("k");
