@@ -1,0 +1,611 @@
+//! Faults during syncing, end to end on real API servers (issue 4, item 7):
+//!
+//! - either API server restarts (`scripts/control-plane restart`) while 1,000 Cars are
+//!   syncing, while Cars are deleted and updated: everything converges, with no duplicate host
+//!   object, no lost delete, and every host object created exactly once;
+//! - a host object that changes between the runtime's cache read and its
+//!   resourceVersion-guarded patch gets a real 409, which is retried after the backoff, without
+//!   a warning, and converges.
+//!
+//! Restarts would disturb other tests, so each test here starts a control plane of its own
+//! ([`ControlPlane::start`]) and the tests run one at a time. The runtime runs in-process as
+//! `vcp-syncer` (bound to `cluster-admin`: RBAC is not the subject here), so its writes stand
+//! apart from the test's (`admin`) in the audit logs.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use vcp_crds::{Car, VClusterPlugin};
+use vcp_syncer_runtime::hooks::HookError;
+use vcp_syncer_runtime::sdk::{ClientHook, HookPoint, Plugin, RegisterContext};
+use vcp_tests::{AuditedWrite, Cluster, ControlPlane, Identity, TEST_FIELD_MANAGER};
+
+#[allow(dead_code, unused_imports)]
+#[path = "../../syncer-runtime/examples/car_syncer.rs"]
+mod car_syncer;
+
+/// Cars per restart scenario.
+const CARS: usize = 1_000;
+/// Virtual namespaces the Cars are spread over.
+const NAMESPACES: usize = 4;
+/// Concurrent requests of the test's own writes.
+const CONCURRENCY: usize = 16;
+/// Longest wait for convergence after a restart.
+const CONVERGE: Duration = Duration::from_secs(150);
+
+/// The tests restart API servers and measure request timing: one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Warning-level log events of this process (the in-process runtime's included), each as its
+/// message and fields, captured from the first call on.
+fn warnings() -> &'static Mutex<Vec<String>> {
+    use tracing_subscriber::layer::SubscriberExt as _;
+
+    struct Capture;
+    struct Fields(String);
+    impl tracing::field::Visit for Fields {
+        fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+            self.0.push_str(&format!("{}={value:?} ", field.name()));
+        }
+    }
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Capture {
+        fn on_event(
+            &self,
+            event: &tracing::Event<'_>,
+            _: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            let mut fields = Fields(String::new());
+            event.record(&mut fields);
+            if let Ok(mut all) = warnings().lock() {
+                all.push(fields.0);
+            }
+        }
+    }
+
+    static WARNINGS: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    let warnings = WARNINGS.get_or_init(|| Mutex::new(Vec::new()));
+    INSTALLED.get_or_init(|| {
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_subscriber::filter::LevelFilter::WARN)
+            .with(Capture);
+        tracing::subscriber::set_global_default(subscriber).expect("install the log capture");
+    });
+    warnings
+}
+
+/// Grants `vcp-syncer` everything on `cluster` (the runtime's identity in these tests).
+async fn syncer_is_cluster_admin(client: &Client) {
+    vcp_tests::apply_yaml(
+        client,
+        r"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: vcp-faults-syncer}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: vcp-syncer}]
+",
+        None,
+    )
+    .await
+    .expect("bind vcp-syncer to cluster-admin");
+}
+
+/// Retries `op` every 200 ms while it fails (the API server it talks to may be restarting),
+/// for at most 90 s; `Ok(None)` from `op` means "done, nothing to do".
+async fn persist<T, F, Fut>(what: &str, mut op: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        match op().await {
+            Ok(value) => return value,
+            Err(error) if Instant::now() < deadline => {
+                tracing::debug!(%what, %error, "retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(error) => panic!("{what}: {error}"),
+        }
+    }
+}
+
+fn is_status(error: &kube::Error, code: u16) -> bool {
+    matches!(error, kube::Error::Api(s) if s.code == code)
+}
+
+/// Index `i` of a scenario's Cars: virtual namespace and name.
+fn car_at(tag: &str, i: usize) -> (String, String) {
+    (format!("{tag}-{}", i % NAMESPACES), format!("car-{i:04}"))
+}
+
+/// Deleted during the scenario: every tenth Car (100 of 1,000).
+fn deleted(i: usize) -> bool {
+    i % 10 == 3
+}
+
+/// Updated during the scenario: another tenth.
+fn updated(i: usize) -> bool {
+    i % 10 == 7
+}
+
+/// One restart scenario on `cp`: the declarative runtime syncs Cars labelled `e2e=<tag>` into
+/// host namespace `vc-<tag>`; 1,000 Cars are created, the `restart` API server is restarted
+/// half-way, 100 Cars are deleted and 100 updated; then the host must hold exactly the copies
+/// of the surviving Cars, each created once.
+async fn restart_scenario(cp: &Arc<ControlPlane>, restart: Cluster, tag: &str) {
+    let started = Instant::now();
+    let host = cp.client(Cluster::Host, Identity::Admin).await;
+    let virtual_ = cp.client(Cluster::Virtual, Identity::Admin).await;
+    let host_ns = format!("vc-{tag}");
+    let vcluster = format!("vc-{tag}");
+    vcp_tests::create_namespace(&host, &host_ns).await;
+    for n in 0..NAMESPACES {
+        vcp_tests::create_namespace(&virtual_, &format!("{tag}-{n}")).await;
+    }
+    let plugins: Api<VClusterPlugin> = Api::namespaced(host.clone(), &host_ns);
+    let plugin: VClusterPlugin = serde_json::from_value(json!({
+        "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
+        "metadata": {"name": "cars", "namespace": host_ns},
+        "spec": {
+            "vcluster": {"name": vcluster},
+            "syncedTypes": [{"apiVersion": "example.loft.sh/v1", "kind": "Car",
+                             "selector": {"matchLabels": {"e2e": tag}}}]
+        }
+    }))
+    .expect("plugin");
+    plugins
+        .patch(
+            "cars",
+            &PatchParams::apply(TEST_FIELD_MANAGER).force(),
+            &Patch::Apply(&plugin),
+        )
+        .await
+        .expect("apply plugin");
+    let config = vcp_syncer_runtime::Config::new(
+        cp.client(Cluster::Host, Identity::Syncer).await,
+        cp.client(Cluster::Virtual, Identity::Syncer).await,
+        &host_ns,
+        "cars",
+    );
+    let runtime = tokio::spawn(vcp_syncer_runtime::run(config));
+
+    // Create the Cars, CONCURRENCY at a time; the restart starts once half of them exist.
+    let created = Arc::new(AtomicUsize::new(0));
+    let creates = {
+        let virtual_ = virtual_.clone();
+        let created = created.clone();
+        let tag = tag.to_string();
+        tokio::spawn(async move {
+            futures::stream::iter(0..CARS)
+                .map(|i| {
+                    let virtual_ = virtual_.clone();
+                    let created = created.clone();
+                    let (ns, name) = car_at(&tag, i);
+                    let car: Car = serde_json::from_value(json!({
+                        "apiVersion": "example.loft.sh/v1", "kind": "Car",
+                        "metadata": {"name": name, "labels": {"e2e": tag}},
+                        "spec": {"type": "BMW", "seats": 4}
+                    }))
+                    .expect("car");
+                    async move {
+                        let api: Api<Car> = Api::namespaced(virtual_, &ns);
+                        persist(&format!("create {ns}/{name}"), || async {
+                            match api.create(&PostParams::default(), &car).await {
+                                // an earlier try got through before its answer was lost
+                                Err(e) if is_status(&e, 409) => Ok(()),
+                                other => other.map(|_| ()),
+                            }
+                        })
+                        .await;
+                        created.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+                .buffer_unordered(CONCURRENCY)
+                .collect::<Vec<()>>()
+                .await;
+        })
+    };
+    while created.load(Ordering::Relaxed) < CARS / 2 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let host_copies_at_restart = Api::<Car>::namespaced(host.clone(), &host_ns)
+        .list_metadata(&ListParams::default())
+        .await
+        .map(|l| l.items.len())
+        .unwrap_or_default();
+    let restart_began = Instant::now();
+    let restarting = {
+        let cp = cp.clone();
+        tokio::task::spawn_blocking(move || cp.restart(restart))
+    };
+    creates.await.expect("creates");
+
+    // While the restart may still run: delete 100 Cars and update 100 others.
+    futures::stream::iter((0..CARS).filter(|i| deleted(*i) || updated(*i)))
+        .map(|i| {
+            let virtual_ = virtual_.clone();
+            let (ns, name) = car_at(tag, i);
+            async move {
+                let api: Api<Car> = Api::namespaced(virtual_, &ns);
+                if deleted(i) {
+                    persist(&format!("delete {ns}/{name}"), || async {
+                        match api.delete(&name, &DeleteParams::default()).await {
+                            Err(e) if is_status(&e, 404) => Ok(()),
+                            other => other.map(|_| ()),
+                        }
+                    })
+                    .await;
+                } else {
+                    let patch = json!({"spec": {"type": "Tesla", "seats": 7}});
+                    persist(&format!("update {ns}/{name}"), || async {
+                        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                            .await
+                            .map(|_| ())
+                    })
+                    .await;
+                }
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .collect::<Vec<()>>()
+        .await;
+    let writes_done = restart_began.elapsed();
+    restarting
+        .await
+        .expect("restart task")
+        .unwrap_or_else(|e| panic!("restart the {restart:?} API server: {e:#}"));
+    let restart_took = restart_began.elapsed();
+
+    // The virtual side holds exactly the survivors, with the updates.
+    let mut survivors: BTreeMap<String, Car> = BTreeMap::new();
+    let all_cars: Api<Car> = Api::all(virtual_.clone());
+    for car in all_cars
+        .list(&ListParams::default().labels(&format!("e2e={tag}")))
+        .await
+        .expect("list virtual cars")
+    {
+        let host_name = format!(
+            "{}-x-{}-x-{vcluster}",
+            car.name_any(),
+            car.namespace().unwrap_or_default()
+        );
+        survivors.insert(host_name, car);
+    }
+    let expected_names: BTreeSet<String> = (0..CARS)
+        .filter(|i| !deleted(*i))
+        .map(|i| {
+            let (ns, name) = car_at(tag, i);
+            format!("{name}-x-{ns}-x-{vcluster}")
+        })
+        .collect();
+    assert_eq!(expected_names.len(), 900);
+    assert_eq!(
+        survivors.keys().cloned().collect::<BTreeSet<_>>(),
+        expected_names,
+        "the virtual Cars after the deletes"
+    );
+    for i in (0..CARS).filter(|i| !deleted(*i)) {
+        let (ns, name) = car_at(tag, i);
+        let car = &survivors[&format!("{name}-x-{ns}-x-{vcluster}")];
+        let want = if updated(i) { ("Tesla", 7) } else { ("BMW", 4) };
+        assert_eq!(
+            (car.spec.type_.as_str(), car.spec.seats),
+            (want.0, Some(want.1))
+        );
+    }
+
+    // The host converges to exactly one copy of each survivor: same name set (so no copy of a
+    // deleted Car and nothing extra), the live virtual uid, the virtual spec.
+    let host_cars: Api<Car> = Api::namespaced(host.clone(), &host_ns);
+    let converge_began = Instant::now();
+    let mismatch = |host: &[Car]| -> Option<String> {
+        let names: BTreeSet<String> = host.iter().map(ResourceExt::name_any).collect();
+        if names != expected_names {
+            let extra: Vec<_> = names.difference(&expected_names).take(5).collect();
+            let missing: Vec<_> = expected_names.difference(&names).take(5).collect();
+            return Some(format!(
+                "{} host Cars, {} expected; extra (first 5) {extra:?}, missing (first 5) {missing:?}",
+                names.len(),
+                expected_names.len()
+            ));
+        }
+        for car in host {
+            let virtual_car = &survivors[&car.name_any()];
+            let uid = car.annotations().get("vcluster.loft.sh/object-uid");
+            if uid != virtual_car.uid().as_ref() {
+                return Some(format!(
+                    "{}: object-uid {uid:?}, virtual uid {:?}",
+                    car.name_any(),
+                    virtual_car.uid()
+                ));
+            }
+            if car.spec != virtual_car.spec {
+                return Some(format!(
+                    "{}: spec {:?}, virtual {:?}",
+                    car.name_any(),
+                    car.spec,
+                    virtual_car.spec
+                ));
+            }
+            if car.metadata.deletion_timestamp.is_some() {
+                return Some(format!("{} is being deleted", car.name_any()));
+            }
+        }
+        None
+    };
+    loop {
+        let last = match host_cars.list(&ListParams::default()).await {
+            Ok(list) => match mismatch(&list.items) {
+                None => break,
+                Some(why) => why,
+            },
+            Err(error) => format!("list host cars: {error}"),
+        };
+        assert!(
+            converge_began.elapsed() < CONVERGE,
+            "{restart:?} restart: the host did not converge within {CONVERGE:?}: {last}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let converged = converge_began.elapsed();
+
+    // The audit log (appended to across a host restart): each survivor's host copy was created
+    // exactly once by the runtime, and no Car was created twice.
+    let creates: Vec<AuditedWrite> = vcp_tests::audited_write_events(cp, Cluster::Host)
+        .expect("host audit log")
+        .into_iter()
+        .filter(|w| {
+            w.user == Identity::Syncer.user()
+                && w.verb == "create"
+                && w.uri.starts_with(&format!(
+                    "/apis/example.loft.sh/v1/namespaces/{host_ns}/cars"
+                ))
+        })
+        .collect();
+    let mut created_once: BTreeMap<&str, usize> = BTreeMap::new();
+    for w in creates.iter().filter(|w| w.code == 201) {
+        *created_once.entry(w.object_name.as_str()).or_default() += 1;
+    }
+    let twice: Vec<_> = created_once.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "host Cars created more than once: {twice:?}"
+    );
+    let never: Vec<_> = expected_names
+        .iter()
+        .filter(|n| !created_once.contains_key(n.as_str()))
+        .take(5)
+        .collect();
+    assert!(
+        never.is_empty(),
+        "survivors without an audited create: {never:?}"
+    );
+    let scenario_names: BTreeSet<String> = (0..CARS)
+        .map(|i| {
+            let (ns, name) = car_at(tag, i);
+            format!("{name}-x-{ns}-x-{vcluster}")
+        })
+        .collect();
+    let strangers: Vec<_> = created_once
+        .keys()
+        .filter(|n| !scenario_names.contains(**n))
+        .collect();
+    assert!(
+        strangers.is_empty(),
+        "creates of names outside the scenario: {strangers:?}"
+    );
+    let refused = creates.iter().filter(|w| w.code != 201).count();
+    assert!(!runtime.is_finished(), "the runtime stopped");
+    runtime.abort();
+    eprintln!(
+        "{restart:?} restart scenario: {} host copies when the restart began; deletes and \
+         updates done {writes_done:?} after it began; restart took {restart_took:?}; converged \
+         {converged:?} after that; {} creates (201) and {refused} refused creates by the \
+         runtime; {:?} in all",
+        host_copies_at_restart,
+        created_once.len(),
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_server_restarts_during_a_1000_car_sync_converge() {
+    let _serial = SERIAL.lock().await;
+    let cp = Arc::new(ControlPlane::start().expect("start a control plane of this test's own"));
+    let host = cp.client(Cluster::Host, Identity::Admin).await;
+    let virtual_ = cp.client(Cluster::Virtual, Identity::Admin).await;
+    for client in [&host, &virtual_] {
+        vcp_tests::install_crds(client).await;
+        syncer_is_cluster_admin(client).await;
+    }
+    let audit_lines = |cluster| {
+        vcp_tests::audited_write_events(&cp, cluster)
+            .expect("audit log")
+            .len()
+    };
+    let before = (audit_lines(Cluster::Host), audit_lines(Cluster::Virtual));
+    restart_scenario(&cp, Cluster::Host, "faults-host").await;
+    restart_scenario(&cp, Cluster::Virtual, "faults-virtual").await;
+    // Both audit logs kept what came before their restart (appended, not rotated away).
+    assert!(audit_lines(Cluster::Host) > before.0 + 1_800);
+    assert!(audit_lines(Cluster::Virtual) > before.1 + 2_000);
+}
+
+/// Touches a host Car from outside the runtime the first time the runtime is about to patch
+/// it, so that the runtime's resourceVersion-guarded patch meets a newer object: a real 409.
+struct Interloper {
+    host: Client,
+    target: String,
+    done: AtomicBool,
+}
+
+impl ClientHook for Interloper {
+    fn name(&self) -> &str {
+        "interloper"
+    }
+    fn api_version(&self) -> &str {
+        "example.loft.sh/v1"
+    }
+    fn kind(&self) -> &str {
+        "Car"
+    }
+    fn handles(&self, point: HookPoint) -> bool {
+        point == HookPoint::UpdatePhysical
+    }
+    fn mutate_update_physical(&self, obj: Value) -> Result<Value, HookError> {
+        let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+        let namespace = obj["metadata"]["namespace"].as_str().unwrap_or_default();
+        if name == self.target && !self.done.swap(true, Ordering::SeqCst) {
+            let api: Api<Car> = Api::namespaced(self.host.clone(), namespace);
+            let patch = json!({"metadata": {"labels": {"touched-by": "interloper"}}});
+            tokio::task::block_in_place(|| {
+                tokio::runtime::Handle::current().block_on(api.patch(
+                    &self.target,
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                ))
+            })
+            .map_err(|e| HookError::Custom {
+                hook: "interloper".into(),
+                message: e.to_string(),
+            })?;
+        }
+        Ok(obj)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_409_is_retried_after_backoff_and_converges() {
+    let _serial = SERIAL.lock().await;
+    let warnings = warnings();
+    let cp = ControlPlane::start().expect("start a control plane of this test's own");
+    let host = cp.client(Cluster::Host, Identity::Admin).await;
+    let virtual_ = cp.client(Cluster::Virtual, Identity::Admin).await;
+    for client in [&host, &virtual_] {
+        vcp_tests::install_crds(client).await;
+        syncer_is_cluster_admin(client).await;
+    }
+    let (host_ns, vcluster, ns) = ("vc-conflict", "conflict", "team-a");
+    vcp_tests::create_namespace(&host, host_ns).await;
+    vcp_tests::create_namespace(&virtual_, ns).await;
+    let host_name = format!("audi-x-{ns}-x-{vcluster}");
+
+    let mut plugin = Plugin::new(RegisterContext::new(
+        cp.client(Cluster::Host, Identity::Syncer).await,
+        cp.client(Cluster::Virtual, Identity::Syncer).await,
+        host_ns,
+        vcluster,
+    ));
+    let syncer = car_syncer::CarSyncer::new(plugin.context());
+    plugin.register(syncer);
+    plugin.register_hook(Interloper {
+        host: host.clone(),
+        target: host_name.clone(),
+        done: AtomicBool::new(false),
+    });
+    let running = tokio::spawn(plugin.start());
+
+    let virtual_cars: Api<Car> = Api::namespaced(virtual_.clone(), ns);
+    let host_cars: Api<Car> = Api::namespaced(host.clone(), host_ns);
+    let audi: Car = serde_json::from_value(json!({
+        "apiVersion": "example.loft.sh/v1", "kind": "Car",
+        "metadata": {"name": "audi"}, "spec": {"type": "Audi", "seats": 4}
+    }))
+    .expect("car");
+    let audi = virtual_cars
+        .create(&PostParams::default(), &audi)
+        .await
+        .expect("create audi");
+    vcp_tests::wait_for(Duration::from_secs(30), || {
+        let api = host_cars.clone();
+        let name = host_name.clone();
+        async move { api.get_opt(&name).await.ok().flatten() }
+    })
+    .await;
+
+    // The update: the runtime's patch is the hook's cue to change the host object first.
+    virtual_cars
+        .patch(
+            "audi",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"seats": 2}})),
+        )
+        .await
+        .expect("update audi");
+    let converged = vcp_tests::wait_for(Duration::from_secs(30), || {
+        let api = host_cars.clone();
+        let name = host_name.clone();
+        async move {
+            let car = api.get(&name).await.ok()?;
+            (car.spec.seats == Some(2)).then_some(car)
+        }
+    })
+    .await;
+    // Converged, and the interloper's label kept (host-side additions are not fought).
+    assert_eq!(converged.spec.type_, "Audi");
+    assert_eq!(
+        converged.labels().get("touched-by").map(String::as_str),
+        Some("interloper")
+    );
+    assert_eq!(
+        converged
+            .annotations()
+            .get("vcluster.loft.sh/object-uid")
+            .map(String::as_str),
+        audi.uid().as_deref()
+    );
+
+    // The audit log of the host object's patches: the interloper's, then the runtime's 409,
+    // then the runtime's successful retry, no sooner than the 200 ms backoff after the 409.
+    let patches: Vec<AuditedWrite> = vcp_tests::audited_write_events(&cp, Cluster::Host)
+        .expect("host audit log")
+        .into_iter()
+        .filter(|w| w.verb == "patch" && w.object_name == host_name)
+        .collect();
+    let summary: Vec<(&str, u16)> = patches.iter().map(|w| (w.user.as_str(), w.code)).collect();
+    assert_eq!(
+        summary,
+        [("admin", 200), ("vcp-syncer", 409), ("vcp-syncer", 200)],
+        "patches of {host_name}"
+    );
+    let backoff = patches[2]
+        .received_at
+        .duration_since(patches[1].received_at)
+        .expect("the retry comes after the 409");
+    assert!(
+        backoff >= Duration::from_millis(200),
+        "retried {backoff:?} after the 409, sooner than the 200 ms backoff"
+    );
+    assert!(
+        backoff < Duration::from_secs(5),
+        "retried only {backoff:?} after the 409"
+    );
+
+    // A stale cache is no warning: nothing at warning level names the object. (The capture
+    // itself works: a warning of the test's own is seen.)
+    tracing::warn!(probe = "sync_faults", "capture check");
+    let warned = warnings.lock().expect("warnings").clone();
+    assert!(
+        warned.iter().any(|w| w.contains("sync_faults")),
+        "the capture saw nothing: {warned:?}"
+    );
+    let about_audi: Vec<_> = warned
+        .iter()
+        .filter(|w| w.contains(&format!("{ns}/audi")) || w.contains(&host_name))
+        .collect();
+    assert!(
+        about_audi.is_empty(),
+        "a stale cache was reported as a warning: {about_audi:?}"
+    );
+    assert!(!running.is_finished(), "the plugin stopped");
+    running.abort();
+    eprintln!("409 retried {backoff:?} after the conflict");
+}
