@@ -8,7 +8,10 @@
 //!
 //! Stopping: an owned [`ControlPlane`] stops on drop, also when a test panics. The shared one
 //! lives in a static, which Rust never drops, so `up` is also given the test binary's pid: a
-//! watchdog stops the processes once the binary has exited, however it ended.
+//! watchdog stops the processes once the binary has exited, however it ended. Their state
+//! folders (`$TMPDIR/vcp-control-plane-<pid>-<n>`: logs, audit log, kubeconfigs) outlive the
+//! binary so a failure can be read afterwards; [`ControlPlane::start`] removes those of test
+//! binaries that are no longer running.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -100,8 +103,9 @@ impl ControlPlane {
     /// When the script fails: its output is in the error.
     pub fn start() -> anyhow::Result<Self> {
         static STARTED: AtomicU32 = AtomicU32::new(0);
+        remove_stale_state_dirs(&std::env::temp_dir());
         let dir = std::env::temp_dir().join(format!(
-            "vcp-control-plane-{}-{}",
+            "{STATE_DIR_PREFIX}{}-{}",
             std::process::id(),
             STARTED.fetch_add(1, Ordering::Relaxed)
         ));
@@ -281,6 +285,33 @@ impl ControlPlane {
     }
 }
 
+/// Name prefix of the state folders [`ControlPlane::start`] makes: `<prefix><pid>-<n>`.
+const STATE_DIR_PREFIX: &str = "vcp-control-plane-";
+
+/// Removes the state folders in `tmp` left by test binaries that are no longer running (no
+/// `/proc/<pid>`); their processes were stopped by the watchdog or on drop. Folders of running
+/// binaries (other test binaries of the same `cargo test`) and names of another shape are kept.
+/// Errors are ignored: a folder that cannot be removed is only disk space.
+fn remove_stale_state_dirs(tmp: &Path) {
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(STATE_DIR_PREFIX))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new("/proc").join(pid.to_string()).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 impl Drop for ControlPlane {
     fn drop(&mut self) {
         let _ = Command::new(repo_root().join("scripts/control-plane"))
@@ -288,6 +319,10 @@ impl Drop for ControlPlane {
             .arg("--dir")
             .arg(&self.dir)
             .output();
+        // After a failed test the folder stays for reading (and goes at a later start).
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
@@ -582,4 +617,30 @@ pub fn string_map<const N: usize>(pairs: [(&str, &str); N]) -> BTreeMap<String, 
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_state_dirs_of_dead_test_binaries_are_removed() {
+        let tmp = std::env::temp_dir().join(format!("vcp-stale-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        // 999999999 is above any Linux pid_max (at most 2^22), so it never runs.
+        let dead = tmp.join(format!("{STATE_DIR_PREFIX}999999999-0"));
+        let alive = tmp.join(format!("{STATE_DIR_PREFIX}{}-0", std::process::id()));
+        let other = tmp.join("vcp-control-plane-notapid-0");
+        let unrelated = tmp.join("something-else");
+        for d in [&dead, &alive, &other, &unrelated] {
+            std::fs::create_dir_all(d.join("logs")).unwrap();
+        }
+        remove_stale_state_dirs(&tmp);
+        let left: Vec<bool> = [&dead, &alive, &other, &unrelated]
+            .iter()
+            .map(|d| d.exists())
+            .collect();
+        std::fs::remove_dir_all(&tmp).unwrap();
+        assert_eq!(left, [false, true, true, true]);
+    }
 }
