@@ -1,0 +1,465 @@
+//! What the operator reads without asking the API server on every reconcile: watch caches of
+//! the objects it reads (workloads, Roles, RoleBindings, its labelled ClusterRoles and
+//! ClusterRoleBindings), the workloads it wrote itself (until the cache has caught up), and
+//! the plurals API discovery returned.
+//!
+//! A cache may lag behind the API server. The rules that keep a lag from causing a wrong
+//! write (DESIGN.md, "Operator contract"):
+//! - every install-path write is a server-side apply or a merge patch with `resourceVersion`
+//!   (optimistic concurrency): a write decided from a stale copy is idempotent or refused with
+//!   409 Conflict, never a lost update;
+//! - a "nothing to do" decided from a stale copy is corrected by the watch event of the change
+//!   the copy missed, which triggers a reconcile of the plugins concerned;
+//! - the operator's own workload writes are remembered ([`WrittenWorkloads`]) and preferred to
+//!   an older cached copy, so that the next reconcile of the same workload does not act on the
+//!   state before that write;
+//! - the finalizer path ([`crate::cleanup`]) reads the API server directly: it removes objects,
+//!   and no later event would correct a removal skipped on a stale copy.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use futures::Stream;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use kube::api::Api;
+use kube::core::GroupVersionKind;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+use vcp_crds::{OPERATOR_FIELD_MANAGER, PLUGIN_NAME_LABEL, VClusterPlugin};
+
+use crate::error::{Error, Result};
+use crate::rbac::{self, Plurals};
+use crate::workload::Workload;
+
+/// How long a discovered plural is trusted before it is discovered again (a CRD deleted or
+/// recreated with another plural is noticed within this time). A type that is not served is
+/// never cached: it is discovered again on every reconcile that needs it, so an `UnknownType`
+/// refusal resolves as soon as the CRD is installed.
+pub const PLURAL_TTL: Duration = Duration::from_secs(60);
+
+/// Watch caches (reflector stores) of the objects the install path reads, filled by the
+/// streams [`Caches::new`] returns; those streams also trigger reconciles
+/// ([`crate::controller::run_until`]).
+#[derive(Clone)]
+pub struct Caches {
+    /// Every StatefulSet; `managedFields` reduced to the operator's own entries.
+    pub statefulsets: Store<StatefulSet>,
+    /// Every Deployment; `managedFields` reduced to the operator's own entries.
+    pub deployments: Store<Deployment>,
+    /// Every Role, without `managedFields`.
+    pub roles: Store<Role>,
+    /// Every RoleBinding, without `managedFields`.
+    pub role_bindings: Store<RoleBinding>,
+    /// ClusterRoles labelled [`PLUGIN_NAME_LABEL`], without `managedFields`.
+    pub cluster_roles: Store<ClusterRole>,
+    /// ClusterRoleBindings labelled [`PLUGIN_NAME_LABEL`], without `managedFields`.
+    pub cluster_role_bindings: Store<ClusterRoleBinding>,
+}
+
+/// A watch stream that fills a cache; each item is an object that was added, changed or
+/// deleted (to be mapped to the plugins to reconcile).
+pub type Reflected<K> = std::pin::Pin<Box<dyn Stream<Item = Result<K, watcher::Error>> + Send>>;
+
+/// The streams feeding [`Caches`], in the same order as its fields.
+pub struct CacheStreams {
+    /// StatefulSet events.
+    pub statefulsets: Reflected<StatefulSet>,
+    /// Deployment events.
+    pub deployments: Reflected<Deployment>,
+    /// Role events.
+    pub roles: Reflected<Role>,
+    /// RoleBinding events.
+    pub role_bindings: Reflected<RoleBinding>,
+    /// Labelled ClusterRole events.
+    pub cluster_roles: Reflected<ClusterRole>,
+    /// Labelled ClusterRoleBinding events.
+    pub cluster_role_bindings: Reflected<ClusterRoleBinding>,
+}
+
+/// A reflector on `api`: the store and the stream that fills it (the store fills only while
+/// the stream is polled). `strip` trims each object before it is stored.
+fn reflect<K>(api: Api<K>, wc: watcher::Config, strip: fn(&mut K)) -> (Store<K>, Reflected<K>)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let stream = watcher(api, wc)
+        .default_backoff()
+        .modify(strip)
+        .reflect(writer)
+        .touched_objects();
+    (reader, Box::pin(stream))
+}
+
+/// Drops every `managedFields` entry (the RBAC comparisons do not use them).
+fn drop_managed_fields<K: Resource>(obj: &mut K) {
+    obj.meta_mut().managed_fields = None;
+}
+
+/// Keeps only the operator's own `managedFields` entries ([`crate::workload::owned_entries`]
+/// reads them to know which pod-template entries the operator owns).
+fn keep_own_managed_fields<K: Resource>(obj: &mut K) {
+    if let Some(fields) = obj.meta_mut().managed_fields.as_mut() {
+        fields.retain(|f| f.manager.as_deref() == Some(OPERATOR_FIELD_MANAGER));
+    }
+}
+
+impl Caches {
+    /// The caches and the streams that fill them, watching with `client` (the operator's
+    /// identity: list/watch on each type, `config/rbac/role.yaml`).
+    pub fn new(client: &Client) -> (Self, CacheStreams) {
+        let wc = watcher::Config::default().any_semantic();
+        let labelled = wc.clone().labels(PLUGIN_NAME_LABEL);
+        let (statefulsets, sts) = reflect(
+            Api::<StatefulSet>::all(client.clone()),
+            wc.clone(),
+            keep_own_managed_fields,
+        );
+        let (deployments, deploy) = reflect(
+            Api::<Deployment>::all(client.clone()),
+            wc.clone(),
+            keep_own_managed_fields,
+        );
+        let (roles, role) = reflect(
+            Api::<Role>::all(client.clone()),
+            wc.clone(),
+            drop_managed_fields,
+        );
+        let (role_bindings, rb) = reflect(
+            Api::<RoleBinding>::all(client.clone()),
+            wc,
+            drop_managed_fields,
+        );
+        let (cluster_roles, cr) = reflect(
+            Api::<ClusterRole>::all(client.clone()),
+            labelled.clone(),
+            drop_managed_fields,
+        );
+        let (cluster_role_bindings, crb) = reflect(
+            Api::<ClusterRoleBinding>::all(client.clone()),
+            labelled,
+            drop_managed_fields,
+        );
+        (
+            Caches {
+                statefulsets,
+                deployments,
+                roles,
+                role_bindings,
+                cluster_roles,
+                cluster_role_bindings,
+            },
+            CacheStreams {
+                statefulsets: sts,
+                deployments: deploy,
+                roles: role,
+                role_bindings: rb,
+                cluster_roles: cr,
+                cluster_role_bindings: crb,
+            },
+        )
+    }
+
+    /// Waits until every cache holds its initial list (immediately once they do).
+    ///
+    /// # Errors
+    /// [`Error::CacheClosed`] when a cache's stream was dropped (the controller is stopping).
+    pub async fn wait_until_ready(&self) -> Result<()> {
+        let closed = |_| Error::CacheClosed;
+        self.statefulsets.wait_until_ready().await.map_err(closed)?;
+        self.deployments.wait_until_ready().await.map_err(closed)?;
+        self.roles.wait_until_ready().await.map_err(closed)?;
+        self.role_bindings
+            .wait_until_ready()
+            .await
+            .map_err(closed)?;
+        self.cluster_roles
+            .wait_until_ready()
+            .await
+            .map_err(closed)?;
+        self.cluster_role_bindings
+            .wait_until_ready()
+            .await
+            .map_err(closed)
+    }
+
+    /// The cached Roles of `namespace`.
+    pub fn roles_in(&self, namespace: &str) -> Vec<Role> {
+        self.roles
+            .state()
+            .iter()
+            .filter(|r| r.metadata.namespace.as_deref() == Some(namespace))
+            .map(|r| (**r).clone())
+            .collect()
+    }
+
+    /// The cached RoleBindings of `namespace`.
+    pub fn role_bindings_in(&self, namespace: &str) -> Vec<RoleBinding> {
+        self.role_bindings
+            .state()
+            .iter()
+            .filter(|r| r.metadata.namespace.as_deref() == Some(namespace))
+            .map(|r| (**r).clone())
+            .collect()
+    }
+}
+
+/// A workload as the operator last wrote it: the API server's answer to its apply.
+#[derive(Clone, Debug)]
+struct Written {
+    /// `metadata.uid` (a recreated workload is another object).
+    uid: String,
+    /// `metadata.generation` after the apply.
+    generation: i64,
+    /// The workload view of the answer.
+    workload: Workload,
+}
+
+/// Identity of a cached or written workload, to compare the two.
+struct Seen {
+    uid: String,
+    generation: i64,
+}
+
+fn seen<K: Resource>(obj: &K) -> Seen {
+    Seen {
+        uid: obj.meta().uid.clone().unwrap_or_default(),
+        generation: obj.meta().generation.unwrap_or_default(),
+    }
+}
+
+/// The workloads the operator applied, by `namespace/name`, until the watch cache shows a
+/// generation at least as new. `metadata.generation` grows with every change of the spec (the
+/// only part the operator writes), so the newer of the two copies is the one with the higher
+/// generation.
+#[derive(Default)]
+pub struct WrittenWorkloads {
+    by_key: Mutex<HashMap<String, Written>>,
+}
+
+impl WrittenWorkloads {
+    /// Remembers the API server's answer to an apply of a StatefulSet.
+    pub fn statefulset(&self, sts: &StatefulSet) {
+        self.remember(seen(sts), Workload::from_statefulset(sts));
+    }
+
+    /// Remembers the API server's answer to an apply of a Deployment.
+    pub fn deployment(&self, deploy: &Deployment) {
+        self.remember(seen(deploy), Workload::from_deployment(deploy));
+    }
+
+    fn remember(&self, seen: Seen, mut workload: Workload) {
+        workload
+            .managed_fields
+            .retain(|f| f.manager.as_deref() == Some(OPERATOR_FIELD_MANAGER));
+        let key = format!("{}/{}", workload.namespace, workload.name);
+        self.lock().insert(
+            key,
+            Written {
+                uid: seen.uid,
+                generation: seen.generation,
+                workload,
+            },
+        );
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Written>> {
+        self.by_key
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// `cached` (with its identity), or the written copy of the same object when that one is
+    /// newer. Forgets the written copy once the cache has caught up with it.
+    fn newest(&self, seen: Seen, cached: Workload) -> Workload {
+        let key = format!("{}/{}", cached.namespace, cached.name);
+        let mut map = self.lock();
+        match map.get(&key) {
+            Some(w)
+                if w.uid == seen.uid
+                    && w.workload.kind == cached.kind
+                    && w.generation > seen.generation =>
+            {
+                w.workload.clone()
+            }
+            Some(_) => {
+                map.remove(&key);
+                cached
+            }
+            None => cached,
+        }
+    }
+}
+
+/// The workload of the vCluster `name` in `namespace` from the watch caches (the StatefulSet,
+/// else the Deployment), or the operator's own last write of it when that is newer.
+pub fn workload(
+    caches: &Caches,
+    written: &WrittenWorkloads,
+    namespace: &str,
+    name: &str,
+) -> Option<Workload> {
+    let key = ObjectRef::new(name).within(namespace);
+    if let Some(sts) = caches.statefulsets.get(&key) {
+        return Some(written.newest(seen(&*sts), Workload::from_statefulset(&sts)));
+    }
+    let key = ObjectRef::new(name).within(namespace);
+    caches
+        .deployments
+        .get(&key)
+        .map(|d| written.newest(seen(&*d), Workload::from_deployment(&d)))
+}
+
+/// Plurals found by API discovery, by `(apiVersion, kind)`, each trusted for [`PLURAL_TTL`].
+#[derive(Default)]
+pub struct Discovery {
+    found: Mutex<HashMap<(String, String), (String, Instant)>>,
+}
+
+impl Discovery {
+    /// The plurals of the types every plugin of `plugins` needs: from this cache when
+    /// discovered less than [`PLURAL_TTL`] ago, else by discovery (one request per type). A
+    /// type the API server does not serve is left out (and refused by [`rbac::desired`]).
+    ///
+    /// # Errors
+    /// Discovery failures other than "not served".
+    pub async fn plurals_of(
+        &self,
+        client: &Client,
+        plugins: &[&VClusterPlugin],
+    ) -> Result<Plurals> {
+        let mut types: Vec<(String, String)> = plugins
+            .iter()
+            .flat_map(|p| rbac::types_to_resolve(p))
+            .collect();
+        types.sort();
+        types.dedup();
+        let mut plurals = Plurals::new();
+        for t in types {
+            let cached = self
+                .lock()
+                .get(&t)
+                .filter(|(_, at)| at.elapsed() < PLURAL_TTL)
+                .map(|(plural, _)| plural.clone());
+            let plural = match cached {
+                Some(p) => Some(p),
+                None => {
+                    let found = discover_plural(client, &t.0, &t.1).await?;
+                    match &found {
+                        Some(p) => {
+                            self.lock().insert(t.clone(), (p.clone(), Instant::now()));
+                        }
+                        None => {
+                            self.lock().remove(&t);
+                        }
+                    }
+                    found
+                }
+            };
+            if let Some(p) = plural {
+                plurals.insert(t, p);
+            }
+        }
+        Ok(plurals)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), (String, Instant)>> {
+        self.found
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// The plural of `kind` in `api_version`, or `None` when the API server does not serve it.
+///
+/// # Errors
+/// Discovery failures other than "not served".
+pub async fn discover_plural(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+) -> Result<Option<String>> {
+    let (group, version) = match api_version.rsplit_once('/') {
+        Some((g, v)) => (g.to_string(), v.to_string()),
+        None => (String::new(), api_version.to_string()),
+    };
+    let gvk = GroupVersionKind::gvk(&group, &version, kind);
+    match kube::discovery::pinned_kind(client, &gvk).await {
+        Ok((ar, _)) => Ok(Some(ar.plural)),
+        Err(kube::Error::Discovery(_)) => Ok(None),
+        // A group the API server does not serve answers a plain-text `404 page not found`,
+        // which kube turns into a `Status` without the `NotFound` reason: match the code.
+        Err(kube::Error::Api(s)) if s.is_not_found() || s.code == 404 => Ok(None),
+        Err(e) => Err(Error::kube(format!("discover {kind} in {api_version}"), e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+
+    fn sts(uid: &str, generation: i64, image: &str) -> StatefulSet {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "vc", "namespace": "ns", "uid": uid, "generation": generation,
+                "managedFields": [
+                    { "manager": "helm", "operation": "Update" },
+                    { "manager": OPERATOR_FIELD_MANAGER, "operation": "Apply" },
+                ],
+            },
+            "spec": {
+                "selector": {},
+                "serviceName": "vc",
+                "template": { "spec": { "containers": [{ "name": "syncer", "image": image }] } },
+            },
+        }))
+        .expect("StatefulSet")
+    }
+
+    #[test]
+    fn a_newer_written_copy_wins_until_the_cache_catches_up() {
+        let written = WrittenWorkloads::default();
+        written.statefulset(&sts("u1", 3, "written"));
+        let cached = sts("u1", 2, "cached");
+        let w = written.newest(seen(&cached), Workload::from_statefulset(&cached));
+        assert_eq!(w.pod_spec.containers[0].image.as_deref(), Some("written"));
+        assert_eq!(
+            w.managed_fields
+                .iter()
+                .map(|f: &ManagedFieldsEntry| f.manager.clone().unwrap_or_default())
+                .collect::<Vec<_>>(),
+            vec![OPERATOR_FIELD_MANAGER.to_string()]
+        );
+        // The cache caught up: it wins, and the written copy is forgotten.
+        let cached = sts("u1", 3, "cached");
+        let w = written.newest(seen(&cached), Workload::from_statefulset(&cached));
+        assert_eq!(w.pod_spec.containers[0].image.as_deref(), Some("cached"));
+        let older = sts("u1", 2, "older");
+        let w = written.newest(seen(&older), Workload::from_statefulset(&older));
+        assert_eq!(w.pod_spec.containers[0].image.as_deref(), Some("older"));
+    }
+
+    #[test]
+    fn a_recreated_workload_is_not_shadowed_by_a_write_to_the_old_one() {
+        let written = WrittenWorkloads::default();
+        written.statefulset(&sts("old", 7, "written"));
+        let cached = sts("new", 1, "cached");
+        let w = written.newest(seen(&cached), Workload::from_statefulset(&cached));
+        assert_eq!(w.pod_spec.containers[0].image.as_deref(), Some("cached"));
+    }
+
+    #[test]
+    fn managed_fields_are_trimmed_as_documented() {
+        let mut s = sts("u", 1, "i");
+        keep_own_managed_fields(&mut s);
+        assert_eq!(s.metadata.managed_fields.as_ref().map(Vec::len), Some(1));
+        drop_managed_fields(&mut s);
+        assert!(s.metadata.managed_fields.is_none());
+    }
+}
