@@ -11,7 +11,11 @@
 //!   the ClusterRole / ClusterRoleBinding (labelled) are deleted by name; with
 //!   `rbac.mode: PatchVClusterRoles`, the entries recorded in the vCluster's Roles are taken out
 //!   again ([`crate::rbac::patch_role`]), restoring each Role exactly;
-//! - the finalizer itself is removed by `kube::runtime::finalizer` once this returns `Ok`.
+//! - the finalizer itself is removed by [`crate::controller::reconcile`] once this returns `Ok`.
+//!
+//! Unlike the install path, this reads the workload and the RBAC objects from the API server,
+//! not from the watch caches: a removal skipped because a cache had not yet seen an object
+//! would not be corrected by any later event once the finalizer is gone.
 
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::Api;
@@ -57,17 +61,18 @@ pub async fn cleanup(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
     }
 
     if let Some(wl) = wl {
-        let others = ctx.installed_plugins(&namespace, &vcluster, None, Some(&name));
+        let others = ctx.installed_plugins(&namespace, &vcluster, &[], Some(&name));
         let refs: Vec<&VClusterPlugin> = others.iter().collect();
         // The same judgement as the install path: refused plugins stay out.
-        let facts = ClusterFacts::read(&ctx.client, &namespace, &vcluster, &refs).await?;
+        let facts = ClusterFacts::read(ctx, &namespace, &vcluster, &refs).await?;
         let plan = workload::plan(&wl, &facts.accepted(&refs), &ctx.runtime_image);
-        apply_workload(&ctx.client, &wl, &plan.patch).await?;
+        apply_workload(ctx, &wl, &plan.patch).await?;
     }
     drop(guard);
 
     // PatchVClusterRoles: take this plugin's entries out of every Role that records them.
-    crate::controller::sync_vcluster_roles(&ctx.client, plugin, None).await?;
+    let roles = crate::controller::list_roles(&ctx.client, &namespace).await?;
+    crate::controller::sync_vcluster_roles(&ctx.client, plugin, None, roles).await?;
 
     let role = rbac::role_name(&name);
     let cluster = rbac::cluster_role_name(&namespace, &name);

@@ -1,6 +1,9 @@
 //! The controller: watches, the reconcile of one `VClusterPlugin`, and the error policy.
 //!
 //! Reconcile (DESIGN.md, "Operator contract"), for a plugin that is not being deleted:
+//! 0. add the finalizer `vcp.dev/cleanup` when missing (to this plugin, and, once the
+//!    workload is found, to the other plugins of the vCluster that lack it, so that the
+//!    workload is applied once with all of them), and go on in the same reconcile;
 //! 1. find the vCluster workload (StatefulSet, else Deployment, named `spec.vcluster.name`);
 //!    none → `Ready=False, reason=VClusterNotFound`, an Event, and nothing created;
 //! 2. decide every refusal before any write. The policy ([`crate::policy`]) and the cluster
@@ -19,7 +22,14 @@
 //! 5. apply the operator's status fields, unless unchanged ([`crate::status`]).
 //!
 //! Deletion is [`crate::cleanup`]. Every write is a server-side apply under
-//! [`vcp_crds::OPERATOR_FIELD_MANAGER`]; a converged plugin costs reads only.
+//! [`vcp_crds::OPERATOR_FIELD_MANAGER`] (the finalizer: a JSON patch; a vCluster Role in
+//! `PatchVClusterRoles` mode: a merge patch with `resourceVersion`).
+//!
+//! Reads: the install path reads the workload, the RBAC objects and the namespace's Roles and
+//! RoleBindings from watch caches ([`crate::cache`]) and the plurals of synced types from a
+//! discovery cache, so a converged plugin costs no request at all. The same watches trigger
+//! reconciles (of the plugins targeting a changed workload; of the plugin whose RBAC object
+//! changed), debounced by [`DEBOUNCE`].
 
 use std::collections::HashMap;
 use std::fmt::Debug;
@@ -32,10 +42,8 @@ use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use kube::core::GroupVersionKind;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -45,6 +53,7 @@ use serde_json::Value;
 use tracing::{debug, info, warn};
 use vcp_crds::{FINALIZER, OPERATOR_FIELD_MANAGER, PLUGIN_NAME_LABEL, VClusterPlugin, WorkloadRef};
 
+use crate::cache::{self, Caches, Discovery, WrittenWorkloads};
 use crate::error::{Error, Result};
 use crate::policy::{self, Policy};
 use crate::rbac::{self, DesiredRbac, Plurals};
@@ -61,6 +70,12 @@ pub const RESYNC: Duration = Duration::from_secs(600);
 /// Delay before a failed reconcile is retried.
 pub const RETRY: Duration = Duration::from_secs(5);
 
+/// How long the controller waits after the last trigger of a plugin before reconciling it
+/// (trailing-edge debounce, `kube::runtime::controller::Config::debounce`): the watch events
+/// of one reconcile's own writes (finalizer, workload, RBAC objects, status) coalesce into at
+/// most one more reconcile, which then reads caches that have seen those writes.
+pub const DEBOUNCE: Duration = Duration::from_millis(200);
+
 /// State shared by every reconcile.
 pub struct Context {
     /// Client with the operator's identity.
@@ -76,6 +91,13 @@ pub struct Context {
     pub plugins: Store<VClusterPlugin>,
     /// Reconcile metrics and readiness.
     pub telemetry: Arc<crate::Telemetry>,
+    /// Watch caches of workloads and RBAC objects (the install path reads these, not the API
+    /// server; see [`crate::cache`]).
+    pub caches: Caches,
+    /// The workloads this operator applied, until [`Context::caches`] shows them.
+    pub written: WrittenWorkloads,
+    /// Plurals found by API discovery.
+    pub discovery: Discovery,
     /// One lock per workload (`namespace/vcluster`): reconciles of plugins of the same vCluster
     /// compute and send the workload's apply body one at a time.
     workload_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -95,25 +117,35 @@ impl Context {
     }
 
     /// The plugins installed into `vcluster` of `namespace` according to the watch cache,
-    /// except `without`, with `current` (fresher than the cache) in place of its cached copy.
+    /// except `without`, with the copies in `fresher` (newer than the cache, such as the
+    /// answers to the finalizer patches) in place of their cached ones.
     /// Plugins the policy refuses are left out: they get nothing in the workload. Those the
     /// cluster state refuses are left out by [`ClusterFacts::accepted`] before planning.
     pub fn installed_plugins(
         &self,
         namespace: &str,
         vcluster: &str,
-        current: Option<&VClusterPlugin>,
+        fresher: &[VClusterPlugin],
         without: Option<&str>,
     ) -> Vec<VClusterPlugin> {
-        let current_name = current.map(|c| c.name_any());
+        let is_fresher = |p: &VClusterPlugin| {
+            fresher
+                .iter()
+                .any(|f| f.name_any() == p.name_any() && f.namespace() == p.namespace())
+        };
         let mut out: Vec<VClusterPlugin> = self
             .plugins
             .state()
             .iter()
-            .filter(|p| Some(p.name_any()) != current_name)
-            .map(|p| (**p).clone())
-            .chain(current.cloned())
             .filter(|p| workload::contributes(p, namespace, vcluster))
+            .filter(|p| !is_fresher(p))
+            .map(|p| (**p).clone())
+            .chain(
+                fresher
+                    .iter()
+                    .filter(|p| workload::contributes(p, namespace, vcluster))
+                    .cloned(),
+            )
             .filter(|p| policy::evaluate(&self.policy, p).is_ok())
             .collect();
         if let Some(without) = without {
@@ -137,6 +169,7 @@ pub async fn run_until(
     let wc = watcher::Config::default().any_semantic();
     let controller = Controller::new(Api::<VClusterPlugin>::all(client.clone()), wc.clone());
     let store = controller.store();
+    let (caches, streams) = Caches::new(&client);
     let context = Arc::new(Context {
         client: client.clone(),
         runtime_image: config.runtime_image.clone(),
@@ -150,6 +183,9 @@ pub async fn run_until(
         plugins: store.clone(),
         policy: config.policy.clone(),
         telemetry: config.telemetry.clone(),
+        caches,
+        written: WrittenWorkloads::default(),
+        discovery: Discovery::default(),
         workload_locks: Mutex::default(),
     });
 
@@ -172,46 +208,34 @@ pub async fn run_until(
 
     let sts_store = store.clone();
     let deploy_store = store.clone();
-    let labelled = watcher::Config::default()
-        .labels(PLUGIN_NAME_LABEL)
-        .any_semantic();
 
+    // The cache streams both fill `context.caches` and trigger reconciles: a change of a
+    // workload reconciles the plugins targeting it, a change of a plugin's own RBAC object
+    // (owned, or labelled when cluster-scoped) reconciles that plugin.
     controller
-        .with_config(kube::runtime::controller::Config::default().concurrency(config.concurrency))
-        .watches(
-            Api::<StatefulSet>::all(client.clone()),
-            wc.clone(),
-            move |sts| {
-                plugins_of_workload(
-                    &sts_store,
-                    &sts.namespace().unwrap_or_default(),
-                    &sts.name_any(),
-                )
-            },
+        .with_config(
+            kube::runtime::controller::Config::default()
+                .concurrency(config.concurrency)
+                .debounce(DEBOUNCE),
         )
-        .watches(
-            Api::<Deployment>::all(client.clone()),
-            wc.clone(),
-            move |d| {
-                plugins_of_workload(
-                    &deploy_store,
-                    &d.namespace().unwrap_or_default(),
-                    &d.name_any(),
-                )
-            },
-        )
-        .owns(Api::<Role>::all(client.clone()), wc.clone())
-        .owns(Api::<RoleBinding>::all(client.clone()), wc.clone())
-        .watches(
-            Api::<ClusterRole>::all(client.clone()),
-            labelled.clone(),
-            plugin_of_labels,
-        )
-        .watches(
-            Api::<ClusterRoleBinding>::all(client.clone()),
-            labelled,
-            plugin_of_labels,
-        )
+        .watches_stream(streams.statefulsets, move |sts| {
+            plugins_of_workload(
+                &sts_store,
+                &sts.namespace().unwrap_or_default(),
+                &sts.name_any(),
+            )
+        })
+        .watches_stream(streams.deployments, move |d| {
+            plugins_of_workload(
+                &deploy_store,
+                &d.namespace().unwrap_or_default(),
+                &d.name_any(),
+            )
+        })
+        .owns_stream(streams.roles)
+        .owns_stream(streams.role_bindings)
+        .watches_stream(streams.cluster_roles, plugin_of_labels)
+        .watches_stream(streams.cluster_role_bindings, plugin_of_labels)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, context)
         .for_each(|res| async move {
@@ -248,8 +272,10 @@ fn plugin_of_labels<K: Resource>(obj: K) -> Option<ObjectRef<VClusterPlugin>> {
     Some(ObjectRef::new(name).within(namespace))
 }
 
-/// Reconciles one VClusterPlugin: the finalizer wraps the install path (see the module docs)
-/// and [`cleanup::cleanup`].
+/// Reconciles one VClusterPlugin: the install path (see the module docs) while it is not
+/// being deleted, [`cleanup::cleanup`] once it is. The finalizer `vcp.dev/cleanup` is added
+/// before anything is installed (in the same reconcile), and removed only after a successful
+/// cleanup.
 ///
 /// # Errors
 /// Any API error; the controller retries after [`RETRY`] ([`error_policy`]).
@@ -269,19 +295,124 @@ async fn reconcile_inner(plugin: Arc<VClusterPlugin>, ctx: Arc<Context>) -> Resu
     let namespace = plugin
         .namespace()
         .ok_or(Error::MissingField("metadata.namespace"))?;
-    let api: Api<VClusterPlugin> = Api::namespaced(ctx.client.clone(), &namespace);
-    let object = format!("{namespace}/{}", plugin.name_any());
-    finalizer(&api, FINALIZER, plugin, |event| async {
-        match event {
-            FinalizerEvent::Apply(p) => apply(&p, &ctx).await,
-            FinalizerEvent::Cleanup(p) => cleanup::cleanup(&p, &ctx).await,
+    ctx.caches.wait_until_ready().await?;
+    let index = plugin.finalizers().iter().position(|f| f == FINALIZER);
+    match (plugin.metadata.deletion_timestamp.is_some(), index) {
+        // The install path adds the finalizer when missing, and goes on in the same reconcile.
+        (false, _) => apply(&plugin, &ctx).await,
+        (true, Some(i)) => {
+            let action = cleanup::cleanup(&plugin, &ctx).await?;
+            let api: Api<VClusterPlugin> = Api::namespaced(ctx.client.clone(), &namespace);
+            remove_finalizer(&api, &plugin, i).await?;
+            Ok(action)
         }
-    })
-    .await
-    .map_err(|e| Error::Finalizer {
-        object,
-        source: Box::new(e),
-    })
+        // Being deleted, and nothing of ours to remove.
+        (true, None) => Ok(Action::await_change()),
+    }
+}
+
+/// `plugin` carrying [`FINALIZER`]: as it is when it does, else the answer to
+/// [`add_finalizer`]. When that patch fails (its `test` found other finalizers than the copy
+/// read: the copy was stale, or someone else changed them), the plugin is read again and
+/// returned when it carries the finalizer by now.
+///
+/// # Errors
+/// [`Error::Finalizer`] when the patch failed and the plugin still lacks the finalizer.
+async fn with_finalizer(ctx: &Context, plugin: &VClusterPlugin) -> Result<VClusterPlugin> {
+    if plugin.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(plugin.clone());
+    }
+    let namespace = plugin.namespace().unwrap_or_default();
+    let api: Api<VClusterPlugin> = Api::namespaced(ctx.client.clone(), &namespace);
+    match add_finalizer(&api, plugin).await {
+        Ok(p) => Ok(p),
+        Err(e @ Error::Finalizer { .. }) => {
+            let fresh = api.get_opt(&plugin.name_any()).await.map_err(|g| {
+                Error::kube(
+                    format!("get VClusterPlugin {namespace}/{}", plugin.name_any()),
+                    g,
+                )
+            })?;
+            match fresh {
+                Some(f) if f.finalizers().iter().any(|x| x == FINALIZER) => Ok(f),
+                _ => Err(e),
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Adds [`FINALIZER`] to `plugin` with a JSON patch whose `test` operation fails when
+/// `metadata.finalizers` changed since `plugin` was read (finalizers are not deduplicated by
+/// the API server). Returns the patched object.
+///
+/// # Errors
+/// [`Error::Finalizer`]: the API server's answer (such as 422 when the test failed; the
+/// reconcile is then retried from the watch event of that change).
+async fn add_finalizer(
+    api: &Api<VClusterPlugin>,
+    plugin: &VClusterPlugin,
+) -> Result<VClusterPlugin> {
+    let finalizers = plugin.finalizers();
+    let ops = if finalizers.is_empty() {
+        serde_json::json!([
+            { "op": "test", "path": "/metadata/finalizers", "value": null },
+            { "op": "add", "path": "/metadata/finalizers", "value": [FINALIZER] },
+        ])
+    } else {
+        serde_json::json!([
+            { "op": "test", "path": "/metadata/finalizers", "value": finalizers },
+            { "op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER },
+        ])
+    };
+    finalizer_patch(api, plugin, "add", ops).await
+}
+
+/// Removes [`FINALIZER`] (at `index` of `metadata.finalizers`) from `plugin`; the `test`
+/// operation makes the patch fail instead of removing another finalizer that moved there.
+///
+/// # Errors
+/// [`Error::Finalizer`]: the API server's answer (404 is success: the object is gone).
+async fn remove_finalizer(
+    api: &Api<VClusterPlugin>,
+    plugin: &VClusterPlugin,
+    index: usize,
+) -> Result<()> {
+    let path = format!("/metadata/finalizers/{index}");
+    let ops = serde_json::json!([
+        { "op": "test", "path": path, "value": FINALIZER },
+        { "op": "remove", "path": path },
+    ]);
+    match finalizer_patch(api, plugin, "remove", ops).await {
+        Err(Error::Finalizer {
+            source: kube::Error::Api(s),
+            ..
+        }) if s.is_not_found() => Ok(()),
+        other => other.map(|_| ()),
+    }
+}
+
+/// Sends the JSON patch `ops` (RFC 6902) to `plugin`'s `metadata.finalizers`.
+async fn finalizer_patch(
+    api: &Api<VClusterPlugin>,
+    plugin: &VClusterPlugin,
+    action: &'static str,
+    ops: Value,
+) -> Result<VClusterPlugin> {
+    let name = plugin.name_any();
+    let object = format!("{}/{name}", plugin.namespace().unwrap_or_default());
+    let patch: json_patch::Patch = serde_json::from_value(ops).map_err(|e| Error::Finalizer {
+        action,
+        object: object.clone(),
+        source: kube::Error::SerdeError(e),
+    })?;
+    api.patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
+        .await
+        .map_err(|source| Error::Finalizer {
+            action,
+            object,
+            source,
+        })
 }
 
 /// Logs the error and retries after [`RETRY`].
@@ -295,7 +426,9 @@ pub fn error_policy(plugin: Arc<VClusterPlugin>, error: &Error, _ctx: Arc<Contex
     Action::requeue(RETRY)
 }
 
-/// The workload of the vCluster `name` in `namespace`: the StatefulSet, else the Deployment.
+/// The workload of the vCluster `name` in `namespace`: the StatefulSet, else the Deployment,
+/// read from the API server (the finalizer path; the install path reads
+/// [`cache::workload`]).
 ///
 /// # Errors
 /// API errors other than 404.
@@ -321,10 +454,11 @@ pub async fn fetch_workload(
 }
 
 /// Sends `patch` for `workload` unless it is already converged. Returns whether it wrote.
+/// The API server's answer is remembered in [`Context::written`].
 ///
 /// # Errors
 /// The API server's answer to the apply.
-pub async fn apply_workload(client: &Client, workload: &Workload, patch: &Value) -> Result<bool> {
+pub async fn apply_workload(ctx: &Context, workload: &Workload, patch: &Value) -> Result<bool> {
     if workload::is_converged(workload, patch) {
         return Ok(false);
     }
@@ -337,16 +471,18 @@ pub async fn apply_workload(client: &Client, workload: &Workload, patch: &Value)
     );
     match workload.kind {
         Some(WorkloadKind::Deployment) => {
-            Api::<Deployment>::namespaced(client.clone(), &workload.namespace)
+            let applied = Api::<Deployment>::namespaced(ctx.client.clone(), &workload.namespace)
                 .patch(&workload.name, &pp, &Patch::Apply(patch))
                 .await
                 .map_err(|e| Error::kube(action.clone(), e))?;
+            ctx.written.deployment(&applied);
         }
         _ => {
-            Api::<StatefulSet>::namespaced(client.clone(), &workload.namespace)
+            let applied = Api::<StatefulSet>::namespaced(ctx.client.clone(), &workload.namespace)
                 .patch(&workload.name, &pp, &Patch::Apply(patch))
                 .await
                 .map_err(|e| Error::kube(action.clone(), e))?;
+            ctx.written.statefulset(&applied);
         }
     }
     info!("{action}");
@@ -413,14 +549,26 @@ pub async fn write_status(plugin: &VClusterPlugin, outcome: &Outcome, ctx: &Cont
     Ok(())
 }
 
-/// The install path of a plugin that carries the finalizer and is not being deleted.
+/// The install path of a plugin that is not being deleted.
+///
+/// Under the workload's lock, the finalizer is added first to this plugin and then to every
+/// other plugin of the vCluster that lacks it and is not being deleted (each would add it in
+/// its own reconcile before anything is installed for it): the workload is then planned with
+/// all of them and applied once, instead of once per plugin as each gains its finalizer.
 async fn apply(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
     let namespace = plugin.namespace().unwrap_or_default();
     let vcluster = plugin.spec.vcluster.name.clone();
 
     let lock = ctx.workload_lock(&namespace, &vcluster);
     let guard = lock.lock().await;
-    let Some(wl) = fetch_workload(&ctx.client, &namespace, &vcluster).await? else {
+    // The cached copy may be newer than the one this reconcile was started with (another
+    // reconcile of the vCluster may have added its finalizer meanwhile).
+    let latest = ctx
+        .plugins
+        .get(&ObjectRef::from_obj(plugin))
+        .map_or_else(|| plugin.clone(), |p| (*p).clone());
+    let plugin = &with_finalizer(ctx, &latest).await?;
+    let Some(wl) = cache::workload(&ctx.caches, &ctx.written, &namespace, &vcluster) else {
         drop(guard);
         let missing = Check::failed(
             status::REASON_VCLUSTER_NOT_FOUND,
@@ -438,13 +586,30 @@ async fn apply(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
         return Ok(Action::requeue(RESYNC));
     };
 
+    let mut fresher = vec![plugin.clone()];
+    let unfinalized: Vec<Arc<VClusterPlugin>> = ctx
+        .plugins
+        .state()
+        .into_iter()
+        .filter(|p| {
+            p.namespace().as_deref() == Some(namespace.as_str())
+                && p.spec.vcluster.name == vcluster
+                && p.name_any() != plugin.name_any()
+                && p.metadata.deletion_timestamp.is_none()
+                && !p.finalizers().iter().any(|f| f == FINALIZER)
+        })
+        .collect();
+    for other in unfinalized {
+        fresher.push(with_finalizer(ctx, &other).await?);
+    }
+
     // Every refusal is decided before the workload is written (see the module docs).
-    let candidates = ctx.installed_plugins(&namespace, &vcluster, Some(plugin), None);
+    let candidates = ctx.installed_plugins(&namespace, &vcluster, &fresher, None);
     let refs: Vec<&VClusterPlugin> = candidates.iter().collect();
-    let facts = ClusterFacts::read(&ctx.client, &namespace, &vcluster, &refs).await?;
+    let facts = ClusterFacts::read(ctx, &namespace, &vcluster, &refs).await?;
     let installed = facts.accepted(&refs);
     let plan = workload::plan(&wl, &installed, &ctx.runtime_image);
-    apply_workload(&ctx.client, &wl, &plan.patch).await?;
+    apply_workload(ctx, &wl, &plan.patch).await?;
     drop(guard);
 
     let grant = match policy::evaluate(&ctx.policy, plugin) {
@@ -459,20 +624,22 @@ async fn apply(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
     };
     let (workload_patched, rbac) = match grant {
         Ok(grant) => {
-            apply_rbac(&ctx.client, plugin, grant.rbac).await?;
+            apply_rbac(ctx, plugin, grant.rbac).await?;
             let target = grant
                 .vcluster_role
                 .as_ref()
                 .map(|(role, rules)| (role.as_str(), rules.as_slice()));
-            sync_vcluster_roles(&ctx.client, plugin, target).await?;
+            let roles = ctx.caches.roles_in(&namespace);
+            sync_vcluster_roles(&ctx.client, plugin, target, roles).await?;
             (Check::Ok, Check::Ok)
         }
         Err(refused) => {
             // A refused plugin gets nothing, and loses what an earlier generation was given:
             // its own Role / RoleBinding / ClusterRole / ClusterRoleBinding and the rules it
             // appended to the vCluster's Roles (reads only when there is nothing to remove).
-            apply_rbac(&ctx.client, plugin, DesiredRbac::default()).await?;
-            sync_vcluster_roles(&ctx.client, plugin, None).await?;
+            apply_rbac(ctx, plugin, DesiredRbac::default()).await?;
+            let roles = ctx.caches.roles_in(&namespace);
+            sync_vcluster_roles(&ctx.client, plugin, None, roles).await?;
             (refused.clone(), refused)
         }
     };
@@ -501,7 +668,7 @@ pub struct Grant {
 
 /// The cluster state the refusals of the plugins of one vCluster depend on, read once per
 /// reconcile (discovery results are shared by every plugin of the vCluster):
-/// - the plurals of the types the plugins name ([`resolve_plurals_of`]); a type missing
+/// - the plurals of the types the plugins name ([`Discovery::plurals_of`]); a type missing
 ///   here is refused with `UnknownType`;
 /// - when some plugin uses `rbac.mode: PatchVClusterRoles`, the Role bound to the vCluster's
 ///   service account ([`find_vcluster_role`]); none is refused with `VClusterRoleNotFound`.
@@ -518,19 +685,20 @@ pub struct ClusterFacts {
 }
 
 impl ClusterFacts {
-    /// Reads the facts `plugins` (all of the vCluster `vcluster` in `namespace`) depend on.
+    /// Reads the facts `plugins` (all of the vCluster `vcluster` in `namespace`) depend on:
+    /// plurals from [`Context::discovery`], Roles and RoleBindings from [`Context::caches`].
     ///
     /// # Errors
-    /// Discovery failures other than "not served", and list errors.
+    /// Discovery failures other than "not served".
     pub async fn read(
-        client: &Client,
+        ctx: &Context,
         namespace: &str,
         vcluster: &str,
         plugins: &[&VClusterPlugin],
     ) -> Result<Self> {
-        let plurals = resolve_plurals_of(client, plugins).await?;
+        let plurals = ctx.discovery.plurals_of(&ctx.client, plugins).await?;
         let vcluster_role = if plugins.iter().any(|p| rbac::patches_vcluster_roles(p)) {
-            Some(find_vcluster_role(client, namespace, vcluster).await?)
+            Some(find_vcluster_role(&ctx.caches, namespace, vcluster))
         } else {
             None
         };
@@ -579,72 +747,47 @@ impl ClusterFacts {
     }
 }
 
-/// The plurals of the types every plugin of `plugins` needs, each type discovered once.
+/// Plural names of the types [`rbac::types_to_resolve`] lists for `plugin`, by API discovery
+/// (one request per type, no cache: the controller uses [`Discovery::plurals_of`]). A type
+/// the API server does not serve is left out (and refused by [`rbac::desired`]).
 ///
 /// # Errors
 /// Discovery failures other than "not served".
-pub async fn resolve_plurals_of(client: &Client, plugins: &[&VClusterPlugin]) -> Result<Plurals> {
+pub async fn resolve_plurals(client: &Client, plugin: &VClusterPlugin) -> Result<Plurals> {
     let mut plurals = Plurals::new();
-    let mut types: Vec<(String, String)> = plugins
-        .iter()
-        .flat_map(|p| rbac::types_to_resolve(p))
-        .collect();
+    let mut types = rbac::types_to_resolve(plugin);
     types.sort();
     types.dedup();
     for (api_version, kind) in types {
-        if let Some(plural) = discover_plural(client, &api_version, &kind).await? {
+        if let Some(plural) = cache::discover_plural(client, &api_version, &kind).await? {
             plurals.insert((api_version, kind), plural);
         }
     }
     Ok(plurals)
 }
 
-/// The plural of `kind` in `api_version`, or `None` when the API server does not serve it.
-///
-/// # Errors
-/// Discovery failures other than "not served".
-async fn discover_plural(client: &Client, api_version: &str, kind: &str) -> Result<Option<String>> {
-    let (group, version) = match api_version.rsplit_once('/') {
-        Some((g, v)) => (g.to_string(), v.to_string()),
-        None => (String::new(), api_version.to_string()),
-    };
-    let gvk = GroupVersionKind::gvk(&group, &version, kind);
-    match kube::discovery::pinned_kind(client, &gvk).await {
-        Ok((ar, _)) => Ok(Some(ar.plural)),
-        Err(kube::Error::Discovery(_)) => Ok(None),
-        // A group the API server does not serve answers a plain-text `404 page not found`,
-        // which kube turns into a `Status` without the `NotFound` reason: match the code.
-        Err(kube::Error::Api(s)) if s.is_not_found() || s.code == 404 => Ok(None),
-        Err(e) => Err(Error::kube(format!("discover {kind} in {api_version}"), e)),
-    }
-}
-
-/// Plural names of the types [`rbac::types_to_resolve`] lists, by API discovery. A type the
-/// API server does not serve is left out (and refused by [`rbac::desired`]).
-///
-/// # Errors
-/// Discovery failures other than "not served".
-pub async fn resolve_plurals(client: &Client, plugin: &VClusterPlugin) -> Result<Plurals> {
-    resolve_plurals_of(client, &[plugin]).await
-}
-
-/// Applies the RBAC objects of `desired` that differ from the live ones, and deletes those the
-/// plugin no longer needs (only when labelled as made for it).
+/// Applies the RBAC objects of `desired` that differ from the cached ones
+/// ([`Context::caches`]), and deletes those the plugin no longer needs (only when labelled as
+/// made for it).
 ///
 /// # Errors
 /// The API server's answers.
 pub async fn apply_rbac(
-    client: &Client,
+    ctx: &Context,
     plugin: &VClusterPlugin,
     desired: DesiredRbac,
 ) -> Result<()> {
+    let client = &ctx.client;
+    let caches = &ctx.caches;
     let namespace = plugin.namespace().unwrap_or_default();
     let name = plugin.name_any();
     let role_name = rbac::role_name(&name);
     let cluster_name = rbac::cluster_role_name(&namespace, &name);
+    let namespaced = ObjectRef::new(&role_name).within(&namespace);
+    let cluster = ObjectRef::new(&cluster_name);
     ensure(
         Api::<Role>::namespaced(client.clone(), &namespace),
-        &role_name,
+        caches.roles.get(&namespaced),
         desired.role,
         plugin,
         rbac::role_matches,
@@ -652,7 +795,9 @@ pub async fn apply_rbac(
     .await?;
     ensure(
         Api::<RoleBinding>::namespaced(client.clone(), &namespace),
-        &role_name,
+        caches
+            .role_bindings
+            .get(&ObjectRef::new(&role_name).within(&namespace)),
         desired.role_binding,
         plugin,
         rbac::role_binding_matches,
@@ -660,7 +805,7 @@ pub async fn apply_rbac(
     .await?;
     ensure(
         Api::<ClusterRole>::all(client.clone()),
-        &cluster_name,
+        caches.cluster_roles.get(&cluster),
         desired.cluster_role,
         plugin,
         rbac::cluster_role_matches,
@@ -668,7 +813,9 @@ pub async fn apply_rbac(
     .await?;
     ensure(
         Api::<ClusterRoleBinding>::all(client.clone()),
-        &cluster_name,
+        caches
+            .cluster_role_bindings
+            .get(&ObjectRef::new(&cluster_name)),
         desired.cluster_role_binding,
         plugin,
         rbac::cluster_role_binding_matches,
@@ -677,12 +824,13 @@ pub async fn apply_rbac(
     Ok(())
 }
 
-/// Makes the object `name` of `api` equal to `desired`: nothing when it matches, a server-side
-/// apply when it differs, a delete when it is not desired but exists and is labelled as made
-/// for `plugin`.
+/// Makes the object `desired` names equal to `desired`, given its cached copy `live`: nothing
+/// when it matches, a server-side apply when it differs, a delete when it is not desired but
+/// exists and is labelled as made for `plugin` (`desired: None` names nothing; the object
+/// deleted is `live`'s).
 async fn ensure<K>(
     api: Api<K>,
-    name: &str,
+    live: Option<Arc<K>>,
     desired: Option<K>,
     plugin: &VClusterPlugin,
     matches: fn(&K, &K) -> bool,
@@ -692,15 +840,12 @@ where
     K::DynamicType: Default,
 {
     let kind = K::kind(&Default::default()).to_string();
-    let live = api
-        .get_opt(name)
-        .await
-        .map_err(|e| Error::kube(format!("get {kind} {name}"), e))?;
     match (desired, live) {
         (Some(d), Some(l)) if matches(&l, &d) => Ok(()),
         (Some(d), _) => {
+            let name = d.name_any();
             api.patch(
-                name,
+                &name,
                 &PatchParams::apply(OPERATOR_FIELD_MANAGER).force(),
                 &Patch::Apply(&d),
             )
@@ -709,7 +854,7 @@ where
             info!("server-side apply {kind} {name}");
             Ok(())
         }
-        (None, Some(l)) => delete_if_ours(&api, name, &l, plugin).await,
+        (None, Some(l)) => delete_if_ours(&api, &l.name_any(), &l, plugin).await,
         (None, None) => Ok(()),
     }
 }
@@ -746,38 +891,30 @@ where
 }
 
 /// The Role `rbac.mode: PatchVClusterRoles` appends to in `namespace`: the one a RoleBinding
-/// binds to `vc-<vcluster>` ([`rbac::target_role`]), when it exists. Reads only.
+/// binds to `vc-<vcluster>` ([`rbac::target_role`]), when it exists (both read from `caches`).
 ///
 /// Returns a [`Refusal`] with [`rbac::REASON_NO_VCLUSTER_ROLE`] when no Role is bound to the
 /// service account, or the bound Role does not exist.
-///
-/// # Errors
-/// List errors.
-pub async fn find_vcluster_role(
-    client: &Client,
+pub fn find_vcluster_role(
+    caches: &Caches,
     namespace: &str,
     vcluster: &str,
-) -> Result<std::result::Result<String, Refusal>> {
-    let bindings = Api::<RoleBinding>::namespaced(client.clone(), namespace)
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| Error::kube(format!("list RoleBindings in {namespace}"), e))?
-        .items;
+) -> std::result::Result<String, Refusal> {
+    let bindings = caches.role_bindings_in(namespace);
     let sa = rbac::service_account_name(vcluster);
     let Some(target) = rbac::target_role(&bindings, namespace, vcluster) else {
-        return Ok(Err(Refusal {
+        return Err(Refusal {
             reason: rbac::REASON_NO_VCLUSTER_ROLE,
             message: format!(
                 "no RoleBinding in {namespace} binds a Role to ServiceAccount {sa}, so rbac.mode PatchVClusterRoles has no Role to append to; use rbac.mode Dedicated"
             ),
-        }));
+        });
     };
-    let exists = Api::<Role>::namespaced(client.clone(), namespace)
-        .get_opt(&target)
-        .await
-        .map_err(|e| Error::kube(format!("get Role {namespace}/{target}"), e))?
+    let exists = caches
+        .roles
+        .get(&ObjectRef::new(&target).within(namespace))
         .is_some();
-    Ok(if exists {
+    if exists {
         Ok(target)
     } else {
         Err(Refusal {
@@ -786,31 +923,43 @@ pub async fn find_vcluster_role(
                 "a RoleBinding binds ServiceAccount {sa} to Role {target}, which does not exist in {namespace}; rbac.mode PatchVClusterRoles appends to it"
             ),
         })
-    })
+    }
+}
+
+/// Every Role of `namespace`, read from the API server (the finalizer path).
+///
+/// # Errors
+/// The API server's answer to the list.
+pub async fn list_roles(client: &Client, namespace: &str) -> Result<Vec<Role>> {
+    Ok(Api::<Role>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| Error::kube(format!("list Roles in {namespace}"), e))?
+        .items)
 }
 
 /// `rbac.mode: PatchVClusterRoles` ([`rbac::patch_role`]): makes the Role `target.0` (found
 /// by [`find_vcluster_role`]) carry `target.1` as this plugin's appended entries, and restores
 /// every other Role of the namespace that carries entries of this plugin (after a mode switch,
 /// or when the bindings changed). `target: None` restores every such Role (`Dedicated` mode, a
-/// refused plugin, and the finalizer). Writes only Roles that differ.
+/// refused plugin, and the finalizer). `roles` are the namespace's Roles (cached, or listed
+/// by the finalizer). Writes only Roles that differ.
+///
+/// A patch carries the `resourceVersion` it was computed from; when the API server refuses it
+/// with 409 Conflict (the Role changed since, or the copy was stale), the Role is read again
+/// and the patch recomputed once.
 ///
 /// # Errors
-/// API errors, including 409 Conflict when a Role changed between the read and the patch (the
-/// reconcile is retried from fresh reads).
+/// API errors, including a second 409 Conflict (the reconcile is then retried).
 pub async fn sync_vcluster_roles(
     client: &Client,
     plugin: &VClusterPlugin,
     target: Option<(&str, &[k8s_openapi::api::rbac::v1::PolicyRule])>,
+    roles: Vec<Role>,
 ) -> Result<()> {
     let namespace = plugin.namespace().unwrap_or_default();
     let name = plugin.name_any();
     let roles_api = Api::<Role>::namespaced(client.clone(), &namespace);
-    let roles = roles_api
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| Error::kube(format!("list Roles in {namespace}"), e))?
-        .items;
     let key = rbac::added_rules_annotation(&name);
     for role in &roles {
         let role_name = role.name_any();
@@ -819,32 +968,42 @@ pub async fn sync_vcluster_roles(
             _ if role.annotations().contains_key(&key) => None,
             _ => continue,
         };
-        if let Some(patch) = rbac::patch_role(role, &name, desired) {
-            roles_api
-                .patch(
-                    &role_name,
-                    &PatchParams {
-                        field_manager: Some(OPERATOR_FIELD_MANAGER.into()),
-                        ..Default::default()
-                    },
-                    &Patch::Merge(&patch),
-                )
-                .await
-                .map_err(|e| {
-                    Error::kube(
-                        format!("merge-patch the rules of Role {namespace}/{role_name}"),
-                        e,
-                    )
-                })?;
-            info!(
-                "{} rules of VClusterPlugin {name} in Role {namespace}/{role_name}",
-                if desired.is_some() {
-                    "appended"
-                } else {
-                    "removed the"
-                }
-            );
+        let Some(patch) = rbac::patch_role(role, &name, desired) else {
+            continue;
+        };
+        let action = format!("merge-patch the rules of Role {namespace}/{role_name}");
+        let pp = PatchParams {
+            field_manager: Some(OPERATOR_FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        match roles_api
+            .patch(&role_name, &pp, &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                let fresh = roles_api
+                    .get_opt(&role_name)
+                    .await
+                    .map_err(|e| Error::kube(format!("get Role {namespace}/{role_name}"), e))?;
+                let Some(patch) = fresh.and_then(|r| rbac::patch_role(&r, &name, desired)) else {
+                    continue;
+                };
+                roles_api
+                    .patch(&role_name, &pp, &Patch::Merge(&patch))
+                    .await
+                    .map_err(|e| Error::kube(action.clone(), e))?;
+            }
+            Err(e) => return Err(Error::kube(action, e)),
         }
+        info!(
+            "{} rules of VClusterPlugin {name} in Role {namespace}/{role_name}",
+            if desired.is_some() {
+                "appended"
+            } else {
+                "removed the"
+            }
+        );
     }
     Ok(())
 }

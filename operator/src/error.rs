@@ -20,16 +20,23 @@ pub enum Error {
         source: kube::Error,
     },
 
-    /// The finalizer machinery failed (adding or removing `vcp.dev/cleanup`, or the apply /
-    /// cleanup step it wraps).
-    #[error("finalizer of VClusterPlugin {object}: {source}")]
+    /// Adding or removing the finalizer `vcp.dev/cleanup` failed (a JSON patch whose `test`
+    /// operation guards against a concurrent change of `metadata.finalizers`).
+    #[error("{action} finalizer vcp.dev/cleanup of VClusterPlugin {object}: {source}")]
     Finalizer {
+        /// `add` or `remove`.
+        action: &'static str,
         /// `namespace/name` of the plugin.
         object: String,
-        /// The wrapped error.
+        /// The client error.
         #[source]
-        source: Box<kube::runtime::finalizer::Error<Error>>,
+        source: kube::Error,
     },
+
+    /// A watch cache of the controller stopped before it was filled (the controller is
+    /// shutting down).
+    #[error("a watch cache of the operator was closed before it held its initial list")]
+    CacheClosed,
 
     /// An object from the watch cache lacks a field the API server always sets.
     #[error("VClusterPlugin without {0}: the API server always sets it, so this is a bug")]
@@ -82,13 +89,8 @@ impl Error {
     pub fn metric_reason(&self) -> String {
         match self {
             Error::Kube { source, .. } => kube_reason(source),
-            Error::Finalizer { source, .. } => match source.as_ref() {
-                kube::runtime::finalizer::Error::ApplyFailed(e)
-                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.metric_reason(),
-                kube::runtime::finalizer::Error::AddFinalizer(e)
-                | kube::runtime::finalizer::Error::RemoveFinalizer(e) => kube_reason(e),
-                _ => "Finalizer".into(),
-            },
+            Error::Finalizer { source, .. } => kube_reason(source),
+            Error::CacheClosed => "CacheClosed".into(),
             Error::MissingField(_) => "MissingField".into(),
             Error::Lease { .. } | Error::LeaseDuration(_) => "Lease".into(),
             Error::Bind { .. } => "Bind".into(),

@@ -12,12 +12,14 @@
 //! | the finalizer `vcp.dev/cleanup` | [`cleanup`] |
 //! | which RBAC rules a plugin may grant (`PolicyDenied`) | [`policy`] |
 //! | watches, reconcile order, Events, retries | [`controller`] |
+//! | watch caches the install path reads, discovery cache | [`cache`] |
 //! | `vcluster-plugin-operator import`: Helm values (`plugin:` / `plugins:`) to VClusterPlugins | [`import`] |
 //! | leader election on a Lease | [`leader`] |
 //! | metrics, health and readiness | [`telemetry`], served by [`http`] |
 //!
 //! Tests and the binary start the operator with [`run`] (or [`run_until`]) and a [`Config`].
 
+pub mod cache;
 pub mod cleanup;
 pub mod controller;
 pub mod error;
