@@ -567,6 +567,10 @@ async fn apply(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
         .plugins
         .get(&ObjectRef::from_obj(plugin))
         .map_or_else(|| plugin.clone(), |p| (*p).clone());
+    if latest.metadata.deletion_timestamp.is_some() {
+        // Deleted since this reconcile started: the deletion's own trigger runs the cleanup.
+        return Ok(Action::await_change());
+    }
     let plugin = &with_finalizer(ctx, &latest).await?;
     let Some(wl) = cache::workload(&ctx.caches, &ctx.written, &namespace, &vcluster) else {
         drop(guard);

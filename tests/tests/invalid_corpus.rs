@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::events::v1::Event;
@@ -27,6 +27,8 @@ use vcp_tests::{Cluster, ControlPlane, Identity, apply_yaml, repo_root, wait_for
 
 const NS: &str = "invalid-corpus";
 const TIMEOUT: Duration = Duration::from_secs(30);
+/// How long an Event may take to appear after the status write it follows.
+const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// CRDs, the operator's RBAC, and one operator for this test binary on its own runtime.
 async fn setup() -> Client {
@@ -273,12 +275,22 @@ async fn every_invalid_manifest_is_refused_or_reported_and_nothing_is_written() 
                             failures
                                 .push(format!("{file}: message {:?} does not name {m}", c.message));
                         }
-                        let evs = events.list(&ListParams::default()).await.unwrap();
-                        let has_event = evs.items.iter().any(|e| {
-                            e.regarding.as_ref().and_then(|r| r.name.as_deref())
-                                == Some(name.as_str())
-                                && e.reason.as_deref() == Some(reason.as_str())
-                        });
+                        // The operator publishes the Event right after the status write
+                        // that `wait_not_ready` saw: poll for it rather than list once.
+                        let waited = Instant::now();
+                        let mut has_event = false;
+                        while !has_event && waited.elapsed() < EVENT_TIMEOUT {
+                            let evs = events.list(&ListParams::default()).await.unwrap();
+                            has_event = evs.items.iter().any(|e| {
+                                e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                                    == Some(name.as_str())
+                                    && e.reason.as_deref() == Some(reason.as_str())
+                            });
+                            if !has_event {
+                                tokio::time::sleep(Duration::from_millis(50)).await;
+                            }
+                        }
+                        println!("{file}: Event seen {:?} after the status", waited.elapsed());
                         if !has_event {
                             failures.push(format!("{file}: no Event with reason {reason}"));
                         }
