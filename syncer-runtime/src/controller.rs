@@ -21,6 +21,10 @@
 //! conflicts (a stale cache) are retried the same way without a warning. After both caches
 //! are listed, and after every re-list (an API server restart, a watch that expired), every
 //! key is reconciled, so changes made while the runtime was down or disconnected converge.
+//!
+//! The caches hold each object without its `managedFields`
+//! ([`slim_for_cache`](crate::translate::slim_for_cache)): a syncer sees the objects it is handed
+//! without them.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -38,7 +42,7 @@ use crate::error::Error;
 use crate::queue::{WorkQueue, WorkReceiver, work_queue};
 use crate::sdk::{HookPoint, RegisterContext, SyncContext, SyncObject, Syncer};
 use crate::stats::Outcome;
-use crate::translate::UID_ANNOTATION;
+use crate::translate::{UID_ANNOTATION, slim_for_cache};
 
 /// How long to wait before looking again at an object whose host copy is being deleted.
 const PENDING_DELAY: Duration = Duration::from_secs(1);
@@ -124,9 +128,11 @@ pub async fn run<S: Syncer>(
     });
     let virtual_events = watcher(virtual_api, virtual_config)
         .default_backoff()
+        .modify(|obj| slim_for_cache(obj.meta_mut()))
         .reflect(virtual_writer);
     let host_events = watcher(host_api, watcher::Config::default())
         .default_backoff()
+        .modify(|obj| slim_for_cache(obj.meta_mut()))
         .reflect(host_writer);
     let (queue, receiver) = work_queue::<ObjectKey>();
     let receiver = Arc::new(receiver);

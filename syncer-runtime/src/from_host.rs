@@ -41,7 +41,9 @@ use crate::patch::guarded_merge_patch;
 use crate::queue::{WorkQueue, work_queue};
 use crate::sdk::{HookPoint, Hooks, to_json};
 use crate::stats::{Outcome, TypeStats};
-use crate::translate::{HOST_NAME_ANNOTATION, HOST_NAMESPACE_ANNOTATION, MANAGED_BY_LABEL};
+use crate::translate::{
+    HOST_NAME_ANNOTATION, HOST_NAMESPACE_ANNOTATION, MANAGED_BY_LABEL, slim_for_cache,
+};
 
 /// Everything [`run`] needs.
 #[derive(Clone)]
@@ -98,12 +100,14 @@ pub async fn run(opts: FromHostOptions) -> Result<(), Error> {
         host_config,
     )
     .default_backoff()
+    .modify(|obj| slim_for_cache(&mut obj.metadata))
     .reflect(host_writer);
     let virtual_events = watcher(
         Api::<DynamicObject>::namespaced_with(opts.virtual_.clone(), &opts.virtual_namespace, &ar),
         watcher::Config::default(),
     )
     .default_backoff()
+    .modify(|obj| slim_for_cache(&mut obj.metadata))
     .reflect(virtual_writer);
     let this = Arc::new(FromHost {
         host_store,

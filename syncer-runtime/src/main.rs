@@ -3,6 +3,11 @@
 //! Reads its `VClusterPlugin` from the host and syncs what it declares (see
 //! [`vcp_syncer_runtime::run`]). Logs JSON lines to stderr (`RUST_LOG` filters, default
 //! `info`). Exits 0 on SIGTERM / ctrl-c, 1 with the error otherwise.
+//!
+//! Allocator: mimalloc. The runtime allocates and frees many small objects (watch events,
+//! JSON values) across the tokio worker threads; glibc's per-thread arenas fragment under that
+//! pattern and keep freed memory resident, which made the peak RSS of the sync benchmark
+//! (`docs/BENCHMARKS.md`, "Sync runtime") grow well past what the caches hold.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -12,6 +17,9 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
 use vcp_syncer_runtime::{Config, Error, PodSync, run};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Command-line flags.
 #[derive(Parser, Debug)]

@@ -67,6 +67,20 @@ const RESERVED_ANNOTATIONS: [&str; 8] = [
 /// Labels the translation owns: never copied from the virtual object, always recomputed.
 const RESERVED_LABELS: [&str; 2] = [MANAGED_BY_LABEL, NAMESPACE_LABEL];
 
+/// Drops from `meta` what no sync decision reads, before an object is kept in a watch cache:
+/// `managedFields` (the API server's field-ownership bookkeeping: on a host copy, one entry
+/// per field manager listing every label, annotation and spec field, often larger than the
+/// rest of the object). Translation strips it anyway ([`NamespacedTranslator::translate_metadata`]),
+/// diffs for updates ([`NamespacedTranslator::host_object_update`]) compare two objects that
+/// both lack it, and writes never send it, so the caches need not hold it.
+///
+/// Everything else is kept: labels and annotations (translated, and the managed-keys
+/// bookkeeping), `uid` / `resourceVersion` (delete preconditions, optimistic concurrency),
+/// `deletionTimestamp` (lifecycle) and the whole body (drift detection, `syncStatus`).
+pub fn slim_for_cache(meta: &mut ObjectMeta) {
+    meta.managed_fields = None;
+}
+
 /// Joins `parts` with `-`; a result longer than 63 bytes becomes its first 52 bytes, `-`, and
 /// the first 10 hex characters of the sha256 of the full joined string, and then every `.-` in
 /// it becomes `-` (a cut right after a dot would otherwise leave an invalid name).
@@ -442,6 +456,29 @@ fn copy_content(data: &serde_json::Value, status: Option<&serde_json::Value>) ->
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn slim_for_cache_drops_managed_fields_only() {
+        let mut obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "example.loft.sh/v1", "kind": "Car",
+            "metadata": {
+                "name": "a", "namespace": "ns", "uid": "u1", "resourceVersion": "7",
+                "labels": {"l": "1"}, "annotations": {"a": "1"},
+                "deletionTimestamp": "2026-01-01T00:00:00Z",
+                "managedFields": [{"manager": "kubectl", "operation": "Apply",
+                                   "fieldsType": "FieldsV1",
+                                   "fieldsV1": {"f:spec": {"f:type": {}}}}]
+            },
+            "spec": {"type": "BMW"}, "status": {"ok": true}
+        }))
+        .unwrap();
+        let mut expected = obj.clone();
+        expected.metadata.managed_fields = None;
+        slim_for_cache(&mut obj.metadata);
+        assert_eq!(obj, expected);
+        assert_eq!(obj.metadata.uid.as_deref(), Some("u1"));
+        assert_eq!(obj.data["status"], json!({"ok": true}));
+    }
 
     /// sha256 hex of `s`, computed here independently of the module's helper.
     fn sha256_hex(s: &str) -> String {
