@@ -1,9 +1,9 @@
 //! The controller that drives a [`Syncer`]: watches, work queue, workers, and the lifecycle
 //! table of `shared/DESIGN.md` for virtual-to-host (`ToHost`) types.
 //!
-//! Both sides are watched into caches (kube-runtime reflectors): the virtual cluster in all
-//! namespaces (filtered by [`Syncer::selector`]), the host only in the vCluster's namespace (a
-//! Role suffices). Every event maps to the key `namespace/name` of a virtual object (host
+//! Both sides are watched into caches (compact ones: each object kept as its JSON, parsed when
+//! its key is reconciled): the virtual cluster in all namespaces (filtered by
+//! [`Syncer::selector`]), the host only in the vCluster's namespace (a Role suffices). Every event maps to the key `namespace/name` of a virtual object (host
 //! objects through their [`NAME_ANNOTATION`](crate::translate::NAME_ANNOTATION) /
 //! [`NAMESPACE_ANNOTATION`](crate::translate::NAMESPACE_ANNOTATION), or through the host name
 //! of a known virtual object for host objects this vCluster does not manage); several workers
@@ -33,11 +33,11 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::Api;
-use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
+use crate::cache::Cache;
 use crate::error::Error;
 use crate::queue::{WorkQueue, WorkReceiver, work_queue};
 use crate::sdk::{HookPoint, RegisterContext, SyncContext, SyncObject, Syncer};
@@ -90,8 +90,8 @@ struct Controller<S: Syncer> {
     syncer: S,
     ctx: SyncContext<S::Object>,
     options: Options,
-    virtual_store: Store<S::Object>,
-    host_store: Store<S::Object>,
+    virtual_store: Cache<S::Object>,
+    host_store: Cache<S::Object>,
     /// Host name → virtual key of every known virtual object, to find the virtual object of a
     /// host object this vCluster does not manage (conflicts).
     host_index: Mutex<HashMap<String, ObjectKey>>,
@@ -110,8 +110,6 @@ pub async fn run<S: Syncer>(
     options: Options,
 ) -> Result<(), Error> {
     let dt = syncer.dynamic_type();
-    let virtual_writer = Writer::<S::Object>::new(dt.clone());
-    let host_writer = Writer::<S::Object>::new(dt.clone());
     let mut virtual_config = watcher::Config::default();
     if let Some(selector) = syncer.selector() {
         virtual_config = virtual_config.labels_from(&selector);
@@ -119,8 +117,8 @@ pub async fn run<S: Syncer>(
     let virtual_api = Api::<S::Object>::all_with(ctx.virtual_client().clone(), &dt);
     let host_api = ctx.host_api();
     let controller = Arc::new(Controller {
-        virtual_store: virtual_writer.as_reader(),
-        host_store: host_writer.as_reader(),
+        virtual_store: Cache::new(),
+        host_store: Cache::new(),
         host_index: Mutex::new(HashMap::new()),
         syncer,
         ctx,
@@ -128,12 +126,10 @@ pub async fn run<S: Syncer>(
     });
     let virtual_events = watcher(virtual_api, virtual_config)
         .default_backoff()
-        .modify(|obj| slim_for_cache(obj.meta_mut()))
-        .reflect(virtual_writer);
+        .modify(|obj| slim_for_cache(obj.meta_mut()));
     let host_events = watcher(host_api, watcher::Config::default())
         .default_backoff()
-        .modify(|obj| slim_for_cache(obj.meta_mut()))
-        .reflect(host_writer);
+        .modify(|obj| slim_for_cache(obj.meta_mut()));
     let (queue, receiver) = work_queue::<ObjectKey>();
     let receiver = Arc::new(receiver);
 
@@ -172,8 +168,8 @@ pub async fn run<S: Syncer>(
     let workers = {
         let controller = controller.clone();
         async move {
-            let _ = controller.virtual_store.wait_until_ready().await;
-            let _ = controller.host_store.wait_until_ready().await;
+            controller.virtual_store.wait_until_ready().await;
+            controller.host_store.wait_until_ready().await;
             controller.ctx.stats().set_ready();
             info!(
                 kind = %controller.ctx.translator().kind(),
@@ -206,6 +202,9 @@ impl<S: Syncer> Controller<S> {
         event: Result<watcher::Event<S::Object>, watcher::Error>,
         queue: &WorkQueue<ObjectKey>,
     ) {
+        if let Ok(event) = &event {
+            self.virtual_store.apply(event);
+        }
         match event {
             Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) => {
                 self.ctx.stats().set_type_error(None);
@@ -232,6 +231,9 @@ impl<S: Syncer> Controller<S> {
         event: Result<watcher::Event<S::Object>, watcher::Error>,
         queue: &WorkQueue<ObjectKey>,
     ) {
+        if let Ok(event) = &event {
+            self.host_store.apply(event);
+        }
         match event {
             Ok(
                 watcher::Event::Apply(obj)
@@ -281,10 +283,10 @@ impl<S: Syncer> Controller<S> {
     }
 
     fn push_all(&self, queue: &WorkQueue<ObjectKey>) {
-        for obj in self.virtual_store.state() {
-            queue.push(virtual_key(&*obj));
+        for (namespace, name) in self.virtual_store.keys() {
+            queue.push(ObjectKey { namespace, name });
         }
-        for obj in self.host_store.state() {
+        for obj in self.host_store.objects() {
             if let Some(key) = self.key_of_host(&obj) {
                 queue.push(key);
             }
@@ -338,16 +340,17 @@ impl<S: Syncer> Controller<S> {
 
     /// One step of the lifecycle table for `key`. `Ok(None)`: nothing exists any more.
     async fn reconcile(&self, key: &ObjectKey) -> Result<Option<Outcome>, Error> {
-        let dt = self.ctx.dynamic_type();
         let translator = self.ctx.translator();
         let host_name = translator.host_name(&key.name, &key.namespace);
         let virtual_obj = self
             .virtual_store
-            .get(&ObjectRef::new_with(&key.name, dt.clone()).within(&key.namespace))
-            .filter(|obj| obj.meta().deletion_timestamp.is_none());
+            .get(&key.namespace, &key.name)
+            .filter(|obj| obj.meta().deletion_timestamp.is_none())
+            .map(Arc::new);
         let host_obj = self
             .host_store
-            .get(&ObjectRef::new_with(&host_name, dt.clone()).within(self.ctx.host_namespace()));
+            .get(self.ctx.host_namespace(), &host_name)
+            .map(Arc::new);
         let ours = host_obj
             .as_ref()
             .is_some_and(|h| translator.is_host_copy_of(h.meta(), &key.name, &key.namespace));

@@ -16,6 +16,7 @@
 //!
 //! The contract is `shared/DESIGN.md`, section "Runtime contract".
 
+mod cache;
 pub mod controller;
 pub mod error;
 pub mod from_host;

@@ -1,0 +1,226 @@
+//! A compact watch cache: the objects of one watch kept as their serialized JSON, parsed again
+//! when a worker reads one (no I/O here; the controller feeds it the watch events).
+//!
+//! Why not kube-runtime's reflector store: it keeps every object parsed, and a parsed object
+//! is several times the size of its JSON (each `ObjectMeta` is a wide struct, every label,
+//! annotation and JSON map a B-tree node allocated for eleven entries, and every store key an
+//! `ObjectRef` with its own copy of the `ApiResource`). With 10,000 synced objects cached on
+//! both sides that made most of the runtime's memory (`docs/BENCHMARKS.md`, "Sync runtime").
+//! Here an entry is the object's compact JSON under its `(namespace, name)` (the controller
+//! hands it objects already without `managedFields`,
+//! [`slim_for_cache`](crate::translate::slim_for_cache)); a read costs one parse of a few
+//! hundred bytes, done only when a key is reconciled.
+//!
+//! Event semantics are those of a reflector store: `Init` starts a new listing, `InitApply`
+//! adds to it, `InitDone` replaces the contents with it and marks the cache ready; `Apply`
+//! inserts or replaces, `Delete` removes.
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::RwLock;
+
+use kube::Resource;
+use kube::runtime::watcher;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+use tracing::warn;
+
+/// `(namespace, name)` of a cached object (namespace empty for cluster-scoped objects).
+pub(crate) type CacheKey = (String, String);
+
+struct Contents {
+    objects: HashMap<CacheKey, Box<[u8]>>,
+    /// The listing in progress between `Init` and `InitDone`.
+    listing: Option<HashMap<CacheKey, Box<[u8]>>>,
+}
+
+/// The objects of one watch (see the module docs).
+pub(crate) struct Cache<K> {
+    contents: RwLock<Contents>,
+    ready: watch::Sender<bool>,
+    _kind: PhantomData<fn() -> K>,
+}
+
+impl<K: Resource + Serialize + DeserializeOwned> Cache<K> {
+    /// An empty cache, not ready.
+    pub(crate) fn new() -> Self {
+        Self {
+            contents: RwLock::new(Contents {
+                objects: HashMap::new(),
+                listing: None,
+            }),
+            ready: watch::channel(false).0,
+            _kind: PhantomData,
+        }
+    }
+
+    /// Applies one watch event (see the module docs for the semantics).
+    pub(crate) fn apply(&self, event: &watcher::Event<K>) {
+        let Ok(mut contents) = self.contents.write() else {
+            return;
+        };
+        match event {
+            watcher::Event::Init => contents.listing = Some(HashMap::new()),
+            watcher::Event::InitApply(obj) => {
+                if let Some(entry) = encode(obj) {
+                    contents
+                        .listing
+                        .get_or_insert_with(HashMap::new)
+                        .insert(entry.0, entry.1);
+                }
+            }
+            watcher::Event::InitDone => {
+                let mut listing = contents.listing.take().unwrap_or_default();
+                listing.shrink_to_fit();
+                contents.objects = listing;
+                drop(contents);
+                self.ready.send_replace(true);
+            }
+            watcher::Event::Apply(obj) => {
+                if let Some((key, bytes)) = encode(obj) {
+                    contents.objects.insert(key, bytes);
+                }
+            }
+            watcher::Event::Delete(obj) => {
+                contents.objects.remove(&key_of(obj));
+            }
+        }
+    }
+
+    /// The object `namespace/name`, parsed; `None` when it is not cached.
+    pub(crate) fn get(&self, namespace: &str, name: &str) -> Option<K> {
+        let contents = self.contents.read().ok()?;
+        let bytes = contents
+            .objects
+            .get(&(namespace.to_string(), name.to_string()))?;
+        match serde_json::from_slice(bytes) {
+            Ok(obj) => Some(obj),
+            Err(error) => {
+                warn!(%namespace, %name, %error, "cannot parse a cached object");
+                None
+            }
+        }
+    }
+
+    /// The keys of every cached object.
+    pub(crate) fn keys(&self) -> Vec<CacheKey> {
+        self.contents
+            .read()
+            .map(|c| c.objects.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Every cached object, parsed (objects that fail to parse are left out).
+    pub(crate) fn objects(&self) -> Vec<K> {
+        self.keys()
+            .into_iter()
+            .filter_map(|(namespace, name)| self.get(&namespace, &name))
+            .collect()
+    }
+
+    /// Number of cached objects.
+    pub(crate) fn len(&self) -> usize {
+        self.contents.read().map(|c| c.objects.len()).unwrap_or(0)
+    }
+
+    /// Resolves once the first listing is complete.
+    pub(crate) async fn wait_until_ready(&self) {
+        let mut ready = self.ready.subscribe();
+        let _ = ready.wait_for(|r| *r).await;
+    }
+}
+
+fn key_of<K: Resource>(obj: &K) -> CacheKey {
+    let meta = obj.meta();
+    (
+        meta.namespace.clone().unwrap_or_default(),
+        meta.name.clone().unwrap_or_default(),
+    )
+}
+
+/// The entry of `obj`: its key and its JSON.
+fn encode<K: Resource + Serialize>(obj: &K) -> Option<(CacheKey, Box<[u8]>)> {
+    let key = key_of(obj);
+    match serde_json::to_vec(obj) {
+        Ok(bytes) => Some((key, bytes.into_boxed_slice())),
+        Err(error) => {
+            warn!(namespace = %key.0, name = %key.1, %error, "cannot cache an object");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::translate::slim_for_cache;
+    use kube::api::DynamicObject;
+    use serde_json::json;
+
+    /// A Car as the controller hands it to the cache (without `managedFields`).
+    fn car(name: &str, rv: &str) -> DynamicObject {
+        let mut obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "example.loft.sh/v1", "kind": "Car",
+            "metadata": {
+                "name": name, "namespace": "ns", "uid": "u", "resourceVersion": rv,
+                "creationTimestamp": "2026-01-01T00:00:00Z", "generation": 1,
+                "labels": {"l": "1"}, "annotations": {"a": "1"},
+                "managedFields": [{"manager": "m", "operation": "Update",
+                                   "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}]
+            },
+            "spec": {"type": "BMW", "seats": 4}, "status": {"ok": true}
+        }))
+        .unwrap();
+        slim_for_cache(&mut obj.metadata);
+        obj
+    }
+
+    #[tokio::test]
+    async fn listing_then_events() {
+        let cache = Cache::<DynamicObject>::new();
+        assert_eq!(cache.len(), 0);
+        cache.apply(&watcher::Event::Init);
+        cache.apply(&watcher::Event::InitApply(car("a", "1")));
+        cache.apply(&watcher::Event::InitApply(car("b", "1")));
+        // the listing is not visible before InitDone
+        assert_eq!(cache.get("ns", "a"), None);
+        cache.apply(&watcher::Event::InitDone);
+        cache.wait_until_ready().await;
+        assert_eq!(cache.len(), 2);
+        // the JSON round trip gives the object back as it was handed in
+        assert_eq!(cache.get("ns", "a"), Some(car("a", "1")));
+        cache.apply(&watcher::Event::Apply(car("a", "2")));
+        assert_eq!(
+            cache
+                .get("ns", "a")
+                .unwrap()
+                .metadata
+                .resource_version
+                .as_deref(),
+            Some("2")
+        );
+        cache.apply(&watcher::Event::Delete(car("b", "1")));
+        assert_eq!(cache.get("ns", "b"), None);
+        let mut keys = cache.keys();
+        keys.sort();
+        assert_eq!(keys, vec![("ns".to_string(), "a".to_string())]);
+        assert_eq!(cache.objects(), vec![car("a", "2")]);
+        assert_eq!(cache.get("other", "a"), None);
+    }
+
+    #[test]
+    fn a_relisting_replaces_the_contents() {
+        let cache = Cache::<DynamicObject>::new();
+        cache.apply(&watcher::Event::Init);
+        cache.apply(&watcher::Event::InitApply(car("a", "1")));
+        cache.apply(&watcher::Event::InitDone);
+        // a re-list (watch expired): objects deleted meanwhile disappear at InitDone
+        cache.apply(&watcher::Event::Init);
+        cache.apply(&watcher::Event::InitApply(car("b", "1")));
+        assert!(cache.get("ns", "a").is_some());
+        cache.apply(&watcher::Event::InitDone);
+        assert_eq!(cache.get("ns", "a"), None);
+        assert!(cache.get("ns", "b").is_some());
+    }
+}
