@@ -289,9 +289,12 @@ impl ControlPlane {
 const STATE_DIR_PREFIX: &str = "vcp-control-plane-";
 
 /// Removes the state folders in `tmp` left by test binaries that are no longer running (no
-/// `/proc/<pid>`); their processes were stopped by the watchdog or on drop. Folders of running
-/// binaries (other test binaries of the same `cargo test`) and names of another shape are kept.
-/// Errors are ignored: a folder that cannot be removed is only disk space.
+/// `/proc/<pid>`). A folder that still lists processes (`pids`: the binary exited moments ago
+/// and its watchdog, which polls every 0.5 s, has not run `down` yet) is first stopped with
+/// `scripts/control-plane down --dir`, as the watchdog would, so no process loses its state
+/// folder while running. Folders of running binaries (other test binaries of the same
+/// `cargo test`) and names of another shape are kept. Errors are ignored: a folder that cannot
+/// be removed is only disk space.
 fn remove_stale_state_dirs(tmp: &Path) {
     let Ok(entries) = std::fs::read_dir(tmp) else {
         return;
@@ -306,8 +309,19 @@ fn remove_stale_state_dirs(tmp: &Path) {
         else {
             continue;
         };
-        if !Path::new("/proc").join(pid.to_string()).exists() {
-            let _ = std::fs::remove_dir_all(entry.path());
+        if Path::new("/proc").join(pid.to_string()).exists() {
+            continue;
+        }
+        let dir = entry.path();
+        if dir.join("pids").exists() {
+            let _ = Command::new(repo_root().join("scripts/control-plane"))
+                .arg("down")
+                .arg("--dir")
+                .arg(&dir)
+                .output();
+        }
+        if !dir.join("pids").exists() {
+            let _ = std::fs::remove_dir_all(&dir);
         }
     }
 }
@@ -635,7 +649,21 @@ mod tests {
         for d in [&dead, &alive, &other, &unrelated] {
             std::fs::create_dir_all(d.join("logs")).unwrap();
         }
+        // A process of the dead binary's control plane whose watchdog has not run yet (not a
+        // child of this test, like the real ones, so it is reaped once stopped).
+        let out = Command::new("sh")
+            .args(["-c", "sleep 600 >/dev/null 2>&1 & echo $!"])
+            .output()
+            .unwrap();
+        let leftover = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        std::fs::write(dead.join("pids"), format!("{leftover} etcd\n")).unwrap();
         remove_stale_state_dirs(&tmp);
+        let running = Path::new("/proc").join(&leftover).exists();
+        let _ = Command::new("kill").arg(&leftover).status();
+        assert!(
+            !running,
+            "the leftover process is stopped before its folder goes"
+        );
         let left: Vec<bool> = [&dead, &alive, &other, &unrelated]
             .iter()
             .map(|d| d.exists())
