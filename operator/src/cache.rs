@@ -61,6 +61,31 @@ pub struct Caches {
     pub cluster_role_bindings: Store<ClusterRoleBinding>,
 }
 
+/// Set once every cache of a [`Caches`] holds its initial list ([`Caches::ready_signal`]);
+/// cheap to clone, any number of tasks may wait on it.
+#[derive(Clone, Debug)]
+pub struct CachesReady(tokio::sync::watch::Receiver<bool>);
+
+impl CachesReady {
+    /// Waits until the caches hold their initial lists (immediately once they do).
+    ///
+    /// # Errors
+    /// [`Error::CacheClosed`] when a cache's stream was dropped before its initial list (the
+    /// controller is stopping).
+    pub async fn wait(&self) -> Result<()> {
+        let mut rx = self.0.clone();
+        rx.wait_for(|ready| *ready)
+            .await
+            .map(|_| ())
+            .map_err(|_| Error::CacheClosed)
+    }
+
+    /// Whether the caches hold their initial lists now.
+    pub fn is_ready(&self) -> bool {
+        *self.0.borrow()
+    }
+}
+
 /// A watch stream that fills a cache; each item is an object that was added, changed or
 /// deleted (to be mapped to the plugins to reconcile).
 pub type Reflected<K> = std::pin::Pin<Box<dyn Stream<Item = Result<K, watcher::Error>> + Send>>;
@@ -165,11 +190,33 @@ impl Caches {
         )
     }
 
-    /// Waits until every cache holds its initial list (immediately once they do).
+    /// Starts the one task that waits until every cache holds its initial list, and returns
+    /// the signal it sets then, which any number of tasks may wait on
+    /// ([`CachesReady::wait`]). Call once per set of caches, inside a tokio runtime.
+    ///
+    /// Why one task: kube-runtime's `Store::wait_until_ready` keeps a single waker, so of
+    /// several tasks waiting on the same store concurrently only the last one to poll is woken
+    /// (the others wait forever). Reconciles run concurrently, so they must not each wait on
+    /// the stores; and nothing here waits on the controller's own VClusterPlugin store, which
+    /// kube-runtime's applier already waits on.
+    pub fn ready_signal(&self) -> CachesReady {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let caches = self.clone();
+        tokio::spawn(async move {
+            if caches.wait_for_initial_lists().await.is_ok() {
+                let _ = tx.send(true);
+            }
+            // On error `tx` is dropped: waiters get `Error::CacheClosed`.
+        });
+        CachesReady(rx)
+    }
+
+    /// Waits until every cache holds its initial list (immediately once they do). Only the
+    /// task of [`Caches::ready_signal`] calls this (see there).
     ///
     /// # Errors
     /// [`Error::CacheClosed`] when a cache's stream was dropped (the controller is stopping).
-    pub async fn wait_until_ready(&self) -> Result<()> {
+    async fn wait_for_initial_lists(&self) -> Result<()> {
         let closed = |_| Error::CacheClosed;
         self.statefulsets.wait_until_ready().await.map_err(closed)?;
         self.deployments.wait_until_ready().await.map_err(closed)?;

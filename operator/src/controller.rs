@@ -53,7 +53,7 @@ use serde_json::Value;
 use tracing::{debug, info, warn};
 use vcp_crds::{FINALIZER, OPERATOR_FIELD_MANAGER, PLUGIN_NAME_LABEL, VClusterPlugin, WorkloadRef};
 
-use crate::cache::{self, Caches, Discovery, WrittenWorkloads};
+use crate::cache::{self, Caches, CachesReady, Discovery, WrittenWorkloads};
 use crate::error::{Error, Result};
 use crate::policy::{self, Policy};
 use crate::rbac::{self, DesiredRbac, Plurals};
@@ -69,6 +69,13 @@ pub const RESYNC: Duration = Duration::from_secs(600);
 
 /// Delay before a failed reconcile is retried.
 pub const RETRY: Duration = Duration::from_secs(5);
+
+/// How soon a plugin refused for the state of the cluster rather than its own spec
+/// (`UnknownType`: a type the host does not serve; `VClusterRoleNotFound`: no Role bound to the
+/// vCluster's service account) is judged again. The CRD or Role that resolves the refusal is
+/// not watched for this plugin (it is not the plugin's own), so without this the plugin would
+/// wait for [`RESYNC`].
+pub const RECHECK: Duration = Duration::from_secs(20);
 
 /// How long the controller waits after the last trigger of a plugin before reconciling it
 /// (trailing-edge debounce, `kube::runtime::controller::Config::debounce`): the watch events
@@ -94,6 +101,8 @@ pub struct Context {
     /// Watch caches of workloads and RBAC objects (the install path reads these, not the API
     /// server; see [`crate::cache`]).
     pub caches: Caches,
+    /// Set once [`Context::caches`] hold their initial lists; reconciles wait for it.
+    pub caches_ready: CachesReady,
     /// The workloads this operator applied, until [`Context::caches`] shows them.
     pub written: WrittenWorkloads,
     /// Plurals found by API discovery.
@@ -183,6 +192,7 @@ pub async fn run_until(
         plugins: store.clone(),
         policy: config.policy.clone(),
         telemetry: config.telemetry.clone(),
+        caches_ready: caches.ready_signal(),
         caches,
         written: WrittenWorkloads::default(),
         discovery: Discovery::default(),
@@ -190,19 +200,21 @@ pub async fn run_until(
     });
 
     // Ready (while leading) once the API server answers a list of VClusterPlugins with the
-    // operator's identity (reachable, CRD installed, RBAC in place); retried every second.
+    // operator's identity (reachable, CRD installed, RBAC in place; retried every second) and
+    // every watch cache holds its first full list (reconciles wait for the same).
     let telemetry = config.telemetry.clone();
     let probe: Api<VClusterPlugin> = Api::all(client.clone());
+    let caches_ready = context.caches_ready.clone();
     let readiness = tokio::spawn(async move {
         loop {
             match probe.list_metadata(&ListParams::default().limit(1)).await {
-                Ok(_) => {
-                    telemetry.set_synced(true);
-                    return;
-                }
+                Ok(_) => break,
                 Err(e) => debug!(error = %e, "not ready: cannot list VClusterPlugins"),
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        if caches_ready.wait().await.is_ok() {
+            telemetry.set_synced(true);
         }
     });
 
@@ -295,7 +307,7 @@ async fn reconcile_inner(plugin: Arc<VClusterPlugin>, ctx: Arc<Context>) -> Resu
     let namespace = plugin
         .namespace()
         .ok_or(Error::MissingField("metadata.namespace"))?;
-    ctx.caches.wait_until_ready().await?;
+    ctx.caches_ready.wait().await?;
     let index = plugin.finalizers().iter().position(|f| f == FINALIZER);
     match (plugin.metadata.deletion_timestamp.is_some(), index) {
         // The install path adds the finalizer when missing, and goes on in the same reconcile.
@@ -657,7 +669,20 @@ async fn apply(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
         terminating: false,
     };
     write_status(plugin, &outcome, ctx).await?;
-    Ok(Action::requeue(RESYNC))
+    Ok(Action::requeue(next_reconcile(&outcome.rbac)))
+}
+
+/// When to reconcile a plugin again after its install path ended with `rbac`: [`RECHECK`] when
+/// it was refused for the cluster's state (see there), else [`RESYNC`].
+pub fn next_reconcile(rbac: &Check) -> Duration {
+    match rbac {
+        Check::Failed { reason, .. }
+            if reason == rbac::REASON_UNKNOWN_TYPE || reason == rbac::REASON_NO_VCLUSTER_ROLE =>
+        {
+            RECHECK
+        }
+        _ => RESYNC,
+    }
 }
 
 /// What one plugin is given when it is not refused: its RBAC objects and, in
@@ -1010,4 +1035,28 @@ pub async fn sync_vcluster_roles(
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_that_depend_on_the_cluster_are_rechecked_soon() {
+        assert_eq!(next_reconcile(&Check::Ok), RESYNC);
+        for reason in [rbac::REASON_UNKNOWN_TYPE, rbac::REASON_NO_VCLUSTER_ROLE] {
+            assert_eq!(
+                next_reconcile(&Check::failed(reason, "m")),
+                RECHECK,
+                "{reason}"
+            );
+        }
+        for reason in ["PolicyDenied", "Conflict", "VClusterNotFound"] {
+            assert_eq!(
+                next_reconcile(&Check::failed(reason, "m")),
+                RESYNC,
+                "{reason}"
+            );
+        }
+    }
 }

@@ -131,7 +131,8 @@ impl Telemetry {
         }
     }
 
-    /// Sets whether the controller started and can list VClusterPlugins.
+    /// Sets whether the controller started, can list VClusterPlugins and has filled its
+    /// watch caches.
     pub fn set_synced(&self, synced: bool) {
         self.synced.store(synced, Ordering::SeqCst);
     }

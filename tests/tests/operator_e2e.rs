@@ -515,3 +515,99 @@ async fn v2_image_plugins_share_the_plugins_volume_and_leave_no_trace() {
         after.metadata.managed_fields
     );
 }
+
+/// `UnknownType` depends on the cluster, not the spec: once the type's CRD is installed the
+/// plugin is judged again ([`vcluster_plugin_operator::controller::RECHECK`]) and installed,
+/// without any change to the plugin or its vCluster.
+#[tokio::test]
+async fn unknown_type_is_installed_once_its_crd_is_served() {
+    let admin = setup().await;
+    let ns = "op-unknown-type";
+    vcluster(&admin, ns).await;
+    create_plugin(
+        &admin,
+        ns,
+        json!({
+            "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
+            "metadata": { "name": "gadgets", "namespace": ns },
+            "spec": {
+                "vcluster": { "name": "my-vcluster" },
+                "syncedTypes": [{ "apiVersion": "late.example.com/v1", "kind": "Gadget" }],
+            },
+        }),
+    )
+    .await;
+    let refused = wait_ready(&admin, ns, "gadgets", "False").await;
+    let ready = condition(&refused, "Ready").unwrap();
+    assert_eq!(ready.reason, "UnknownType");
+    assert!(ready.message.contains("Gadget"), "{}", ready.message);
+    let untouched = sts(&admin, ns).await;
+    assert!(
+        !operator_owns_something(&untouched),
+        "a refused plugin leaves the workload untouched"
+    );
+    // Let the reconciles the refusal's own writes (status, Event) trigger pass, so only the
+    // recheck can notice the CRD.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+
+    vcp_tests::apply_yaml(
+        &admin,
+        r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: { name: gadgets.late.example.com }
+spec:
+  group: late.example.com
+  scope: Namespaced
+  names: { plural: gadgets, singular: gadget, kind: Gadget, listKind: GadgetList }
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema: { type: object, x-kubernetes-preserve-unknown-fields: true }
+"#,
+        None,
+    )
+    .await
+    .expect("install the Gadget CRD");
+
+    let installed = {
+        let api = Api::<VClusterPlugin>::namespaced(admin.clone(), ns);
+        wait_for(
+            vcluster_plugin_operator::controller::RECHECK + TIMEOUT,
+            || {
+                let api = api.clone();
+                async move {
+                    let p = api.get("gadgets").await.ok()?;
+                    (condition(&p, "Ready")?.status == "True").then_some(p)
+                }
+            },
+        )
+        .await
+    };
+    assert_eq!(
+        installed.metadata.generation, refused.metadata.generation,
+        "installed without a change of the plugin"
+    );
+    let role = Api::<Role>::namespaced(admin.clone(), ns)
+        .get(&vcluster_plugin_operator::rbac::role_name("gadgets"))
+        .await
+        .expect("the plugin's dedicated Role");
+    assert!(
+        role.rules.iter().flatten().any(|r| {
+            r.api_groups.as_deref() == Some(&["late.example.com".to_string()][..])
+                && r.resources.as_deref() == Some(&["gadgets".to_string()][..])
+        }),
+        "{:?}",
+        role.rules
+    );
+    assert!(
+        template(&sts(&admin, ns).await)["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == "gadgets"),
+        "the sidecar is added"
+    );
+}
