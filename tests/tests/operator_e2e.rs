@@ -79,6 +79,19 @@ async fn vcluster_in_existing_namespace(admin: &Client, ns: &str) -> Value {
     serde_json::to_value(&created.spec.unwrap().template).unwrap()
 }
 
+/// An embedded-runtime plugin `name` of the vCluster `my-vcluster` in `ns`, syncing one type
+/// to the host.
+fn embedded_plugin(ns: &str, name: &str, api_version: &str, kind: &str) -> Value {
+    json!({
+        "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
+        "metadata": { "name": name, "namespace": ns },
+        "spec": {
+            "vcluster": { "name": "my-vcluster" },
+            "syncedTypes": [{ "apiVersion": api_version, "kind": kind }],
+        },
+    })
+}
+
 async fn create_plugin(admin: &Client, ns: &str, plugin: Value) -> VClusterPlugin {
     let p: VClusterPlugin = serde_json::from_value(plugin).expect("plugin");
     Api::<VClusterPlugin>::namespaced(admin.clone(), ns)
@@ -170,14 +183,7 @@ async fn embedded_plugin_install_converge_and_clean_removal() {
     create_plugin(
         &admin,
         ns,
-        json!({
-            "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
-            "metadata": { "name": "car-syncer", "namespace": ns },
-            "spec": {
-                "vcluster": { "name": "my-vcluster" },
-                "syncedTypes": [{ "apiVersion": "example.loft.sh/v1", "kind": "Car" }],
-            },
-        }),
+        embedded_plugin(ns, "car-syncer", "example.loft.sh/v1", "Car"),
     )
     .await;
     let p = wait_ready(&admin, ns, "car-syncer", "True").await;
@@ -527,14 +533,7 @@ async fn unknown_type_is_installed_once_its_crd_is_served() {
     create_plugin(
         &admin,
         ns,
-        json!({
-            "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
-            "metadata": { "name": "gadgets", "namespace": ns },
-            "spec": {
-                "vcluster": { "name": "my-vcluster" },
-                "syncedTypes": [{ "apiVersion": "late.example.com/v1", "kind": "Gadget" }],
-            },
-        }),
+        embedded_plugin(ns, "gadgets", "late.example.com/v1", "Gadget"),
     )
     .await;
     let refused = wait_ready(&admin, ns, "gadgets", "False").await;
