@@ -138,7 +138,8 @@ impl Caches {
     /// The caches and the streams that fill them, watching with `client` (the operator's
     /// identity: list/watch on each type, `config/rbac/role.yaml`).
     pub fn new(client: &Client) -> (Self, CacheStreams) {
-        let wc = watcher::Config::default().any_semantic();
+        // Consistent lists, as for the controller's own watch (see `controller::run_until`).
+        let wc = watcher::Config::default();
         let labelled = wc.clone().labels(PLUGIN_NAME_LABEL);
         let (statefulsets, sts) = reflect(
             Api::<StatefulSet>::all(client.clone()),

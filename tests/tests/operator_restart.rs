@@ -1,0 +1,105 @@
+//! The operator across a restart of the host API server (the watches it reconciles from fail
+//! and must resume): a change made after the restart converges within seconds, not at the next
+//! periodic resync. One test, so this binary's control plane is its own to restart.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+use vcp_crds::VClusterPlugin;
+use vcp_tests::{Cluster, ControlPlane, wait_for};
+
+const NS: &str = "op-restart";
+/// How long convergence may take after the API server is back (the operator's periodic
+/// resync is 600 s, so a stalled watch cannot pass this).
+const CONVERGE: Duration = Duration::from_secs(45);
+
+/// The image of the v2 plugin container in the StatefulSet, if any.
+async fn plugin_image(sts: &Api<StatefulSet>) -> Option<String> {
+    let live = sts.get("my-vcluster").await.ok()?;
+    live.spec?
+        .template
+        .spec?
+        .init_containers?
+        .into_iter()
+        .find(|c| c.name == "v2")?
+        .image
+}
+
+#[tokio::test]
+async fn changes_after_a_host_api_server_restart_converge() {
+    let admin = vcp_tests::start_shared_operator("vcp-test/runtime:restart").await;
+    vcp_tests::create_namespace(&admin, NS).await;
+    let sa: ServiceAccount = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": { "name": "vc-my-vcluster", "namespace": NS },
+    }))
+    .unwrap();
+    Api::<ServiceAccount>::namespaced(admin.clone(), NS)
+        .create(&PostParams::default(), &sa)
+        .await
+        .expect("create ServiceAccount");
+    let sts_api = Api::<StatefulSet>::namespaced(admin.clone(), NS);
+    let sts: StatefulSet = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": { "name": "my-vcluster", "namespace": NS },
+        "spec": {
+            "serviceName": "my-vcluster-headless",
+            "selector": { "matchLabels": { "app": "vcluster" } },
+            "template": {
+                "metadata": { "labels": { "app": "vcluster" } },
+                "spec": {
+                    "serviceAccountName": "vc-my-vcluster",
+                    "containers": [{ "name": "syncer", "image": "ghcr.io/loft-sh/vcluster-pro:0.26.0" }],
+                },
+            },
+        },
+    }))
+    .unwrap();
+    sts_api
+        .create(&PostParams::default(), &sts)
+        .await
+        .expect("create StatefulSet");
+    let plugins = Api::<VClusterPlugin>::namespaced(admin.clone(), NS);
+    let plugin: VClusterPlugin = serde_json::from_value(json!({
+        "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
+        "metadata": { "name": "v2", "namespace": NS },
+        "spec": {
+            "vcluster": { "name": "my-vcluster" },
+            "version": "v2",
+            "image": "example.com/plugin:1",
+        },
+    }))
+    .unwrap();
+    plugins
+        .create(&PostParams::default(), &plugin)
+        .await
+        .expect("create VClusterPlugin");
+    wait_for(Duration::from_secs(30), || async {
+        (plugin_image(&sts_api).await.as_deref() == Some("example.com/plugin:1")).then_some(())
+    })
+    .await;
+
+    ControlPlane::shared()
+        .restart(Cluster::Host)
+        .expect("restart the host API server");
+    let back = Instant::now();
+    plugins
+        .patch(
+            "v2",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "image": "example.com/plugin:2" } })),
+        )
+        .await
+        .expect("change the plugin's image");
+    wait_for(CONVERGE, || async {
+        (plugin_image(&sts_api).await.as_deref() == Some("example.com/plugin:2")).then_some(())
+    })
+    .await;
+    eprintln!(
+        "converged {:.1} s after the API server was back",
+        back.elapsed().as_secs_f64()
+    );
+}
