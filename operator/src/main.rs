@@ -58,7 +58,9 @@ struct RunArgs {
     concurrency: u16,
 
     /// Operator policy (YAML; schema in the docs of `vcluster_plugin_operator::policy`):
-    /// which RBAC rules a VClusterPlugin may grant. Default: DESIGN.md's.
+    /// which RBAC rules a VClusterPlugin may grant. Default: the built-in policy (no wildcards,
+    /// no escalate/bind/impersonate, no write verbs in cluster-scoped rules, no cluster-wide
+    /// secrets).
     #[arg(long, env = "VCP_POLICY_FILE")]
     policy_file: Option<std::path::PathBuf>,
 
