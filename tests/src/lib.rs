@@ -31,6 +31,28 @@ use kube::discovery::{Discovery, Scope};
 use kube::{Client, Config};
 use serde::Deserialize as _;
 
+/// The workload part of a vCluster-chart-shaped namespace, as YAML for [`apply_yaml`]: the
+/// ServiceAccount `vc-my-vcluster` and the StatefulSet `my-vcluster` (one container `syncer`)
+/// running as it. Append further documents after a `---`.
+pub const VCLUSTER_WORKLOAD: &str = r#"
+apiVersion: v1
+kind: ServiceAccount
+metadata: { name: vc-my-vcluster }
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: { name: my-vcluster }
+spec:
+  serviceName: my-vcluster-headless
+  selector: { matchLabels: { app: vcluster } }
+  template:
+    metadata: { labels: { app: vcluster } }
+    spec:
+      serviceAccountName: vc-my-vcluster
+      containers:
+        - { name: syncer, image: "ghcr.io/loft-sh/vcluster-pro:0.26.0" }
+"#;
+
 /// Field manager of the writes the test support itself makes (fixtures, namespaces, CRDs).
 pub const TEST_FIELD_MANAGER: &str = "vcp-tests";
 

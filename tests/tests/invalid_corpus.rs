@@ -23,7 +23,9 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, Role};
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use vcp_crds::VClusterPlugin;
-use vcp_tests::{Cluster, ControlPlane, Identity, apply_yaml, repo_root, wait_for};
+use vcp_tests::{
+    Cluster, ControlPlane, Identity, VCLUSTER_WORKLOAD, apply_yaml, repo_root, wait_for,
+};
 
 const NS: &str = "invalid-corpus";
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -35,26 +37,9 @@ async fn setup() -> Client {
     vcp_tests::start_shared_operator("vcp-test/runtime:corpus").await
 }
 
-/// A vCluster-chart-shaped namespace: ServiceAccount, StatefulSet (container `syncer`), the
-/// chart's Role and RoleBinding, and an installed baseline plugin syncing Cars.
-const VCLUSTER: &str = r#"
-apiVersion: v1
-kind: ServiceAccount
-metadata: { name: vc-my-vcluster }
----
-apiVersion: apps/v1
-kind: StatefulSet
-metadata: { name: my-vcluster }
-spec:
-  serviceName: my-vcluster-headless
-  selector: { matchLabels: { app: vcluster } }
-  template:
-    metadata: { labels: { app: vcluster } }
-    spec:
-      serviceAccountName: vc-my-vcluster
-      containers:
-        - name: syncer
-          image: ghcr.io/loft-sh/vcluster-pro:0.26.0
+/// The rest of the vCluster-chart-shaped namespace after [`VCLUSTER_WORKLOAD`]: the chart's
+/// Role and RoleBinding, and an installed baseline plugin syncing Cars.
+const VCLUSTER_REST: &str = r#"
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
@@ -204,9 +189,13 @@ async fn wait_not_ready(
 async fn every_invalid_manifest_is_refused_or_reported_and_nothing_is_written() {
     let admin = setup().await;
     vcp_tests::create_namespace(&admin, NS).await;
-    apply_yaml(&admin, VCLUSTER, Some(NS))
-        .await
-        .expect("vCluster fixtures");
+    apply_yaml(
+        &admin,
+        &format!("{VCLUSTER_WORKLOAD}{VCLUSTER_REST}"),
+        Some(NS),
+    )
+    .await
+    .expect("vCluster fixtures");
     let plugins = Api::<VClusterPlugin>::namespaced(admin.clone(), NS);
     wait_for(TIMEOUT, || {
         let plugins = plugins.clone();

@@ -5,7 +5,6 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use vcp_crds::VClusterPlugin;
@@ -32,36 +31,10 @@ async fn plugin_image(sts: &Api<StatefulSet>) -> Option<String> {
 async fn changes_after_a_host_api_server_restart_converge() {
     let admin = vcp_tests::start_shared_operator("vcp-test/runtime:restart").await;
     vcp_tests::create_namespace(&admin, NS).await;
-    let sa: ServiceAccount = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "ServiceAccount",
-        "metadata": { "name": "vc-my-vcluster", "namespace": NS },
-    }))
-    .unwrap();
-    Api::<ServiceAccount>::namespaced(admin.clone(), NS)
-        .create(&PostParams::default(), &sa)
+    vcp_tests::apply_yaml(&admin, vcp_tests::VCLUSTER_WORKLOAD, Some(NS))
         .await
-        .expect("create ServiceAccount");
+        .expect("create the vCluster's ServiceAccount and StatefulSet");
     let sts_api = Api::<StatefulSet>::namespaced(admin.clone(), NS);
-    let sts: StatefulSet = serde_json::from_value(json!({
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": { "name": "my-vcluster", "namespace": NS },
-        "spec": {
-            "serviceName": "my-vcluster-headless",
-            "selector": { "matchLabels": { "app": "vcluster" } },
-            "template": {
-                "metadata": { "labels": { "app": "vcluster" } },
-                "spec": {
-                    "serviceAccountName": "vc-my-vcluster",
-                    "containers": [{ "name": "syncer", "image": "ghcr.io/loft-sh/vcluster-pro:0.26.0" }],
-                },
-            },
-        },
-    }))
-    .unwrap();
-    sts_api
-        .create(&PostParams::default(), &sts)
-        .await
-        .expect("create StatefulSet");
     let plugins = Api::<VClusterPlugin>::namespaced(admin.clone(), NS);
     let plugin: VClusterPlugin = serde_json::from_value(json!({
         "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",

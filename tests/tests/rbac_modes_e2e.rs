@@ -14,7 +14,7 @@ use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use vcp_crds::VClusterPlugin;
-use vcp_tests::{apply_yaml, wait_for};
+use vcp_tests::{VCLUSTER_WORKLOAD, apply_yaml, wait_for};
 
 const NS: &str = "rbac-patch-mode";
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -24,23 +24,8 @@ async fn setup() -> Client {
     vcp_tests::start_shared_operator("vcp-test/runtime:rbac-modes").await
 }
 
-const VCLUSTER: &str = r#"
-apiVersion: v1
-kind: ServiceAccount
-metadata: { name: vc-my-vcluster }
----
-apiVersion: apps/v1
-kind: StatefulSet
-metadata: { name: my-vcluster }
-spec:
-  serviceName: my-vcluster-headless
-  selector: { matchLabels: { app: vcluster } }
-  template:
-    metadata: { labels: { app: vcluster } }
-    spec:
-      serviceAccountName: vc-my-vcluster
-      containers:
-        - { name: syncer, image: "ghcr.io/loft-sh/vcluster-pro:0.26.0" }
+/// The chart's Role (as Helm labels it) and its RoleBinding, after [`VCLUSTER_WORKLOAD`].
+const CHART_RBAC: &str = r#"
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
@@ -77,9 +62,13 @@ fn restorable(r: &Role) -> Value {
 async fn patch_mode_appends_to_the_vcluster_role_and_removal_restores_it_exactly() {
     let admin = setup().await;
     vcp_tests::create_namespace(&admin, NS).await;
-    apply_yaml(&admin, VCLUSTER, Some(NS))
-        .await
-        .expect("vCluster");
+    apply_yaml(
+        &admin,
+        &format!("{VCLUSTER_WORKLOAD}{CHART_RBAC}"),
+        Some(NS),
+    )
+    .await
+    .expect("vCluster");
     let roles = Api::<Role>::namespaced(admin.clone(), NS);
     let original = roles.get("vc-my-vcluster").await.unwrap();
 
@@ -190,24 +179,6 @@ spec:
 /// chart's Role `vc-my-vcluster` and the RoleBinding to the ServiceAccount, else only a Role
 /// `unrelated` that nothing binds.
 fn vcluster_in(ns: &str, chart_role: bool) -> String {
-    let base = r#"
-apiVersion: v1
-kind: ServiceAccount
-metadata: { name: vc-my-vcluster }
----
-apiVersion: apps/v1
-kind: StatefulSet
-metadata: { name: my-vcluster }
-spec:
-  serviceName: my-vcluster-headless
-  selector: { matchLabels: { app: vcluster } }
-  template:
-    metadata: { labels: { app: vcluster } }
-    spec:
-      serviceAccountName: vc-my-vcluster
-      containers:
-        - { name: syncer, image: "ghcr.io/loft-sh/vcluster-pro:0.26.0" }
-"#;
     let roles = if chart_role {
         format!(
             r#"
@@ -237,7 +208,7 @@ rules:
 "#
         .to_string()
     };
-    format!("{base}{roles}")
+    format!("{VCLUSTER_WORKLOAD}{roles}")
 }
 
 /// The `Ready` condition of `name` once it is `False` for the current generation, with `reason`.
