@@ -800,25 +800,6 @@ impl ClusterFacts {
     }
 }
 
-/// Plural names of the types [`rbac::types_to_resolve`] lists for `plugin`, by API discovery
-/// (one request per type, no cache: the controller uses [`Discovery::plurals_of`]). A type
-/// the API server does not serve is left out (and refused by [`rbac::desired`]).
-///
-/// # Errors
-/// Discovery failures other than "not served".
-pub async fn resolve_plurals(client: &Client, plugin: &VClusterPlugin) -> Result<Plurals> {
-    let mut plurals = Plurals::new();
-    let mut types = rbac::types_to_resolve(plugin);
-    types.sort();
-    types.dedup();
-    for (api_version, kind) in types {
-        if let Some(plural) = cache::discover_plural(client, &api_version, &kind).await? {
-            plurals.insert((api_version, kind), plural);
-        }
-    }
-    Ok(plurals)
-}
-
 /// Applies the RBAC objects of `desired` that differ from the cached ones
 /// ([`Context::caches`]), and deletes those the plugin no longer needs (only when labelled as
 /// made for it).

@@ -349,7 +349,10 @@ async fn plugin_writes(
     if let Some(body) = workload {
         out.push(Write::Workload(ns.clone(), body));
     }
-    let plurals = controller::resolve_plurals(client, plugin).await?;
+    // A fresh discovery cache: one discovery request per type, as the operator's first reconcile.
+    let plurals = vcluster_plugin_operator::cache::Discovery::default()
+        .plurals_of(client, &[plugin])
+        .await?;
     let desired = rbac::desired(plugin, &plurals)
         .map_err(|r| anyhow::anyhow!("{}: {}", r.reason, r.message))?;
     if let Some(r) = desired.role {
