@@ -11,9 +11,8 @@
 //!   `vcluster.loft.sh/managed-by` (host copies some vCluster made from a virtual object are
 //!   never imported back);
 //! - the virtual copy: the host object's labels, annotations and every top-level field but
-//!   `status` (with `syncStatus`, `status` too, through the status subresource), plus the
-//!   annotations [`HOST_NAME_ANNOTATION`] / [`HOST_NAMESPACE_ANNOTATION`] naming the host object
-//!   (vCluster's `VirtualMetadata` marks imported objects the same way); `CreateVirtual` /
+//!   `status` (with `syncStatus`, `status` too, through the status subresource), plus
+//!   annotations naming the host object ([`FromHostTranslator`]); `CreateVirtual` /
 //!   `UpdateVirtual` hooks run before each write;
 //! - lifecycle: host changes are copied (changes made in the virtual cluster are reverted), a
 //!   deleted host object deletes its virtual copy, a virtual object of the same name without
@@ -31,7 +30,7 @@ use kube::core::Selector;
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::json;
 use tracing::{info, warn};
 use vcp_crds::RUNTIME_FIELD_MANAGER;
 
@@ -41,9 +40,7 @@ use crate::patch::guarded_merge_patch;
 use crate::queue::{WorkQueue, work_queue};
 use crate::sdk::{HookPoint, Hooks, to_json};
 use crate::stats::{Outcome, TypeStats};
-use crate::translate::{
-    HOST_NAME_ANNOTATION, HOST_NAMESPACE_ANNOTATION, MANAGED_BY_LABEL, slim_for_cache,
-};
+use crate::translate::{FromHostTranslator, MANAGED_BY_LABEL, slim_for_cache};
 
 /// Everything [`run`] needs.
 #[derive(Clone)]
@@ -76,6 +73,7 @@ pub struct FromHostOptions {
 
 struct FromHost {
     opts: FromHostOptions,
+    translator: FromHostTranslator,
     host_store: Store<DynamicObject>,
     virtual_store: Store<DynamicObject>,
 }
@@ -110,6 +108,12 @@ pub async fn run(opts: FromHostOptions) -> Result<(), Error> {
     .modify(|obj| slim_for_cache(&mut obj.metadata))
     .reflect(virtual_writer);
     let this = Arc::new(FromHost {
+        translator: FromHostTranslator::new(
+            &opts.host_namespace,
+            &opts.virtual_namespace,
+            &opts.resource.api_version,
+            &opts.resource.kind,
+        ),
         host_store,
         virtual_store,
         opts,
@@ -212,9 +216,7 @@ impl FromHost {
 
     /// Whether `obj` is a copy this runtime made of host object `name`.
     fn is_ours(&self, obj: &DynamicObject, name: &str) -> bool {
-        let annotations = obj.annotations();
-        annotations.get(HOST_NAME_ANNOTATION).map(String::as_str) == Some(name)
-            && annotations.get(HOST_NAMESPACE_ANNOTATION) == Some(&self.opts.host_namespace)
+        self.translator.is_virtual_copy_of(&obj.metadata, name)
     }
 
     async fn process(&self, name: &str, queue: &WorkQueue<String>) {
@@ -286,41 +288,6 @@ impl FromHost {
         }
     }
 
-    /// The virtual copy of `host` on top of `base` (metadata other than labels and
-    /// annotations kept from `base`).
-    fn desired(&self, host: &DynamicObject, base: Option<&DynamicObject>) -> DynamicObject {
-        let mut metadata = base.map(|b| b.metadata.clone()).unwrap_or_default();
-        metadata.name = Some(host.name_any());
-        metadata.namespace = Some(self.opts.virtual_namespace.clone());
-        metadata.labels = Some(host.labels().clone());
-        let mut annotations = host.annotations().clone();
-        annotations.insert(HOST_NAME_ANNOTATION.into(), host.name_any());
-        annotations.insert(
-            HOST_NAMESPACE_ANNOTATION.into(),
-            self.opts.host_namespace.clone(),
-        );
-        metadata.annotations = Some(annotations);
-        let mut data = serde_json::Map::new();
-        if let Some(fields) = host.data.as_object() {
-            for (key, value) in fields {
-                if !matches!(key.as_str(), "metadata" | "apiVersion" | "kind" | "status") {
-                    data.insert(key.clone(), value.clone());
-                }
-            }
-        }
-        if let Some(status) = base.and_then(|b| b.data.get("status")) {
-            data.insert("status".into(), status.clone());
-        }
-        DynamicObject {
-            types: Some(kube::api::TypeMeta {
-                api_version: self.opts.resource.api_version.clone(),
-                kind: self.opts.resource.kind.clone(),
-            }),
-            metadata,
-            data: Value::Object(data),
-        }
-    }
-
     async fn ensure_namespace(&self) -> Result<(), Error> {
         let namespaces: Api<Namespace> = Api::all(self.opts.virtual_.clone());
         let ns: Namespace = serde_json::from_value(json!({
@@ -346,7 +313,7 @@ impl FromHost {
 
     async fn create_virtual(&self, host: &DynamicObject) -> Result<(), Error> {
         let name = host.name_any();
-        let desired = to_json(&self.desired(host, None), &name)?;
+        let desired = to_json(&self.translator.virtual_object(host, None), &name)?;
         let desired = self.opts.hooks.apply(HookPoint::CreateVirtual, desired)?;
         let obj: DynamicObject = serde_json::from_value(desired).map_err(|source| Error::Json {
             what: format!("hooked virtual object {name}"),
@@ -377,10 +344,11 @@ impl FromHost {
         virtual_obj: &DynamicObject,
     ) -> Result<(), Error> {
         let name = host.name_any();
+        let desired = self.translator.virtual_object(host, Some(virtual_obj));
         let mut current = virtual_obj.clone();
-        current.types = self.desired(host, None).types;
+        current.types.clone_from(&desired.types);
         let current = to_json(&current, &name)?;
-        let desired = to_json(&self.desired(host, Some(virtual_obj)), &name)?;
+        let desired = to_json(&desired, &name)?;
         let desired = self.opts.hooks.apply(HookPoint::UpdateVirtual, desired)?;
         let params = PatchParams {
             field_manager: Some(RUNTIME_FIELD_MANAGER.into()),

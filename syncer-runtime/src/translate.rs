@@ -14,11 +14,16 @@
 //!   host exactly the keys removed in the virtual cluster and keeps keys added on the host;
 //! - stripped: the server-owned metadata fields listed in [`NamespacedTranslator::translate_metadata`].
 //!
-//! Nothing here talks to an API server; the syncers in [`crate::syncer`] use these functions.
+//! The other direction (`FromHost`, host objects copied into the virtual cluster under the same
+//! name) is [`FromHostTranslator`].
+//!
+//! Nothing here talks to an API server; the syncers in [`crate::syncer`] and
+//! [`crate::from_host`] use these functions.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
 use kube::api::{DynamicObject, TypeMeta};
 use sha2::{Digest, Sha256};
 
@@ -389,6 +394,95 @@ impl NamespacedTranslator {
         labels.insert(MANAGED_BY_LABEL.into(), self.vcluster.clone());
         set_or_remove(&mut labels, NAMESPACE_LABEL, virtual_namespace.to_string());
         (labels, annotations)
+    }
+}
+
+/// Where host objects of one namespaced type go in the virtual cluster (`direction: FromHost`):
+/// objects of `api_version` / `kind` in host namespace `host_namespace` are copied into virtual
+/// namespace `virtual_namespace` under the same name (vCluster's
+/// `sync.fromHost.customResources` with the mapping `"<host namespace>/*": "<virtual
+/// namespace>/*"`).
+///
+/// The virtual copy carries the host object's labels and annotations, plus
+/// [`HOST_NAME_ANNOTATION`] / [`HOST_NAMESPACE_ANNOTATION`] naming the host object (vCluster's
+/// `VirtualMetadata` marks imported objects the same way), and every top-level field of the host
+/// object but `status` (the virtual copy's own `status` is kept; `syncStatus` copies it
+/// separately).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FromHostTranslator {
+    host_namespace: String,
+    virtual_namespace: String,
+    api_version: String,
+    kind: String,
+}
+
+impl FromHostTranslator {
+    /// A translator for objects of `api_version` / `kind` copied from host namespace
+    /// `host_namespace` into virtual namespace `virtual_namespace`.
+    pub fn new(
+        host_namespace: impl Into<String>,
+        virtual_namespace: impl Into<String>,
+        api_version: impl Into<String>,
+        kind: impl Into<String>,
+    ) -> Self {
+        Self {
+            host_namespace: host_namespace.into(),
+            virtual_namespace: virtual_namespace.into(),
+            api_version: api_version.into(),
+            kind: kind.into(),
+        }
+    }
+
+    /// The host namespace the objects are copied from.
+    pub fn host_namespace(&self) -> &str {
+        &self.host_namespace
+    }
+
+    /// The virtual namespace the objects are copied into.
+    pub fn virtual_namespace(&self) -> &str {
+        &self.virtual_namespace
+    }
+
+    /// The virtual copy of `host` on top of the existing virtual object `base` (none for a
+    /// create): name of the host object, the virtual namespace, the host's labels, the host's
+    /// annotations plus [`HOST_NAME_ANNOTATION`] / [`HOST_NAMESPACE_ANNOTATION`], every
+    /// top-level field of the host but `status`, and `base`'s `status` and other metadata
+    /// (`uid`, `resourceVersion`, ...) kept.
+    pub fn virtual_object(
+        &self,
+        host: &DynamicObject,
+        base: Option<&DynamicObject>,
+    ) -> DynamicObject {
+        let mut metadata = base.map(|b| b.metadata.clone()).unwrap_or_default();
+        metadata.name = Some(host.name_any());
+        metadata.namespace = Some(self.virtual_namespace.clone());
+        metadata.labels = Some(host.labels().clone());
+        let mut annotations = host.annotations().clone();
+        annotations.insert(HOST_NAME_ANNOTATION.into(), host.name_any());
+        annotations.insert(
+            HOST_NAMESPACE_ANNOTATION.into(),
+            self.host_namespace.clone(),
+        );
+        metadata.annotations = Some(annotations);
+        DynamicObject {
+            types: Some(TypeMeta {
+                api_version: self.api_version.clone(),
+                kind: self.kind.clone(),
+            }),
+            metadata,
+            data: copy_content(&host.data, base.and_then(|b| b.data.get("status"))),
+        }
+    }
+
+    /// Whether `virtual_meta` is the copy this translator made of the host object `name`: its
+    /// [`HOST_NAME_ANNOTATION`] / [`HOST_NAMESPACE_ANNOTATION`] name that object. Only such
+    /// virtual objects are ever updated or deleted.
+    pub fn is_virtual_copy_of(&self, virtual_meta: &ObjectMeta, name: &str) -> bool {
+        let Some(annotations) = virtual_meta.annotations.as_ref() else {
+            return false;
+        };
+        annotations.get(HOST_NAME_ANNOTATION).map(String::as_str) == Some(name)
+            && annotations.get(HOST_NAMESPACE_ANNOTATION) == Some(&self.host_namespace)
     }
 }
 
@@ -772,6 +866,50 @@ mod tests {
             json!({"spec": {"type": "BMW", "seats": 4}, "status": {"ok": 1}})
         );
         assert_eq!(desired.metadata.resource_version.as_deref(), Some("7"));
+    }
+
+    #[test]
+    fn from_host_copy_keeps_name_and_marks_the_source() {
+        let t = FromHostTranslator::new("vc-ns", "vc-ns", "example.loft.sh/v1", "Car");
+        let host: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "example.loft.sh/v1", "kind": "Car",
+            "metadata": {"name": "imported", "namespace": "vc-ns", "uid": "host-uid",
+                         "resourceVersion": "9", "labels": {"team": "a"},
+                         "annotations": {"note": "n"}},
+            "spec": {"type": "Audi"}, "status": {"host": true}, "extra": [1]
+        }))
+        .unwrap();
+        let created = t.virtual_object(&host, None);
+        let expected: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "example.loft.sh/v1", "kind": "Car",
+            "metadata": {"name": "imported", "namespace": "vc-ns", "labels": {"team": "a"},
+                         "annotations": {"note": "n",
+                                         "vcluster.loft.sh/object-host-name": "imported",
+                                         "vcluster.loft.sh/object-host-namespace": "vc-ns"}},
+            "spec": {"type": "Audi"}, "extra": [1]
+        }))
+        .unwrap();
+        assert_eq!(created, expected);
+        assert!(t.is_virtual_copy_of(&created.metadata, "imported"));
+        assert!(!t.is_virtual_copy_of(&created.metadata, "other"));
+        assert!(!t.is_virtual_copy_of(&meta("imported", "vc-ns", "u"), "imported"));
+        let elsewhere = FromHostTranslator::new("other-ns", "vc-ns", "example.loft.sh/v1", "Car");
+        assert!(!elsewhere.is_virtual_copy_of(&created.metadata, "imported"));
+
+        // an update keeps the virtual object's own metadata and status
+        let mut base = created.clone();
+        base.metadata.uid = Some("virtual-uid".into());
+        base.metadata.resource_version = Some("3".into());
+        base.metadata.labels = Some(map(&[("virtual-only", "x")]));
+        base.data = json!({"spec": {"type": "BMW"}, "status": {"virtual": true}});
+        let updated = t.virtual_object(&host, Some(&base));
+        assert_eq!(updated.metadata.uid.as_deref(), Some("virtual-uid"));
+        assert_eq!(updated.metadata.resource_version.as_deref(), Some("3"));
+        assert_eq!(updated.metadata.labels, Some(map(&[("team", "a")])));
+        assert_eq!(
+            updated.data,
+            json!({"spec": {"type": "Audi"}, "extra": [1], "status": {"virtual": true}})
+        );
     }
 
     #[test]
