@@ -3,15 +3,16 @@
 //!
 //! DESIGN.md ("Operator contract"): remove exactly what was added, then the finalizer.
 //! - the workload: the apply body is recomputed from the *other* plugins installed into the
-//!   vCluster, less those refused (judged as in [`crate::controller`]), and applied; server-side apply then removes this plugin's containers, and, when
-//!   it was the last v2 plugin, the shared `plugins` volume and `/plugins` mount. With no plugin
+//!   vCluster, less those refused (judged as in [`crate::install`]), and applied; server-side
+//!   apply then removes this plugin's containers, and, when it was the last v2 plugin, the shared `plugins` volume and `/plugins` mount. With no plugin
 //!   left the operator's field manager owns nothing and the pod template is the original;
 //! - a workload that no longer exists does not block deletion;
 //! - RBAC: the Role / RoleBinding (owned, but no garbage collector is guaranteed to run) and
 //!   the ClusterRole / ClusterRoleBinding (labelled) are deleted by name; with
 //!   `rbac.mode: PatchVClusterRoles`, the entries recorded in the vCluster's Roles are taken out
 //!   again ([`crate::rbac::patch_role`]), restoring each Role exactly;
-//! - the finalizer itself is removed by [`crate::controller::reconcile`] once this returns `Ok`.
+//! - the finalizer itself is removed by [`crate::controller::reconcile`] once this returns `Ok`
+//!   ([`crate::finalizer::remove_finalizer`]).
 //!
 //! Unlike the install path, this reads the workload and the RBAC objects from the API server,
 //! not from the watch caches: a removal skipped because a cache had not yet seen an object
@@ -25,13 +26,13 @@ use serde::de::DeserializeOwned;
 use std::fmt::Debug;
 use vcp_crds::{VClusterPlugin, WorkloadRef};
 
-use crate::controller::{
-    ClusterFacts, Context, apply_workload, delete_if_ours, fetch_workload, write_status,
-};
+use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::install::{self, ClusterFacts};
 use crate::rbac;
 use crate::status::{Check, Outcome};
 use crate::workload;
+use crate::writes::{apply_workload, delete_if_ours, fetch_workload, write_status};
 
 /// Removes everything the operator added for `plugin`.
 ///
@@ -61,8 +62,8 @@ pub async fn cleanup(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
     }
 
     if let Some(wl) = wl {
-        let others = ctx.installed_plugins(&namespace, &vcluster, &[], Some(&name));
-        let refs: Vec<&VClusterPlugin> = others.iter().collect();
+        let others = install::candidates(ctx, &namespace, &vcluster, &[], Some(&name));
+        let refs: Vec<&VClusterPlugin> = others.allowed.iter().collect();
         // The same judgement as the install path: refused plugins stay out.
         let facts = ClusterFacts::read(ctx, &namespace, &vcluster, &refs).await?;
         let plan = workload::plan(&wl, &facts.accepted(&refs), &ctx.runtime_image);
@@ -71,8 +72,8 @@ pub async fn cleanup(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
     drop(guard);
 
     // PatchVClusterRoles: take this plugin's entries out of every Role that records them.
-    let roles = crate::controller::list_roles(&ctx.client, &namespace).await?;
-    crate::controller::sync_vcluster_roles(&ctx.client, plugin, None, roles).await?;
+    let roles = install::list_roles(&ctx.client, &namespace).await?;
+    install::sync_vcluster_roles(&ctx.client, plugin, None, roles).await?;
 
     let role = rbac::role_name(&name);
     let cluster = rbac::cluster_role_name(&namespace, &name);

@@ -9,9 +9,13 @@
 //! | containers / init containers / volumes applied to the workload, conflicts, zero-write convergence | [`workload`] |
 //! | Role / RoleBinding / ClusterRole / ClusterRoleBinding and the rules derived from `syncedTypes` | [`rbac`] |
 //! | `observedGeneration`, `phase`, conditions, `lastTransitionTime` | [`status`] |
-//! | the finalizer `vcp.dev/cleanup` | [`cleanup`] |
+//! | the install path: finalizer added, every refusal judged before any write (`VClusterNotFound`, `UnknownType`, `VClusterRoleNotFound`), workload, RBAC, status, requeue | [`install`] |
+//! | adding and removing the finalizer `vcp.dev/cleanup` | [`finalizer`] |
+//! | the removal on delete: exactly what was added, a missing workload does not block it | [`cleanup`] |
+//! | server-side apply under one field manager, zero writes once converged, deletes only of the plugin's own objects, Events | [`writes`] |
 //! | which RBAC rules a plugin may grant (`PolicyDenied`) | [`policy`] |
-//! | watches, reconcile order, Events, retries | [`controller`] |
+//! | watches, mappers, reconcile, retries | [`controller`] |
+//! | state shared by reconciles, one lock per workload | [`context`] |
 //! | watch caches the install path reads, discovery cache | [`cache`] |
 //! | `vcluster-plugin-operator import`: Helm values (`plugin:` / `plugins:`) to VClusterPlugins | [`import`] |
 //! | leader election on a Lease | [`leader`] |
@@ -21,10 +25,13 @@
 
 pub mod cache;
 pub mod cleanup;
+pub mod context;
 pub mod controller;
 pub mod error;
+pub mod finalizer;
 pub mod http;
 pub mod import;
+pub mod install;
 pub mod leader;
 pub mod operations;
 pub mod policy;
@@ -32,6 +39,7 @@ pub mod rbac;
 pub mod status;
 pub mod telemetry;
 pub mod workload;
+pub mod writes;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -523,7 +523,7 @@ async fn v2_image_plugins_share_the_plugins_volume_and_leave_no_trace() {
 }
 
 /// `UnknownType` depends on the cluster, not the spec: once the type's CRD is installed the
-/// plugin is judged again ([`vcluster_plugin_operator::controller::RECHECK`]) and installed,
+/// plugin is judged again ([`vcluster_plugin_operator::install::RECHECK`]) and installed,
 /// without any change to the plugin or its vCluster.
 #[tokio::test]
 async fn unknown_type_is_installed_once_its_crd_is_served() {
@@ -573,16 +573,13 @@ spec:
 
     let installed = {
         let api = Api::<VClusterPlugin>::namespaced(admin.clone(), ns);
-        wait_for(
-            vcluster_plugin_operator::controller::RECHECK + TIMEOUT,
-            || {
-                let api = api.clone();
-                async move {
-                    let p = api.get("gadgets").await.ok()?;
-                    (condition(&p, "Ready")?.status == "True").then_some(p)
-                }
-            },
-        )
+        wait_for(vcluster_plugin_operator::install::RECHECK + TIMEOUT, || {
+            let api = api.clone();
+            async move {
+                let p = api.get("gadgets").await.ok()?;
+                (condition(&p, "Ready")?.status == "True").then_some(p)
+            }
+        })
         .await
     };
     assert_eq!(

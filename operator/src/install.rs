@@ -1,0 +1,494 @@
+//! The install path of a `VClusterPlugin` that is not being deleted (DESIGN.md, "Operator
+//! contract"), in the order [`install`] runs it:
+//! 0. add the finalizer `vcp.dev/cleanup` when missing ([`crate::finalizer`]: to this plugin,
+//!    and, once the workload is found, to the other plugins of the vCluster that lack it, so
+//!    that the workload is applied once with all of them), and go on in the same reconcile;
+//! 1. find the vCluster workload (StatefulSet, else Deployment, named `spec.vcluster.name`);
+//!    none → `Ready=False, reason=VClusterNotFound`, an Event, and nothing created;
+//! 2. decide every refusal before any write. The policy ([`crate::policy`], judged once per
+//!    plugin by [`candidates`]) and the cluster state ([`ClusterFacts`]: a type the host does
+//!    not serve → `UnknownType`; `rbac.mode: PatchVClusterRoles` with no Role bound to
+//!    `vc-<vcluster>` → `VClusterRoleNotFound`) are judged for **every** plugin of the
+//!    vCluster, not only the one being reconciled, from facts read once per reconcile;
+//!    conflicts are then decided among the plugins left ([`crate::workload::plan`]). Every
+//!    reconcile of the same workload (and the cleanup of a deleted plugin) thus computes the
+//!    same set of installed plugins, so no reconcile adds a refused plugin's container that its
+//!    own reconcile would take out again;
+//! 3. compute the apply body of that workload from all plugins not refused and apply it,
+//!    unless already converged ([`crate::writes::apply_workload`]);
+//! 4. a plugin that is not refused gets its RBAC objects ([`crate::rbac::desired`]) that differ
+//!    from the live ones (or its rules appended to the vCluster's Role,
+//!    [`sync_vcluster_roles`]); a refused one gets nothing, and loses what an earlier
+//!    generation was given (as on delete);
+//! 5. apply the operator's status fields, unless unchanged ([`crate::status`],
+//!    [`crate::writes::write_status`]); requeue after [`RESYNC`], or [`RECHECK`] when refused
+//!    for the state of the cluster ([`next_reconcile`]).
+//!
+//! The vCluster's Roles (`rbac.mode: PatchVClusterRoles`) are found here too
+//! ([`find_vcluster_role`]) and restored by [`sync_vcluster_roles`], which the cleanup uses.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Client, ResourceExt};
+use tracing::info;
+use vcp_crds::{FINALIZER, OPERATOR_FIELD_MANAGER, VClusterPlugin, WorkloadRef};
+
+use crate::cache::{self, Caches};
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::finalizer::with_finalizer;
+use crate::policy::{self, Denial, Policy};
+use crate::rbac::{self, DesiredRbac, Plurals};
+use crate::status::{self, Check, Outcome};
+use crate::workload::{self, Refusal};
+use crate::writes::{apply_rbac, apply_workload, write_status};
+
+/// How often a converged plugin is reconciled again (drift the watches cannot see).
+pub const RESYNC: Duration = Duration::from_secs(600);
+
+/// How soon a plugin refused for the state of the cluster rather than its own spec
+/// (`UnknownType`: a type the host does not serve; `VClusterRoleNotFound`: no Role bound to the
+/// vCluster's service account) is judged again. The CRD or Role that resolves the refusal is
+/// not watched for this plugin (it is not the plugin's own), so without this the plugin would
+/// wait for [`RESYNC`].
+pub const RECHECK: Duration = Duration::from_secs(20);
+
+/// The install path of a plugin that is not being deleted (the steps: see the module docs).
+///
+/// Under the workload's lock, the finalizer is added first to this plugin and then to every
+/// other plugin of the vCluster that lacks it and is not being deleted (each would add it in
+/// its own reconcile before anything is installed for it): the workload is then planned with
+/// all of them and applied once, instead of once per plugin as each gains its finalizer.
+///
+/// # Errors
+/// API errors (the finalizer patches, discovery, the writes); the controller retries.
+pub async fn install(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
+    let namespace = plugin.namespace().unwrap_or_default();
+    let vcluster = plugin.spec.vcluster.name.clone();
+
+    let lock = ctx.workload_lock(&namespace, &vcluster);
+    let guard = lock.lock().await;
+    // The cached copy may be newer than the one this reconcile was started with (another
+    // reconcile of the vCluster may have added its finalizer meanwhile).
+    let latest = ctx
+        .plugins
+        .get(&ObjectRef::from_obj(plugin))
+        .map_or_else(|| plugin.clone(), |p| (*p).clone());
+    if latest.metadata.deletion_timestamp.is_some() {
+        // Deleted since this reconcile started: the deletion's own trigger runs the cleanup.
+        return Ok(Action::await_change());
+    }
+    let plugin = &with_finalizer(ctx, &latest).await?;
+    let Some(wl) = cache::workload(&ctx.caches, &ctx.written, &namespace, &vcluster) else {
+        drop(guard);
+        let missing = Check::failed(
+            status::REASON_VCLUSTER_NOT_FOUND,
+            format!(
+                "no StatefulSet or Deployment named {vcluster} in namespace {namespace}; the plugin is installed once the vCluster exists"
+            ),
+        );
+        let outcome = Outcome {
+            workload: None,
+            workload_patched: missing.clone(),
+            rbac: missing,
+            terminating: false,
+        };
+        write_status(plugin, &outcome, ctx).await?;
+        return Ok(Action::requeue(RESYNC));
+    };
+
+    let mut fresher = vec![plugin.clone()];
+    let unfinalized: Vec<Arc<VClusterPlugin>> = ctx
+        .plugins
+        .state()
+        .into_iter()
+        .filter(|p| {
+            p.namespace().as_deref() == Some(namespace.as_str())
+                && p.spec.vcluster.name == vcluster
+                && p.name_any() != plugin.name_any()
+                && p.metadata.deletion_timestamp.is_none()
+                && !p.finalizers().iter().any(|f| f == FINALIZER)
+        })
+        .collect();
+    for other in unfinalized {
+        fresher.push(with_finalizer(ctx, &other).await?);
+    }
+
+    // Every refusal is decided before the workload is written (see the module docs).
+    let candidates = candidates(ctx, &namespace, &vcluster, &fresher, None);
+    let refs: Vec<&VClusterPlugin> = candidates.allowed.iter().collect();
+    let facts = ClusterFacts::read(ctx, &namespace, &vcluster, &refs).await?;
+    let installed = facts.accepted(&refs);
+    let plan = workload::plan(&wl, &installed, &ctx.runtime_image);
+    apply_workload(ctx, &wl, &plan.patch).await?;
+    drop(guard);
+
+    let grant = match candidates.verdict(&ctx.policy, plugin) {
+        Err(d) => Err(Check::failed(policy::REASON_POLICY_DENIED, d.message())),
+        Ok(()) => facts
+            .grant(plugin)
+            .map_err(|r| Check::failed(r.reason, r.message))
+            .and_then(|g| match plan.refused.get(&plugin.name_any()) {
+                Some(r) => Err(Check::failed(r.reason, r.message.clone())),
+                None => Ok(g),
+            }),
+    };
+    let (workload_patched, rbac) = match grant {
+        Ok(grant) => {
+            apply_rbac(ctx, plugin, grant.rbac).await?;
+            let target = grant
+                .vcluster_role
+                .as_ref()
+                .map(|(role, rules)| (role.as_str(), rules.as_slice()));
+            let roles = ctx.caches.roles_in(&namespace);
+            sync_vcluster_roles(&ctx.client, plugin, target, roles).await?;
+            (Check::Ok, Check::Ok)
+        }
+        Err(refused) => {
+            // A refused plugin gets nothing, and loses what an earlier generation was given:
+            // its own Role / RoleBinding / ClusterRole / ClusterRoleBinding and the rules it
+            // appended to the vCluster's Roles (reads only when there is nothing to remove).
+            apply_rbac(ctx, plugin, DesiredRbac::default()).await?;
+            let roles = ctx.caches.roles_in(&namespace);
+            sync_vcluster_roles(&ctx.client, plugin, None, roles).await?;
+            (refused.clone(), refused)
+        }
+    };
+    let outcome = Outcome {
+        workload: Some(WorkloadRef {
+            kind: wl.kind_str().into(),
+            name: wl.name.clone(),
+        }),
+        workload_patched,
+        rbac,
+        terminating: false,
+    };
+    write_status(plugin, &outcome, ctx).await?;
+    Ok(Action::requeue(next_reconcile(&outcome.rbac)))
+}
+
+/// When to reconcile a plugin again after its install path ended with `rbac`: [`RECHECK`] when
+/// it was refused for the cluster's state (see there), else [`RESYNC`].
+pub fn next_reconcile(rbac: &Check) -> Duration {
+    match rbac {
+        Check::Failed { reason, .. }
+            if reason == rbac::REASON_UNKNOWN_TYPE || reason == rbac::REASON_NO_VCLUSTER_ROLE =>
+        {
+            RECHECK
+        }
+        _ => RESYNC,
+    }
+}
+
+/// What one plugin is given when it is not refused: its RBAC objects and, in
+/// `rbac.mode: PatchVClusterRoles`, the vCluster Role to append to with the rules to append.
+#[derive(Clone, Debug, Default)]
+pub struct Grant {
+    /// The plugin's own RBAC objects ([`rbac::desired`]).
+    pub rbac: DesiredRbac,
+    /// `PatchVClusterRoles` only: the Role bound to `vc-<vcluster>` and the plugin's rules.
+    pub vcluster_role: Option<(String, Vec<PolicyRule>)>,
+}
+
+/// The plugins installed into one vCluster that the policy lets in, and the policy's verdict
+/// on the others: each plugin is judged by [`policy::evaluate`] once per reconcile.
+#[derive(Clone, Debug, Default)]
+pub struct Candidates {
+    /// The plugins the policy does not refuse (in no particular order). Those the cluster
+    /// state refuses are left out later, by [`ClusterFacts::accepted`], before planning.
+    pub allowed: Vec<VClusterPlugin>,
+    /// The policy's refusals, by plugin name: these plugins get nothing in the workload.
+    pub denied: BTreeMap<String, Denial>,
+}
+
+impl Candidates {
+    /// The policy's verdict on `plugin`: the one [`candidates`] reached, or, for a plugin it
+    /// did not judge (one being deleted since it was read), judged now.
+    ///
+    /// # Errors
+    /// The policy's [`Denial`].
+    pub fn verdict(
+        &self,
+        policy: &Policy,
+        plugin: &VClusterPlugin,
+    ) -> std::result::Result<(), Denial> {
+        let name = plugin.name_any();
+        if let Some(denial) = self.denied.get(&name) {
+            return Err(denial.clone());
+        }
+        if self.allowed.iter().any(|p| p.name_any() == name) {
+            return Ok(());
+        }
+        policy::evaluate(policy, plugin)
+    }
+}
+
+/// The plugins installed into `vcluster` of `namespace` according to the watch cache
+/// ([`workload::contributes`]), except `without`, with the copies in `fresher` (newer than the
+/// cache, such as the answers to the finalizer patches) in place of their cached ones, each
+/// judged by the policy ([`policy::evaluate`]) once.
+pub fn candidates(
+    ctx: &Context,
+    namespace: &str,
+    vcluster: &str,
+    fresher: &[VClusterPlugin],
+    without: Option<&str>,
+) -> Candidates {
+    let is_fresher = |p: &VClusterPlugin| {
+        fresher
+            .iter()
+            .any(|f| f.name_any() == p.name_any() && f.namespace() == p.namespace())
+    };
+    let cached = ctx.plugins.state();
+    let plugins = cached
+        .iter()
+        .filter(|p| workload::contributes(p, namespace, vcluster))
+        .filter(|p| !is_fresher(p))
+        .map(|p| (**p).clone())
+        .chain(
+            fresher
+                .iter()
+                .filter(|p| workload::contributes(p, namespace, vcluster))
+                .cloned(),
+        )
+        .filter(|p| without.is_none_or(|w| p.name_any() != w));
+    let mut out = Candidates::default();
+    for plugin in plugins {
+        match policy::evaluate(&ctx.policy, &plugin) {
+            Ok(()) => out.allowed.push(plugin),
+            Err(denial) => {
+                out.denied.insert(plugin.name_any(), denial);
+            }
+        }
+    }
+    out
+}
+
+/// The cluster state the refusals of the plugins of one vCluster depend on, read once per
+/// reconcile (discovery results are shared by every plugin of the vCluster):
+/// - the plurals of the types the plugins name ([`crate::cache::Discovery::plurals_of`]); a type missing
+///   here is refused with `UnknownType`;
+/// - when some plugin uses `rbac.mode: PatchVClusterRoles`, the Role bound to the vCluster's
+///   service account ([`find_vcluster_role`]); none is refused with `VClusterRoleNotFound`.
+///
+/// Every reconcile of a workload judges all its plugins from these facts, so they agree on
+/// which plugins are installed (DESIGN.md: a refusal "leaves the workload untouched").
+#[derive(Clone, Debug, Default)]
+pub struct ClusterFacts {
+    /// Plurals of the served types among those the plugins name.
+    pub plurals: Plurals,
+    /// The vCluster Role `PatchVClusterRoles` appends to, or why there is none; `None` when
+    /// no plugin read with [`ClusterFacts::read`] uses that mode.
+    pub vcluster_role: Option<std::result::Result<String, Refusal>>,
+}
+
+impl ClusterFacts {
+    /// Reads the facts `plugins` (all of the vCluster `vcluster` in `namespace`) depend on:
+    /// plurals from [`Context::discovery`], Roles and RoleBindings from [`Context::caches`].
+    ///
+    /// # Errors
+    /// Discovery failures other than "not served".
+    pub async fn read(
+        ctx: &Context,
+        namespace: &str,
+        vcluster: &str,
+        plugins: &[&VClusterPlugin],
+    ) -> Result<Self> {
+        let plurals = ctx.discovery.plurals_of(&ctx.client, plugins).await?;
+        let vcluster_role = if plugins.iter().any(|p| rbac::patches_vcluster_roles(p)) {
+            Some(find_vcluster_role(&ctx.caches, namespace, vcluster))
+        } else {
+            None
+        };
+        Ok(Self {
+            plurals,
+            vcluster_role,
+        })
+    }
+
+    /// What `plugin` is given, or why the cluster state refuses it (`UnknownType`,
+    /// `VClusterRoleNotFound`). Policy and conflicts are judged elsewhere.
+    ///
+    /// # Errors
+    /// The [`Refusal`].
+    pub fn grant(&self, plugin: &VClusterPlugin) -> std::result::Result<Grant, Refusal> {
+        let desired = rbac::desired(plugin, &self.plurals)?;
+        let namespaced = rbac::namespaced_rules(plugin, &self.plurals)?;
+        let vcluster_role = if rbac::patches_vcluster_roles(plugin) {
+            match &self.vcluster_role {
+                Some(Ok(role)) => Some((role.clone(), namespaced)),
+                Some(Err(r)) => return Err(r.clone()),
+                // Not read: the plugin was not among those given to `read`.
+                None => {
+                    return Err(Refusal {
+                        reason: rbac::REASON_NO_VCLUSTER_ROLE,
+                        message: "the vCluster's Roles were not read".into(),
+                    });
+                }
+            }
+        } else {
+            None
+        };
+        Ok(Grant {
+            rbac: desired,
+            vcluster_role,
+        })
+    }
+
+    /// The plugins of `plugins` the cluster state does not refuse.
+    pub fn accepted<'a>(&self, plugins: &[&'a VClusterPlugin]) -> Vec<&'a VClusterPlugin> {
+        plugins
+            .iter()
+            .copied()
+            .filter(|p| self.grant(p).is_ok())
+            .collect()
+    }
+}
+
+/// The Role `rbac.mode: PatchVClusterRoles` appends to in `namespace`: the one a RoleBinding
+/// binds to `vc-<vcluster>` ([`rbac::target_role`]), when it exists (both read from `caches`).
+///
+/// Returns a [`Refusal`] with [`rbac::REASON_NO_VCLUSTER_ROLE`] when no Role is bound to the
+/// service account, or the bound Role does not exist.
+pub fn find_vcluster_role(
+    caches: &Caches,
+    namespace: &str,
+    vcluster: &str,
+) -> std::result::Result<String, Refusal> {
+    let bindings = caches.role_bindings_in(namespace);
+    let sa = rbac::service_account_name(vcluster);
+    let Some(target) = rbac::target_role(&bindings, namespace, vcluster) else {
+        return Err(Refusal {
+            reason: rbac::REASON_NO_VCLUSTER_ROLE,
+            message: format!(
+                "no RoleBinding in {namespace} binds a Role to ServiceAccount {sa}, so rbac.mode PatchVClusterRoles has no Role to append to; use rbac.mode Dedicated"
+            ),
+        });
+    };
+    let exists = caches
+        .roles
+        .get(&ObjectRef::new(&target).within(namespace))
+        .is_some();
+    if exists {
+        Ok(target)
+    } else {
+        Err(Refusal {
+            reason: rbac::REASON_NO_VCLUSTER_ROLE,
+            message: format!(
+                "a RoleBinding binds ServiceAccount {sa} to Role {target}, which does not exist in {namespace}; rbac.mode PatchVClusterRoles appends to it"
+            ),
+        })
+    }
+}
+
+/// Every Role of `namespace`, read from the API server (the finalizer path).
+///
+/// # Errors
+/// The API server's answer to the list.
+pub async fn list_roles(client: &Client, namespace: &str) -> Result<Vec<Role>> {
+    Ok(Api::<Role>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| Error::kube(format!("list Roles in {namespace}"), e))?
+        .items)
+}
+
+/// `rbac.mode: PatchVClusterRoles` ([`rbac::patch_role`]): makes the Role `target.0` (found
+/// by [`find_vcluster_role`]) carry `target.1` as this plugin's appended entries, and restores
+/// every other Role of the namespace that carries entries of this plugin (after a mode switch,
+/// or when the bindings changed). `target: None` restores every such Role (`Dedicated` mode, a
+/// refused plugin, and the finalizer). `roles` are the namespace's Roles (cached, or listed
+/// by the finalizer). Writes only Roles that differ.
+///
+/// A patch carries the `resourceVersion` it was computed from; when the API server refuses it
+/// with 409 Conflict (the Role changed since, or the copy was stale), the Role is read again
+/// and the patch recomputed once.
+///
+/// # Errors
+/// API errors, including a second 409 Conflict (the reconcile is then retried).
+pub async fn sync_vcluster_roles(
+    client: &Client,
+    plugin: &VClusterPlugin,
+    target: Option<(&str, &[k8s_openapi::api::rbac::v1::PolicyRule])>,
+    roles: Vec<Role>,
+) -> Result<()> {
+    let namespace = plugin.namespace().unwrap_or_default();
+    let name = plugin.name_any();
+    let roles_api = Api::<Role>::namespaced(client.clone(), &namespace);
+    let key = rbac::added_rules_annotation(&name);
+    for role in &roles {
+        let role_name = role.name_any();
+        let desired = match target {
+            Some((t, r)) if t == role_name => Some(r),
+            _ if role.annotations().contains_key(&key) => None,
+            _ => continue,
+        };
+        let Some(patch) = rbac::patch_role(role, &name, desired) else {
+            continue;
+        };
+        let action = format!("merge-patch the rules of Role {namespace}/{role_name}");
+        let pp = PatchParams {
+            field_manager: Some(OPERATOR_FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        match roles_api
+            .patch(&role_name, &pp, &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                let fresh = roles_api
+                    .get_opt(&role_name)
+                    .await
+                    .map_err(|e| Error::kube(format!("get Role {namespace}/{role_name}"), e))?;
+                let Some(patch) = fresh.and_then(|r| rbac::patch_role(&r, &name, desired)) else {
+                    continue;
+                };
+                roles_api
+                    .patch(&role_name, &pp, &Patch::Merge(&patch))
+                    .await
+                    .map_err(|e| Error::kube(action.clone(), e))?;
+            }
+            Err(e) => return Err(Error::kube(action, e)),
+        }
+        info!(
+            "{} rules of VClusterPlugin {name} in Role {namespace}/{role_name}",
+            if desired.is_some() {
+                "appended"
+            } else {
+                "removed the"
+            }
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_that_depend_on_the_cluster_are_rechecked_soon() {
+        assert_eq!(next_reconcile(&Check::Ok), RESYNC);
+        for reason in [rbac::REASON_UNKNOWN_TYPE, rbac::REASON_NO_VCLUSTER_ROLE] {
+            assert_eq!(
+                next_reconcile(&Check::failed(reason, "m")),
+                RECHECK,
+                "{reason}"
+            );
+        }
+        for reason in ["PolicyDenied", "Conflict", "VClusterNotFound"] {
+            assert_eq!(
+                next_reconcile(&Check::failed(reason, "m")),
+                RESYNC,
+                "{reason}"
+            );
+        }
+    }
+}

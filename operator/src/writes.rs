@@ -1,0 +1,277 @@
+//! The operator's requests to the API server, shared by the install path ([`crate::install`])
+//! and the cleanup ([`crate::cleanup`]).
+//!
+//! DESIGN.md ("Operator contract"): every write is a server-side apply under one field manager,
+//! [`vcp_crds::OPERATOR_FIELD_MANAGER`], so only the fields the operator owns change; an object
+//! that already matches is not written (zero writes once converged); an object is deleted only
+//! when labelled as made for the plugin ([`crate::rbac::labels`]). The one read here,
+//! [`fetch_workload`], is the cleanup's (the install path reads the watch caches).
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tracing::{info, warn};
+use vcp_crds::{OPERATOR_FIELD_MANAGER, VClusterPlugin};
+
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::rbac::{self, DesiredRbac};
+use crate::status::{self, Outcome};
+use crate::workload::{self, Workload, WorkloadKind};
+
+/// The workload of the vCluster `name` in `namespace`: the StatefulSet, else the Deployment,
+/// read from the API server (the finalizer path; the install path reads
+/// [`crate::cache::workload`]).
+///
+/// # Errors
+/// API errors other than 404.
+pub async fn fetch_workload(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Workload>> {
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
+    if let Some(s) = sts
+        .get_opt(name)
+        .await
+        .map_err(|e| Error::kube(format!("get StatefulSet {namespace}/{name}"), e))?
+    {
+        return Ok(Some(Workload::from_statefulset(&s)));
+    }
+    let deploy: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    Ok(deploy
+        .get_opt(name)
+        .await
+        .map_err(|e| Error::kube(format!("get Deployment {namespace}/{name}"), e))?
+        .map(|d| Workload::from_deployment(&d)))
+}
+
+/// Sends `patch` for `workload` unless it is already converged. Returns whether it wrote.
+/// The API server's answer is remembered in [`Context::written`].
+///
+/// # Errors
+/// The API server's answer to the apply.
+pub async fn apply_workload(ctx: &Context, workload: &Workload, patch: &Value) -> Result<bool> {
+    if workload::is_converged(workload, patch) {
+        return Ok(false);
+    }
+    let pp = PatchParams::apply(OPERATOR_FIELD_MANAGER).force();
+    let action = format!(
+        "server-side apply {} {}/{}",
+        workload.kind_str(),
+        workload.namespace,
+        workload.name
+    );
+    match workload.kind {
+        Some(WorkloadKind::Deployment) => {
+            let applied = Api::<Deployment>::namespaced(ctx.client.clone(), &workload.namespace)
+                .patch(&workload.name, &pp, &Patch::Apply(patch))
+                .await
+                .map_err(|e| Error::kube(action.clone(), e))?;
+            ctx.written.deployment(&applied);
+        }
+        _ => {
+            let applied = Api::<StatefulSet>::namespaced(ctx.client.clone(), &workload.namespace)
+                .patch(&workload.name, &pp, &Patch::Apply(patch))
+                .await
+                .map_err(|e| Error::kube(action.clone(), e))?;
+            ctx.written.statefulset(&applied);
+        }
+    }
+    info!("{action}");
+    Ok(true)
+}
+
+/// Writes the operator's status fields of `plugin` for `outcome` when they changed, and
+/// publishes an Event when the `Ready` reason changed.
+///
+/// # Errors
+/// The API server's answer to the status apply (Event failures are only logged).
+pub async fn write_status(plugin: &VClusterPlugin, outcome: &Outcome, ctx: &Context) -> Result<()> {
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let desired = status::desired(plugin, outcome, &now);
+    if !status::needs_write(plugin.status.as_ref(), &desired) {
+        return Ok(());
+    }
+    let namespace = plugin.namespace().unwrap_or_default();
+    let name = plugin.name_any();
+    Api::<VClusterPlugin>::namespaced(ctx.client.clone(), &namespace)
+        .patch_status(
+            &name,
+            &PatchParams::apply(OPERATOR_FIELD_MANAGER).force(),
+            &Patch::Apply(status::apply_body(plugin, &desired)),
+        )
+        .await
+        .map_err(|e| {
+            Error::kube(
+                format!("apply status of VClusterPlugin {namespace}/{name}"),
+                e,
+            )
+        })?;
+
+    let ready = desired.conditions.iter().find(|c| c.type_ == status::READY);
+    if let Some(ready) = ready
+        && !status::ready_reason_is(plugin.status.as_ref(), &ready.reason)
+    {
+        let event = Event {
+            type_: if ready.status == "True" {
+                EventType::Normal
+            } else {
+                EventType::Warning
+            },
+            reason: ready.reason.clone(),
+            note: Some(if ready.message.is_empty() {
+                format!(
+                    "installed into {:?}",
+                    desired
+                        .workload
+                        .as_ref()
+                        .map(|w| format!("{} {}", w.kind, w.name))
+                        .unwrap_or_default()
+                )
+            } else {
+                ready.message.chars().take(1000).collect()
+            }),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&event, &plugin.object_ref(&())).await {
+            warn!(plugin = %format!("{namespace}/{name}"), error = %e, "cannot publish Event");
+        }
+    }
+    Ok(())
+}
+
+/// Applies the RBAC objects of `desired` that differ from the cached ones
+/// ([`Context::caches`]), and deletes those the plugin no longer needs (only when labelled as
+/// made for it).
+///
+/// # Errors
+/// The API server's answers.
+pub async fn apply_rbac(
+    ctx: &Context,
+    plugin: &VClusterPlugin,
+    desired: DesiredRbac,
+) -> Result<()> {
+    let client = &ctx.client;
+    let caches = &ctx.caches;
+    let namespace = plugin.namespace().unwrap_or_default();
+    let name = plugin.name_any();
+    let role_name = rbac::role_name(&name);
+    let cluster_name = rbac::cluster_role_name(&namespace, &name);
+    let namespaced = ObjectRef::new(&role_name).within(&namespace);
+    let cluster = ObjectRef::new(&cluster_name);
+    ensure(
+        Api::<Role>::namespaced(client.clone(), &namespace),
+        caches.roles.get(&namespaced),
+        desired.role,
+        plugin,
+        rbac::role_matches,
+    )
+    .await?;
+    ensure(
+        Api::<RoleBinding>::namespaced(client.clone(), &namespace),
+        caches
+            .role_bindings
+            .get(&ObjectRef::new(&role_name).within(&namespace)),
+        desired.role_binding,
+        plugin,
+        rbac::role_binding_matches,
+    )
+    .await?;
+    ensure(
+        Api::<ClusterRole>::all(client.clone()),
+        caches.cluster_roles.get(&cluster),
+        desired.cluster_role,
+        plugin,
+        rbac::cluster_role_matches,
+    )
+    .await?;
+    ensure(
+        Api::<ClusterRoleBinding>::all(client.clone()),
+        caches
+            .cluster_role_bindings
+            .get(&ObjectRef::new(&cluster_name)),
+        desired.cluster_role_binding,
+        plugin,
+        rbac::cluster_role_binding_matches,
+    )
+    .await?;
+    Ok(())
+}
+
+/// Makes the object `desired` names equal to `desired`, given its cached copy `live`: nothing
+/// when it matches, a server-side apply when it differs, a delete when it is not desired but
+/// exists and is labelled as made for `plugin` (`desired: None` names nothing; the object
+/// deleted is `live`'s).
+async fn ensure<K>(
+    api: Api<K>,
+    live: Option<Arc<K>>,
+    desired: Option<K>,
+    plugin: &VClusterPlugin,
+    matches: fn(&K, &K) -> bool,
+) -> Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
+    K::DynamicType: Default,
+{
+    let kind = K::kind(&Default::default()).to_string();
+    match (desired, live) {
+        (Some(d), Some(l)) if matches(&l, &d) => Ok(()),
+        (Some(d), _) => {
+            let name = d.name_any();
+            api.patch(
+                &name,
+                &PatchParams::apply(OPERATOR_FIELD_MANAGER).force(),
+                &Patch::Apply(&d),
+            )
+            .await
+            .map_err(|e| Error::kube(format!("server-side apply {kind} {name}"), e))?;
+            info!("server-side apply {kind} {name}");
+            Ok(())
+        }
+        (None, Some(l)) => delete_if_ours(&api, &l.name_any(), &l, plugin).await,
+        (None, None) => Ok(()),
+    }
+}
+
+/// Deletes `live` (named `name`) when it carries the labels of `plugin`; 404 is success.
+///
+/// # Errors
+/// The API server's answer to the delete.
+pub async fn delete_if_ours<K>(
+    api: &Api<K>,
+    name: &str,
+    live: &K,
+    plugin: &VClusterPlugin,
+) -> Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+    K::DynamicType: Default,
+{
+    let ours = rbac::labels(plugin)
+        .iter()
+        .all(|(k, v)| live.labels().get(k) == Some(v));
+    if !ours {
+        return Ok(());
+    }
+    let kind = K::kind(&Default::default()).to_string();
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => {
+            info!("deleted {kind} {name}");
+            Ok(())
+        }
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
+        Err(e) => Err(Error::kube(format!("delete {kind} {name}"), e)),
+    }
+}
