@@ -11,7 +11,8 @@
 //!   on `customresourcedefinitions`, cluster-wide;
 //! - hooks on physical events: get/list/watch/update/patch on the hooked resource;
 //! - the embedded runtime: read VClusterPlugins of the namespace, patch its own status, and
-//!   write Events.
+//!   write Events; with a `ToHost` type, get the vCluster's Service (named like the vCluster):
+//!   its uid is the ownerReference vCluster puts on every host copy (`setOwner`).
 //!
 //! `rbac.mode: PatchVClusterRoles` ([`patch_role`], [`restore_role`]): the plugin's namespaced
 //! rules are appended to the Role bound to the vCluster's service account (found through the
@@ -215,6 +216,24 @@ pub fn namespaced_rules(
             &mut rules,
             rule("", &["events"], &["create", "patch"], None),
         );
+        // The owner of the host copies (vCluster's setOwner): the runtime reads the uid of the
+        // vCluster's Service, named like the vCluster.
+        if plugin
+            .spec
+            .synced_types
+            .iter()
+            .any(|t| t.direction == SyncDirection::ToHost)
+        {
+            push_unique(
+                &mut rules,
+                rule(
+                    "",
+                    &["services"],
+                    &["get"],
+                    Some(vec![plugin.spec.vcluster.name.clone()]),
+                ),
+            );
+        }
     }
     let extra = plugin.spec.rbac.as_ref().and_then(|r| r.role.as_ref());
     for r in extra.map(|r| r.extra_rules.as_slice()).unwrap_or_default() {
@@ -692,6 +711,40 @@ mod tests {
             }]
         );
         assert!(d.cluster_role.is_none() && d.cluster_role_binding.is_none());
+    }
+
+    #[test]
+    fn embedded_runtime_with_to_host_types_may_get_the_vcluster_service_only() {
+        let services = |p: &VClusterPlugin| {
+            desired(p, &plurals())
+                .unwrap()
+                .role
+                .unwrap()
+                .rules
+                .unwrap()
+                .into_iter()
+                .filter(|r| r.resources == Some(strs(&["services"])))
+                .collect::<Vec<_>>()
+        };
+        let mut p = plugin(None);
+        assert!(services(&p).is_empty(), "nothing synced: no owner to read");
+        p.spec.synced_types = vec![cars()];
+        assert_eq!(
+            services(&p),
+            vec![PolicyRule {
+                api_groups: Some(strs(&[""])),
+                resources: Some(strs(&["services"])),
+                verbs: strs(&["get"]),
+                resource_names: Some(strs(&["my-vcluster"])),
+                non_resource_urls: None,
+            }]
+        );
+        let mut image = plugin(Some("img"));
+        image.spec.synced_types = vec![cars()];
+        assert!(
+            services(&image).is_empty(),
+            "an image plugin brings its own"
+        );
     }
 
     #[test]

@@ -34,7 +34,7 @@ use crate::error::Error;
 use crate::from_host::{self, FromHostOptions};
 use crate::hooks::declarative_hooks;
 use crate::pods::{PodHookOptions, physical_pod_hooks, run_pod_hooks};
-use crate::sdk::{ClientHook, Hooks, RegisterContext, SyncContext};
+use crate::sdk::{ClientHook, Hooks, RegisterContext, SyncContext, vcluster_owner_uid};
 use crate::stats::TypeStats;
 use crate::syncer::DeclarativeSyncer;
 use crate::translate::NamespacedTranslator;
@@ -367,12 +367,16 @@ async fn run_type(
         })
         .await;
     }
+    // The owner of every host copy, read once per type as vCluster's syncer reads it once at
+    // start-up (experimental.syncSettings.setOwner, its default).
+    let owner_uid = vcluster_owner_uid(&config.host, &config.namespace, &vcluster).await;
     let translator = NamespacedTranslator::new(
         vcluster,
         &config.namespace,
         &synced.api_version,
         &synced.kind,
-    );
+    )
+    .with_owner_uid(owner_uid.clone());
     let is_pod = synced.api_version == "v1" && synced.kind == "Pod";
     let syncer = DeclarativeSyncer {
         translator: translator.clone(),
@@ -389,6 +393,7 @@ async fn run_type(
         vcluster: translator.vcluster().to_string(),
         resync_period: config.resync_period,
         workers: config.workers,
+        owner_uid,
     };
     let mut options = controller::Options::from(&register);
     options.on_conflict = Some(on_conflict);

@@ -39,6 +39,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::{NamespaceScope, Selector};
@@ -269,6 +270,12 @@ pub struct RegisterContext {
     /// Concurrent workers per synced type (default 4): different objects sync in parallel, one
     /// object is never synced by two workers at once.
     pub workers: usize,
+    /// uid of the vCluster's Service (`<vcluster>` in the host namespace): every host copy the
+    /// translators of this context make is owned by it, so deleting the vCluster
+    /// garbage-collects them (vCluster's `experimental.syncSettings.setOwner`, on by default).
+    /// `None` (the default of [`RegisterContext::new`]): no ownerReference; see
+    /// [`RegisterContext::with_vcluster_owner`].
+    pub owner_uid: Option<String>,
 }
 
 impl RegisterContext {
@@ -286,7 +293,18 @@ impl RegisterContext {
             vcluster: vcluster.into(),
             resync_period: Duration::from_secs(300),
             workers: 4,
+            owner_uid: None,
         }
+    }
+
+    /// This context with [`RegisterContext::owner_uid`] read from the host: the uid of the
+    /// Service named like the vCluster in the host namespace, as vCluster's syncer reads it at
+    /// start-up (`SetGlobalOwner`). Needs `get` on `services` in the host namespace. When the
+    /// Service does not exist or cannot be read, a warning is logged and host copies get no
+    /// owner (vCluster itself refuses to start then).
+    pub async fn with_vcluster_owner(mut self) -> Self {
+        self.owner_uid = vcluster_owner_uid(&self.host, &self.host_namespace, &self.vcluster).await;
+        self
     }
 
     /// The [`NamespacedTranslator`] of a typed resource `K` (vcluster-sdk's
@@ -298,11 +316,34 @@ impl RegisterContext {
             K::api_version(&()),
             K::kind(&()),
         )
+        .with_owner_uid(self.owner_uid.clone())
     }
 
     /// The [`NamespacedTranslator`] of `api_version` / `kind` (for dynamic types).
     pub fn translator_for(&self, api_version: &str, kind: &str) -> NamespacedTranslator {
         NamespacedTranslator::new(&self.vcluster, &self.host_namespace, api_version, kind)
+            .with_owner_uid(self.owner_uid.clone())
+    }
+}
+
+/// The uid of the vCluster's Service `vcluster` in `host_namespace` (the owner vCluster puts on
+/// every host copy), or `None`, with a warning, when it is missing or cannot be read.
+pub async fn vcluster_owner_uid(
+    host: &Client,
+    host_namespace: &str,
+    vcluster: &str,
+) -> Option<String> {
+    let services: Api<Service> = Api::namespaced(host.clone(), host_namespace);
+    match services.get_opt(vcluster).await {
+        Ok(Some(service)) => service.metadata.uid,
+        Ok(None) => {
+            warn!(namespace = %host_namespace, service = %vcluster, "the vCluster's Service does not exist: host copies get no ownerReference");
+            None
+        }
+        Err(error) => {
+            warn!(%error, namespace = %host_namespace, service = %vcluster, "cannot read the vCluster's Service (the syncer needs get on services): host copies get no ownerReference");
+            None
+        }
     }
 }
 
@@ -661,7 +702,8 @@ impl Plugin {
     /// A plugin configured from the environment, as a vCluster plugin sidecar is:
     /// `HOST_KUBECONFIG` (default: in-cluster), `VIRTUAL_KUBECONFIG` (required),
     /// `POD_NAMESPACE` (default: the host kubeconfig's namespace) and `VCLUSTER_NAME`
-    /// (required).
+    /// (required); the owner of host copies is read from the host
+    /// ([`RegisterContext::with_vcluster_owner`]).
     ///
     /// # Errors
     /// [`Error::Kubeconfig`] when a kubeconfig cannot be loaded or a variable is missing.
@@ -681,9 +723,10 @@ impl Plugin {
             message: "VCLUSTER_NAME is not set".into(),
         })?;
         let namespace = var("POD_NAMESPACE").unwrap_or(host_namespace);
-        Ok(Self::new(RegisterContext::new(
-            host, virtual_, namespace, vcluster,
-        )))
+        let context = RegisterContext::new(host, virtual_, namespace, vcluster)
+            .with_vcluster_owner()
+            .await;
+        Ok(Self::new(context))
     }
 
     /// The context to build syncers with.

@@ -1,17 +1,29 @@
 //! vCluster-compatible translation of virtual objects into host objects (pure functions).
 //!
 //! Host objects must look exactly as if vCluster's own syncer had made them (`shared/DESIGN.md`,
-//! "Runtime contract"). This module reproduces vCluster's single-namespace translation:
+//! "Runtime contract"). This module reproduces vCluster v0.30's single-namespace translation
+//! (`pkg/util/translate`: `HostMetadata`, `HostLabels`, `HostAnnotations`), and
+//! `tests/tests/translate_oracle.rs` proves it against that code on generated cases:
 //!
 //! - name: [`host_name`] = [`safe_concat_name`] of `<name>`, `x`, `<namespace>`, `x`, `<vcluster>`;
-//! - labels: the virtual labels, plus [`MANAGED_BY_LABEL`]`=<vcluster>` and
+//! - labels: the virtual labels, except that the keys vCluster translates ([`TRANSLATED_LABELS`]:
+//!   `release`, `vcluster.loft.sh/namespace`, `vcluster.loft.sh/managed-by`,
+//!   `vcluster.loft.sh/controlled-by`) become [`host_label`] keys
+//!   (`vcluster.loft.sh/label-<vcluster>-x-<10 hex of sha256(key)>`) and virtual labels that
+//!   already look like such a key are dropped; plus [`MANAGED_BY_LABEL`]`=<vcluster>` and
 //!   [`NAMESPACE_LABEL`]`=<virtual namespace>`;
 //! - annotations: the virtual annotations, plus [`NAME_ANNOTATION`], [`NAMESPACE_ANNOTATION`],
 //!   [`UID_ANNOTATION`], [`KIND_ANNOTATION`], [`HOST_NAME_ANNOTATION`],
-//!   [`HOST_NAMESPACE_ANNOTATION`], and the bookkeeping annotations
-//!   [`MANAGED_LABELS_ANNOTATION`] / [`MANAGED_ANNOTATIONS_ANNOTATION`] (the sorted,
-//!   newline-joined keys that came from the virtual object), so that an update removes on the
-//!   host exactly the keys removed in the virtual cluster and keeps keys added on the host;
+//!   [`HOST_NAMESPACE_ANNOTATION`], and [`MANAGED_ANNOTATIONS_ANNOTATION`] (the sorted,
+//!   newline-joined annotation keys that came from the virtual object), so that an update
+//!   removes on the host exactly the annotations removed in the virtual cluster and keeps those
+//!   added on the host. Like vCluster's create path, no [`MANAGED_LABELS_ANNOTATION`] is
+//!   written: which labels came from the virtual object is read on update from the host
+//!   object's `managedFields` (the labels the runtime's field manager wrote; see
+//!   [`NamespacedTranslator::translate_metadata_update`]);
+//! - owner: with the uid of the vCluster's Service known ([`NamespacedTranslator::with_owner_uid`]),
+//!   one ownerReference to it, as vCluster sets with `experimental.syncSettings.setOwner` (its
+//!   default), so deleting the vCluster garbage-collects its host copies;
 //! - stripped: the server-owned metadata fields listed in [`NamespacedTranslator::translate_metadata`].
 //!
 //! The other direction (`FromHost`, host objects copied into the virtual cluster under the same
@@ -22,15 +34,34 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    FieldsV1, ManagedFieldsEntry, ObjectMeta, OwnerReference,
+};
 use kube::ResourceExt;
 use kube::api::{DynamicObject, TypeMeta};
 use sha2::{Digest, Sha256};
+use vcp_crds::RUNTIME_FIELD_MANAGER;
 
 /// Label with the name of the vCluster that manages a host object (vCluster's `MarkerLabel`).
 pub const MANAGED_BY_LABEL: &str = "vcluster.loft.sh/managed-by";
 /// Label with the virtual namespace of the object a host object was made from.
 pub const NAMESPACE_LABEL: &str = "vcluster.loft.sh/namespace";
+/// Label vCluster copies from an existing host object onto its update (vCluster's
+/// `ControllerLabel`); a virtual label of this key is translated ([`host_label`]).
+pub const CONTROLLED_BY_LABEL: &str = "vcluster.loft.sh/controlled-by";
+/// The Helm release label; a virtual label of this key is translated ([`host_label`]) so that a
+/// tenant's `release` never collides with the host's own Helm release label.
+pub const RELEASE_LABEL: &str = "release";
+/// Prefix of the host keys of translated labels (vCluster's `LabelPrefix`).
+pub const LABEL_PREFIX: &str = "vcluster.loft.sh/label";
+/// The virtual label keys vCluster never copies as they are: each becomes [`host_label`] on the
+/// host (the single-namespace translator's `LabelsToTranslate`).
+pub const TRANSLATED_LABELS: [&str; 4] = [
+    RELEASE_LABEL,
+    NAMESPACE_LABEL,
+    MANAGED_BY_LABEL,
+    CONTROLLED_BY_LABEL,
+];
 /// Annotation with the virtual object's name.
 pub const NAME_ANNOTATION: &str = "vcluster.loft.sh/object-name";
 /// Annotation with the virtual object's namespace (absent for cluster-scoped objects).
@@ -43,7 +74,11 @@ pub const KIND_ANNOTATION: &str = "vcluster.loft.sh/object-kind";
 pub const HOST_NAME_ANNOTATION: &str = "vcluster.loft.sh/object-host-name";
 /// Annotation with the host object's own namespace.
 pub const HOST_NAMESPACE_ANNOTATION: &str = "vcluster.loft.sh/object-host-namespace";
-/// Annotation listing the label keys copied from the virtual object (sorted, `\n`-joined).
+/// Annotation listing label keys copied from the virtual object (sorted, `\n`-joined). vCluster
+/// writes it only for nodes, and neither does the runtime: it is never computed here, only
+/// passed through like vCluster's `HostAnnotations` does (from the virtual object on create,
+/// from the host object on update), and, on host copies an older runtime made, read as the
+/// labels that came from the virtual object.
 pub const MANAGED_LABELS_ANNOTATION: &str = "vcluster.loft.sh/managed-labels";
 /// Annotation listing the annotation keys copied from the virtual object (sorted, `\n`-joined).
 pub const MANAGED_ANNOTATIONS_ANNOTATION: &str = "vcluster.loft.sh/managed-annotations";
@@ -57,7 +92,9 @@ const TRUNCATED_PREFIX: usize = 52;
 /// Hex characters of the sha256 digest appended to a truncated name.
 const HASH_HEX_CHARS: usize = 10;
 
-/// Annotations the translation owns: never copied from the virtual object, always recomputed.
+/// Annotations vCluster's `HostAnnotations` excludes from the managed keys: never taken from the
+/// virtual object's side of the merge, kept from the object merged into, and (except the two
+/// bookkeeping keys) always recomputed.
 const RESERVED_ANNOTATIONS: [&str; 8] = [
     NAME_ANNOTATION,
     NAMESPACE_ANNOTATION,
@@ -69,21 +106,63 @@ const RESERVED_ANNOTATIONS: [&str; 8] = [
     MANAGED_ANNOTATIONS_ANNOTATION,
 ];
 
-/// Labels the translation owns: never copied from the virtual object, always recomputed.
-const RESERVED_LABELS: [&str; 2] = [MANAGED_BY_LABEL, NAMESPACE_LABEL];
-
 /// Drops from `meta` what no sync decision reads, before an object is kept in a watch cache:
 /// `managedFields` (the API server's field-ownership bookkeeping: on a host copy, one entry
 /// per field manager listing every label, annotation and spec field, often larger than the
-/// rest of the object). Translation strips it anyway ([`NamespacedTranslator::translate_metadata`]),
-/// diffs for updates ([`NamespacedTranslator::host_object_update`]) compare two objects that
-/// both lack it, and writes never send it, so the caches need not hold it.
+/// rest of the object), except the one fact an update needs from it: which label keys the
+/// runtime's field manager ([`RUNTIME_FIELD_MANAGER`]) wrote. Those are kept as a single
+/// entry of that manager holding only `f:metadata.f:labels` ([`runtime_owned_labels`] reads it
+/// back the same way as from the full list); no entry is kept when it owns no label.
 ///
 /// Everything else is kept: labels and annotations (translated, and the managed-keys
 /// bookkeeping), `uid` / `resourceVersion` (delete preconditions, optimistic concurrency),
 /// `deletionTimestamp` (lifecycle) and the whole body (drift detection, `syncStatus`).
 pub fn slim_for_cache(meta: &mut ObjectMeta) {
-    meta.managed_fields = None;
+    let owned = runtime_owned_labels(meta);
+    meta.managed_fields = (!owned.is_empty()).then(|| {
+        let labels: serde_json::Map<String, serde_json::Value> = owned
+            .into_iter()
+            .map(|key| (format!("f:{key}"), serde_json::json!({})))
+            .collect();
+        vec![ManagedFieldsEntry {
+            manager: Some(RUNTIME_FIELD_MANAGER.into()),
+            operation: Some("Update".into()),
+            fields_type: Some("FieldsV1".into()),
+            fields_v1: Some(FieldsV1(
+                serde_json::json!({"f:metadata": {"f:labels": labels}}),
+            )),
+            ..ManagedFieldsEntry::default()
+        }]
+    });
+}
+
+/// The label keys that the runtime's field manager ([`RUNTIME_FIELD_MANAGER`]) set on the
+/// object and still owns, read from `managedFields` (any operation, the main resource only):
+/// the labels it copied from a virtual object. A label someone else added on the host is
+/// owned by that client's manager instead; a label the runtime removed is owned by nobody.
+pub fn runtime_owned_labels(meta: &ObjectMeta) -> Vec<String> {
+    let mut keys = Vec::new();
+    for entry in meta.managed_fields.iter().flatten() {
+        if entry.manager.as_deref() != Some(RUNTIME_FIELD_MANAGER)
+            || entry.subresource.as_deref().is_some_and(|s| !s.is_empty())
+        {
+            continue;
+        }
+        let labels = entry
+            .fields_v1
+            .as_ref()
+            .and_then(|fields| fields.0.get("f:metadata"))
+            .and_then(|metadata| metadata.get("f:labels"))
+            .and_then(serde_json::Value::as_object);
+        for field in labels.into_iter().flat_map(|labels| labels.keys()) {
+            if let Some(key) = field.strip_prefix("f:")
+                && !keys.iter().any(|k| k == key)
+            {
+                keys.push(key.to_string());
+            }
+        }
+    }
+    keys
 }
 
 /// Joins `parts` with `-`; a result longer than 63 bytes becomes its first 52 bytes, `-`, and
@@ -114,6 +193,27 @@ pub fn host_name(name: &str, namespace: &str, vcluster: &str) -> String {
         return String::new();
     }
     safe_concat_name(&[name, "x", namespace, "x", vcluster])
+}
+
+/// The host key of the virtual label `key` in vCluster `vcluster` (vCluster's `HostLabel`): the
+/// keys of [`TRANSLATED_LABELS`] become [`safe_concat_name`] of [`LABEL_PREFIX`], `vcluster`,
+/// `x` and the first 10 hex characters of sha256(`key`) — `release` in vCluster `vc` becomes
+/// `vcluster.loft.sh/label-vc-x-a4d451ec23`; every other key is kept as it is.
+pub fn host_label(key: &str, vcluster: &str) -> String {
+    if TRANSLATED_LABELS.contains(&key) {
+        let digest = hex(&Sha256::digest(key.as_bytes()));
+        safe_concat_name(&[LABEL_PREFIX, vcluster, "x", &digest[..HASH_HEX_CHARS]])
+    } else {
+        key.to_string()
+    }
+}
+
+/// Whether `ownerReferences` name a controller (Kubernetes' `metav1.GetControllerOf`).
+fn has_controller(owners: Option<&Vec<OwnerReference>>) -> bool {
+    owners
+        .into_iter()
+        .flatten()
+        .any(|owner| owner.controller == Some(true))
 }
 
 /// The value of [`KIND_ANNOTATION`] for `api_version` (`group/version`, or `version` for the
@@ -169,6 +269,11 @@ pub struct NamespacedTranslator {
     host_namespace: String,
     api_version: String,
     kind: String,
+    /// The [`host_label`] keys of [`TRANSLATED_LABELS`] in this vCluster (computed once).
+    translated_keys: Vec<String>,
+    /// uid of the vCluster's Service (`<vcluster>` in the host namespace), the owner of every
+    /// host copy; `None`: no ownerReference is set.
+    owner_uid: Option<String>,
 }
 
 impl NamespacedTranslator {
@@ -180,12 +285,53 @@ impl NamespacedTranslator {
         api_version: impl Into<String>,
         kind: impl Into<String>,
     ) -> Self {
+        let vcluster = vcluster.into();
+        let translated_keys = TRANSLATED_LABELS
+            .iter()
+            .map(|key| host_label(key, &vcluster))
+            .collect();
         Self {
-            vcluster: vcluster.into(),
+            vcluster,
             host_namespace: host_namespace.into(),
             api_version: api_version.into(),
             kind: kind.into(),
+            translated_keys,
+            owner_uid: None,
         }
+    }
+
+    /// This translator with the vCluster's Service (named like the vCluster, in the host
+    /// namespace) of uid `uid` as the owner of every host copy it makes: vCluster's
+    /// `translate.Owner`, set at start-up when `experimental.syncSettings.setOwner` is on (its
+    /// default). `None` (or an empty uid): no ownerReference, as in vCluster without an owner.
+    pub fn with_owner_uid(mut self, uid: Option<String>) -> Self {
+        self.owner_uid = uid.filter(|uid| !uid.is_empty());
+        self
+    }
+
+    /// uid of the owner Service set by [`Self::with_owner_uid`].
+    pub fn owner_uid(&self) -> Option<&str> {
+        self.owner_uid.as_deref()
+    }
+
+    /// The ownerReferences of a new host copy of an object whose own ownerReferences are
+    /// `virtual_owners` (vCluster's `GetOwnerReference`): one reference to the vCluster's
+    /// Service — `apiVersion: v1`, `kind: Service`, its name and uid, `controller` true exactly
+    /// when the virtual object has a controller, no `blockOwnerDeletion` — or `None` without an
+    /// owner uid.
+    pub fn owner_references(
+        &self,
+        virtual_owners: Option<&Vec<OwnerReference>>,
+    ) -> Option<Vec<OwnerReference>> {
+        let uid = self.owner_uid.clone()?;
+        Some(vec![OwnerReference {
+            api_version: "v1".into(),
+            kind: "Service".into(),
+            name: self.vcluster.clone(),
+            uid,
+            controller: Some(has_controller(virtual_owners)),
+            block_owner_deletion: None,
+        }])
     }
 
     /// The vCluster name (value of [`MANAGED_BY_LABEL`]).
@@ -216,14 +362,17 @@ impl NamespacedTranslator {
     /// Host metadata for a new host copy of `virtual_meta` (vCluster's `HostMetadata` /
     /// `TranslateMetadata`): name and namespace translated; labels and annotations as described
     /// in the module docs; `generateName`, `selfLink`, `uid`, `resourceVersion`, `generation`,
-    /// `creationTimestamp`, `deletionTimestamp`, `deletionGracePeriodSeconds`,
-    /// `ownerReferences`, `finalizers` and `managedFields` stripped.
+    /// `creationTimestamp`, `deletionTimestamp`, `deletionGracePeriodSeconds`, `finalizers` and
+    /// `managedFields` stripped; `ownerReferences` replaced by [`Self::owner_references`].
     pub fn translate_metadata(&self, virtual_meta: &ObjectMeta) -> ObjectMeta {
         let name = self.host_name(
             virtual_meta.name.as_deref().unwrap_or_default(),
             virtual_meta.namespace.as_deref().unwrap_or_default(),
         );
-        let (labels, annotations) = self.host_labels_and_annotations(virtual_meta, &name, None);
+        let labels = self.host_labels(virtual_meta, None);
+        let virtual_annotations = virtual_meta.annotations.clone().unwrap_or_default();
+        let annotations = self.host_annotations(virtual_meta, &name, &virtual_annotations);
+        let owner_references = self.owner_references(virtual_meta.owner_references.as_ref());
         ObjectMeta {
             name: Some(name),
             namespace: Some(self.host_namespace.clone()),
@@ -237,7 +386,7 @@ impl NamespacedTranslator {
             creation_timestamp: None,
             deletion_timestamp: None,
             deletion_grace_period_seconds: None,
-            owner_references: None,
+            owner_references,
             finalizers: None,
             managed_fields: None,
         }
@@ -245,19 +394,30 @@ impl NamespacedTranslator {
 
     /// The labels and annotations the existing host object `host_meta` must have for the
     /// virtual object `virtual_meta`, or `None` when it already has exactly those (no write is
-    /// needed). Keys the virtual object had before (listed in the host's
-    /// [`MANAGED_LABELS_ANNOTATION`] / [`MANAGED_ANNOTATIONS_ANNOTATION`]) but no longer has are
-    /// removed; keys added on the host by someone else are kept (vCluster's `applyMaps`).
+    /// needed).
+    ///
+    /// Annotations: vCluster's `HostAnnotations(vObj, pObj)` — the virtual annotations, the
+    /// host's annotations that are not listed in its [`MANAGED_ANNOTATIONS_ANNOTATION`] (added
+    /// on the host, kept), the bookkeeping keys passed through from the host, and the
+    /// translation's own annotations recomputed. Labels: the labels of a new copy
+    /// ([`Self::translate_metadata`]), [`CONTROLLED_BY_LABEL`] kept from the host (as vCluster's
+    /// `HostLabels(vObj, pObj)` does), and every other host label kept unless the runtime
+    /// wrote it ([`runtime_owned_labels`], or listed in a [`MANAGED_LABELS_ANNOTATION`] of an
+    /// older runtime) and the virtual object no longer has it — so a label removed in the
+    /// virtual cluster is removed on the host and a label added on the host stays (vCluster
+    /// keeps it too, by syncing labels both ways).
     pub fn translate_metadata_update(
         &self,
         virtual_meta: &ObjectMeta,
         host_meta: &ObjectMeta,
     ) -> Option<MetadataUpdate> {
         let host_name = host_meta.name.as_deref().unwrap_or_default();
-        let (labels, annotations) =
-            self.host_labels_and_annotations(virtual_meta, host_name, Some(host_meta));
-        let unchanged = host_meta.labels.clone().unwrap_or_default() == labels
-            && host_meta.annotations.clone().unwrap_or_default() == annotations;
+        let empty = BTreeMap::new();
+        let host_annotations = host_meta.annotations.as_ref().unwrap_or(&empty);
+        let annotations = self.host_annotations(virtual_meta, host_name, host_annotations);
+        let labels = self.host_labels(virtual_meta, Some(host_meta));
+        let unchanged = host_meta.labels.as_ref().unwrap_or(&empty) == &labels
+            && host_annotations == &annotations;
         (!unchanged).then_some(MetadataUpdate {
             labels,
             annotations,
@@ -335,65 +495,112 @@ impl NamespacedTranslator {
         }
     }
 
-    /// Labels and annotations of the host object named `host_name` for `virtual_meta`, merged
-    /// into the existing host object's `existing` ones (vCluster's `applyAnnotations`,
-    /// `applyLabels` and `addHostAnnotations`).
-    fn host_labels_and_annotations(
+    /// Labels of the host copy of `virtual_meta` (vCluster's `HostLabelsMap`): every virtual
+    /// label under its [`host_label`] key, except virtual labels that already look like a
+    /// translated key (dropped, as vCluster's `IsTranslatedLabel` does); then
+    /// [`MANAGED_BY_LABEL`]`=<vcluster>` and [`NAMESPACE_LABEL`]`=<virtual namespace>` (for a
+    /// virtual object without namespace: [`MANAGED_BY_LABEL`]` = ` [`safe_concat_name`] of the
+    /// host namespace, `x`, the vCluster, as vCluster marks cluster-scoped copies). With the
+    /// existing host object `host`: its [`CONTROLLED_BY_LABEL`], and its other labels that the
+    /// runtime did not write (see [`Self::translate_metadata_update`]).
+    fn host_labels(
+        &self,
+        virtual_meta: &ObjectMeta,
+        host: Option<&ObjectMeta>,
+    ) -> BTreeMap<String, String> {
+        let mut labels = BTreeMap::new();
+        for (key, value) in virtual_meta.labels.iter().flatten() {
+            if self.translated_keys.contains(key) {
+                continue;
+            }
+            let key = if TRANSLATED_LABELS.contains(&key.as_str()) {
+                host_label(key, &self.vcluster)
+            } else {
+                key.clone()
+            };
+            labels.insert(key, value.clone());
+        }
+        let virtual_namespace = virtual_meta.namespace.as_deref().unwrap_or_default();
+        if virtual_namespace.is_empty() {
+            labels.insert(
+                MANAGED_BY_LABEL.into(),
+                safe_concat_name(&[&self.host_namespace, "x", &self.vcluster]),
+            );
+        } else {
+            labels.insert(MANAGED_BY_LABEL.into(), self.vcluster.clone());
+            labels.insert(NAMESPACE_LABEL.into(), virtual_namespace.into());
+        }
+        let Some(host) = host else {
+            return labels;
+        };
+        let host_labels = host.labels.as_ref();
+        if let Some(controller) = host_labels
+            .and_then(|l| l.get(CONTROLLED_BY_LABEL))
+            .filter(|c| !c.is_empty())
+        {
+            labels.insert(CONTROLLED_BY_LABEL.into(), controller.clone());
+        }
+        let mut ours = runtime_owned_labels(host);
+        if let Some(legacy) = host
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(MANAGED_LABELS_ANNOTATION))
+        {
+            ours.extend(legacy.split('\n').map(str::to_string));
+        }
+        for (key, value) in host_labels.into_iter().flatten() {
+            let reserved = matches!(
+                key.as_str(),
+                MANAGED_BY_LABEL | NAMESPACE_LABEL | CONTROLLED_BY_LABEL
+            );
+            if !reserved && !labels.contains_key(key) && !ours.contains(key) {
+                labels.insert(key.clone(), value.clone());
+            }
+        }
+        labels
+    }
+
+    /// Annotations of the host object named `host_name` for `virtual_meta`, merged into
+    /// `existing` (vCluster's `HostAnnotations`: `applyAnnotations`, then `addHostAnnotations`).
+    /// For a new copy, `existing` is the virtual object's own annotations, as in vCluster's
+    /// `HostMetadata` (which merges into a copy of the virtual object).
+    fn host_annotations(
         &self,
         virtual_meta: &ObjectMeta,
         host_name: &str,
-        existing: Option<&ObjectMeta>,
-    ) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+        existing: &BTreeMap<String, String>,
+    ) -> BTreeMap<String, String> {
         let empty = BTreeMap::new();
-        let existing_labels = existing.and_then(|m| m.labels.as_ref()).unwrap_or(&empty);
-        let existing_annotations = existing
-            .and_then(|m| m.annotations.as_ref())
-            .unwrap_or(&empty);
-        let virtual_labels = virtual_meta.labels.as_ref().unwrap_or(&empty);
         let virtual_annotations = virtual_meta.annotations.as_ref().unwrap_or(&empty);
-        let virtual_namespace = virtual_meta.namespace.as_deref().unwrap_or_default();
-
-        let (mut annotations, managed_annotations) = merge_managed(
+        let (mut annotations, managed) = merge_managed(
             virtual_annotations,
-            existing_annotations,
-            existing_annotations.get(MANAGED_ANNOTATIONS_ANNOTATION),
+            existing,
+            existing.get(MANAGED_ANNOTATIONS_ANNOTATION),
             &RESERVED_ANNOTATIONS,
         );
-        let (mut labels, managed_labels) = merge_managed(
-            virtual_labels,
-            existing_labels,
-            existing_annotations.get(MANAGED_LABELS_ANNOTATION),
-            &RESERVED_LABELS,
-        );
-
-        set_or_remove(
-            &mut annotations,
-            MANAGED_ANNOTATIONS_ANNOTATION,
-            managed_annotations,
-        );
-        set_or_remove(&mut annotations, MANAGED_LABELS_ANNOTATION, managed_labels);
+        set_or_remove(&mut annotations, MANAGED_ANNOTATIONS_ANNOTATION, managed);
         let name = virtual_meta.name.clone().unwrap_or_default();
         let uid = virtual_meta.uid.clone().unwrap_or_default();
         annotations.insert(NAME_ANNOTATION.into(), name);
         annotations.insert(UID_ANNOTATION.into(), uid);
-        annotations.insert(
-            KIND_ANNOTATION.into(),
-            object_kind(&self.api_version, &self.kind),
-        );
         annotations.insert(HOST_NAME_ANNOTATION.into(), host_name.into());
-        annotations.insert(
-            HOST_NAMESPACE_ANNOTATION.into(),
-            self.host_namespace.clone(),
-        );
+        if !self.host_namespace.is_empty() {
+            annotations.insert(
+                HOST_NAMESPACE_ANNOTATION.into(),
+                self.host_namespace.clone(),
+            );
+        }
+        let virtual_namespace = virtual_meta.namespace.as_deref().unwrap_or_default();
         set_or_remove(
             &mut annotations,
             NAMESPACE_ANNOTATION,
             virtual_namespace.to_string(),
         );
-
-        labels.insert(MANAGED_BY_LABEL.into(), self.vcluster.clone());
-        set_or_remove(&mut labels, NAMESPACE_LABEL, virtual_namespace.to_string());
-        (labels, annotations)
+        annotations.insert(
+            KIND_ANNOTATION.into(),
+            object_kind(&self.api_version, &self.kind),
+        );
+        annotations
     }
 }
 
@@ -552,26 +759,49 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn slim_for_cache_drops_managed_fields_only() {
+    fn slim_for_cache_keeps_only_the_runtime_owned_labels() {
         let mut obj: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "example.loft.sh/v1", "kind": "Car",
             "metadata": {
                 "name": "a", "namespace": "ns", "uid": "u1", "resourceVersion": "7",
-                "labels": {"l": "1"}, "annotations": {"a": "1"},
+                "labels": {"l": "1", "h": "2"}, "annotations": {"a": "1"},
                 "deletionTimestamp": "2026-01-01T00:00:00Z",
-                "managedFields": [{"manager": "kubectl", "operation": "Apply",
-                                   "fieldsType": "FieldsV1",
-                                   "fieldsV1": {"f:spec": {"f:type": {}}}}]
+                "managedFields": [
+                    {"manager": "kubectl", "operation": "Update", "fieldsType": "FieldsV1",
+                     "fieldsV1": {"f:metadata": {"f:labels": {"f:h": {}}}, "f:spec": {"f:type": {}}}},
+                    {"manager": "vcluster-plugin-syncer", "operation": "Update",
+                     "fieldsType": "FieldsV1",
+                     "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:l": {}},
+                                                 "f:annotations": {"f:a": {}}},
+                                  "f:spec": {"f:type": {}}}},
+                    {"manager": "vcluster-plugin-syncer", "operation": "Update",
+                     "subresource": "status", "fieldsType": "FieldsV1",
+                     "fieldsV1": {"f:status": {"f:ok": {}}}}
+                ]
             },
             "spec": {"type": "BMW"}, "status": {"ok": true}
         }))
         .unwrap();
         let mut expected = obj.clone();
-        expected.metadata.managed_fields = None;
+        expected.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
+            manager: Some("vcluster-plugin-syncer".into()),
+            operation: Some("Update".into()),
+            fields_type: Some("FieldsV1".into()),
+            fields_v1: Some(FieldsV1(json!({"f:metadata": {"f:labels": {"f:l": {}}}}))),
+            ..ManagedFieldsEntry::default()
+        }]);
+        assert_eq!(runtime_owned_labels(&obj.metadata), vec!["l".to_string()]);
         slim_for_cache(&mut obj.metadata);
         assert_eq!(obj, expected);
+        assert_eq!(runtime_owned_labels(&obj.metadata), vec!["l".to_string()]);
         assert_eq!(obj.metadata.uid.as_deref(), Some("u1"));
         assert_eq!(obj.data["status"], json!({"ok": true}));
+
+        // nothing owned by the runtime: no managedFields at all
+        let mut other = expected.metadata.clone();
+        other.managed_fields.as_mut().unwrap()[0].manager = Some("kubectl".into());
+        slim_for_cache(&mut other);
+        assert_eq!(other.managed_fields, None);
     }
 
     /// sha256 hex of `s`, computed here independently of the module's helper.
@@ -717,6 +947,7 @@ mod tests {
                 (NAMESPACE_LABEL, "team-a"),
             ]))
         );
+        // vCluster's create path writes no managed-labels annotation
         assert_eq!(
             host.annotations,
             Some(map(&[
@@ -727,7 +958,6 @@ mod tests {
                 (KIND_ANNOTATION, "example.loft.sh/v1, Kind=Car"),
                 (HOST_NAME_ANNOTATION, expected_name),
                 (HOST_NAMESPACE_ANNOTATION, "vcluster-my-vcluster"),
-                (MANAGED_LABELS_ANNOTATION, "app\ntier"),
                 (MANAGED_ANNOTATIONS_ANNOTATION, "note"),
             ]))
         );
@@ -763,14 +993,35 @@ mod tests {
         assert_eq!(t.translate_metadata_update(&v, &host), None);
     }
 
+    /// A managedFields entry of `manager` owning the label keys `keys`.
+    fn owns_labels(manager: &str, keys: &[&str]) -> ManagedFieldsEntry {
+        let labels: serde_json::Map<String, serde_json::Value> =
+            keys.iter().map(|k| (format!("f:{k}"), json!({}))).collect();
+        ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            operation: Some("Update".into()),
+            fields_type: Some("FieldsV1".into()),
+            fields_v1: Some(FieldsV1(json!({"f:metadata": {"f:labels": labels}}))),
+            ..ManagedFieldsEntry::default()
+        }
+    }
+
     #[test]
-    fn managed_labels_bookkeeping() {
+    fn label_and_annotation_bookkeeping_on_update() {
         let t = cars();
         let mut v = meta("c", "ns", "u");
         v.labels = Some(map(&[("keep", "1"), ("drop", "2")]));
         v.annotations = Some(map(&[("a-keep", "1"), ("a-drop", "2")]));
         let mut host = t.translate_metadata(&v);
-        // someone adds keys on the host
+        // what the API server records for the runtime's create, and for someone else's later
+        // additions on the host
+        host.managed_fields = Some(vec![
+            owns_labels(
+                RUNTIME_FIELD_MANAGER,
+                &["keep", "drop", MANAGED_BY_LABEL, NAMESPACE_LABEL],
+            ),
+            owns_labels("kubectl", &["host-added"]),
+        ]);
         host.labels
             .as_mut()
             .unwrap()
@@ -796,10 +1047,7 @@ mod tests {
                 (NAMESPACE_LABEL, "ns"),
             ])
         );
-        assert_eq!(
-            update.annotations.get(MANAGED_LABELS_ANNOTATION).unwrap(),
-            "keep\nnew"
-        );
+        assert!(!update.annotations.contains_key(MANAGED_LABELS_ANNOTATION));
         assert_eq!(
             update
                 .annotations
@@ -810,10 +1058,17 @@ mod tests {
         assert_eq!(update.annotations.get("host-note").unwrap(), "h");
         assert!(!update.annotations.contains_key("a-drop"));
 
-        // all virtual labels removed: bookkeeping annotation disappears, host key stays
+        // all virtual labels removed: only the host's own label and vCluster's stay
         v.labels = None;
         host.labels = Some(update.labels);
         host.annotations = Some(update.annotations);
+        host.managed_fields = Some(vec![
+            owns_labels(
+                RUNTIME_FIELD_MANAGER,
+                &["keep", "new", MANAGED_BY_LABEL, NAMESPACE_LABEL],
+            ),
+            owns_labels("kubectl", &["host-added"]),
+        ]);
         let update = t.translate_metadata_update(&v, &host).expect("changes");
         assert_eq!(
             update.labels,
@@ -823,7 +1078,100 @@ mod tests {
                 (NAMESPACE_LABEL, "ns")
             ])
         );
-        assert!(!update.annotations.contains_key(MANAGED_LABELS_ANNOTATION));
+    }
+
+    #[test]
+    fn legacy_managed_labels_annotation_is_read_and_kept() {
+        // a host copy made by an older runtime: bookkeeping in the annotation, no managedFields
+        let t = cars();
+        let v = meta("c", "ns", "u");
+        let mut host = t.translate_metadata(&v);
+        host.labels
+            .as_mut()
+            .unwrap()
+            .extend(map(&[("old", "1"), ("host-added", "h")]));
+        host.annotations
+            .as_mut()
+            .unwrap()
+            .insert(MANAGED_LABELS_ANNOTATION.into(), "old".into());
+        let update = t.translate_metadata_update(&v, &host).expect("changes");
+        assert_eq!(
+            update.labels,
+            map(&[
+                ("host-added", "h"),
+                (MANAGED_BY_LABEL, "my-vcluster"),
+                (NAMESPACE_LABEL, "ns")
+            ])
+        );
+        assert_eq!(update.annotations[MANAGED_LABELS_ANNOTATION], "old");
+    }
+
+    #[test]
+    fn translated_label_keys() {
+        // the example of vCluster's own issue: `release: r1` in vCluster `vc`
+        assert_eq!(
+            host_label("release", "vc"),
+            format!(
+                "vcluster.loft.sh/label-vc-x-{}",
+                &sha256_hex("release")[..10]
+            )
+        );
+        assert_eq!(&sha256_hex("release")[..10], "a4d451ec23");
+        assert_eq!(host_label("app", "vc"), "app");
+        let t = NamespacedTranslator::new("vc", "host", "example.loft.sh/v1", "Car");
+        let mut v = meta("c", "ns", "u");
+        let spoofed = host_label(CONTROLLED_BY_LABEL, "vc");
+        v.labels = Some(map(&[
+            ("release", "r1"),
+            (MANAGED_BY_LABEL, "other"),
+            (spoofed.as_str(), "dropped"),
+            ("app", "a"),
+        ]));
+        let host = t.translate_metadata(&v);
+        assert_eq!(
+            host.labels.unwrap(),
+            map(&[
+                ("vcluster.loft.sh/label-vc-x-a4d451ec23", "r1"),
+                (host_label(MANAGED_BY_LABEL, "vc").as_str(), "other"),
+                ("app", "a"),
+                (MANAGED_BY_LABEL, "vc"),
+                (NAMESPACE_LABEL, "ns"),
+            ])
+        );
+    }
+
+    #[test]
+    fn owner_reference_to_the_vcluster_service() {
+        let t = cars().with_owner_uid(Some("svc-uid".into()));
+        let mut v = meta("c", "ns", "u");
+        let host = t.translate_metadata(&v);
+        let expected = OwnerReference {
+            api_version: "v1".into(),
+            kind: "Service".into(),
+            name: "my-vcluster".into(),
+            uid: "svc-uid".into(),
+            controller: Some(false),
+            block_owner_deletion: None,
+        };
+        assert_eq!(host.owner_references, Some(vec![expected.clone()]));
+        // a virtual object with a controller: the reference is marked controller too
+        v.owner_references = Some(vec![OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: "ReplicaSet".into(),
+            name: "rs".into(),
+            uid: "rs-uid".into(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        }]);
+        let host = t.translate_metadata(&v);
+        let mut controller = expected;
+        controller.controller = Some(true);
+        assert_eq!(host.owner_references, Some(vec![controller]));
+        // no uid: no owner
+        let host = cars()
+            .with_owner_uid(Some(String::new()))
+            .translate_metadata(&v);
+        assert_eq!(host.owner_references, None);
     }
 
     #[test]

@@ -2,14 +2,16 @@
 //! makes them (vCluster `pkg/util/translate`: `SafeConcatName` — joined with `-`, over 63
 //! bytes cut to 52 + `-` + 10 hex of sha256, then `.-` → `-`; single-namespace `HostName`
 //! `<name>-x-<namespace>-x-<vcluster>`; `HostLabels` / `HostAnnotations` with the
-//! `managed-labels` / `managed-annotations` bookkeeping of `applyMaps`).
+//! `managed-annotations` bookkeeping of `applyMaps`; no `managed-labels` on create). The
+//! translation oracle (`tests/tests/translate_oracle.rs`) checks the same against vCluster's
+//! own code on generated cases.
 //!
 //! The expected names are literals computed outside this crate (Python's hashlib), not by the
 //! function under test.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, ObjectMeta};
 use vcp_syncer_runtime::translate::{NamespacedTranslator, host_name};
 
 #[test]
@@ -179,11 +181,18 @@ fn label_and_annotation_sets_on_create() {
     let cases: Vec<Case> = vec![
         ("no labels, no annotations", &[], &[], vec![], vec![]),
         (
-            "labels sorted into managed-labels",
+            "labels copied, no managed-labels annotation",
             &[("tier", "gold"), ("app", "cars")],
             &[],
             vec![("app", "cars"), ("tier", "gold")],
-            vec![("vcluster.loft.sh/managed-labels", "app\ntier")],
+            vec![],
+        ),
+        (
+            "release is translated (vCluster's HostLabel)",
+            &[("release", "r1")],
+            &[],
+            vec![("vcluster.loft.sh/label-vc-x-a4d451ec23", "r1")],
+            vec![],
         ),
         (
             "annotations into managed-annotations",
@@ -207,10 +216,11 @@ fn label_and_annotation_sets_on_create() {
             vec![],
         ),
         (
-            "a spoofed managed-by label is overwritten, not managed",
+            "a virtual managed-by label is translated, not taken",
             &[("vcluster.loft.sh/managed-by", "other")],
             &[],
-            vec![],
+            // sha256("vcluster.loft.sh/managed-by") starts e5f1b28ab2 (computed with sha256sum)
+            vec![("vcluster.loft.sh/label-vc-x-e5f1b28ab2", "other")],
             vec![],
         ),
         (
@@ -218,7 +228,7 @@ fn label_and_annotation_sets_on_create() {
             &[("app.kubernetes.io/name", "car")],
             &[],
             vec![("app.kubernetes.io/name", "car")],
-            vec![("vcluster.loft.sh/managed-labels", "app.kubernetes.io/name")],
+            vec![],
         ),
     ];
     for (what, labels, annotations, extra_labels, extra_annotations) in cases {
@@ -238,18 +248,28 @@ fn label_and_annotation_sets_on_create() {
     }
 }
 
+/// The managedFields entry the API server records for `manager` writing the label keys `keys`.
+fn owns_labels(manager: &str, keys: &[&str]) -> ManagedFieldsEntry {
+    let labels: serde_json::Map<String, serde_json::Value> = keys
+        .iter()
+        .map(|k| (format!("f:{k}"), serde_json::json!({})))
+        .collect();
+    ManagedFieldsEntry {
+        manager: Some(manager.into()),
+        operation: Some("Update".into()),
+        fields_type: Some("FieldsV1".into()),
+        fields_v1: Some(FieldsV1(
+            serde_json::json!({"f:metadata": {"f:labels": labels}}),
+        )),
+        ..ManagedFieldsEntry::default()
+    }
+}
+
 #[test]
-fn managed_labels_bookkeeping_on_update() {
+fn label_bookkeeping_on_update() {
     // (what, virtual labels before, labels added on the host, virtual labels after,
-    //  expected host labels after (besides managed-by/namespace), expected managed-labels)
-    type Case = (
-        &'static str,
-        Pairs,
-        Pairs,
-        Pairs,
-        Pairs,
-        Option<&'static str>,
-    );
+    //  expected host labels after (besides managed-by/namespace))
+    type Case = (&'static str, Pairs, Pairs, Pairs, Pairs);
     let cases: Vec<Case> = vec![
         (
             "unchanged: no update",
@@ -257,7 +277,6 @@ fn managed_labels_bookkeeping_on_update() {
             &[],
             &[("a", "1")],
             &[("a", "1")],
-            Some("a"),
         ),
         (
             "value changed",
@@ -265,7 +284,6 @@ fn managed_labels_bookkeeping_on_update() {
             &[],
             &[("a", "2")],
             &[("a", "2")],
-            Some("a"),
         ),
         (
             "key removed in the virtual cluster is removed on the host",
@@ -273,7 +291,6 @@ fn managed_labels_bookkeeping_on_update() {
             &[],
             &[("a", "1")],
             &[("a", "1")],
-            Some("a"),
         ),
         (
             "key added on the host is kept",
@@ -281,15 +298,13 @@ fn managed_labels_bookkeeping_on_update() {
             &[("host", "h")],
             &[("a", "1")],
             &[("a", "1"), ("host", "h")],
-            Some("a"),
         ),
         (
-            "all virtual keys removed: bookkeeping annotation removed, host key kept",
+            "all virtual keys removed: host key kept",
             &[("a", "1")],
             &[("host", "h")],
             &[],
             &[("host", "h")],
-            None,
         ),
         (
             "key added in the virtual cluster",
@@ -297,7 +312,6 @@ fn managed_labels_bookkeeping_on_update() {
             &[],
             &[("n", "1")],
             &[("n", "1")],
-            Some("n"),
         ),
         (
             "virtual takes over a key the host added",
@@ -305,15 +319,25 @@ fn managed_labels_bookkeeping_on_update() {
             &[("k", "host")],
             &[("k", "virtual")],
             &[("k", "virtual")],
-            Some("k"),
         ),
     ];
-    for (what, before, host_added, after, want, want_managed) in cases {
+    for (what, before, host_added, after, want) in cases {
         let t = translator();
         let mut host = t.translate_metadata(&virtual_meta(before, &[]));
         host.labels
             .get_or_insert_with(Default::default)
             .extend(map(host_added));
+        // what the API server records: the runtime wrote the labels of the create, someone
+        // else the labels added on the host
+        let mut created: Vec<&str> = before.iter().map(|(k, _)| *k).collect();
+        created.extend([MANAGED_BY.0, NAMESPACE.0]);
+        host.managed_fields = Some(vec![
+            owns_labels("vcluster-plugin-syncer", &created),
+            owns_labels(
+                "kubectl",
+                &host_added.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
+            ),
+        ]);
         let update = t.translate_metadata_update(&virtual_meta(after, &[]), &host);
         let (labels, annotations) = match update {
             Some(update) => (update.labels, update.annotations),
@@ -329,11 +353,9 @@ fn managed_labels_bookkeeping_on_update() {
         want_labels.extend([MANAGED_BY, NAMESPACE]);
         assert_eq!(labels, map(&want_labels), "{what}: labels");
         assert_eq!(
-            annotations
-                .get("vcluster.loft.sh/managed-labels")
-                .map(String::as_str),
-            want_managed,
-            "{what}: managed-labels"
+            annotations.get("vcluster.loft.sh/managed-labels"),
+            None,
+            "{what}: no managed-labels annotation"
         );
     }
 }

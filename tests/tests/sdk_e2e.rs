@@ -94,7 +94,6 @@ async fn tutorial_car_syncer_and_pod_hook() {
             ),
             ("vcluster.loft.sh/object-host-name", host_name),
             ("vcluster.loft.sh/object-host-namespace", HOST_NS),
-            ("vcluster.loft.sh/managed-labels", "color"),
             ("vcluster.loft.sh/managed-annotations", "note"),
         ])
     );
