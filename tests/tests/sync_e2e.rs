@@ -128,8 +128,18 @@ async fn world_with(
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
             {"apiGroups": ["vcp.dev"], "resources": ["vclusterplugins"], "verbs": ["get", "list", "watch"]},
             {"apiGroups": ["vcp.dev"], "resources": ["vclusterplugins/status"], "verbs": ["get", "patch"]},
-            {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}
+            {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+            {"apiGroups": [""], "resources": ["services"], "verbs": ["get"], "resourceNames": [vcluster]}
         ]
+    })).await;
+    // The vCluster's Service (named like the vCluster, as the chart makes it): the owner of
+    // every host copy (vCluster's setOwner).
+    let services =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Service"), "services");
+    apply(&host, &services, Some(&host_ns), json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": vcluster, "namespace": host_ns},
+        "spec": {"ports": [{"name": "https", "port": 443, "targetPort": 8443, "protocol": "TCP"}]}
     })).await;
     apply(&host, &rbac("RoleBinding", "rolebindings", "v1"), Some(&host_ns), json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
@@ -233,6 +243,20 @@ impl World {
         .await
     }
 
+    /// The ownerReferences vCluster puts on every host copy (with `setOwner`, its default):
+    /// the vCluster's Service, `controller: false` (a Car has no controller), no
+    /// `blockOwnerDeletion` (vCluster's `GetOwnerReference`).
+    async fn expected_owner(&self) -> Value {
+        let services: Api<k8s_openapi::api::core::v1::Service> =
+            Api::namespaced(self.host.clone(), &self.host_ns);
+        let service = services
+            .get(&self.vcluster)
+            .await
+            .expect("the vCluster's Service");
+        json!([{"apiVersion": "v1", "kind": "Service", "name": self.vcluster,
+                "uid": service.metadata.uid.expect("uid"), "controller": false}])
+    }
+
     /// The exact labels and annotations a host Car must have.
     fn expected_metadata(
         &self,
@@ -245,12 +269,6 @@ impl World {
         let mut labels = virtual_car.labels().clone();
         labels.insert("vcluster.loft.sh/managed-by".into(), self.vcluster.clone());
         labels.insert("vcluster.loft.sh/namespace".into(), ns.clone());
-        let managed_labels = virtual_car
-            .labels()
-            .keys()
-            .cloned()
-            .collect::<Vec<_>>()
-            .join("\n");
         let mut annotations = virtual_car.annotations().clone();
         let managed_annotations = annotations.keys().cloned().collect::<Vec<_>>().join("\n");
         annotations.extend(string_map([
@@ -272,7 +290,6 @@ impl World {
                 "vcluster.loft.sh/object-host-namespace",
                 self.host_ns.as_str(),
             ),
-            ("vcluster.loft.sh/managed-labels", managed_labels.as_str()),
         ]));
         if !managed_annotations.is_empty() {
             annotations.insert(
@@ -356,7 +373,11 @@ async fn cars_sync_create_update_delete_across_namespaces() {
             "annotations of {host_name}"
         );
         assert_eq!(host_car.data["spec"], spec, "spec of {host_name}");
-        assert!(host_car.metadata.owner_references.is_none());
+        assert_eq!(
+            json!(host_car.metadata.owner_references),
+            w.expected_owner().await,
+            "owner of {host_name}"
+        );
         assert!(host_car.metadata.finalizers.is_none());
     }
 
@@ -478,6 +499,65 @@ async fn cars_sync_create_update_delete_across_namespaces() {
     assert_eq!(
         recreated.annotations().get("vcluster.loft.sh/object-uid"),
         long.uid().as_ref()
+    );
+}
+
+/// vCluster's `setOwner`: every host copy is owned by the vCluster's Service, so when the
+/// vCluster goes (its syncer stops, its Service is deleted), Kubernetes' garbage collector
+/// (kube-controller-manager's, run here for the host cluster) deletes the host copies, as in a
+/// real cluster; a host Car of no vCluster stays.
+#[tokio::test]
+async fn host_copies_are_garbage_collected_with_the_vcluster_service() {
+    let mut w = world("gc", &["gc-a"]).await;
+    tokio::task::spawn_blocking(|| ControlPlane::shared().start_garbage_collector())
+        .await
+        .expect("join")
+        .expect("start the garbage collector");
+    let names = ["audi", "bmw"];
+    for name in names {
+        w.put_car("gc-a", name, json!({}), json!({}), json!({"type": "BMW"}))
+            .await;
+    }
+    let owner = w.expected_owner().await;
+    for name in names {
+        let host_name = format!("{name}-x-gc-a-x-vc-gc");
+        let copy = w.host_car_where(&host_name, |_| true).await;
+        assert_eq!(json!(copy.metadata.owner_references), owner, "{host_name}");
+    }
+    let host_cars = w.host_cars();
+    apply(
+        &w.host,
+        &cars_resource(),
+        Some(&w.host_ns),
+        json!({
+            "apiVersion": "example.loft.sh/v1", "kind": "Car",
+            "metadata": {"name": "foreign", "namespace": w.host_ns}, "spec": {"type": "Audi"}
+        }),
+    )
+    .await;
+
+    // the vCluster goes: its syncer stops, then its Service is deleted
+    w.runtime.abort();
+    let _ = (&mut w.runtime).await;
+    let services: Api<k8s_openapi::api::core::v1::Service> =
+        Api::namespaced(w.host.clone(), &w.host_ns);
+    services
+        .delete(&w.vcluster, &DeleteParams::background())
+        .await
+        .expect("delete the vCluster's Service");
+    for name in names {
+        let host_name = format!("{name}-x-gc-a-x-vc-gc");
+        wait_for(Duration::from_secs(90), || {
+            let api = host_cars.clone();
+            let host_name = host_name.clone();
+            async move { api.get_opt(&host_name).await.ok()?.is_none().then_some(()) }
+        })
+        .await;
+    }
+    // collected by the garbage collector (the syncer was stopped), and only the owned copies
+    assert!(
+        host_cars.get_opt("foreign").await.expect("get").is_some(),
+        "a host Car of no vCluster is not collected"
     );
 }
 
