@@ -13,7 +13,7 @@
 //! | adding and removing the finalizer `vcp.dev/cleanup` | [`finalizer`] |
 //! | the removal on delete: exactly what was added, a missing workload does not block it | [`cleanup`] |
 //! | server-side apply under one field manager, zero writes once converged, deletes only of the plugin's own objects, Events | [`writes`] |
-//! | which RBAC rules a plugin may grant (`PolicyDenied`) | [`policy`] |
+//! | which RBAC rules a plugin may grant, what its container may ask for (`PolicyDenied`) | [`policy`] |
 //! | watches, mappers, reconcile, retries | [`controller`] |
 //! | state shared by reconciles, one lock per workload | [`context`] |
 //! | watch caches the install path reads, discovery cache | [`cache`] |

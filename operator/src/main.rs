@@ -57,10 +57,12 @@ struct RunArgs {
     #[arg(long, env = "VCP_CONCURRENCY", default_value_t = 4)]
     concurrency: u16,
 
-    /// Operator policy (YAML; schema in the docs of `vcluster_plugin_operator::policy`):
-    /// which RBAC rules a VClusterPlugin may grant. Default: the built-in policy (no wildcards,
-    /// no escalate/bind/impersonate, no write verbs in cluster-scoped rules, no cluster-wide
-    /// secrets).
+    /// Operator policy (YAML; schema in the docs of `vcluster_plugin_operator::policy` and in
+    /// README.md): which RBAC rules a VClusterPlugin may grant and what its container may ask
+    /// for. Default: the built-in policy (no wildcards, no escalate/bind/impersonate, no write
+    /// verbs in cluster-scoped rules, no cluster-wide secrets; no privileged, privilege
+    /// escalation, added capabilities, root, unconfined profiles, Secret references or mounts
+    /// of the vCluster's volumes).
     #[arg(long, env = "VCP_POLICY_FILE")]
     policy_file: Option<std::path::PathBuf>,
 

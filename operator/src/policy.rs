@@ -1,4 +1,5 @@
-//! The operator policy: which RBAC rules a `VClusterPlugin` may grant to its vCluster.
+//! The operator policy: which RBAC rules a `VClusterPlugin` may grant to its vCluster, and
+//! what its container may ask for in the vCluster's pod ([`containers`]).
 //!
 //! DESIGN.md ("Operator contract", Policy): a namespaced object must not become a way to gain
 //! cluster power. By default the operator refuses
@@ -18,18 +19,29 @@
 //! clusterScoped:
 //!   allowedVerbs: [get, list, watch]     # the only verbs a cluster-scoped rule may hold
 //!   forbiddenResources: [secrets]        # never granted cluster-wide
+//! containers:                            # the container policy, see `containers`
+//!   allowPrivileged: false               # securityContext.privileged: true
+//!   allowPrivilegeEscalation: false      # securityContext.allowPrivilegeEscalation: true
+//!   allowedCapabilities: []              # securityContext.capabilities.add, e.g. [NET_BIND_SERVICE]
+//!   allowRunAsRoot: false                # runAsUser: 0, runAsGroup: 0, runAsNonRoot: false
+//!   allowUnconfined: false               # Unconfined seccomp/AppArmor, procMount Unmasked, seLinuxOptions
+//!   allowSecretReferences: false         # true: env / envFrom may reference any Secret
+//!   allowedSecrets: []                   # Secrets that may be referenced: names, or prefixes `x-*`
+//!   allowedVolumes: []                   # volumes of the vCluster's pod that may be mounted
+//!   allowedImages: []                    # empty: any image; else prefixes `reg/` or repositories
 //! ```
 //!
 //! Resource names match exactly or by their base (`secrets` also refuses `secrets/status`).
 //! Unknown fields are an error, so a typo cannot silently keep the default.
 //!
-//! What is checked ([`evaluate`]): `spec.rbac.role.extraRules` (namespaced),
-//! `spec.rbac.clusterRole.extraRules` (cluster-scoped), and the rules the operator derives from
+//! What is checked ([`evaluate`]): the container fields ([`containers::check`]), then
+//! `spec.rbac.role.extraRules` (namespaced), `spec.rbac.clusterRole.extraRules`
+//! (cluster-scoped), and the rules the operator derives from
 //! `syncedTypes` / `hooks` ([`crate::rbac`]): their verbs are fixed sets and their resource is
 //! the explicit `syncedTypes[].resource` or a plural found by discovery; the check uses the
 //! kind's name in its place, since a discovered plural is never a wildcard. A refusal becomes
-//! `Ready=False, reason=PolicyDenied` with a message naming the rule and the policy field, and
-//! nothing is applied for the plugin (workload and RBAC untouched).
+//! `Ready=False, reason=PolicyDenied` with a message naming the rule (or container field) and the
+//! policy field, and nothing is applied for the plugin (workload and RBAC untouched).
 
 use std::path::Path;
 
@@ -39,6 +51,9 @@ use thiserror::Error;
 use vcp_crds::VClusterPlugin;
 
 use crate::rbac::{self, Plurals};
+
+pub mod containers;
+pub use containers::ContainerPolicy;
 
 /// `Ready` reason of a plugin whose rules the policy refuses.
 pub const REASON_POLICY_DENIED: &str = "PolicyDenied";
@@ -55,6 +70,8 @@ pub struct Policy {
     pub forbidden_resources: Vec<String>,
     /// Limits of cluster-scoped rules (`rbac.clusterRole` and the derived CRD read).
     pub cluster_scoped: ClusterScopedPolicy,
+    /// What a plugin's container may ask for ([`containers`]).
+    pub containers: ContainerPolicy,
 }
 
 /// The part of [`Policy`] that applies to cluster-scoped rules only.
@@ -78,6 +95,7 @@ impl Default for Policy {
             forbidden_verbs: strings(&["escalate", "bind", "impersonate"]),
             forbidden_resources: Vec::new(),
             cluster_scoped: ClusterScopedPolicy::default(),
+            containers: ContainerPolicy::default(),
         }
     }
 }
@@ -105,7 +123,7 @@ pub enum PolicyError {
     },
     /// The YAML does not match the schema (unknown field, wrong type).
     #[error(
-        "invalid operator policy{}: {source}; fields: allowWildcards, forbiddenVerbs, forbiddenResources, clusterScoped.allowedVerbs, clusterScoped.forbiddenResources",
+        "invalid operator policy{}: {source}; fields: allowWildcards, forbiddenVerbs, forbiddenResources, clusterScoped.allowedVerbs, clusterScoped.forbiddenResources, containers.allowPrivileged, containers.allowPrivilegeEscalation, containers.allowedCapabilities, containers.allowRunAsRoot, containers.allowUnconfined, containers.allowSecretReferences, containers.allowedSecrets, containers.allowedVolumes, containers.allowedImages",
         .path.as_deref().map(|p| format!(" in {p}")).unwrap_or_default()
     )]
     Parse {
@@ -278,11 +296,14 @@ pub fn check_rule(policy: &Policy, scope: Scope, rule: &PolicyRule) -> Option<St
     None
 }
 
-/// Checks every rule `plugin` would grant (see the module docs) against `policy`.
+/// Checks the container fields of `plugin` and every rule it would grant (see the module
+/// docs) against `policy`.
 ///
 /// # Errors
-/// The first [`Denial`], extra rules first (in spec order), then the derived rules.
+/// The first [`Denial`]: container fields first ([`containers::check`]), then extra rules (in
+/// spec order), then the derived rules.
 pub fn evaluate(policy: &Policy, plugin: &VClusterPlugin) -> Result<(), Denial> {
+    containers::check(&policy.containers, plugin)?;
     let rbac_spec = plugin.spec.rbac.as_ref();
     let extras = [
         (
