@@ -22,6 +22,7 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{Mutex, OnceCell, oneshot};
+use vcluster_plugin_operator::policy::Policy;
 use vcluster_plugin_operator::{Config, LeaderElection, Telemetry, run_until};
 use vcp_crds::{OPERATOR_FIELD_MANAGER, VClusterPlugin};
 use vcp_tests::{AuditedWrite, Cluster, ControlPlane, Identity, wait_for};
@@ -75,6 +76,15 @@ struct Replica {
 
 impl Replica {
     async fn start(name: &str, election: Option<LeaderElection>) -> Replica {
+        Replica::start_with_policy(name, election, Policy::default()).await
+    }
+
+    /// A replica with the operator policy `policy` (what `--policy-file` sets).
+    async fn start_with_policy(
+        name: &str,
+        election: Option<LeaderElection>,
+        policy: Policy,
+    ) -> Replica {
         let mut kc = ControlPlane::shared()
             .config(Cluster::Host, Identity::Operator)
             .await
@@ -110,6 +120,7 @@ impl Replica {
             config.telemetry = t;
             config.leader_election = election;
             config.instance = Some(instance);
+            config.policy = policy;
             let res = run_until(config, async {
                 let _ = stop_rx.await;
             })
@@ -825,7 +836,10 @@ async fn deployment_vcluster_with_several_plugins_added_and_removed_independentl
     let admin = setup().await;
     let ns = "ops-deploy";
     let original = vcluster(&admin, ns, Kind::Deployment).await;
-    let r = Replica::start("deploy", None).await;
+    // `legacy` mounts the vCluster's own volume `data`, which the default container policy
+    // refuses: the platform team allows it (README, "Operator policy").
+    let policy = Policy::from_yaml("containers:\n  allowedVolumes: [data]\n").unwrap();
+    let r = Replica::start_with_policy("deploy", None, policy).await;
 
     create_plugin(&admin, ns, "embedded", embedded_car_spec()).await;
     let p = wait_ready(&admin, ns, "embedded", "True", None).await;
