@@ -3,9 +3,12 @@
 //!
 //! DESIGN.md ("Operator contract"): remove exactly what was added, then the finalizer.
 //! - the workload: the apply body is recomputed from the *other* plugins installed into the
-//!   vCluster, less those refused (judged as in [`crate::install`]), and applied; server-side
-//!   apply then removes this plugin's containers, and, when it was the last v2 plugin, the shared `plugins` volume and `/plugins` mount. With no plugin
-//!   left the operator's field manager owns nothing and the pod template is the original;
+//!   vCluster, less those refused (judged as in [`crate::install`], including the dry runs of
+//!   [`crate::judge`], so a plugin whose part the API server refuses never holds up another's
+//!   removal), and applied; server-side apply then removes this plugin's containers, and, when
+//!   it was the last v2 plugin, the shared `plugins` volume and `/plugins` mount. With no
+//!   plugin left the operator's field manager owns nothing and the pod template is the
+//!   original;
 //! - a workload that no longer exists does not block deletion;
 //! - RBAC: the Role / RoleBinding (owned, but no garbage collector is guaranteed to run) and
 //!   the ClusterRole / ClusterRoleBinding (labelled) are deleted by name; with
@@ -64,9 +67,11 @@ pub async fn cleanup(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
     if let Some(wl) = wl {
         let others = install::candidates(ctx, &namespace, &vcluster, &[], Some(&name));
         let refs: Vec<&VClusterPlugin> = others.allowed.iter().collect();
-        // The same judgement as the install path: refused plugins stay out.
+        // The same judgement as the install path: refused plugins stay out, so a plugin whose
+        // part the API server refuses never holds up this removal.
         let facts = ClusterFacts::read(ctx, &namespace, &vcluster, &refs).await?;
-        let plan = workload::plan(&wl, &facts.accepted(&refs), &ctx.runtime_image);
+        let (kept, _) = install::judge_parts(ctx, &wl, facts.accepted(&refs)).await?;
+        let plan = workload::plan(&wl, &kept, &ctx.runtime_image);
         apply_workload(ctx, &wl, &plan.patch).await?;
     }
     drop(guard);

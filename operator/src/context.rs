@@ -1,6 +1,6 @@
 //! State shared by every reconcile ([`crate::controller`], [`crate::install`],
 //! [`crate::cleanup`]): the operator's client, the Event recorder, the policy, the watch
-//! caches, and one lock per workload.
+//! caches, the dry-run verdicts, and one lock per workload.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -11,6 +11,7 @@ use kube::runtime::reflector::Store;
 use vcp_crds::VClusterPlugin;
 
 use crate::cache::{Caches, CachesReady, Discovery, WrittenWorkloads};
+use crate::judge::Verdicts;
 use crate::policy::Policy;
 
 /// State shared by every reconcile.
@@ -37,6 +38,9 @@ pub struct Context {
     pub written: WrittenWorkloads,
     /// Plurals found by API discovery.
     pub discovery: Discovery,
+    /// The verdicts of the server-side dry runs that judge each plugin's part of a workload
+    /// ([`crate::judge`]), remembered so an unchanged body is not judged again.
+    pub verdicts: Verdicts,
     /// One lock per workload: reconciles of plugins of the same vCluster compute and send the
     /// workload's apply body one at a time ([`Context::workload_lock`]).
     pub workload_locks: WorkloadLocks,

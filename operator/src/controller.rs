@@ -39,6 +39,7 @@ use vcp_crds::{FINALIZER, PLUGIN_NAME_LABEL, VClusterPlugin};
 use crate::cache::{Caches, Discovery, WrittenWorkloads};
 use crate::context::{Context, WorkloadLocks};
 use crate::error::{Error, Result};
+use crate::judge::Verdicts;
 use crate::{Config, cleanup, finalizer, install};
 
 /// Name under which the operator reports Events.
@@ -89,6 +90,7 @@ pub async fn run_until(
         caches,
         written: WrittenWorkloads::default(),
         discovery: Discovery::default(),
+        verdicts: Verdicts::default(),
         workload_locks: WorkloadLocks::default(),
     });
 

@@ -10,10 +10,13 @@
 //!    not serve → `UnknownType`; `rbac.mode: PatchVClusterRoles` with no Role bound to
 //!    `vc-<vcluster>` → `VClusterRoleNotFound`) are judged for **every** plugin of the
 //!    vCluster, not only the one being reconciled, from facts read once per reconcile;
-//!    conflicts are then decided among the plugins left ([`crate::workload::plan`]). Every
-//!    reconcile of the same workload (and the cleanup of a deleted plugin) thus computes the
-//!    same set of installed plugins, so no reconcile adds a refused plugin's container that its
-//!    own reconcile would take out again;
+//!    the API server then judges each remaining plugin's part by server-side dry runs
+//!    ([`judge_parts`], [`crate::judge`]: a part it refuses → `InvalidWorkload`; a container
+//!    that would break the namespace's Pod Security level → `PolicyDenied`), and conflicts are
+//!    decided among the plugins left ([`crate::workload::plan`]). Every reconcile of the same
+//!    workload (and the cleanup of a deleted plugin) thus computes the same set of installed
+//!    plugins, so no reconcile adds a refused plugin's container that its own reconcile would
+//!    take out again, and one bad plugin never keeps the others out;
 //! 3. compute the apply body of that workload from all plugins not refused and apply it,
 //!    unless already converged ([`crate::writes::apply_workload`]);
 //! 4. a plugin that is not refused gets its RBAC objects ([`crate::rbac::desired`]) that differ
@@ -46,8 +49,8 @@ use crate::finalizer::with_finalizer;
 use crate::policy::{self, Denial, Policy};
 use crate::rbac::{self, DesiredRbac, Plurals};
 use crate::status::{self, Check, Outcome};
-use crate::workload::{self, Refusal};
-use crate::writes::{apply_rbac, apply_workload, write_status};
+use crate::workload::{self, Refusal, Workload};
+use crate::writes::{ApiDryRun, apply_rbac, apply_workload, write_status};
 
 /// How often a converged plugin is reconciled again (drift the watches cannot see).
 pub const RESYNC: Duration = Duration::from_secs(600);
@@ -124,7 +127,7 @@ pub async fn install(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
     let candidates = candidates(ctx, &namespace, &vcluster, &fresher, None);
     let refs: Vec<&VClusterPlugin> = candidates.allowed.iter().collect();
     let facts = ClusterFacts::read(ctx, &namespace, &vcluster, &refs).await?;
-    let installed = facts.accepted(&refs);
+    let (installed, judged) = judge_parts(ctx, &wl, facts.accepted(&refs)).await?;
     let plan = workload::plan(&wl, &installed, &ctx.runtime_image);
     apply_workload(ctx, &wl, &plan.patch).await?;
     drop(guard);
@@ -134,9 +137,14 @@ pub async fn install(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
         Ok(()) => facts
             .grant(plugin)
             .map_err(|r| Check::failed(r.reason, r.message))
-            .and_then(|g| match plan.refused.get(&plugin.name_any()) {
-                Some(r) => Err(Check::failed(r.reason, r.message.clone())),
-                None => Ok(g),
+            .and_then(|g| {
+                match judged
+                    .get(&plugin.name_any())
+                    .or_else(|| plan.refused.get(&plugin.name_any()))
+                {
+                    Some(r) => Err(Check::failed(r.reason, r.message.clone())),
+                    None => Ok(g),
+                }
             }),
     };
     let (workload_patched, rbac) = match grant {
@@ -171,6 +179,29 @@ pub async fn install(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
     };
     write_status(plugin, &outcome, ctx).await?;
     Ok(Action::requeue(next_reconcile(&outcome.rbac)))
+}
+
+/// The plugins of `accepted` (all those of `wl` that policy and cluster state let in) whose
+/// part of `wl` the API server takes, and the refusals of the others by name
+/// ([`crate::judge`]: server-side dry runs, made only when the body or the workload changed;
+/// verdicts are kept in [`Context::verdicts`]).
+///
+/// # Errors
+/// The dry runs' errors other than a refusal.
+pub async fn judge_parts<'a>(
+    ctx: &Context,
+    wl: &Workload,
+    accepted: Vec<&'a VClusterPlugin>,
+) -> Result<(Vec<&'a VClusterPlugin>, BTreeMap<String, Refusal>)> {
+    let refused = ctx
+        .verdicts
+        .refusals(&ApiDryRun(&ctx.client), wl, &accepted, &ctx.runtime_image)
+        .await?;
+    let kept = accepted
+        .into_iter()
+        .filter(|p| !refused.contains_key(&p.name_any()))
+        .collect();
+    Ok((kept, refused))
 }
 
 /// When to reconcile a plugin again after its install path ended with `rbac`: [`RECHECK`] when

@@ -14,6 +14,7 @@
 //! | the removal on delete: exactly what was added, a missing workload does not block it | [`cleanup`] |
 //! | server-side apply under one field manager, zero writes once converged, deletes only of the plugin's own objects, Events | [`writes`] |
 //! | which RBAC rules a plugin may grant, what its container may ask for (`PolicyDenied`) | [`policy`] |
+//! | each plugin's part judged by server-side dry runs before the apply, the namespace's Pod Security level (`InvalidWorkload`, `PolicyDenied`) | [`judge`] |
 //! | watches, mappers, reconcile, retries | [`controller`] |
 //! | state shared by reconciles, one lock per workload | [`context`] |
 //! | watch caches the install path reads, discovery cache | [`cache`] |
@@ -32,6 +33,7 @@ pub mod finalizer;
 pub mod http;
 pub mod import;
 pub mod install;
+pub mod judge;
 pub mod leader;
 pub mod operations;
 pub mod policy;

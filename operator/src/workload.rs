@@ -110,6 +110,10 @@ pub struct Workload {
     pub pod_spec: PodSpec,
     /// `metadata.managedFields`.
     pub managed_fields: Vec<ManagedFieldsEntry>,
+    /// `metadata.uid` (a recreated workload is another object).
+    pub uid: Option<String>,
+    /// `metadata.generation`: grows with every change of the spec.
+    pub generation: Option<i64>,
 }
 
 impl Workload {
@@ -125,6 +129,8 @@ impl Workload {
                 .and_then(|s| s.template.spec.clone())
                 .unwrap_or_default(),
             managed_fields: sts.metadata.managed_fields.clone().unwrap_or_default(),
+            uid: sts.metadata.uid.clone(),
+            generation: sts.metadata.generation,
         }
     }
 
@@ -140,6 +146,8 @@ impl Workload {
                 .and_then(|s| s.template.spec.clone())
                 .unwrap_or_default(),
             managed_fields: deploy.metadata.managed_fields.clone().unwrap_or_default(),
+            uid: deploy.metadata.uid.clone(),
+            generation: deploy.metadata.generation,
         }
     }
 
@@ -199,17 +207,24 @@ pub fn contributes(plugin: &VClusterPlugin, namespace: &str, vcluster: &str) -> 
         && plugin.finalizers().iter().any(|f| f == FINALIZER)
 }
 
+/// `plugins` in the order [`plan`] installs them: by creationTimestamp, then name (so that v1
+/// ports stay stable, and the older of two conflicting plugins wins).
+pub fn install_order<'a>(plugins: &[&'a VClusterPlugin]) -> Vec<&'a VClusterPlugin> {
+    let mut sorted: Vec<&VClusterPlugin> = plugins.to_vec();
+    sorted.sort_by(|a, b| {
+        (a.metadata.creation_timestamp.as_ref(), a.name_any())
+            .cmp(&(b.metadata.creation_timestamp.as_ref(), b.name_any()))
+    });
+    sorted
+}
+
 /// Computes the apply body of `workload` holding the entries of every plugin in `plugins`
 /// (callers pass those for which [`contributes`] holds; order does not matter: plugins are
 /// ordered by creation time, then name, so that v1 ports stay stable).
 ///
 /// `runtime_image` is the image of the embedded runtime (the operator's `--runtime-image`).
 pub fn plan(workload: &Workload, plugins: &[&VClusterPlugin], runtime_image: &str) -> WorkloadPlan {
-    let mut sorted: Vec<&VClusterPlugin> = plugins.to_vec();
-    sorted.sort_by(|a, b| {
-        (a.metadata.creation_timestamp.as_ref(), a.name_any())
-            .cmp(&(b.metadata.creation_timestamp.as_ref(), b.name_any()))
-    });
+    let sorted = install_order(plugins);
 
     let owned = owned_entries(&workload.managed_fields);
     let has_syncer = workload
@@ -693,6 +708,7 @@ mod tests {
                 ..Default::default()
             },
             managed_fields: vec![],
+            ..Default::default()
         }
     }
 

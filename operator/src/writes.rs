@@ -5,15 +5,18 @@
 //! [`vcp_crds::OPERATOR_FIELD_MANAGER`], so only the fields the operator owns change; an object
 //! that already matches is not written (zero writes once converged); an object is deleted only
 //! when labelled as made for the plugin ([`crate::rbac::labels`]). The one read here,
-//! [`fetch_workload`], is the cleanup's (the install path reads the watch caches).
+//! [`fetch_workload`], is the cleanup's (the install path reads the watch caches). The dry
+//! runs that judge each plugin's part before the workload is applied ([`crate::judge`]) are
+//! sent by [`ApiDryRun`]; they store nothing.
 
 use std::fmt::Debug;
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
@@ -25,6 +28,7 @@ use vcp_crds::{OPERATOR_FIELD_MANAGER, VClusterPlugin};
 
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::judge::{self, DryRun, WorkloadAnswer};
 use crate::rbac::{self, DesiredRbac};
 use crate::status::{self, Outcome};
 use crate::workload::{self, Workload, WorkloadKind};
@@ -72,24 +76,105 @@ pub async fn apply_workload(ctx: &Context, workload: &Workload, patch: &Value) -
         workload.namespace,
         workload.name
     );
-    match workload.kind {
+    // A refusal of a judged body (the workload changed between the dry run and this apply, or
+    // an admission webhook judges dry runs apart) must not be remembered as accepted: the next
+    // reconcile judges again instead of failing the same way for every plugin.
+    let refused = |e: kube::Error| {
+        if matches!(&e, kube::Error::Api(s) if s.code == 400 || s.code == 422) {
+            ctx.verdicts.forget(workload);
+        }
+        Error::kube(action.clone(), e)
+    };
+    let generation = match workload.kind {
         Some(WorkloadKind::Deployment) => {
             let applied = Api::<Deployment>::namespaced(ctx.client.clone(), &workload.namespace)
                 .patch(&workload.name, &pp, &Patch::Apply(patch))
                 .await
-                .map_err(|e| Error::kube(action.clone(), e))?;
+                .map_err(refused)?;
             ctx.written.deployment(&applied);
+            applied.metadata.generation
         }
         _ => {
             let applied = Api::<StatefulSet>::namespaced(ctx.client.clone(), &workload.namespace)
                 .patch(&workload.name, &pp, &Patch::Apply(patch))
                 .await
-                .map_err(|e| Error::kube(action.clone(), e))?;
+                .map_err(refused)?;
             ctx.written.statefulset(&applied);
+            applied.metadata.generation
         }
-    }
+    };
+    ctx.verdicts.applied(workload, generation);
     info!("{action}");
     Ok(true)
+}
+
+/// The dry runs of [`crate::judge`], sent with the operator's identity: a server-side apply of
+/// a workload body and a create of a Pod, both with `dryRun=All` (admitted and validated,
+/// never stored).
+pub struct ApiDryRun<'a>(pub &'a Client);
+
+impl DryRun for ApiDryRun<'_> {
+    async fn workload(&self, workload: &Workload, body: &Value) -> Result<WorkloadAnswer> {
+        let pp = PatchParams::apply(OPERATOR_FIELD_MANAGER).force().dry_run();
+        let action = format!(
+            "dry-run server-side apply {} {}/{}",
+            workload.kind_str(),
+            workload.namespace,
+            workload.name
+        );
+        let answer = match workload.kind {
+            Some(WorkloadKind::Deployment) => {
+                Api::<Deployment>::namespaced(self.0.clone(), &workload.namespace)
+                    .patch(&workload.name, &pp, &Patch::Apply(body))
+                    .await
+                    .map(|d| judge::pod_of_deployment(&d))
+            }
+            _ => Api::<StatefulSet>::namespaced(self.0.clone(), &workload.namespace)
+                .patch(&workload.name, &pp, &Patch::Apply(body))
+                .await
+                .map(|s| judge::pod_of_statefulset(&s)),
+        };
+        match answer {
+            Ok(pod) => Ok(WorkloadAnswer::Accepted(Box::new(pod))),
+            Err(kube::Error::Api(s)) if s.code == 400 || s.code == 422 => {
+                Ok(WorkloadAnswer::Refused(s.message))
+            }
+            Err(e) => Err(Error::kube(action, e)),
+        }
+    }
+
+    async fn pod(&self, pod: &Pod) -> Result<Option<String>> {
+        let namespace = pod.namespace().unwrap_or_default();
+        let pp = PostParams {
+            dry_run: true,
+            field_manager: Some(OPERATOR_FIELD_MANAGER.into()),
+        };
+        match Api::<Pod>::namespaced(self.0.clone(), &namespace)
+            .create(&pp, pod)
+            .await
+        {
+            Ok(_) => Ok(None),
+            Err(kube::Error::Api(s)) if judge::pod_security_violation(&s.message).is_some() => {
+                Ok(Some(s.message))
+            }
+            Err(kube::Error::Api(s)) => {
+                // Not the plugins' doing (such as a quota, or no `create pods` permission):
+                // the Pod Security level cannot be judged now; the workload's own dry run
+                // still was.
+                warn!(
+                    namespace = %namespace,
+                    code = s.code,
+                    error = %s.message,
+                    "cannot check the vCluster's pod against the namespace's Pod Security level"
+                );
+                Ok(None)
+            }
+            Err(e) => Err(Error::kube(
+                format!("dry-run create a Pod in {namespace}"),
+                e,
+            )),
+        }
+    }
 }
 
 /// Writes the operator's status fields of `plugin` for `outcome` when they changed, and

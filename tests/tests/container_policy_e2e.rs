@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::events::v1::Event;
-use kube::Client;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
-use vcp_crds::VClusterPlugin;
+use vcp_crds::{OPERATOR_FIELD_MANAGER, VClusterPlugin};
 use vcp_tests::{Cluster, ControlPlane, Identity, VCLUSTER_WORKLOAD, apply_yaml, wait_for};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -40,6 +40,15 @@ async fn sts(admin: &Client, ns: &str) -> StatefulSet {
 
 async fn template(admin: &Client, ns: &str) -> Value {
     serde_json::to_value(&sts(admin, ns).await.spec.unwrap().template).unwrap()
+}
+
+fn container_names(template: &Value) -> Vec<String> {
+    template["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["name"].as_str().map(str::to_string))
+        .collect()
 }
 
 async fn create_plugin(admin: &Client, ns: &str, name: &str, spec: Value) {
@@ -90,6 +99,18 @@ async fn wait_event(admin: &Client, ns: &str, name: &str, reason: &str) {
                 })
                 .then_some(())
         }
+    })
+    .await;
+}
+
+async fn delete_plugin(admin: &Client, ns: &str, name: &str) {
+    let api = Api::<VClusterPlugin>::namespaced(admin.clone(), ns);
+    api.delete(name, &DeleteParams::default())
+        .await
+        .expect("delete VClusterPlugin");
+    wait_for(TIMEOUT, || {
+        let api = api.clone();
+        async move { api.get_opt(name).await.ok()?.is_none().then_some(()) }
     })
     .await;
 }
@@ -209,4 +230,258 @@ async fn dangerous_container_fields_are_policy_denied_with_zero_workload_writes(
     );
     assert_eq!(workload_or_rbac_writes(&writes), Vec::new());
     assert_eq!(template(&admin, ns).await, original);
+}
+
+/// Hole 7: three plugins with container fields only the API server judges (a mount of a volume
+/// the pod does not have, requests above limits, `value` beside `valueFrom`) are each refused
+/// with `InvalidWorkload` and the API server's message, while a good plugin beside them is
+/// installed; deleting the good one completes while the bad ones exist; a converged state
+/// with bad plugins costs no dry run.
+#[tokio::test]
+async fn a_bad_plugin_blocks_neither_the_install_nor_the_deletion_of_another() {
+    let admin = setup().await;
+    let ns = "cp-invalid";
+    let original = vcluster(&admin, ns).await;
+
+    let bad = [
+        (
+            "bad-mount",
+            json!({ "vcluster": { "name": "my-vcluster" },
+                    "volumeMounts": [{ "name": "plugins", "mountPath": "/extra" }] }),
+            "Not found: \"plugins\"",
+        ),
+        (
+            "bad-resources",
+            json!({ "vcluster": { "name": "my-vcluster" },
+                    "resources": { "requests": { "cpu": "2" }, "limits": { "cpu": "1" } } }),
+            "must be less than or equal to cpu limit",
+        ),
+        (
+            "bad-env",
+            json!({ "vcluster": { "name": "my-vcluster" },
+                    "env": [{ "name": "MODE", "value": "fast",
+                              "valueFrom": { "configMapKeyRef": { "name": "settings", "key": "mode" } } }] }),
+            "may not be specified when `value` is not empty",
+        ),
+    ];
+    for (name, spec, _) in &bad {
+        create_plugin(&admin, ns, name, spec.clone()).await;
+    }
+    create_plugin(
+        &admin,
+        ns,
+        "good",
+        json!({ "vcluster": { "name": "my-vcluster" } }),
+    )
+    .await;
+
+    let (reason, message) = wait_ready(&admin, ns, "good", "True").await;
+    assert_eq!(reason, "Installed", "{message}");
+    for (name, _, api_message) in &bad {
+        let (reason, message) = wait_ready(&admin, ns, name, "False").await;
+        assert_eq!(reason, "InvalidWorkload", "{name}: {message}");
+        assert!(
+            message.starts_with(
+                "the API server refuses StatefulSet cp-invalid/my-vcluster with this plugin's part: StatefulSet.apps \"my-vcluster\" is invalid: spec.template.spec."
+            ),
+            "{name}: {message}"
+        );
+        assert!(message.contains(api_message), "{name}: {message}");
+        wait_event(&admin, ns, name, "InvalidWorkload").await;
+    }
+    let installed = template(&admin, ns).await;
+    assert_eq!(container_names(&installed), ["syncer", "good"]);
+
+    // Converged with refused plugins: a change of the good plugin that does not change the
+    // workload body (a new RBAC rule) is reconciled (new observedGeneration, Role written) and
+    // costs no dry run.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let dry_runs = |w: &[(String, String)]| w.iter().filter(|(_, u)| is_dry_run(u)).count();
+    let before = operator_writes(ns);
+    assert!(dry_runs(&before) > 0, "the plugins were judged: {before:?}");
+    Api::<VClusterPlugin>::namespaced(admin.clone(), ns)
+        .patch(
+            "good",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "rbac": { "role": { "extraRules": [
+                { "apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"] }
+            ] } } } })),
+        )
+        .await
+        .expect("change good");
+    wait_for(TIMEOUT, || {
+        let admin = admin.clone();
+        async move {
+            let p = Api::<VClusterPlugin>::namespaced(admin, ns)
+                .get("good")
+                .await
+                .ok()?;
+            (p.status?.observed_generation == Some(2)).then_some(())
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = operator_writes(ns);
+    assert!(
+        after[before.len()..]
+            .iter()
+            .any(|(_, uri)| uri.contains("/roles/vcp-plugin-good")),
+        "the change was reconciled: {:?}",
+        &after[before.len()..]
+    );
+    assert_eq!(
+        dry_runs(&after),
+        dry_runs(&before),
+        "no dry run for an unchanged body: {:?}",
+        &after[before.len()..]
+    );
+
+    // Deleting the good plugin completes while the bad ones exist.
+    delete_plugin(&admin, ns, "good").await;
+    assert_eq!(container_names(&template(&admin, ns).await), ["syncer"]);
+    for (name, _, _) in &bad {
+        delete_plugin(&admin, ns, name).await;
+    }
+    let after = sts(&admin, ns).await;
+    assert_eq!(
+        serde_json::to_value(&after.spec.unwrap().template).unwrap(),
+        original
+    );
+    assert!(
+        !after
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .any(|m| m.manager.as_deref() == Some(OPERATOR_FIELD_MANAGER)),
+        "the operator owns nothing any more"
+    );
+}
+
+/// A StatefulSet whose `syncer` meets the `restricted` Pod Security level.
+const RESTRICTED_VCLUSTER: &str = r#"
+apiVersion: v1
+kind: ServiceAccount
+metadata: { name: vc-my-vcluster }
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: { name: my-vcluster }
+spec:
+  serviceName: my-vcluster-headless
+  selector: { matchLabels: { app: vcluster } }
+  template:
+    metadata: { labels: { app: vcluster } }
+    spec:
+      serviceAccountName: vc-my-vcluster
+      securityContext: { runAsNonRoot: true, runAsUser: 12345, seccompProfile: { type: RuntimeDefault } }
+      containers:
+        - name: syncer
+          image: "ghcr.io/loft-sh/vcluster-pro:0.26.0"
+          securityContext: { allowPrivilegeEscalation: false, capabilities: { drop: [ALL] } }
+"#;
+
+/// A namespace enforcing `restricted`: a plugin whose container lacks
+/// `allowPrivilegeEscalation: false` and `capabilities.drop: [ALL]` is refused with
+/// `PolicyDenied` naming the level and the API server's reason, before the workload is written;
+/// one that meets the level is installed.
+#[tokio::test]
+async fn the_namespaces_pod_security_level_is_respected() {
+    let admin = setup().await;
+    let ns = "cp-restricted";
+    apply_yaml(
+        &admin,
+        &format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n  labels: {{ pod-security.kubernetes.io/enforce: restricted }}\n"
+        ),
+        None,
+    )
+    .await
+    .expect("namespace");
+    apply_yaml(&admin, RESTRICTED_VCLUSTER, Some(ns))
+        .await
+        .expect("vCluster");
+    let original = template(&admin, ns).await;
+
+    create_plugin(
+        &admin,
+        ns,
+        "loose",
+        json!({ "vcluster": { "name": "my-vcluster" } }),
+    )
+    .await;
+    let (reason, message) = wait_ready(&admin, ns, "loose", "False").await;
+    assert_eq!(reason, "PolicyDenied", "{message}");
+    assert!(
+        message.starts_with(
+            "with this plugin's container the vCluster's pods would violate the Pod Security level \"restricted:latest\" enforced in namespace cp-restricted (label pod-security.kubernetes.io/enforce); the API server's reason: "
+        ),
+        "{message}"
+    );
+    for part in [
+        "allowPrivilegeEscalation != false (container \"loose\"",
+        "unrestricted capabilities (container \"loose\"",
+    ] {
+        assert!(message.contains(part), "{part} in {message}");
+    }
+    wait_event(&admin, ns, "loose", "PolicyDenied").await;
+    let writes = operator_writes(ns);
+    assert!(
+        writes
+            .iter()
+            .any(|(v, uri)| v == "create" && uri.contains("/pods?") && is_dry_run(uri)),
+        "the API server judged a Pod (dry run): {writes:?}"
+    );
+    assert_eq!(workload_or_rbac_writes(&writes), Vec::new());
+    assert_eq!(template(&admin, ns).await, original);
+
+    create_plugin(
+        &admin,
+        ns,
+        "tight",
+        json!({
+            "vcluster": { "name": "my-vcluster" },
+            "securityContext": {
+                "allowPrivilegeEscalation": false,
+                "capabilities": { "drop": ["ALL"] },
+                "runAsNonRoot": true,
+                "seccompProfile": { "type": "RuntimeDefault" },
+            },
+        }),
+    )
+    .await;
+    let (reason, message) = wait_ready(&admin, ns, "tight", "True").await;
+    assert_eq!(reason, "Installed", "{message}");
+    assert_eq!(
+        container_names(&template(&admin, ns).await),
+        ["syncer", "tight"]
+    );
+    // The Pods built from the template passed the API server's validation: one was admitted
+    // (with `tight`), one refused by Pod Security admission (with `loose`).
+    let pod_checks: Vec<u16> =
+        vcp_tests::audited_write_events(ControlPlane::shared(), Cluster::Host)
+            .expect("audit log")
+            .into_iter()
+            .filter(|w| {
+                w.user == Identity::Operator.user()
+                    && w.verb == "create"
+                    && w.uri.starts_with(&format!("/api/v1/namespaces/{ns}/pods?"))
+                    && is_dry_run(&w.uri)
+            })
+            .map(|w| w.code)
+            .collect();
+    assert!(pod_checks.contains(&201), "{pod_checks:?}");
+    assert!(pod_checks.contains(&403), "{pod_checks:?}");
+    // `loose` stays refused.
+    let (reason, _) = wait_ready(&admin, ns, "loose", "False").await;
+    assert_eq!(reason, "PolicyDenied");
+    let names: Vec<String> = Api::<VClusterPlugin>::namespaced(admin.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    assert_eq!(names, ["loose", "tight"]);
 }

@@ -1,0 +1,730 @@
+//! Judging each plugin's part of a vCluster's workload with the API server, before the real
+//! apply, so that one bad plugin never blocks the others.
+//!
+//! DESIGN.md ("Operator contract"): the operator "judges each plugin apart so one bad plugin
+//! never blocks another or a deletion", and respects "the namespace's Pod Security level".
+//! All plugins of a vCluster share one server-side apply of its workload ([`crate::workload`]),
+//! so a container field only the API server can judge (a mount of a volume the pod does not
+//! have, requests above limits, `value` beside `valueFrom`) would otherwise make it refuse the
+//! whole apply: no plugin of that vCluster would install, and no deletion could take its
+//! plugin's entries out. Instead, before the real apply:
+//!
+//! 1. the apply body of every plugin ([`plan`]) is sent as a **server-side dry run**
+//!    (`dryRun=All`: admission and validation run, nothing is stored); when the API server
+//!    accepts it,
+//! 2. a **Pod** built from the answer's pod template, as the workload's controller would build
+//!    it ([`pod_of_statefulset`], [`pod_of_deployment`]), is created as a dry run too: the
+//!    API server's Pod Security admission enforces the namespace's level
+//!    (`pod-security.kubernetes.io/enforce`, or the API server's configured default) on Pods
+//!    only (on a StatefulSet or Deployment it merely warns, at the `warn` level), so this is its
+//!    own evaluation of exactly what the vCluster's pods would be;
+//! 3. when both pass, nothing is refused. Otherwise the plugins are judged one at a time, in
+//!    installation order ([`install_order`]): each step dry-runs the body of the plugins
+//!    accepted so far plus the next one. A plugin whose step the API server refuses gets
+//!    `Ready=False, reason=InvalidWorkload` ([`REASON_INVALID_WORKLOAD`]) with the API server's
+//!    message; one whose step's Pod violates the Pod Security level, where the violation names
+//!    the plugin's container (its name), gets `reason=PolicyDenied` naming the level and the
+//!    API server's reason. Violations that name no plugin's container (the vCluster's own
+//!    containers) refuse no plugin. The others are installed.
+//!
+//! The caller then plans and applies the workload without the refused plugins, and does the
+//! same on deletion (the cleanup's apply leaves out a plugin that would fail), so a bad plugin
+//! holds up neither another plugin's installation nor its deletion.
+//!
+//! Cost: nothing when the workload already holds the body of every plugin (converged), and the
+//! verdict of a body is remembered per workload ([`Verdicts`]), keyed by the workload's uid and
+//! `metadata.generation` and a hash of the body; so a reconcile of an unchanged vCluster with a
+//! refused plugin makes no request either. A dry run happens only when the desired body or the
+//! workload's spec changed. A change of the namespace's labels alone is not noticed until then
+//! (plugins already installed stay installed).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
+use std::hash::{Hash, Hasher};
+use std::sync::Mutex;
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaimVolumeSource, Pod, PodTemplateSpec, Volume};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
+use serde_json::Value;
+use vcp_crds::VClusterPlugin;
+
+use crate::error::Result;
+use crate::policy::REASON_POLICY_DENIED;
+use crate::workload::{Refusal, Workload, WorkloadPlan, install_order, is_converged, plan};
+
+/// `Ready` reason of a plugin whose part of the workload the API server refuses.
+pub const REASON_INVALID_WORKLOAD: &str = "InvalidWorkload";
+
+/// The namespace label whose level Pod Security admission enforces on Pods.
+pub const POD_SECURITY_ENFORCE_LABEL: &str = "pod-security.kubernetes.io/enforce";
+
+/// The API server's answer to a server-side dry run of a workload apply body.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WorkloadAnswer {
+    /// Accepted: the Pod the workload's controller would create from the answer.
+    Accepted(Box<Pod>),
+    /// Refused (400 Bad Request or 422 Invalid): the API server's message.
+    Refused(String),
+}
+
+/// The dry runs of [`judge`]; the operator's implementation sends them to the API server
+/// (`crate::writes`), unit tests use a fake.
+pub trait DryRun {
+    /// Server-side apply of `body` to `workload` as a dry run.
+    ///
+    /// # Errors
+    /// Failures other than a refusal of the body (unreachable server, 403, 404, ...).
+    fn workload(
+        &self,
+        workload: &Workload,
+        body: &Value,
+    ) -> impl Future<Output = Result<WorkloadAnswer>> + Send;
+
+    /// Creates `pod` as a dry run: `None` when admitted, else the message of the refusal by
+    /// Pod Security admission (`... violates PodSecurity "<level>": <detail>`). Other refusals
+    /// are not the plugins' doing and answer `None`.
+    ///
+    /// # Errors
+    /// Failures to reach the API server.
+    fn pod(&self, pod: &Pod) -> impl Future<Output = Result<Option<String>>> + Send;
+}
+
+/// A refusal by Pod Security admission: `violates PodSecurity "<level>": <detail>`
+/// (k8s.io/pod-security-admission, `admission.go`, `EvaluatePod`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodSecurityViolation {
+    /// The enforced level and version, such as `restricted:latest`.
+    pub level: String,
+    /// The checks that failed, each naming its containers in quotes, such as
+    /// `allowPrivilegeEscalation != false (container "x" must set securityContext.allowPrivilegeEscalation=false)`.
+    pub detail: String,
+}
+
+/// The Pod Security violation in an API server message, if it is one.
+pub fn pod_security_violation(message: &str) -> Option<PodSecurityViolation> {
+    let rest = message.split_once("violates PodSecurity \"")?.1;
+    let (level, detail) = rest.split_once("\": ")?;
+    Some(PodSecurityViolation {
+        level: level.to_string(),
+        detail: detail.to_string(),
+    })
+}
+
+/// The containers a violation's detail names: Pod Security admission writes them as
+/// `container "x"` or `containers "x", "y"` (init containers alike; `pod or container "x"`
+/// when the pod could set the field instead). Other quoted words (volume names, capabilities)
+/// are not containers.
+pub fn named_containers(violation: &PodSecurityViolation) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for (i, word) in violation.detail.match_indices("container") {
+        let rest = &violation.detail[i + word.len()..];
+        let rest = rest.strip_prefix('s').unwrap_or(rest);
+        let Some(mut rest) = rest.strip_prefix(" \"") else {
+            continue;
+        };
+        while let Some(end) = rest.find('"') {
+            out.insert(rest[..end].to_string());
+            match rest[end + 1..].strip_prefix(", \"") {
+                Some(next) => rest = next,
+                None => break,
+            }
+        }
+    }
+    out
+}
+
+/// Whether a violation names the container `container` ([`named_containers`]).
+pub fn blames(violation: &PodSecurityViolation, container: &str) -> bool {
+    named_containers(violation).contains(container)
+}
+
+/// The Pod a StatefulSet's controller creates (the first ordinal): the pod template, plus one
+/// `persistentVolumeClaim` volume per `volumeClaimTemplates` entry named after it, replacing a
+/// template volume of the same name, with claim `<template>-<statefulset>-0`
+/// (k8s.io/kubernetes `pkg/controller/statefulset/stateful_set_utils.go`, `updateStorage`
+/// and `getPersistentVolumeClaimName`).
+pub fn pod_of_statefulset(sts: &StatefulSet) -> Pod {
+    let name = sts.name_any();
+    let spec = sts.spec.clone().unwrap_or_default();
+    let mut pod = pod_from_template(&name, sts.namespace(), spec.template);
+    let claims = spec.volume_claim_templates.unwrap_or_default();
+    if !claims.is_empty()
+        && let Some(pod_spec) = pod.spec.as_mut()
+    {
+        let names: Vec<String> = claims.iter().map(|c| c.name_any()).collect();
+        let mut volumes: Vec<Volume> = names
+            .iter()
+            .map(|claim| Volume {
+                name: claim.clone(),
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: format!("{claim}-{name}-0"),
+                    read_only: None,
+                }),
+                ..Default::default()
+            })
+            .collect();
+        volumes.extend(
+            pod_spec
+                .volumes
+                .take()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|v| !names.contains(&v.name)),
+        );
+        pod_spec.volumes = Some(volumes);
+    }
+    pod
+}
+
+/// The Pod a Deployment's ReplicaSet creates: its pod template.
+pub fn pod_of_deployment(deploy: &Deployment) -> Pod {
+    let template = deploy.spec.clone().unwrap_or_default().template;
+    pod_from_template(&deploy.name_any(), deploy.namespace(), template)
+}
+
+fn pod_from_template(workload: &str, namespace: Option<String>, template: PodTemplateSpec) -> Pod {
+    let meta = template.metadata.unwrap_or_default();
+    Pod {
+        metadata: ObjectMeta {
+            // A generated name never collides with a running pod of the workload.
+            generate_name: Some(format!("{workload}-vcp-check-")),
+            namespace,
+            labels: meta.labels,
+            annotations: meta.annotations,
+            ..Default::default()
+        },
+        spec: template.spec,
+        status: None,
+    }
+}
+
+/// The outcome of one step.
+enum Verdict {
+    Fine,
+    Invalid(String),
+    PodSecurity(PodSecurityViolation),
+}
+
+async fn verdict<D: DryRun>(dry: &D, workload: &Workload, plan: &WorkloadPlan) -> Result<Verdict> {
+    if is_converged(workload, &plan.patch) {
+        // The workload holds exactly this already: the API server took it.
+        return Ok(Verdict::Fine);
+    }
+    match dry.workload(workload, &plan.patch).await? {
+        WorkloadAnswer::Refused(message) => Ok(Verdict::Invalid(message)),
+        WorkloadAnswer::Accepted(pod) => Ok(match dry.pod(&pod).await? {
+            None => Verdict::Fine,
+            Some(message) => match pod_security_violation(&message) {
+                Some(v) => Verdict::PodSecurity(v),
+                None => Verdict::Fine,
+            },
+        }),
+    }
+}
+
+fn invalid(workload: &Workload, message: &str) -> Refusal {
+    Refusal {
+        reason: REASON_INVALID_WORKLOAD,
+        message: format!(
+            "the API server refuses {} {}/{} with this plugin's part: {message}",
+            workload.kind_str(),
+            workload.namespace,
+            workload.name
+        ),
+    }
+}
+
+fn pod_security(workload: &Workload, v: &PodSecurityViolation) -> Refusal {
+    Refusal {
+        reason: REASON_POLICY_DENIED,
+        message: format!(
+            "with this plugin's container the vCluster's pods would violate the Pod Security level {:?} enforced in namespace {} (label {POD_SECURITY_ENFORCE_LABEL}); the API server's reason: {}",
+            v.level, workload.namespace, v.detail
+        ),
+    }
+}
+
+/// The plugins of `plugins` (all those installed into `workload`, refusals of policy and
+/// cluster state already left out) whose part the API server refuses, by name, with their
+/// [`Refusal`] (see the module docs). Refusals [`plan`] decides itself (conflicts, no `syncer`)
+/// are not among them.
+///
+/// # Errors
+/// The dry runs' errors other than a refusal.
+pub async fn judge<D: DryRun>(
+    dry: &D,
+    workload: &Workload,
+    plugins: &[&VClusterPlugin],
+    runtime_image: &str,
+) -> Result<BTreeMap<String, Refusal>> {
+    let all = plan(workload, plugins, runtime_image);
+    let mut refused = BTreeMap::new();
+    match verdict(dry, workload, &all).await? {
+        Verdict::Fine => return Ok(refused),
+        Verdict::PodSecurity(v) if !all.installed.iter().any(|n| blames(&v, n)) => {
+            return Ok(refused);
+        }
+        _ => {}
+    }
+    let mut accepted: Vec<&VClusterPlugin> = Vec::new();
+    for plugin in install_order(plugins) {
+        let name = plugin.name_any();
+        let mut trial = accepted.clone();
+        trial.push(plugin);
+        let step = plan(workload, &trial, runtime_image);
+        if !step.installed.contains(&name) {
+            // Refused by `plan` itself (a conflict): reported from the final plan.
+            continue;
+        }
+        match verdict(dry, workload, &step).await? {
+            Verdict::Invalid(message) => {
+                refused.insert(name, invalid(workload, &message));
+            }
+            Verdict::PodSecurity(v) if blames(&v, &name) => {
+                refused.insert(name, pod_security(workload, &v));
+            }
+            _ => accepted.push(plugin),
+        }
+    }
+    Ok(refused)
+}
+
+/// A verdict of [`judge`], remembered for one workload.
+#[derive(Clone, Debug)]
+struct Judged {
+    uid: Option<String>,
+    generation: Option<i64>,
+    body: u64,
+    refused: BTreeMap<String, Refusal>,
+}
+
+/// The verdicts of [`judge`], one per workload (`kind/namespace/name`): valid while the
+/// workload's uid and `metadata.generation` and the body of all its plugins stay the same.
+#[derive(Debug, Default)]
+pub struct Verdicts {
+    by_workload: Mutex<HashMap<String, Judged>>,
+}
+
+fn key(workload: &Workload) -> String {
+    format!(
+        "{}/{}/{}",
+        workload.kind_str(),
+        workload.namespace,
+        workload.name
+    )
+}
+
+/// A hash of an apply body (its JSON text; object keys are sorted, so equal bodies hash alike).
+pub fn body_hash(body: &Value) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    body.to_string().hash(&mut h);
+    h.finish()
+}
+
+impl Verdicts {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Judged>> {
+        self.by_workload
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The refusals of [`judge`] for `plugins` of `workload`: none without a request when the
+    /// workload holds all of them (converged), the remembered ones when the same body was
+    /// judged for the same generation of the workload, else judged now and remembered.
+    ///
+    /// # Errors
+    /// As [`judge`].
+    pub async fn refusals<D: DryRun>(
+        &self,
+        dry: &D,
+        workload: &Workload,
+        plugins: &[&VClusterPlugin],
+        runtime_image: &str,
+    ) -> Result<BTreeMap<String, Refusal>> {
+        let all = plan(workload, plugins, runtime_image);
+        if all.installed.is_empty() || is_converged(workload, &all.patch) {
+            return Ok(BTreeMap::new());
+        }
+        let body = body_hash(&all.patch);
+        if let Some(j) = self.lock().get(&key(workload))
+            && j.uid == workload.uid
+            && j.generation == workload.generation
+            && j.body == body
+        {
+            return Ok(j.refused.clone());
+        }
+        let refused = judge(dry, workload, plugins, runtime_image).await?;
+        self.lock().insert(
+            key(workload),
+            Judged {
+                uid: workload.uid.clone(),
+                generation: workload.generation,
+                body,
+                refused: refused.clone(),
+            },
+        );
+        Ok(refused)
+    }
+
+    /// The operator applied `workload` (as judged) and the API server answered with
+    /// `generation`: the verdict holds for the new generation too (the same body against the
+    /// workload with the operator's own part replaced judges the same).
+    pub fn applied(&self, workload: &Workload, generation: Option<i64>) {
+        if let Some(j) = self.lock().get_mut(&key(workload))
+            && j.uid == workload.uid
+            && j.generation == workload.generation
+        {
+            j.generation = generation;
+        }
+    }
+
+    /// Forgets the verdict of `workload` (its real apply failed: judge again next time).
+    pub fn forget(&self, workload: &Workload) {
+        self.lock().remove(&key(workload));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::{PLUGINS_VOLUME, SYNCER_CONTAINER, WorkloadKind};
+    use k8s_openapi::api::core::v1::{Container, PodSpec, VolumeMount};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use serde_json::json;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use vcp_crds::{FINALIZER, VClusterPluginSpec, VClusterRef};
+
+    const RUNTIME: &str = "ghcr.io/vcp-dev/vcluster-plugin-operator:test";
+
+    fn workload() -> Workload {
+        Workload {
+            kind: Some(WorkloadKind::StatefulSet),
+            name: "my-vcluster".into(),
+            namespace: "team-a".into(),
+            pod_spec: PodSpec {
+                containers: vec![Container {
+                    name: SYNCER_CONTAINER.into(),
+                    image: Some("ghcr.io/loft-sh/vcluster-pro:0.26.0".into()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+            uid: Some("u1".into()),
+            generation: Some(1),
+            ..Default::default()
+        }
+    }
+
+    fn plugin(name: &str, secs: i64) -> VClusterPlugin {
+        let mut p = VClusterPlugin::new(
+            name,
+            VClusterPluginSpec {
+                vcluster: VClusterRef {
+                    name: "my-vcluster".into(),
+                },
+                ..Default::default()
+            },
+        );
+        p.metadata.namespace = Some("team-a".into());
+        p.metadata.finalizers = Some(vec![FINALIZER.into()]);
+        p.metadata.creation_timestamp = Some(Time(
+            k8s_openapi::jiff::Timestamp::from_second(secs).unwrap(),
+        ));
+        p
+    }
+
+    fn mounting(mut p: VClusterPlugin, volume: &str) -> VClusterPlugin {
+        p.spec.volume_mounts = Some(vec![VolumeMount {
+            name: volume.into(),
+            mount_path: "/x".into(),
+            ..Default::default()
+        }]);
+        p
+    }
+
+    /// A stand-in for the API server: refuses a body with a mount of a volume the pod lacks
+    /// (as its validation does), and a Pod whose containers `forbidden` names run (as Pod
+    /// Security admission would, message in its format).
+    struct Fake {
+        forbidden: Vec<&'static str>,
+        workload_calls: AtomicUsize,
+        pod_calls: AtomicUsize,
+    }
+
+    impl Fake {
+        fn new(forbidden: Vec<&'static str>) -> Self {
+            Fake {
+                forbidden,
+                workload_calls: AtomicUsize::new(0),
+                pod_calls: AtomicUsize::new(0),
+            }
+        }
+        fn calls(&self) -> (usize, usize) {
+            (
+                self.workload_calls.load(Ordering::SeqCst),
+                self.pod_calls.load(Ordering::SeqCst),
+            )
+        }
+    }
+
+    impl DryRun for Fake {
+        fn workload(
+            &self,
+            w: &Workload,
+            body: &Value,
+        ) -> impl Future<Output = Result<WorkloadAnswer>> + Send {
+            self.workload_calls.fetch_add(1, Ordering::SeqCst);
+            let spec = body
+                .pointer("/spec/template/spec")
+                .cloned()
+                .unwrap_or(json!({}));
+            let volumes: Vec<String> = spec["volumes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v["name"].as_str().map(str::to_string))
+                .collect();
+            let mut containers: Vec<Container> =
+                serde_json::from_value(spec["containers"].clone()).unwrap_or_default();
+            let init: Vec<Container> =
+                serde_json::from_value(spec["initContainers"].clone()).unwrap_or_default();
+            containers.retain(|c| c.name != SYNCER_CONTAINER);
+            let mut answer = None;
+            for c in containers.iter().chain(&init) {
+                for m in c.volume_mounts.iter().flatten() {
+                    if !volumes.contains(&m.name) && answer.is_none() {
+                        answer = Some(WorkloadAnswer::Refused(format!(
+                            "StatefulSet.apps \"{}\" is invalid: spec.template.spec.containers[1].volumeMounts[0].name: Not found: \"{}\"",
+                            w.name, m.name
+                        )));
+                    }
+                }
+            }
+            let mut pod_spec = w.pod_spec.clone();
+            pod_spec.containers.extend(containers);
+            let answer = answer.unwrap_or_else(|| {
+                WorkloadAnswer::Accepted(Box::new(Pod {
+                    spec: Some(pod_spec),
+                    ..Default::default()
+                }))
+            });
+            async move { Ok(answer) }
+        }
+
+        fn pod(&self, pod: &Pod) -> impl Future<Output = Result<Option<String>>> + Send {
+            self.pod_calls.fetch_add(1, Ordering::SeqCst);
+            let bad: Vec<String> = pod
+                .spec
+                .iter()
+                .flat_map(|s| &s.containers)
+                .filter(|c| self.forbidden.contains(&c.name.as_str()))
+                .map(|c| format!("{:?}", c.name))
+                .collect();
+            let answer = (!bad.is_empty()).then(|| {
+                format!(
+                    "pods \"my-vcluster-vcp-check-x\" is forbidden: violates PodSecurity \"restricted:latest\": runAsNonRoot != true (pod or container{} {} must set securityContext.runAsNonRoot=true)",
+                    if bad.len() > 1 { "s" } else { "" },
+                    bad.join(", ")
+                )
+            });
+            async move { Ok(answer) }
+        }
+    }
+
+    fn run<T>(f: impl Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    #[test]
+    fn parses_the_pod_security_message() {
+        // The format of k8s.io/pod-security-admission v0.34 (admission.go, EvaluatePod;
+        // policy/check_*.go for the details).
+        let m = "pods \"x\" is forbidden: violates PodSecurity \"restricted:latest\": allowPrivilegeEscalation != false (container \"p\" must set securityContext.allowPrivilegeEscalation=false), runAsNonRoot != true (pod or containers \"syncer\", \"p\" must set securityContext.runAsNonRoot=true)";
+        let v = pod_security_violation(m).unwrap();
+        assert_eq!(v.level, "restricted:latest");
+        assert!(v.detail.starts_with("allowPrivilegeEscalation != false"));
+        assert!(blames(&v, "p"));
+        assert!(blames(&v, "syncer"));
+        assert!(!blames(&v, "s"), "whole names only");
+        let v = pod_security_violation("pods \"x\" is forbidden: violates PodSecurity \"baseline:v1.34\": unrestricted capabilities (containers \"a\", \"b-c\" must not include \"SYS_ADMIN\" in securityContext.capabilities.add), restricted volume types (volume \"data\" uses restricted volume type \"hostPath\")").unwrap();
+        assert_eq!(v.level, "baseline:v1.34");
+        assert_eq!(
+            named_containers(&v),
+            BTreeSet::from(["a".to_string(), "b-c".to_string()])
+        );
+        assert!(!blames(&v, "data"), "a volume is no container");
+        assert_eq!(
+            pod_security_violation("pods \"x\" is forbidden: exceeded quota"),
+            None
+        );
+    }
+
+    #[test]
+    fn a_statefulsets_pod_gets_its_claims_as_volumes() {
+        let sts: StatefulSet = serde_json::from_value(json!({
+            "metadata": { "name": "my-vcluster", "namespace": "team-a" },
+            "spec": {
+                "selector": {}, "serviceName": "x",
+                "template": {
+                    "metadata": { "labels": { "app": "vcluster" } },
+                    "spec": {
+                        "containers": [{ "name": "syncer", "volumeMounts": [{ "name": "data", "mountPath": "/data" }] }],
+                        "volumes": [{ "name": "data", "emptyDir": {} }, { "name": "plugins", "emptyDir": {} }],
+                    },
+                },
+                "volumeClaimTemplates": [{ "metadata": { "name": "data" } }],
+            },
+        }))
+        .unwrap();
+        let pod = pod_of_statefulset(&sts);
+        assert_eq!(
+            serde_json::to_value(&pod).unwrap(),
+            json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {
+                    "generateName": "my-vcluster-vcp-check-",
+                    "namespace": "team-a",
+                    "labels": { "app": "vcluster" },
+                },
+                "spec": {
+                    "containers": [{ "name": "syncer", "volumeMounts": [{ "name": "data", "mountPath": "/data" }] }],
+                    "volumes": [
+                        { "name": "data", "persistentVolumeClaim": { "claimName": "data-my-vcluster-0" } },
+                        { "name": "plugins", "emptyDir": {} },
+                    ],
+                },
+            })
+        );
+        let deploy: Deployment = serde_json::from_value(json!({
+            "metadata": { "name": "vc", "namespace": "team-b" },
+            "spec": { "selector": {}, "template": { "spec": { "containers": [{ "name": "syncer" }] } } },
+        }))
+        .unwrap();
+        let pod = pod_of_deployment(&deploy);
+        assert_eq!(pod.metadata.generate_name.as_deref(), Some("vc-vcp-check-"));
+        assert_eq!(pod.spec.unwrap().containers[0].name, "syncer");
+    }
+
+    #[test]
+    fn all_good_costs_one_dry_run_of_each_kind() {
+        let a = plugin("a", 1);
+        let b = plugin("b", 2);
+        let fake = Fake::new(vec![]);
+        let refused = run(judge(&fake, &workload(), &[&a, &b], RUNTIME)).unwrap();
+        assert!(refused.is_empty());
+        assert_eq!(fake.calls(), (1, 1));
+    }
+
+    #[test]
+    fn the_bad_plugin_is_refused_and_the_others_accepted() {
+        let good_old = plugin("good-old", 1);
+        // `plugins` exists only when a v2 plugin is installed: here it does not.
+        let bad = mounting(plugin("bad", 2), PLUGINS_VOLUME);
+        let good_new = plugin("good-new", 3);
+        let fake = Fake::new(vec![]);
+        let refused = run(judge(
+            &fake,
+            &workload(),
+            &[&good_new, &bad, &good_old],
+            RUNTIME,
+        ))
+        .unwrap();
+        assert_eq!(refused.keys().collect::<Vec<_>>(), ["bad"]);
+        let r = &refused["bad"];
+        assert_eq!(r.reason, REASON_INVALID_WORKLOAD);
+        assert_eq!(
+            r.message,
+            "the API server refuses StatefulSet team-a/my-vcluster with this plugin's part: StatefulSet.apps \"my-vcluster\" is invalid: spec.template.spec.containers[1].volumeMounts[0].name: Not found: \"plugins\""
+        );
+        // All at once, then one step per plugin.
+        assert_eq!(fake.calls().0, 4);
+    }
+
+    #[test]
+    fn a_v2_plugin_makes_the_plugins_volume_and_the_mount_valid() {
+        let mut v2 = plugin("v2", 1);
+        v2.spec.image = Some("img".into());
+        let user = mounting(plugin("user", 2), PLUGINS_VOLUME);
+        let fake = Fake::new(vec![]);
+        let refused = run(judge(&fake, &workload(), &[&v2, &user], RUNTIME)).unwrap();
+        assert!(refused.is_empty(), "{refused:?}");
+    }
+
+    #[test]
+    fn pod_security_refuses_only_the_plugins_it_names() {
+        let loose = plugin("loose", 1);
+        let tight = plugin("tight", 2);
+        let fake = Fake::new(vec!["loose", SYNCER_CONTAINER]);
+        let refused = run(judge(&fake, &workload(), &[&tight, &loose], RUNTIME)).unwrap();
+        assert_eq!(refused.keys().collect::<Vec<_>>(), ["loose"]);
+        assert_eq!(refused["loose"].reason, REASON_POLICY_DENIED);
+        assert_eq!(
+            refused["loose"].message,
+            "with this plugin's container the vCluster's pods would violate the Pod Security level \"restricted:latest\" enforced in namespace team-a (label pod-security.kubernetes.io/enforce); the API server's reason: runAsNonRoot != true (pod or containers \"syncer\", \"loose\" must set securityContext.runAsNonRoot=true)"
+        );
+        // The vCluster's own container alone refuses no plugin.
+        let fake = Fake::new(vec![SYNCER_CONTAINER]);
+        let refused = run(judge(&fake, &workload(), &[&tight], RUNTIME)).unwrap();
+        assert!(refused.is_empty());
+        assert_eq!(fake.calls(), (1, 1));
+    }
+
+    #[test]
+    fn verdicts_are_remembered_per_body_and_generation() {
+        let good = plugin("good", 1);
+        let bad = mounting(plugin("bad", 2), "nope");
+        let verdicts = Verdicts::default();
+        let fake = Fake::new(vec![]);
+        let wl = workload();
+        let first = run(verdicts.refusals(&fake, &wl, &[&good, &bad], RUNTIME)).unwrap();
+        assert!(first.contains_key("bad"));
+        let calls = fake.calls();
+        // Same body, same generation: no request.
+        let again = run(verdicts.refusals(&fake, &wl, &[&bad, &good], RUNTIME)).unwrap();
+        assert_eq!(again, first);
+        assert_eq!(fake.calls(), calls);
+        // The operator applied the good part: still no request at the new generation.
+        verdicts.applied(&wl, Some(2));
+        let mut applied = wl.clone();
+        applied.generation = Some(2);
+        run(verdicts.refusals(&fake, &applied, &[&good, &bad], RUNTIME)).unwrap();
+        assert_eq!(fake.calls(), calls);
+        // Someone else changed the spec: judged again.
+        let mut changed = applied.clone();
+        changed.generation = Some(3);
+        run(verdicts.refusals(&fake, &changed, &[&good, &bad], RUNTIME)).unwrap();
+        assert!(fake.calls().0 > calls.0);
+        // Another body: judged again.
+        let calls = fake.calls();
+        run(verdicts.refusals(&fake, &changed, &[&good], RUNTIME)).unwrap();
+        assert!(fake.calls().0 > calls.0);
+        // A recreated workload (same generation, other uid): judged again.
+        let calls = fake.calls();
+        let mut recreated = changed.clone();
+        recreated.uid = Some("u2".into());
+        run(verdicts.refusals(&fake, &recreated, &[&good], RUNTIME)).unwrap();
+        assert!(fake.calls().0 > calls.0);
+        // Forgotten: judged again.
+        verdicts.forget(&recreated);
+        let calls = fake.calls();
+        run(verdicts.refusals(&fake, &recreated, &[&good], RUNTIME)).unwrap();
+        assert!(fake.calls().0 > calls.0);
+    }
+
+    #[test]
+    fn nothing_to_judge_costs_nothing() {
+        let verdicts = Verdicts::default();
+        let fake = Fake::new(vec![]);
+        assert!(
+            run(verdicts.refusals(&fake, &workload(), &[], RUNTIME))
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(fake.calls(), (0, 0));
+    }
+}
