@@ -9,7 +9,9 @@
 //!
 //! Each entry with an `image` becomes one `VClusterPlugin` named after its key, in the given
 //! namespace, targeting the given vCluster. The keys the chart reads are carried over: `image`,
-//! `imagePullPolicy`, `version`, `command`, `args`, `env`, `envFrom`, `resources`,
+//! `imagePullPolicy`, `version`, `command`, `args`, `env` and `envFrom` (v1 only: the chart
+//! renders none for a v2 plugin's init container, and its values schema refuses them under
+//! `plugins:`; `tests/tests/chart_oracle.rs` checks this against the chart), `resources`,
 //! `securityContext`, `volumeMounts`, `config` (v1 only: a v2 plugin gets its config from the
 //! vCluster's own values, and the VClusterPlugin schema refuses `config` with v2), and
 //! `rbac.role.extraRules` / `rbac.clusterRole.extraRules`.
@@ -278,6 +280,17 @@ fn convert_entry(
             }
             "command" => spec.command = typed(&here, value, "a list of strings")?,
             "args" => spec.args = typed(&here, value, "a list of strings")?,
+            "env" | "envFrom" if version == PluginVersion::V2 => warn(
+                &key,
+                format!(
+                    "the chart renders no {key} for a v2 plugin's init container{}; dropped",
+                    if legacy {
+                        ""
+                    } else {
+                        " (and its values schema refuses it under `plugins:`)"
+                    }
+                ),
+            ),
             "env" => spec.env = typed::<Vec<EnvVar>>(&here, value, "a list of EnvVar")?,
             "envFrom" => {
                 spec.env_from =
@@ -669,8 +682,8 @@ mod tests {
     fn wrong_types_name_the_value() {
         let cases = [
             (
-                "plugins:\n  a:\n    image: x\n    env: nope\n",
-                "plugins.a.env",
+                "plugin:\n  a:\n    image: x\n    env: nope\n",
+                "plugin.a.env",
             ),
             (
                 "plugins:\n  a:\n    image: x\n    imagePullPolicy: Sometimes\n",

@@ -490,24 +490,31 @@ pub fn embedded_container(plugin: &VClusterPlugin, runtime_image: &str) -> Conta
     c
 }
 
-/// The legacy v1 sidecar listening on `localhost:<port>`, with `PLUGIN_CONFIG` from
-/// `spec.config` rendered as YAML.
+/// The legacy v1 sidecar listening on `localhost:<port>`: env `VCLUSTER_PLUGIN_ADDRESS` and
+/// `VCLUSTER_PLUGIN_NAME` first, then `spec.env`, as vCluster's chart renders it
+/// (`vcluster.legacyPlugins.containers`), then `PLUGIN_CONFIG` from `spec.config` rendered as
+/// YAML (the chart has no such env: a deliberate difference, see tests/tests/chart_oracle.rs).
 ///
 /// # Errors
 /// A [`Refusal`] with [`REASON_INVALID_CONFIG`] when `spec.config` cannot be rendered.
 pub fn v1_container(plugin: &VClusterPlugin, port: u32) -> Result<Container, Refusal> {
     let mut c = base_container(plugin, plugin.spec.image.as_deref().unwrap_or_default());
-    let mut env = c.env.take().unwrap_or_default();
-    let mut push = |name: &str, value: String| {
-        env.retain(|e| e.name != name);
-        env.push(EnvVar {
-            name: name.into(),
-            value: Some(value),
-            ..Default::default()
-        });
+    let own = |name: &str, value: String| EnvVar {
+        name: name.into(),
+        value: Some(value),
+        ..Default::default()
     };
-    push("VCLUSTER_PLUGIN_ADDRESS", format!("localhost:{port}"));
-    push("VCLUSTER_PLUGIN_NAME", plugin.name_any());
+    let mut env = vec![
+        own("VCLUSTER_PLUGIN_ADDRESS", format!("localhost:{port}")),
+        own("VCLUSTER_PLUGIN_NAME", plugin.name_any()),
+    ];
+    env.extend(c.env.take().unwrap_or_default().into_iter().filter(|e| {
+        !matches!(
+            e.name.as_str(),
+            "VCLUSTER_PLUGIN_ADDRESS" | "VCLUSTER_PLUGIN_NAME" | "PLUGIN_CONFIG"
+        )
+    }));
+    let mut push = |name: &str, value: String| env.push(own(name, value));
     if let Some(config) = &plugin.spec.config {
         let yaml = serde_yaml::to_string(config).map_err(|e| Refusal {
             reason: REASON_INVALID_CONFIG,
@@ -1026,9 +1033,12 @@ mod tests {
         assert_eq!(
             env,
             [
-                ("LOG".to_string(), "debug".to_string()),
-                ("VCLUSTER_PLUGIN_ADDRESS".into(), "localhost:14003".into()),
+                (
+                    "VCLUSTER_PLUGIN_ADDRESS".to_string(),
+                    "localhost:14003".to_string()
+                ),
                 ("VCLUSTER_PLUGIN_NAME".into(), "legacy".into()),
+                ("LOG".into(), "debug".into()),
                 ("PLUGIN_CONFIG".into(), "greeting: hi\n".into()),
             ]
         );
