@@ -898,10 +898,14 @@ async fn deployment_vcluster_with_several_plugins_added_and_removed_independentl
         serde_yaml::to_string(&json!({ "greeting": "hello", "replicas": 2 })).unwrap();
     assert_eq!(
         env,
+        // the chart's order (tests/tests/chart_oracle.rs): the plugin address and name first
         [
-            ("LOG_LEVEL".to_string(), "debug".to_string()),
-            ("VCLUSTER_PLUGIN_ADDRESS".into(), "localhost:14000".into()),
+            (
+                "VCLUSTER_PLUGIN_ADDRESS".to_string(),
+                "localhost:14000".to_string()
+            ),
             ("VCLUSTER_PLUGIN_NAME".into(), "legacy".into()),
+            ("LOG_LEVEL".into(), "debug".into()),
             ("PLUGIN_CONFIG".into(), config_yaml),
         ]
     );
