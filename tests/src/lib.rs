@@ -31,27 +31,82 @@ use kube::discovery::{Discovery, Scope};
 use kube::{Client, Config};
 use serde::Deserialize as _;
 
-/// The workload part of a vCluster-chart-shaped namespace, as YAML for [`apply_yaml`]: the
-/// ServiceAccount `vc-my-vcluster` and the StatefulSet `my-vcluster` (one container `syncer`)
-/// running as it. Append further documents after a `---`.
-pub const VCLUSTER_WORKLOAD: &str = r#"
-apiVersion: v1
-kind: ServiceAccount
-metadata: { name: vc-my-vcluster }
----
-apiVersion: apps/v1
-kind: StatefulSet
-metadata: { name: my-vcluster }
-spec:
-  serviceName: my-vcluster-headless
-  selector: { matchLabels: { app: vcluster } }
-  template:
-    metadata: { labels: { app: vcluster } }
-    spec:
-      serviceAccountName: vc-my-vcluster
-      containers:
-        - { name: syncer, image: "ghcr.io/loft-sh/vcluster-pro:0.26.0" }
-"#;
+/// The paths `scripts/oracles build` prints (`NAME=PATH`: `HELM`, `VCLUSTER_CHART`,
+/// `TRANSLATE_ORACLE`), built or found once per test binary.
+///
+/// # Panics
+/// When the script fails (Go missing, the module proxy unreachable): its output is in the panic.
+pub fn oracle_paths() -> &'static BTreeMap<String, PathBuf> {
+    static PATHS: OnceLock<BTreeMap<String, PathBuf>> = OnceLock::new();
+    PATHS.get_or_init(|| {
+        let out = Command::new(repo_root().join("scripts/oracles"))
+            .arg("build")
+            .output()
+            .expect("run scripts/oracles build");
+        assert!(
+            out.status.success(),
+            "scripts/oracles build failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), PathBuf::from(v)))
+            .collect()
+    })
+}
+
+/// vCluster's own chart (`chart/` of the pinned `github.com/loft-sh/vcluster` module) rendered by
+/// `helm template my-vcluster <chart> --namespace <namespace>` with its default values and
+/// `values` (YAML, may be empty): the YAML of every document, or helm's error.
+///
+/// # Errors
+/// helm's message when it refuses the values (the chart's values schema, a template error).
+pub fn render_vcluster_chart(namespace: &str, values: &str) -> anyhow::Result<String> {
+    let paths = oracle_paths();
+    let scratch = std::env::temp_dir().join(format!("vcp-helm-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    let values_file = scratch.join(format!("values-{namespace}.yaml"));
+    std::fs::write(&values_file, values)?;
+    let out = Command::new(&paths["HELM"])
+        .args(["template", "my-vcluster"])
+        .arg(&paths["VCLUSTER_CHART"])
+        .args(["--namespace", namespace, "-f"])
+        .arg(&values_file)
+        .env("HELM_CACHE_HOME", scratch.join("cache"))
+        .env("HELM_CONFIG_HOME", scratch.join("config"))
+        .env("HELM_DATA_HOME", scratch.join("data"))
+        .output()
+        .context("run helm")?;
+    if !out.status.success() {
+        bail!("helm template: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+/// The workload part of a vCluster as vCluster's own chart (v0.30.0, default values) creates
+/// it in `namespace`, as YAML for [`apply_yaml`]: the ServiceAccounts (`vc-my-vcluster`, the
+/// StatefulSet's), the config Secret, the Services (`my-vcluster`, the owner vCluster puts on
+/// host copies, and `my-vcluster-headless`) and the StatefulSet `my-vcluster` (container
+/// `syncer`, init container `kubernetes`). The chart's RBAC objects are left out: each test
+/// brings the Role it needs. Append further documents after a `---`.
+///
+/// # Panics
+/// When helm cannot render the chart.
+pub fn vcluster_workload(namespace: &str) -> String {
+    let rendered = render_vcluster_chart(namespace, "").expect("render vCluster's chart");
+    let docs: Vec<String> = serde_yaml::Deserializer::from_str(&rendered)
+        .filter_map(|doc| serde_yaml::Value::deserialize(doc).ok())
+        .filter(|doc| {
+            matches!(
+                doc["kind"].as_str(),
+                Some("ServiceAccount" | "Secret" | "Service" | "StatefulSet")
+            )
+        })
+        .map(|doc| serde_yaml::to_string(&doc).expect("yaml"))
+        .collect();
+    docs.join("---\n")
+}
 
 /// Field manager of the writes the test support itself makes (fixtures, namespaces, CRDs).
 pub const TEST_FIELD_MANAGER: &str = "vcp-tests";

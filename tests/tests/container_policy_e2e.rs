@@ -14,7 +14,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use vcp_crds::{OPERATOR_FIELD_MANAGER, VClusterPlugin};
-use vcp_tests::{Cluster, ControlPlane, Identity, VCLUSTER_WORKLOAD, apply_yaml, wait_for};
+use vcp_tests::{Cluster, ControlPlane, Identity, apply_yaml, vcluster_workload, wait_for};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -22,10 +22,11 @@ async fn setup() -> Client {
     vcp_tests::start_shared_operator("vcp-test/runtime:container-policy").await
 }
 
-/// The namespace `ns` with the shared vCluster fixture (`my-vcluster`, container `syncer`).
+/// The namespace `ns` with the vCluster as its chart renders it (`my-vcluster`, container
+/// `syncer`).
 async fn vcluster(admin: &Client, ns: &str) -> Value {
     vcp_tests::create_namespace(admin, ns).await;
-    apply_yaml(admin, VCLUSTER_WORKLOAD, Some(ns))
+    apply_yaml(admin, &vcluster_workload(ns), Some(ns))
         .await
         .expect("vCluster fixture");
     template(admin, ns).await

@@ -24,7 +24,7 @@ use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use vcp_crds::VClusterPlugin;
 use vcp_tests::{
-    Cluster, ControlPlane, Identity, VCLUSTER_WORKLOAD, apply_yaml, repo_root, wait_for,
+    Cluster, ControlPlane, Identity, apply_yaml, repo_root, vcluster_workload, wait_for,
 };
 
 const NS: &str = "invalid-corpus";
@@ -37,7 +37,7 @@ async fn setup() -> Client {
     vcp_tests::start_shared_operator("vcp-test/runtime:corpus").await
 }
 
-/// The rest of the vCluster-chart-shaped namespace after [`VCLUSTER_WORKLOAD`]: the chart's
+/// The rest of the vCluster-chart-shaped namespace after [`vcluster_workload`]: the chart's
 /// Role and RoleBinding, and an installed baseline plugin syncing Cars.
 const VCLUSTER_REST: &str = r#"
 ---
@@ -191,7 +191,7 @@ async fn every_invalid_manifest_is_refused_or_reported_and_nothing_is_written() 
     vcp_tests::create_namespace(&admin, NS).await;
     apply_yaml(
         &admin,
-        &format!("{VCLUSTER_WORKLOAD}{VCLUSTER_REST}"),
+        &format!("{}{VCLUSTER_REST}", vcluster_workload(NS)),
         Some(NS),
     )
     .await

@@ -31,9 +31,9 @@ async fn plugin_image(sts: &Api<StatefulSet>) -> Option<String> {
 async fn changes_after_a_host_api_server_restart_converge() {
     let admin = vcp_tests::start_shared_operator("vcp-test/runtime:restart").await;
     vcp_tests::create_namespace(&admin, NS).await;
-    vcp_tests::apply_yaml(&admin, vcp_tests::VCLUSTER_WORKLOAD, Some(NS))
+    vcp_tests::apply_yaml(&admin, &vcp_tests::vcluster_workload(NS), Some(NS))
         .await
-        .expect("create the vCluster's ServiceAccount and StatefulSet");
+        .expect("create the vCluster's workload as its chart renders it");
     let sts_api = Api::<StatefulSet>::namespaced(admin.clone(), NS);
     let plugins = Api::<VClusterPlugin>::namespaced(admin.clone(), NS);
     let plugin: VClusterPlugin = serde_json::from_value(json!({

@@ -14,7 +14,7 @@ use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use vcp_crds::VClusterPlugin;
-use vcp_tests::{VCLUSTER_WORKLOAD, apply_yaml, wait_for};
+use vcp_tests::{apply_yaml, vcluster_workload, wait_for};
 
 const NS: &str = "rbac-patch-mode";
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -24,7 +24,7 @@ async fn setup() -> Client {
     vcp_tests::start_shared_operator("vcp-test/runtime:rbac-modes").await
 }
 
-/// The chart's Role (as Helm labels it) and its RoleBinding, after [`VCLUSTER_WORKLOAD`].
+/// The chart's Role (as Helm labels it) and its RoleBinding, after [`vcluster_workload`].
 const CHART_RBAC: &str = r#"
 ---
 apiVersion: rbac.authorization.k8s.io/v1
@@ -64,7 +64,7 @@ async fn patch_mode_appends_to_the_vcluster_role_and_removal_restores_it_exactly
     vcp_tests::create_namespace(&admin, NS).await;
     apply_yaml(
         &admin,
-        &format!("{VCLUSTER_WORKLOAD}{CHART_RBAC}"),
+        &format!("{}{CHART_RBAC}", vcluster_workload(NS)),
         Some(NS),
     )
     .await
@@ -208,7 +208,7 @@ rules:
 "#
         .to_string()
     };
-    format!("{VCLUSTER_WORKLOAD}{roles}")
+    format!("{}{roles}", vcluster_workload(ns))
 }
 
 /// The `Ready` condition of `name` once it is `False` for the current generation, with `reason`.
