@@ -561,6 +561,30 @@ pub async fn apply_yaml(
     yaml: &str,
     default_namespace: Option<&str>,
 ) -> anyhow::Result<Vec<DynamicObject>> {
+    write_yaml(client, yaml, default_namespace, None).await
+}
+
+/// Creates every document of `yaml` (POST, as `helm install` does) under `field_manager`, with
+/// `default_namespace` for namespaced objects that name none; returns the created objects.
+///
+/// # Errors
+/// As [`apply_yaml`]; an object that exists already is an error too.
+pub async fn create_yaml(
+    client: &Client,
+    yaml: &str,
+    default_namespace: Option<&str>,
+    field_manager: &str,
+) -> anyhow::Result<Vec<DynamicObject>> {
+    write_yaml(client, yaml, default_namespace, Some(field_manager)).await
+}
+
+/// [`apply_yaml`] (`create_as: None`) or [`create_yaml`] (`Some(field manager)`).
+async fn write_yaml(
+    client: &Client,
+    yaml: &str,
+    default_namespace: Option<&str>,
+    create_as: Option<&str>,
+) -> anyhow::Result<Vec<DynamicObject>> {
     let discovery = Discovery::new(client.clone()).run().await?;
     let mut applied = Vec::new();
     for doc in serde_yaml::Deserializer::from_str(yaml) {
@@ -593,14 +617,26 @@ pub async fn apply_yaml(
         } else {
             Api::all_with(client.clone(), &resource)
         };
-        let out = api
-            .patch(
-                &name,
-                &PatchParams::apply(TEST_FIELD_MANAGER).force(),
-                &Patch::Apply(&obj),
-            )
-            .await
-            .with_context(|| format!("apply {} {name}", gvk.kind))?;
+        let out = match create_as {
+            Some(manager) => api
+                .create(
+                    &PostParams {
+                        field_manager: Some(manager.into()),
+                        ..PostParams::default()
+                    },
+                    &obj,
+                )
+                .await
+                .with_context(|| format!("create {} {name}", gvk.kind))?,
+            None => api
+                .patch(
+                    &name,
+                    &PatchParams::apply(TEST_FIELD_MANAGER).force(),
+                    &Patch::Apply(&obj),
+                )
+                .await
+                .with_context(|| format!("apply {} {name}", gvk.kind))?,
+        };
         applied.push(out);
     }
     Ok(applied)

@@ -8,7 +8,6 @@
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -26,8 +25,9 @@ async fn setup() -> Client {
     vcp_tests::start_shared_operator(RUNTIME_IMAGE).await
 }
 
-/// A namespace with a vCluster-chart-shaped StatefulSet `my-vcluster` (container `syncer`,
-/// created by a "helm" field manager) and its ServiceAccount `vc-my-vcluster`. Returns the
+/// A namespace with the vCluster `my-vcluster` as its chart renders it (vCluster v0.30.0,
+/// default values: ServiceAccount `vc-my-vcluster`, Services, config Secret, StatefulSet with
+/// container `syncer`), created by the field manager "helm" as `helm install` does. Returns the
 /// StatefulSet's original `spec.template`.
 async fn vcluster(admin: &Client, ns: &str) -> Value {
     vcp_tests::create_namespace(admin, ns).await;
@@ -35,48 +35,17 @@ async fn vcluster(admin: &Client, ns: &str) -> Value {
 }
 
 async fn vcluster_in_existing_namespace(admin: &Client, ns: &str) -> Value {
-    let sa: ServiceAccount = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "ServiceAccount",
-        "metadata": { "name": "vc-my-vcluster", "namespace": ns },
-    }))
-    .unwrap();
-    Api::<ServiceAccount>::namespaced(admin.clone(), ns)
-        .create(&PostParams::default(), &sa)
-        .await
-        .expect("create ServiceAccount");
-    let sts: StatefulSet = serde_json::from_value(json!({
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": { "name": "my-vcluster", "namespace": ns, "labels": { "app": "vcluster" } },
-        "spec": {
-            "serviceName": "my-vcluster-headless",
-            "selector": { "matchLabels": { "app": "vcluster", "release": "my-vcluster" } },
-            "template": {
-                "metadata": { "labels": { "app": "vcluster", "release": "my-vcluster" } },
-                "spec": {
-                    "serviceAccountName": "vc-my-vcluster",
-                    "containers": [{
-                        "name": "syncer",
-                        "image": "ghcr.io/loft-sh/vcluster-pro:0.26.0",
-                        "args": ["--name=my-vcluster"],
-                        "volumeMounts": [{ "name": "data", "mountPath": "/data" }],
-                    }],
-                    "volumes": [{ "name": "data", "emptyDir": {} }],
-                },
-            },
-        },
-    }))
-    .unwrap();
-    let created = Api::<StatefulSet>::namespaced(admin.clone(), ns)
-        .create(
-            &PostParams {
-                field_manager: Some("helm".into()),
-                ..Default::default()
-            },
-            &sts,
-        )
-        .await
-        .expect("create StatefulSet");
-    serde_json::to_value(&created.spec.unwrap().template).unwrap()
+    let created =
+        vcp_tests::create_yaml(admin, &vcp_tests::vcluster_workload(ns), Some(ns), "helm")
+            .await
+            .expect("create the vCluster as its chart renders it");
+    let sts = created
+        .into_iter()
+        .find(|o| o.types.as_ref().is_some_and(|t| t.kind == "StatefulSet"))
+        .expect("the chart's StatefulSet");
+    let sts: StatefulSet =
+        serde_json::from_value(serde_json::to_value(sts).expect("json")).expect("StatefulSet");
+    serde_json::to_value(&sts.spec.unwrap().template).unwrap()
 }
 
 /// An embedded-runtime plugin `name` of the vCluster `my-vcluster` in `ns`, syncing one type
@@ -451,12 +420,29 @@ async fn v2_image_plugins_share_the_plugins_volume_and_leave_no_trace() {
             })
         );
     }
+    // the chart's own entries (init container `kubernetes`, its volumes and mounts) stay first
+    let names_in = |list: &Value| -> Vec<String> {
+        list.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e["name"].as_str().map(str::to_string))
+            .collect()
+    };
+    let original_syncer = original["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "syncer")
+        .unwrap()
+        .clone();
     let spec = sts(&admin, ns).await.spec.unwrap().template.spec.unwrap();
+    let original_inits = names_in(&original["spec"]["initContainers"]);
     let inits: Vec<_> = spec
         .init_containers
         .clone()
         .unwrap_or_default()
         .into_iter()
+        .filter(|c| !original_inits.contains(&c.name))
         .map(|c| (c.name, c.args))
         .collect();
     assert_eq!(inits.len(), 2, "{inits:?}");
@@ -473,7 +459,9 @@ async fn v2_image_plugins_share_the_plugins_volume_and_leave_no_trace() {
         .into_iter()
         .map(|v| v.name)
         .collect();
-    assert_eq!(volumes, ["data", "plugins"]);
+    let mut expected_volumes = names_in(&original["spec"]["volumes"]);
+    expected_volumes.push("plugins".into());
+    assert_eq!(volumes, expected_volumes);
     let syncer = spec.containers.iter().find(|c| c.name == "syncer").unwrap();
     let mounts: Vec<_> = syncer
         .volume_mounts
@@ -482,13 +470,19 @@ async fn v2_image_plugins_share_the_plugins_volume_and_leave_no_trace() {
         .into_iter()
         .map(|m| (m.name, m.mount_path))
         .collect();
-    assert_eq!(
-        mounts,
-        [
-            ("data".to_string(), "/data".to_string()),
-            ("plugins".into(), "/plugins".into())
-        ]
-    );
+    let mut expected_mounts: Vec<(String, String)> = original_syncer["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap().to_string(),
+                m["mountPath"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    expected_mounts.push(("plugins".into(), "/plugins".into()));
+    assert_eq!(mounts, expected_mounts);
     assert_eq!(spec.containers.len(), 1, "a v2 plugin adds no container");
 
     // Removing one keeps the shared volume and mount for the other.
@@ -499,6 +493,7 @@ async fn v2_image_plugins_share_the_plugins_volume_and_leave_no_trace() {
         .unwrap()
         .into_iter()
         .map(|c| c.name)
+        .filter(|name| !original_inits.contains(name))
         .collect();
     assert_eq!(inits, ["second"]);
     assert!(spec.volumes.unwrap().iter().any(|v| v.name == "plugins"));
