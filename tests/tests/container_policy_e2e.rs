@@ -134,6 +134,21 @@ fn is_dry_run(uri: &str) -> bool {
     uri.contains("dryRun=All")
 }
 
+/// The response codes of the operator's dry-run Pod creates in `ns` (the Pod Security check).
+fn dry_run_pod_codes(ns: &str) -> Vec<u16> {
+    vcp_tests::audited_write_events(ControlPlane::shared(), Cluster::Host)
+        .expect("audit log")
+        .into_iter()
+        .filter(|w| {
+            w.user == Identity::Operator.user()
+                && w.verb == "create"
+                && w.uri.starts_with(&format!("/api/v1/namespaces/{ns}/pods?"))
+                && is_dry_run(&w.uri)
+        })
+        .map(|w| w.code)
+        .collect()
+}
+
 /// Writes to the StatefulSet (real ones; dry runs apart) and to Roles / RoleBindings.
 fn workload_or_rbac_writes(writes: &[(String, String)]) -> Vec<(String, String)> {
     writes
@@ -336,6 +351,11 @@ async fn a_bad_plugin_blocks_neither_the_install_nor_the_deletion_of_another() {
         "no dry run for an unchanged body: {:?}",
         &after[before.len()..]
     );
+    // The Pods built from the chart's template for the Pod Security check passed the API
+    // server's validation (a Pod it refused for another reason would leave the level unjudged).
+    let pod_checks = dry_run_pod_codes(ns);
+    assert!(!pod_checks.is_empty(), "the plugins' Pods were judged");
+    assert!(pod_checks.iter().all(|c| *c == 201), "{pod_checks:?}");
 
     // Deleting the good plugin completes while the bad ones exist.
     delete_plugin(&admin, ns, "good").await;
@@ -459,18 +479,7 @@ async fn the_namespaces_pod_security_level_is_respected() {
     );
     // The Pods built from the template passed the API server's validation: one was admitted
     // (with `tight`), one refused by Pod Security admission (with `loose`).
-    let pod_checks: Vec<u16> =
-        vcp_tests::audited_write_events(ControlPlane::shared(), Cluster::Host)
-            .expect("audit log")
-            .into_iter()
-            .filter(|w| {
-                w.user == Identity::Operator.user()
-                    && w.verb == "create"
-                    && w.uri.starts_with(&format!("/api/v1/namespaces/{ns}/pods?"))
-                    && is_dry_run(&w.uri)
-            })
-            .map(|w| w.code)
-            .collect();
+    let pod_checks = dry_run_pod_codes(ns);
     assert!(pod_checks.contains(&201), "{pod_checks:?}");
     assert!(pod_checks.contains(&403), "{pod_checks:?}");
     // `loose` stays refused.
