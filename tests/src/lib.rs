@@ -94,13 +94,23 @@ pub fn render_vcluster_chart(namespace: &str, values: &str) -> anyhow::Result<St
 /// # Panics
 /// When helm cannot render the chart.
 pub fn vcluster_workload(namespace: &str) -> String {
-    let rendered = render_vcluster_chart(namespace, "").expect("render vCluster's chart");
+    vcluster_workload_with(namespace, "")
+}
+
+/// [`vcluster_workload`] with the chart's `values` (YAML) on top of its defaults; for example
+/// `controlPlane.statefulSet.persistence.volumeClaim.enabled: false` makes the chart render a
+/// Deployment instead of the StatefulSet.
+///
+/// # Panics
+/// When helm cannot render the chart with these values.
+pub fn vcluster_workload_with(namespace: &str, values: &str) -> String {
+    let rendered = render_vcluster_chart(namespace, values).expect("render vCluster's chart");
     let docs: Vec<String> = serde_yaml::Deserializer::from_str(&rendered)
         .filter_map(|doc| serde_yaml::Value::deserialize(doc).ok())
         .filter(|doc| {
             matches!(
                 doc["kind"].as_str(),
-                Some("ServiceAccount" | "Secret" | "Service" | "StatefulSet")
+                Some("ServiceAccount" | "Secret" | "Service" | "StatefulSet" | "Deployment")
             )
         })
         .map(|doc| serde_yaml::to_string(&doc).expect("yaml"))

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Container, ServiceAccount};
+use k8s_openapi::api::core::v1::Container;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -197,67 +197,56 @@ enum Kind {
     Deployment,
 }
 
-/// The pod template of a vCluster-chart-shaped workload `my-vcluster`.
-fn template_json() -> Value {
-    json!({
-        "metadata": { "labels": { "app": "vcluster", "release": VC } },
-        "spec": {
-            "serviceAccountName": "vc-my-vcluster",
-            "containers": [{
-                "name": "syncer",
-                "image": "ghcr.io/loft-sh/vcluster-pro:0.26.0",
-                "args": ["--name=my-vcluster"],
-                "volumeMounts": [{ "name": "data", "mountPath": "/data" }],
-            }],
-            "volumes": [{ "name": "data", "emptyDir": {} }],
-        },
-    })
-}
+/// The chart values that make vCluster's chart render a Deployment instead of a StatefulSet
+/// (no volume claim: the data lives in an emptyDir).
+const DEPLOYMENT_VALUES: &str =
+    "controlPlane:\n  statefulSet:\n    persistence:\n      volumeClaim:\n        enabled: false\n";
 
-/// Creates the vCluster's ServiceAccount (once) and workload in `ns` (field manager `helm`);
-/// returns the workload's original `spec.template`.
+/// Creates the vCluster in `ns` as its chart (vCluster v0.30.0) renders it, the way
+/// `helm install` does (field manager `helm`): its ServiceAccounts, config Secret and Services
+/// once, and the workload `my-vcluster` of `kind`; returns the workload's original
+/// `spec.template`.
 async fn create_workload(admin: &Client, ns: &str, kind: Kind) -> Value {
-    let sa: ServiceAccount = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "ServiceAccount",
-        "metadata": { "name": "vc-my-vcluster", "namespace": ns },
-    }))
-    .unwrap();
-    let _ = Api::<ServiceAccount>::namespaced(admin.clone(), ns)
-        .create(&PostParams::default(), &sa)
-        .await;
-    let pp = PostParams {
-        field_manager: Some("helm".into()),
-        ..Default::default()
+    let values = match kind {
+        Kind::StatefulSet => "",
+        Kind::Deployment => DEPLOYMENT_VALUES,
     };
-    let selector = json!({ "matchLabels": { "app": "vcluster", "release": VC } });
-    match kind {
-        Kind::StatefulSet => {
-            let sts: StatefulSet = serde_json::from_value(json!({
-                "apiVersion": "apps/v1", "kind": "StatefulSet",
-                "metadata": { "name": VC, "namespace": ns },
-                "spec": { "serviceName": "my-vcluster-headless", "selector": selector, "template": template_json() },
-            }))
-            .unwrap();
-            let created = Api::<StatefulSet>::namespaced(admin.clone(), ns)
-                .create(&pp, &sts)
-                .await
-                .expect("create StatefulSet");
-            serde_json::to_value(created.spec.unwrap().template).unwrap()
-        }
-        Kind::Deployment => {
-            let d: Deployment = serde_json::from_value(json!({
-                "apiVersion": "apps/v1", "kind": "Deployment",
-                "metadata": { "name": VC, "namespace": ns },
-                "spec": { "selector": selector, "template": template_json() },
-            }))
-            .unwrap();
-            let created = Api::<Deployment>::namespaced(admin.clone(), ns)
-                .create(&pp, &d)
-                .await
-                .expect("create Deployment");
-            serde_json::to_value(created.spec.unwrap().template).unwrap()
+    let yaml = vcp_tests::vcluster_workload_with(ns, values);
+    let mut workload = None;
+    for doc in yaml.split("---\n") {
+        let created = vcp_tests::create_yaml(admin, doc, Some(ns), "helm").await;
+        let is_workload =
+            doc.contains("\nkind: StatefulSet\n") || doc.contains("\nkind: Deployment\n");
+        match created {
+            Ok(objects) => {
+                for object in objects {
+                    if object
+                        .types
+                        .as_ref()
+                        .is_some_and(|t| t.kind == "StatefulSet" || t.kind == "Deployment")
+                    {
+                        workload = Some(object);
+                    }
+                }
+            }
+            // the ServiceAccounts, Secret and Services survive a deleted workload
+            Err(error) if !is_workload && format!("{error:#}").contains("AlreadyExists") => {}
+            Err(error) => panic!("create the vCluster: {error:#}"),
         }
     }
+    // the template as the typed objects serialize it, like `template` reads it back
+    let workload = serde_json::to_value(workload.expect("the chart's workload")).expect("json");
+    match kind {
+        Kind::StatefulSet => {
+            let sts: StatefulSet = serde_json::from_value(workload).expect("StatefulSet");
+            serde_json::to_value(sts.spec.expect("spec").template)
+        }
+        Kind::Deployment => {
+            let d: Deployment = serde_json::from_value(workload).expect("Deployment");
+            serde_json::to_value(d.spec.expect("spec").template)
+        }
+    }
+    .expect("json")
 }
 
 async fn vcluster(admin: &Client, ns: &str, kind: Kind) -> Value {
@@ -936,7 +925,11 @@ async fn deployment_vcluster_with_several_plugins_added_and_removed_independentl
     .await;
     wait_ready(&admin, ns, "v2", "True", None).await;
     let with_v2 = template(&admin, ns, Kind::Deployment).await;
-    assert_eq!(container_names(&with_v2, "initContainers"), ["v2"]);
+    // after the chart's own init container (init-container-order, tests/tests/chart_oracle.rs)
+    assert_eq!(
+        container_names(&with_v2, "initContainers"),
+        ["kubernetes", "v2"]
+    );
     assert_eq!(container(&with_v2, "embedded"), &embedded, "untouched");
     assert_eq!(container(&with_v2, "legacy"), &legacy_json, "untouched");
 
