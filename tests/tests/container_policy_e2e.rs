@@ -379,27 +379,27 @@ async fn a_bad_plugin_blocks_neither_the_install_nor_the_deletion_of_another() {
     );
 }
 
-/// A StatefulSet whose `syncer` meets the `restricted` Pod Security level.
-const RESTRICTED_VCLUSTER: &str = r#"
-apiVersion: v1
-kind: ServiceAccount
-metadata: { name: vc-my-vcluster }
----
-apiVersion: apps/v1
-kind: StatefulSet
-metadata: { name: my-vcluster }
-spec:
-  serviceName: my-vcluster-headless
-  selector: { matchLabels: { app: vcluster } }
-  template:
-    metadata: { labels: { app: vcluster } }
-    spec:
-      serviceAccountName: vc-my-vcluster
-      securityContext: { runAsNonRoot: true, runAsUser: 12345, seccompProfile: { type: RuntimeDefault } }
-      containers:
-        - name: syncer
-          image: "ghcr.io/loft-sh/vcluster-pro:0.26.0"
-          securityContext: { allowPrivilegeEscalation: false, capabilities: { drop: [ALL] } }
+/// vCluster's chart values that make its pods meet the `restricted` Pod Security level (the
+/// syncer and the chart's `kubernetes` init container: non-root, no privilege escalation, no
+/// capabilities, the runtime's default seccomp profile).
+const RESTRICTED_VALUES: &str = r#"
+controlPlane:
+  statefulSet:
+    security:
+      podSecurityContext:
+        runAsNonRoot: true
+        runAsUser: 12345
+        seccompProfile: { type: RuntimeDefault }
+      containerSecurityContext:
+        allowPrivilegeEscalation: false
+        runAsUser: 12345
+        runAsGroup: 12345
+        capabilities: { drop: [ALL] }
+  distro:
+    k8s:
+      securityContext:
+        allowPrivilegeEscalation: false
+        capabilities: { drop: [ALL] }
 "#;
 
 /// A namespace enforcing `restricted`: a plugin whose container lacks
@@ -419,9 +419,13 @@ async fn the_namespaces_pod_security_level_is_respected() {
     )
     .await
     .expect("namespace");
-    apply_yaml(&admin, RESTRICTED_VCLUSTER, Some(ns))
-        .await
-        .expect("vCluster");
+    apply_yaml(
+        &admin,
+        &vcp_tests::vcluster_workload_with(ns, RESTRICTED_VALUES),
+        Some(ns),
+    )
+    .await
+    .expect("vCluster");
     let original = template(&admin, ns).await;
 
     create_plugin(
