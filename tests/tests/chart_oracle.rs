@@ -14,8 +14,6 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Command;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -98,52 +96,15 @@ fn apply_deliberate(
     applied
 }
 
-/// helm and the chart folder (`scripts/oracles build`, once per test binary).
-fn oracles() -> &'static (PathBuf, PathBuf) {
-    static PATHS: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
-    PATHS.get_or_init(|| {
-        let out = Command::new(repo_root().join("scripts/oracles"))
-            .arg("build")
-            .output()
-            .expect("run scripts/oracles build");
-        assert!(
-            out.status.success(),
-            "scripts/oracles build failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let stdout = String::from_utf8(out.stdout).expect("utf-8");
-        let get = |var: &str| {
-            stdout
-                .lines()
-                .find_map(|l| l.strip_prefix(&format!("{var}=")).map(PathBuf::from))
-                .unwrap_or_else(|| panic!("scripts/oracles build prints {var}="))
-        };
-        (get("HELM"), get("VCLUSTER_CHART"))
-    })
-}
-
-/// `helm template my-vcluster <vCluster chart> -n <namespace> [-f <values>]`: the documents,
-/// or helm's error.
+/// `helm template my-vcluster <vCluster chart> -n <namespace> [-f <values>]`
+/// ([`vcp_tests::render_vcluster_chart`]): the documents, or helm's error.
 fn render(namespace: &str, values: Option<&PathBuf>) -> Result<Vec<Value>, String> {
-    let (helm, chart) = oracles();
-    let mut cmd = Command::new(helm);
-    cmd.args(["template", "my-vcluster"])
-        .arg(chart)
-        .args(["--namespace", namespace]);
-    if let Some(values) = values {
-        cmd.arg("-f").arg(values);
-    }
-    // helm keeps its caches and config out of the way (HOME is not touched).
-    let scratch = std::env::temp_dir().join("vcp-chart-oracle-helm");
-    cmd.env("HELM_CACHE_HOME", scratch.join("cache"))
-        .env("HELM_CONFIG_HOME", scratch.join("config"))
-        .env("HELM_DATA_HOME", scratch.join("data"));
-    let out = cmd.output().expect("run helm");
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-    }
-    let text = String::from_utf8(out.stdout).expect("utf-8");
-    Ok(serde_yaml::Deserializer::from_str(&text)
+    let text = values
+        .map(|v| std::fs::read_to_string(v).expect("values file"))
+        .unwrap_or_default();
+    let rendered =
+        vcp_tests::render_vcluster_chart(namespace, &text).map_err(|e| format!("{e:#}"))?;
+    Ok(serde_yaml::Deserializer::from_str(&rendered)
         .map(|doc| serde_yaml::Value::deserialize(doc).expect("helm renders valid YAML"))
         .filter_map(|doc| serde_json::to_value(doc).ok())
         .filter(|doc| !doc.is_null())

@@ -615,7 +615,7 @@ fn metadata_cases(rng: &mut Rng, vclusters: &[String], count: usize) -> Vec<Valu
 /// virtual object, and sometimes labels and annotations added on the host by someone else.
 fn update_cases(rng: &mut Rng, creates: &[Value], created: &[Value]) -> Vec<Value> {
     let mut cases = Vec::new();
-    for (i, (create, host_meta)) in creates.iter().zip(created).enumerate() {
+    for (create, host_meta) in creates.iter().zip(created) {
         let mut host_meta = host_meta["metadata"].clone();
         let owned: Map<String, Value> = host_meta["labels"]
             .as_object()
@@ -673,7 +673,6 @@ fn update_cases(rng: &mut Rng, creates: &[Value], created: &[Value]) -> Vec<Valu
         }
         let host = json!({"apiVersion": object["apiVersion"], "kind": object["kind"],
                           "metadata": host_meta});
-        let _ = i;
         cases.push(json!({"op": "update", "vcluster": create["vcluster"],
             "hostNamespace": create["hostNamespace"], "object": object, "host": host}));
     }
