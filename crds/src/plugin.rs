@@ -71,9 +71,11 @@ pub struct VClusterPluginSpec {
     #[schemars(length(min = 1, max = 512), regex(pattern = crate::schema::IMAGE_PATTERN))]
     pub image: Option<String>,
 
-    /// How an image plugin is run: `v2` (default; copied by an init container into `/plugins`
-    /// and started by the vCluster syncer) or `v1` (legacy gRPC sidecar). Ignored for the
-    /// embedded runtime, which always runs as a sidecar.
+    /// How the plugin is run. With `image`: `v2` (default; copied by an init container into
+    /// `/plugins` and started by the vCluster syncer) or `v1` (legacy gRPC sidecar). Without
+    /// `image` (the embedded runtime): a sidecar unless `v2` is given explicitly, which copies
+    /// the runtime into `/plugins/<name>` with an init container so that the vCluster syncer
+    /// starts it as a v2 plugin and applies its hooks before its own writes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<PluginVersion>,
 
@@ -145,7 +147,9 @@ pub struct VClusterRef {
     pub name: String,
 }
 
-/// How an image plugin is run inside the vCluster pod.
+/// How the plugin is run inside the vCluster pod. With `image`: `v2` (the default) or `v1`.
+/// Without `image` (the embedded runtime): a sidecar, unless `v2` is given, which makes it a
+/// v2 plugin started by the vCluster syncer.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum PluginVersion {
     /// Legacy sidecar that talks gRPC to the syncer on `localhost:<14000+i>`.

@@ -182,11 +182,14 @@ pub fn namespaced_rules(
             rule(group_of(&t.api_version), &[&resource], verbs, None),
         );
     }
+    // The sidecar patches host objects after vCluster wrote them; a v2 plugin's hooks are
+    // applied by vCluster itself (through `Mutate`) before its own write.
+    let patches_afterwards = plugin_kind(plugin) != PluginKind::EmbeddedV2;
     for h in plugin
         .spec
         .hooks
         .iter()
-        .filter(|h| h.events.iter().any(is_physical))
+        .filter(|h| patches_afterwards && h.events.iter().any(is_physical))
     {
         let resource = plural(plurals, &h.api_version, &h.kind)?;
         push_unique(
@@ -194,7 +197,7 @@ pub fn namespaced_rules(
             rule(group_of(&h.api_version), &[&resource], &HOOK_VERBS, None),
         );
     }
-    if plugin_kind(plugin) == PluginKind::Embedded {
+    if plugin_kind(plugin).is_embedded() {
         push_unique(
             &mut rules,
             rule("vcp.dev", &["vclusterplugins"], &READ_VERBS, None),

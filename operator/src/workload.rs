@@ -11,6 +11,11 @@
 //! - `image` + `v2` (default): an init container named after the plugin running
 //!   `cp -r /plugin /plugins/<name>`, an emptyDir volume `plugins`, mounted at `/plugins` in the
 //!   init container and in the `syncer` container;
+//! - no `image` + `version: v2` (explicit): the embedded runtime as a v2 plugin, loaded by
+//!   vCluster's syncer itself: an init container named after the plugin, from the runtime
+//!   image, running `vcluster-plugin-syncer install-plugin /plugins/<name>` (the runtime copies
+//!   itself to `/plugins/<name>/plugin`; the image has no shell), with the same `plugins`
+//!   volume and mounts as an image `v2` plugin; no sidecar and no kubeconfig Secret volume;
 //! - `image` + `v1`: a legacy sidecar with `VCLUSTER_PLUGIN_ADDRESS=localhost:<14000+i>`,
 //!   `VCLUSTER_PLUGIN_NAME` and `PLUGIN_CONFIG`;
 //! - only the fields the operator owns are applied: a partial object (apiVersion, kind,
@@ -160,17 +165,30 @@ impl Workload {
 /// How a plugin runs inside the vCluster pod.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PluginKind {
-    /// No `image`: the embedded runtime as a sidecar container.
+    /// No `image` (and no explicit `version: v2`): the embedded runtime as a sidecar
+    /// container.
     Embedded,
+    /// No `image` + `version: v2`: the embedded runtime copied into `/plugins/<name>` by an
+    /// init container and started by vCluster's syncer as a v2 plugin.
+    EmbeddedV2,
     /// `image` + `version: v1`: a legacy gRPC sidecar.
     V1,
     /// `image` + `version: v2` (default): an init container copying the plugin to `/plugins`.
     V2,
 }
 
-/// How `plugin` runs (DESIGN.md: `version` is ignored for the embedded runtime).
+impl PluginKind {
+    /// Whether the plugin is run by this project's embedded runtime (sidecar or v2).
+    pub fn is_embedded(self) -> bool {
+        matches!(self, PluginKind::Embedded | PluginKind::EmbeddedV2)
+    }
+}
+
+/// How `plugin` runs. For the embedded runtime `version` defaults to the sidecar; only an
+/// explicit `version: v2` makes it a v2 plugin (`v1` is the sidecar too).
 pub fn plugin_kind(plugin: &VClusterPlugin) -> PluginKind {
     match (&plugin.spec.image, plugin.spec.version.unwrap_or_default()) {
+        (None, PluginVersion::V2) if plugin.spec.version.is_some() => PluginKind::EmbeddedV2,
         (None, _) => PluginKind::Embedded,
         (Some(_), PluginVersion::V1) => PluginKind::V1,
         (Some(_), PluginVersion::V2) => PluginKind::V2,
@@ -263,7 +281,7 @@ pub fn plan(workload: &Workload, plugins: &[&VClusterPlugin], runtime_image: &st
                     continue;
                 }
             },
-            PluginKind::V2 => {
+            kind @ (PluginKind::V2 | PluginKind::EmbeddedV2) => {
                 if !has_syncer {
                     refused.insert(
                         name,
@@ -279,7 +297,11 @@ pub fn plan(workload: &Workload, plugins: &[&VClusterPlugin], runtime_image: &st
                     );
                     continue;
                 }
-                init_containers.push(v2_init_container(plugin));
+                init_containers.push(if kind == PluginKind::EmbeddedV2 {
+                    embedded_v2_init_container(plugin, runtime_image)
+                } else {
+                    v2_init_container(plugin)
+                });
             }
         }
         for t in &plugin.spec.synced_types {
@@ -535,6 +557,26 @@ pub fn v2_init_container(plugin: &VClusterPlugin) -> Container {
         c.args = Some(vec![
             "-c".into(),
             format!("cp -r /plugin {PLUGINS_MOUNT_PATH}/{}", plugin.name_any()),
+        ]);
+    }
+    let mut mounts = c.volume_mounts.take().unwrap_or_default();
+    mounts.retain(|m| m.mount_path != PLUGINS_MOUNT_PATH);
+    mounts.insert(0, plugins_mount());
+    c.volume_mounts = Some(mounts);
+    c
+}
+
+/// The init container of the embedded runtime as a v2 plugin: `vcluster-plugin-syncer
+/// install-plugin /plugins/<name>` from the runtime image (the runtime copies itself to
+/// `/plugins/<name>/plugin`, where vCluster's syncer finds and starts it; spec `command` /
+/// `args` replace it), with `plugins` mounted at `/plugins`.
+pub fn embedded_v2_init_container(plugin: &VClusterPlugin, runtime_image: &str) -> Container {
+    let mut c = base_container(plugin, runtime_image);
+    if c.command.is_none() && c.args.is_none() {
+        c.command = Some(vec![
+            RUNTIME_BINARY.to_string(),
+            "install-plugin".into(),
+            format!("{PLUGINS_MOUNT_PATH}/{}", plugin.name_any()),
         ]);
     }
     let mut mounts = c.volume_mounts.take().unwrap_or_default();
@@ -889,9 +931,34 @@ mod tests {
     }
 
     #[test]
-    fn version_is_ignored_for_the_embedded_runtime() {
+    fn embedded_v2_plugin_is_an_init_container_copying_the_runtime() {
+        let p = plugin("cars", None, Some(PluginVersion::V2));
+        assert_eq!(plugin_kind(&p), PluginKind::EmbeddedV2);
+        let plan = plan(&workload(), &[&p], RUNTIME);
+        // As an image v2 plugin (the vCluster chart's `plugins:` layout), but from the runtime
+        // image, whose binary installs itself (the image has no shell for `cp`); no sidecar, no
+        // kubeconfig Secret volume.
+        assert_eq!(
+            plan.patch["spec"]["template"]["spec"],
+            json!({
+                "containers": [{ "name": "syncer", "volumeMounts": [{ "name": "plugins", "mountPath": "/plugins" }] }],
+                "initContainers": [{
+                    "name": "cars",
+                    "image": RUNTIME,
+                    "command": ["vcluster-plugin-syncer", "install-plugin", "/plugins/cars"],
+                    "volumeMounts": [{ "name": "plugins", "mountPath": "/plugins" }],
+                }],
+                "volumes": [{ "name": "plugins", "emptyDir": {} }],
+            })
+        );
+        assert_eq!(plan.installed, BTreeSet::from(["cars".to_string()]));
+    }
+
+    #[test]
+    fn the_embedded_runtime_is_a_sidecar_unless_v2_is_asked_for() {
         let p = plugin("x", None, Some(PluginVersion::V1));
         assert_eq!(plugin_kind(&p), PluginKind::Embedded);
+        assert_eq!(plugin_kind(&plugin("x", None, None)), PluginKind::Embedded);
     }
 
     #[test]

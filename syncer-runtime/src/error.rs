@@ -117,6 +117,10 @@ pub enum Error {
         what: String,
     },
 
+    /// vCluster's v2 plugin protocol failed.
+    #[error(transparent)]
+    PluginProtocol(#[from] crate::v2::ProtocolError),
+
     /// A kubeconfig could not be loaded (binary only).
     #[error("cannot load the {cluster} kubeconfig {path}: {message}")]
     Kubeconfig {

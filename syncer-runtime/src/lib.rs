@@ -11,6 +11,8 @@
 //! - [`syncer`]: the declarative syncer of one `syncedTypes[]` entry, a `Syncer`;
 //! - [`from_host`]: host-to-virtual (`FromHost`) syncing;
 //! - [`pods`]: physical pod hooks on the host pods a vCluster made (`--pod-sync=hooks`);
+//! - [`v2`]: vCluster's v2 plugin protocol (go-plugin + gRPC `pluginv2.Plugin`), spoken by
+//!   [`sdk::Plugin`] and the runtime binary when vCluster starts them from `/plugins`;
 //! - [`runtime`]: the declarative runtime ([`runtime::run`]) that reads its `VClusterPlugin`
 //!   and runs the syncers and hooks it declares, reporting into its status.
 //!
@@ -29,6 +31,7 @@ pub mod sdk;
 pub mod stats;
 pub mod syncer;
 pub mod translate;
+pub mod v2;
 
 pub use error::Error;
 pub use runtime::{Config, PodSync, run};

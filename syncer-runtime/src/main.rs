@@ -4,6 +4,18 @@
 //! [`vcp_syncer_runtime::run`]). Logs JSON lines to stderr (`RUST_LOG` filters, default
 //! `info`). Exits 0 on SIGTERM / ctrl-c, 1 with the error otherwise.
 //!
+//! Three ways to run it:
+//! - as a sidecar beside vCluster's syncer (flags below; the virtual cluster through the
+//!   kubeconfig vCluster keeps in its Secret), applying `Pod` hooks to host pods afterwards;
+//! - as a v2 plugin: copied to `/plugins/<name>/plugin` by `vcluster-plugin-syncer
+//!   install-plugin /plugins/<name>` (the operator's init container) and started by vCluster's
+//!   syncer with the magic cookie `VCLUSTER_PLUGIN=vcluster` and no arguments. It then speaks
+//!   the v2 protocol ([`vcp_syncer_runtime::v2`]): the clients, namespace and vCluster name come
+//!   from `Initialize`, the plugin's name is its folder's (`$VCLUSTER_PLUGIN_NAME` overrides),
+//!   the `Pod` hooks are applied by vCluster through `Mutate` before each host write, the
+//!   syncers start at `SetLeader`, and the process exits 0 when vCluster stops it;
+//! - `install-plugin DIR`: copies this binary to `DIR/plugin` (mode 0755) and exits.
+//!
 //! Allocator: mimalloc. The runtime allocates and frees many small objects (watch events,
 //! JSON values) across the tokio worker threads; glibc's per-thread arenas fragment under that
 //! pattern and keep freed memory resident, which made the peak RSS of the sync benchmark
@@ -11,11 +23,16 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::{Parser, ValueEnum};
+use kube::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
+use vcp_crds::VClusterPlugin;
+use vcp_syncer_runtime::hooks::declarative_hooks;
+use vcp_syncer_runtime::v2::{self, HookTable, Session};
 use vcp_syncer_runtime::{Config, Error, PodSync, run};
 
 #[global_allocator]
@@ -55,6 +72,31 @@ struct Args {
     /// Seconds between full resyncs of every synced object.
     #[arg(long, default_value_t = 300)]
     resync_seconds: u64,
+}
+
+/// `vcluster-plugin-syncer install-plugin DIR`.
+#[derive(Parser, Debug)]
+#[command(
+    name = "vcluster-plugin-syncer install-plugin",
+    about = "Copy this binary to DIR/plugin, where vCluster's syncer finds v2 plugins (the init container of an embedded v2 plugin: DIR is /plugins/<name>)"
+)]
+struct InstallArgs {
+    /// The plugin's folder, such as `/plugins/my-plugin`; created when missing.
+    dir: PathBuf,
+}
+
+/// Copies the running binary to `dir/plugin` (through a temporary file, then renamed, so
+/// vCluster never sees half a binary), mode 0755.
+fn install_plugin(dir: &Path) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let exe = std::env::current_exe()?;
+    std::fs::create_dir_all(dir)?;
+    let target = dir.join("plugin");
+    let partial = dir.join(".plugin.partial");
+    std::fs::copy(&exe, &partial)?;
+    std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o755))?;
+    std::fs::rename(&partial, &target)?;
+    Ok(target)
 }
 
 /// `--pod-sync` values.
@@ -140,6 +182,78 @@ async fn main_inner(args: Args) -> Result<(), Error> {
     }
 }
 
+/// What the v2 runtime needs before it can tell vCluster it is ready: clients, its plugin's
+/// name and the hooks of the plugin's spec (declared to vCluster in `GetPluginConfig`).
+async fn prepare_v2(
+    session: &Session,
+) -> Result<(Config, Vec<Arc<dyn vcp_syncer_runtime::ClientHook>>), Error> {
+    let init = session.init_config();
+    let (host, virtual_) = v2::clients(init).await?;
+    let plugin = std::env::var("VCLUSTER_PLUGIN_NAME")
+        .ok()
+        .filter(|n| !n.is_empty())
+        .or_else(|| init.plugin_name())
+        .ok_or_else(|| Error::Kubeconfig {
+            cluster: "host",
+            path: "$VCLUSTER_PLUGIN_NAME".into(),
+            message: "the plugin's name is unknown: vCluster sent no working directory and VCLUSTER_PLUGIN_NAME is not set".into(),
+        })?;
+    let api: Api<VClusterPlugin> = Api::namespaced(host.clone(), &init.host_namespace);
+    let spec = api
+        .get_opt(&plugin)
+        .await
+        .map_err(|source| Error::ReadPlugin {
+            namespace: init.host_namespace.clone(),
+            name: plugin.clone(),
+            source: Box::new(source),
+        })?
+        .ok_or_else(|| Error::PluginNotFound {
+            namespace: init.host_namespace.clone(),
+            name: plugin.clone(),
+        })?
+        .spec;
+    let mut config = Config::new(host, virtual_, init.host_namespace.clone(), plugin);
+    config.vcluster = Some(init.vcluster.clone());
+    config.pod_sync = PodSync::Mutate;
+    if let Some(workers) = std::env::var("VCLUSTER_PLUGIN_WORKERS")
+        .ok()
+        .and_then(|w| w.parse::<usize>().ok())
+    {
+        config.workers = workers.max(1);
+    }
+    Ok((config, declarative_hooks(&spec.hooks)))
+}
+
+/// The runtime as a v2 plugin started by vCluster's syncer.
+async fn main_v2() -> Result<(), Error> {
+    let session = Session::serve().await?;
+    let (mut config, hooks) = match prepare_v2(&session).await {
+        Ok(prepared) => prepared,
+        Err(error) => {
+            session.fail(&error.to_string());
+            session.shutdown().await;
+            return Err(error);
+        }
+    };
+    let table = Arc::new(HookTable::new(hooks));
+    config.hook_table = Some(table.clone());
+    session.ready(table);
+    info!(namespace = %config.namespace, plugin = %config.plugin, "v2 plugin ready; waiting for SetLeader");
+    if !session.leader().await {
+        session.shutdown().await;
+        return Ok(());
+    }
+    let result = tokio::select! {
+        result = run(config) => result,
+        reason = session.stopped() => {
+            info!(?reason, "vCluster stopped the plugin, exiting");
+            Ok(())
+        }
+    };
+    session.shutdown().await;
+    result
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -149,8 +263,31 @@ async fn main() -> ExitCode {
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )
         .init();
-    let args = Args::parse();
-    match main_inner(args).await {
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == "install-plugin")
+    {
+        let args = InstallArgs::parse_from(std::env::args_os().skip(1));
+        return match install_plugin(&args.dir) {
+            Ok(target) => {
+                info!(target = %target.display(), "plugin installed");
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!(
+                    "vcluster-plugin-syncer: cannot install into {}: {error}",
+                    args.dir.display()
+                );
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let result = if v2::started_by_vcluster() {
+        main_v2().await
+    } else {
+        main_inner(Args::parse()).await
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             error!(%error, "vcluster-plugin-syncer failed");

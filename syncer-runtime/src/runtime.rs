@@ -59,6 +59,10 @@ pub enum PodSync {
     /// and annotations follow, the rest of a pod's spec being immutable), status host to
     /// virtual, and the `Pod` hooks applied before each host write.
     Full,
+    /// A v2 plugin started by vCluster's syncer ([`crate::v2`]): vCluster calls the plugin's
+    /// `Pod` hooks through `Mutate` before it writes a host pod, so the runtime neither syncs
+    /// nor patches host pods.
+    Mutate,
 }
 
 /// Configuration of [`run`].
@@ -83,6 +87,10 @@ pub struct Config {
     pub status_interval: Duration,
     /// Concurrent workers per synced type (default 4).
     pub workers: usize,
+    /// A v2 plugin's hooks ([`PodSync::Mutate`]): set to the declared hooks whenever the
+    /// syncers start from a spec, emptied while the `VClusterPlugin` is gone, so that
+    /// vCluster's `Mutate` calls apply the current spec.
+    pub hook_table: Option<Arc<crate::v2::HookTable>>,
 }
 
 impl Config {
@@ -104,6 +112,7 @@ impl Config {
             resync_period: Duration::from_secs(300),
             status_interval: Duration::from_secs(2),
             workers: 4,
+            hook_table: None,
         }
     }
 }
@@ -213,6 +222,9 @@ pub async fn run(config: Config) -> Result<(), Error> {
 }
 
 fn stop(running: &mut Option<Generation>, config: &Config) {
+    if let Some(table) = &config.hook_table {
+        table.set(Vec::new());
+    }
     if running.take().is_some() {
         warn!(plugin = %config.plugin, "VClusterPlugin deleted, syncing stopped until it exists again");
     }
@@ -264,6 +276,9 @@ impl Generation {
             spec: spec.clone(),
         };
         let hooks: Arc<[Arc<dyn ClientHook>]> = declarative_hooks(&spec.hooks).into();
+        if let Some(table) = &config.hook_table {
+            table.set(hooks.clone());
+        }
         let mut synced_types = spec.synced_types.clone();
         if config.pod_sync == PodSync::Full
             && !synced_types

@@ -686,6 +686,8 @@ pub struct Plugin {
     syncers: Vec<((String, String), Launch)>,
     hooks: Vec<Arc<dyn ClientHook>>,
     stats: Vec<Arc<TypeStats>>,
+    /// Set when vCluster started this process as a v2 plugin ([`crate::v2`]).
+    v2: Option<crate::v2::Session>,
 }
 
 impl Plugin {
@@ -696,18 +698,31 @@ impl Plugin {
             syncers: Vec::new(),
             hooks: Vec::new(),
             stats: Vec::new(),
+            v2: None,
         }
     }
 
-    /// A plugin configured from the environment, as a vCluster plugin sidecar is:
-    /// `HOST_KUBECONFIG` (default: in-cluster), `VIRTUAL_KUBECONFIG` (required),
-    /// `POD_NAMESPACE` (default: the host kubeconfig's namespace) and `VCLUSTER_NAME`
-    /// (required); the owner of host copies is read from the host
+    /// A plugin configured the way it was started:
+    ///
+    /// - by vCluster as a v2 plugin (the magic cookie `VCLUSTER_PLUGIN=vcluster` is set, as
+    ///   vCluster's Go SDK detects it): serves the v2 protocol ([`crate::v2`]) and waits for
+    ///   vCluster's `Initialize`, whose kubeconfigs, host namespace and vCluster name make the
+    ///   context; [`Plugin::start`] then answers vCluster;
+    /// - otherwise as a sidecar, from the environment: `HOST_KUBECONFIG` (default:
+    ///   in-cluster), `VIRTUAL_KUBECONFIG` (required), `POD_NAMESPACE` (default: the host
+    ///   kubeconfig's namespace) and `VCLUSTER_NAME` (required).
+    ///
+    /// Either way the owner of host copies is read from the host
     /// ([`RegisterContext::with_vcluster_owner`]).
     ///
     /// # Errors
-    /// [`Error::Kubeconfig`] when a kubeconfig cannot be loaded or a variable is missing.
+    /// [`Error::Kubeconfig`] when a kubeconfig cannot be loaded or a variable is missing;
+    /// [`Error::PluginProtocol`] when the v2 protocol fails (the error is also returned to
+    /// vCluster as the answer to `Initialize`).
     pub async fn init() -> Result<Self, Error> {
+        if crate::v2::started_by_vcluster() {
+            return Self::init_v2().await;
+        }
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
         let (host, host_namespace) =
             client_from("host", var("HOST_KUBECONFIG").map(PathBuf::from)).await?;
@@ -727,6 +742,36 @@ impl Plugin {
             .with_vcluster_owner()
             .await;
         Ok(Self::new(context))
+    }
+
+    async fn init_v2() -> Result<Self, Error> {
+        let session = crate::v2::Session::serve().await?;
+        let init = session.init_config();
+        let (host, virtual_) = match crate::v2::clients(init).await {
+            Ok(clients) => clients,
+            Err(error) => {
+                session.fail(&error.to_string());
+                return Err(error.into());
+            }
+        };
+        let context = RegisterContext::new(
+            host,
+            virtual_,
+            init.host_namespace.clone(),
+            init.vcluster.clone(),
+        )
+        .with_vcluster_owner()
+        .await;
+        let mut plugin = Self::new(context);
+        plugin.v2 = Some(session);
+        Ok(plugin)
+    }
+
+    /// The v2 session when vCluster started this process ([`Plugin::init`]): the init config
+    /// vCluster sent (its `plugin_config` is the plugin's configuration from the vCluster's
+    /// values).
+    pub fn v2_session(&self) -> Option<&crate::v2::Session> {
+        self.v2.as_ref()
     }
 
     /// The context to build syncers with.
@@ -779,9 +824,39 @@ impl Plugin {
     /// Runs every registered syncer (and the pod hooks) until one of them fails or the future
     /// is dropped.
     ///
+    /// Started by vCluster as a v2 plugin: declares the registered hooks to vCluster (which
+    /// then calls them through `Mutate` before its own writes, so no host pod is patched
+    /// afterwards), starts the syncers once `SetLeader` arrives, and returns `Ok(())` when
+    /// vCluster stops the plugin (or exits).
+    ///
     /// # Errors
     /// The first error a syncer stops with.
-    pub async fn start(self) -> Result<(), Error> {
+    pub async fn start(mut self) -> Result<(), Error> {
+        let Some(session) = self.v2.take() else {
+            return self.run(true).await;
+        };
+        let table = Arc::new(crate::v2::HookTable::new(self.hooks.clone()));
+        session.ready(table);
+        if !session.leader().await {
+            info!("stopped before becoming leader");
+            session.shutdown().await;
+            return Ok(());
+        }
+        info!(syncers = self.syncers.len(), "leader: starting the syncers");
+        let result = tokio::select! {
+            result = self.run(false) => result,
+            reason = session.stopped() => {
+                info!(?reason, "stopping");
+                Ok(())
+            }
+        };
+        session.shutdown().await;
+        result
+    }
+
+    /// Runs the syncers; `host_pod_hooks`: apply the `v1` `Pod` hooks to the host pods of the
+    /// vCluster (a sidecar; a v2 plugin's pod hooks are called by vCluster instead).
+    async fn run(self, host_pod_hooks: bool) -> Result<(), Error> {
         let hooks: Arc<[Arc<dyn ClientHook>]> = self.hooks.iter().cloned().collect();
         let mut tasks = tokio::task::JoinSet::new();
         let synced: Vec<(String, String)> = self.syncers.iter().map(|(k, _)| k.clone()).collect();
@@ -794,7 +869,8 @@ impl Plugin {
             .filter(|h| h.api_version() == "v1" && h.kind() == "Pod")
             .cloned()
             .collect();
-        if !pod_hooks.is_empty() && !synced.contains(&("v1".into(), "Pod".into())) {
+        if host_pod_hooks && !pod_hooks.is_empty() && !synced.contains(&("v1".into(), "Pod".into()))
+        {
             tasks.spawn(crate::pods::run_pod_hooks(crate::pods::PodHookOptions {
                 host: self.context.host.clone(),
                 namespace: self.context.host_namespace.clone(),
@@ -805,7 +881,7 @@ impl Plugin {
         }
         for hook in &self.hooks {
             let key = (hook.api_version().to_string(), hook.kind().to_string());
-            if !synced.contains(&key) && key != ("v1".into(), "Pod".into()) {
+            if !synced.contains(&key) && key != ("v1".into(), "Pod".into()) && host_pod_hooks {
                 warn!(hook = hook.name(), api_version = %key.0, kind = %key.1, "no syncer of this type is registered; hook ignored");
             }
         }

@@ -32,7 +32,7 @@ use kube::{Client, Config};
 use serde::Deserialize as _;
 
 /// The paths `scripts/oracles build` prints (`NAME=PATH`: `HELM`, `VCLUSTER_CHART`,
-/// `TRANSLATE_ORACLE`), built or found once per test binary.
+/// `TRANSLATE_ORACLE`, `PLUGIN_LOADER`), built or found once per test binary.
 ///
 /// # Panics
 /// When the script fails (Go missing, the module proxy unreachable): its output is in the panic.

@@ -1,0 +1,263 @@
+//! `Mutate`: the registered [`ClientHook`]s applied to the object vCluster hands over (pure;
+//! unit-tested).
+//!
+//! As vCluster's Go plugin SDK answers it (`vcluster-sdk`, `plugin/server.go`): the hooks of
+//! the request's `apiVersion` / `kind` that implement its `type` run in registration order; the
+//! response carries the object and `mutated: true` only when the result differs from what was
+//! sent, and is empty otherwise (vCluster then keeps its own object). A type or point no hook
+//! implements (vCluster only calls what [`PluginConfig`](super::config::PluginConfig)
+//! declared) gets the empty response too.
+//!
+//! vCluster hands over typed objects read through controller-runtime's cache, whose JSON has
+//! no `apiVersion` / `kind`; hooks are promised both ([`ClientHook`]), so they are filled in
+//! from the request for the hooks and taken out again afterwards (unless a hook changed them).
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::config::parse_hook_type;
+use super::proto::{MutateRequest, MutateResponse};
+use crate::hooks::HookError;
+use crate::sdk::{ClientHook, Hooks};
+
+/// Why a `Mutate` request failed (sent back to vCluster as a gRPC error, which stops its
+/// write).
+#[derive(Debug, thiserror::Error)]
+pub enum MutateError {
+    /// The object is not JSON.
+    #[error("the {kind} object to mutate is not JSON: {source}")]
+    InvalidObject {
+        /// Kind of the object.
+        kind: String,
+        /// The parse error.
+        source: serde_json::Error,
+    },
+    /// A hook refused or failed on the object.
+    #[error("{point} hooks of {api_version} {kind}: {source}")]
+    Hook {
+        /// `group/version` of the object.
+        api_version: String,
+        /// Kind of the object.
+        kind: String,
+        /// The hook type (`CreatePhysical`, …).
+        point: String,
+        /// The hook's error.
+        source: Box<HookError>,
+    },
+}
+
+/// Applies the `hooks` that match `request` (see the module documentation).
+///
+/// # Errors
+/// [`MutateError::InvalidObject`] when hooks apply and the object is not JSON;
+/// [`MutateError::Hook`] when a hook fails (no partial result is returned).
+pub fn mutate(
+    hooks: &[Arc<dyn ClientHook>],
+    request: &MutateRequest,
+) -> Result<MutateResponse, MutateError> {
+    let Some(point) = parse_hook_type(&request.r#type) else {
+        return Ok(MutateResponse::default());
+    };
+    let hooks = Hooks::for_type(hooks, &request.api_version, &request.kind);
+    if !hooks.handles(point) {
+        return Ok(MutateResponse::default());
+    }
+    let original: Value =
+        serde_json::from_str(&request.object).map_err(|source| MutateError::InvalidObject {
+            kind: request.kind.clone(),
+            source,
+        })?;
+    let mut typed = original.clone();
+    let mut filled = Vec::new();
+    if let Some(fields) = typed.as_object_mut() {
+        for (key, value) in [
+            ("apiVersion", &request.api_version),
+            ("kind", &request.kind),
+        ] {
+            if !fields.contains_key(key) {
+                fields.insert(key.into(), Value::String(value.clone()));
+                filled.push((key, Value::String(value.clone())));
+            }
+        }
+    }
+    let mut mutated = hooks
+        .apply(point, typed)
+        .map_err(|source| MutateError::Hook {
+            api_version: request.api_version.clone(),
+            kind: request.kind.clone(),
+            point: request.r#type.clone(),
+            source: Box::new(source),
+        })?;
+    if let Some(fields) = mutated.as_object_mut() {
+        for (key, value) in filled {
+            if fields.get(key) == Some(&value) {
+                fields.remove(key);
+            }
+        }
+    }
+    if mutated == original {
+        return Ok(MutateResponse::default());
+    }
+    Ok(MutateResponse {
+        object: mutated.to_string(),
+        mutated: true,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sdk::HookPoint;
+    use serde_json::json;
+
+    /// The tutorial's pod hook: `created-by-plugin=pod-hook` on physical create and update.
+    struct PodHook;
+    impl ClientHook for PodHook {
+        fn name(&self) -> &str {
+            "pod-hook"
+        }
+        fn api_version(&self) -> &str {
+            "v1"
+        }
+        fn kind(&self) -> &str {
+            "Pod"
+        }
+        fn handles(&self, point: HookPoint) -> bool {
+            matches!(point, HookPoint::CreatePhysical | HookPoint::UpdatePhysical)
+        }
+        fn mutate_create_physical(&self, mut obj: Value) -> Result<Value, HookError> {
+            obj["metadata"]["labels"]["created-by-plugin"] = json!("pod-hook");
+            Ok(obj)
+        }
+        fn mutate_update_physical(&self, obj: Value) -> Result<Value, HookError> {
+            self.mutate_create_physical(obj)
+        }
+    }
+
+    struct Refuse;
+    impl ClientHook for Refuse {
+        fn name(&self) -> &str {
+            "refuse"
+        }
+        fn api_version(&self) -> &str {
+            "v1"
+        }
+        fn kind(&self) -> &str {
+            "Pod"
+        }
+        fn handles(&self, point: HookPoint) -> bool {
+            point == HookPoint::DeletePhysical
+        }
+        fn mutate_delete_physical(&self, _: Value) -> Result<Value, HookError> {
+            Err(HookError::Custom {
+                hook: "refuse".into(),
+                message: "kept".into(),
+            })
+        }
+    }
+
+    fn request(kind: &str, point: &str, object: &str) -> MutateRequest {
+        MutateRequest {
+            api_version: "v1".into(),
+            kind: kind.into(),
+            object: object.into(),
+            r#type: point.into(),
+        }
+    }
+
+    fn hooks() -> Vec<Arc<dyn ClientHook>> {
+        vec![Arc::new(PodHook), Arc::new(Refuse)]
+    }
+
+    #[test]
+    fn the_pod_hook_labels_a_physical_create() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-x-default-x-vc", "labels": {"app": "web"}}});
+        let response = mutate(
+            &hooks(),
+            &request("Pod", "CreatePhysical", &pod.to_string()),
+        )
+        .unwrap();
+        assert!(response.mutated);
+        let mut expected = pod.clone();
+        expected["metadata"]["labels"]["created-by-plugin"] = json!("pod-hook");
+        assert_eq!(
+            serde_json::from_str::<Value>(&response.object).unwrap(),
+            expected
+        );
+    }
+
+    /// A hook that needs the type (as a typed deserialisation does) sees it even when vCluster's
+    /// object has none; the answer carries no type the request did not.
+    #[test]
+    fn the_type_is_filled_in_for_the_hooks_only() {
+        struct NeedsType;
+        impl ClientHook for NeedsType {
+            fn name(&self) -> &str {
+                "needs-type"
+            }
+            fn api_version(&self) -> &str {
+                "v1"
+            }
+            fn kind(&self) -> &str {
+                "Pod"
+            }
+            fn handles(&self, point: HookPoint) -> bool {
+                point == HookPoint::CreatePhysical
+            }
+            fn mutate_create_physical(&self, mut obj: Value) -> Result<Value, HookError> {
+                assert_eq!(
+                    (obj["apiVersion"].as_str(), obj["kind"].as_str()),
+                    (Some("v1"), Some("Pod"))
+                );
+                obj["metadata"]["labels"] = json!({"seen": "yes"});
+                Ok(obj)
+            }
+        }
+        let hooks: Vec<Arc<dyn ClientHook>> = vec![Arc::new(NeedsType)];
+        let response = mutate(
+            &hooks,
+            &request("Pod", "CreatePhysical", r#"{"metadata": {"name": "p"}}"#),
+        )
+        .unwrap();
+        assert_eq!(
+            serde_json::from_str::<Value>(&response.object).unwrap(),
+            json!({"metadata": {"name": "p", "labels": {"seen": "yes"}}})
+        );
+    }
+
+    #[test]
+    fn unchanged_unhooked_and_unknown_are_not_mutated() {
+        let labelled = json!({"metadata": {"labels": {"created-by-plugin": "pod-hook"}}});
+        let empty = MutateResponse::default();
+        for req in [
+            request("Pod", "UpdatePhysical", &labelled.to_string()),
+            request("Pod", "CreateVirtual", "{}"),
+            request("Secret", "CreatePhysical", "{}"),
+            request("Pod", "Patch", "{}"),
+        ] {
+            assert_eq!(mutate(&hooks(), &req).unwrap(), empty, "{req:?}");
+        }
+        // an unhooked point is not even parsed
+        assert_eq!(
+            mutate(&hooks(), &request("Pod", "GetPhysical", "not json")).unwrap(),
+            empty
+        );
+    }
+
+    #[test]
+    fn errors_name_the_hook_and_the_object() {
+        let error = mutate(&hooks(), &request("Pod", "DeletePhysical", "{}")).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "DeletePhysical hooks of v1 Pod: hook \"refuse\": kept"
+        );
+        let error = mutate(&hooks(), &request("Pod", "CreatePhysical", "{")).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .starts_with("the Pod object to mutate is not JSON"),
+            "{error}"
+        );
+    }
+}

@@ -1,0 +1,522 @@
+//! Rust plugins loaded by vCluster's own v2 plugin loader.
+//!
+//! The driver `tests/vcluster-go/cmd/plugin-loader` (built by `scripts/oracles` from
+//! `github.com/loft-sh/vcluster` v0.30.0) runs `pkg/plugin/v2`'s `Manager` — the code the
+//! vCluster syncer uses to find `<folder>/<name>/plugin`, start it with go-plugin, send it
+//! `Initialize`, read its `GetPluginConfig`, call `SetLeader` and `MutateObject` — against this
+//! binary's control plane. The plugins are this workspace's binaries: the tutorial's Car syncer
+//! and pod hook (`syncer-runtime/examples/car_syncer.rs`, unchanged) and the declarative runtime
+//! `vcluster-plugin-syncer`, installed into its folder by its own `install-plugin` command (the
+//! operator's init container).
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::mpsc;
+use vcp_crds::{Car, VClusterPlugin};
+use vcp_tests::{Cluster, ControlPlane, Identity, TEST_FIELD_MANAGER, string_map, wait_for};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The workspace's target folder (this test binary is `<target>/<profile>/deps/<name>`).
+fn target_profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("<target>/<profile>/deps")
+        .to_path_buf()
+}
+
+/// Builds the Car syncer example and the runtime binary with cargo (same target folder and
+/// profile as this test, so nothing is rebuilt when `cargo test --workspace` already built
+/// them) and returns `(car_syncer, vcluster-plugin-syncer)`.
+fn plugin_binaries() -> &'static (PathBuf, PathBuf) {
+    static BUILT: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let profile = target_profile_dir();
+        let release = profile.file_name().is_some_and(|n| n == "release");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut build = std::process::Command::new(cargo);
+        build
+            .current_dir(vcp_tests::repo_root())
+            .args([
+                "build",
+                "--locked",
+                "-p",
+                "vcp-syncer-runtime",
+                "--example",
+                "car_syncer",
+                "--bin",
+                "vcluster-plugin-syncer",
+            ])
+            .env("CARGO_TARGET_DIR", profile.parent().expect("target folder"));
+        if release {
+            build.arg("--release");
+        }
+        let out = build.output().expect("run cargo build");
+        assert!(
+            out.status.success(),
+            "cargo build of the plugins failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (
+            profile.join("examples/car_syncer"),
+            profile.join("vcluster-plugin-syncer"),
+        )
+    })
+}
+
+/// A fresh plugins folder (vCluster's `/plugins`).
+fn plugins_folder(test: &str) -> PathBuf {
+    let dir = ControlPlane::shared().dir().join(format!("plugins-{test}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("plugins folder");
+    dir
+}
+
+/// Copies `binary` to `<folder>/<name>/plugin`, as a v2 plugin image's `cp -r /plugin` does.
+fn install_copy(folder: &Path, name: &str, binary: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = folder.join(name);
+    std::fs::create_dir_all(&dir).expect("plugin folder");
+    let target = dir.join("plugin");
+    std::fs::copy(binary, &target).expect("copy plugin");
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+/// The Go driver running vCluster's loader, with its event stream.
+struct Loader {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    events: mpsc::UnboundedReceiver<Value>,
+    stderr: PathBuf,
+}
+
+impl Loader {
+    /// Starts the loader on `folder` for vCluster `vcluster` in host namespace `namespace`,
+    /// with the kubeconfigs of `identity`, and waits for its `started` event.
+    async fn start(
+        folder: &Path,
+        namespace: &str,
+        vcluster: &str,
+        identity: Identity,
+    ) -> (Self, Value) {
+        let cp = ControlPlane::shared();
+        let stderr = folder.join("loader.log");
+        let log = std::fs::File::create(&stderr).expect("loader log");
+        let mut child = Command::new(&vcp_tests::oracle_paths()["PLUGIN_LOADER"])
+            .arg("--plugins")
+            .arg(folder)
+            .arg("--host-kubeconfig")
+            .arg(cp.kubeconfig(Cluster::Host, identity))
+            .arg("--virtual-kubeconfig")
+            .arg(cp.kubeconfig(Cluster::Virtual, identity))
+            .args(["--namespace", namespace, "--name", vcluster])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start plugin-loader");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, events) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let event = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("loader event {line:?}: {e}"));
+                if tx.send(event).is_err() {
+                    return;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        let mut loader = Self {
+            child,
+            stdin,
+            events,
+            stderr,
+        };
+        let started = loader.next("started").await;
+        (loader, started)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// The next event, which must be `kind`.
+    async fn next(&mut self, kind: &str) -> Value {
+        let event = tokio::time::timeout(TIMEOUT, self.events.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no {kind} event within {TIMEOUT:?}; log:\n{}", self.log()))
+            .unwrap_or_else(|| panic!("the loader exited before {kind}; log:\n{}", self.log()));
+        assert_eq!(event["event"], kind, "{event}; log:\n{}", self.log());
+        event
+    }
+
+    async fn send(&mut self, command: Value) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin
+            .write_all(format!("{command}\n").as_bytes())
+            .await
+            .expect("write command");
+        stdin.flush().await.expect("flush command");
+    }
+
+    async fn set_leader(&mut self) {
+        self.send(json!({"op": "setLeader"})).await;
+        self.next("leader").await;
+    }
+
+    /// `Manager.MutateObject(obj, hook_type)`: the object as the loader returns it.
+    async fn mutate(&mut self, hook_type: &str, object: &Value) -> Value {
+        self.send(json!({"op": "mutate", "type": hook_type, "object": object}))
+            .await;
+        self.next("mutated").await["object"].clone()
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id().expect("loader running")
+    }
+}
+
+/// The pids of the plugins the loader started.
+fn plugin_pids(started: &Value) -> Vec<u32> {
+    started["plugins"]
+        .as_array()
+        .expect("plugins")
+        .iter()
+        .map(|p| p["pid"].as_u64().expect("pid") as u32)
+        .collect()
+}
+
+/// Whether process `pid` is running (a zombie has exited).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let state = stat.rsplit_once(") ")?.1.chars().next()?;
+            Some(state != 'Z' && state != 'X')
+        })
+        .unwrap_or(false)
+}
+
+fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill {signal} {pid}");
+}
+
+async fn setup(host_namespace: &str) -> (Client, Client) {
+    let cp = ControlPlane::shared();
+    let host = cp.client(Cluster::Host, Identity::Admin).await;
+    let virtual_ = cp.client(Cluster::Virtual, Identity::Admin).await;
+    vcp_tests::install_crds(&host).await;
+    vcp_tests::install_crds(&virtual_).await;
+    vcp_tests::create_namespace(&host, host_namespace).await;
+    vcp_tests::create_namespace(&virtual_, "team-a").await;
+    (host, virtual_)
+}
+
+async fn apply_car(client: &Client, car: Value) -> Car {
+    let car: Car = serde_json::from_value(car).expect("car");
+    let name = car.name_any();
+    Api::<Car>::namespaced(client.clone(), "team-a")
+        .patch(
+            &name,
+            &PatchParams::apply(TEST_FIELD_MANAGER).force(),
+            &Patch::Apply(&car),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("apply car {name}: {e}"))
+}
+
+/// A host pod as vCluster's pod syncer is about to create it (translated name and labels), to
+/// hand to `MutateObject` with `CreatePhysical`.
+fn host_pod(name: &str, vcluster: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": format!("{name}-x-team-a-x-{vcluster}"),
+            "labels": {"app": "web", "vcluster.loft.sh/managed-by": vcluster, "vcluster.loft.sh/namespace": "team-a"},
+            "annotations": {"vcluster.loft.sh/object-name": name, "vcluster.loft.sh/object-namespace": "team-a"}
+        },
+        "spec": {"automountServiceAccountToken": false,
+                 "containers": [{"name": "c", "image": "registry.invalid/none:1"}]}
+    })
+}
+
+/// Creates `pod` (the loader's answer) on the host, as the syncer does right after
+/// `MutateObject`, and returns what the API server stored from that one write.
+async fn create_host_pod(host: &Client, namespace: &str, pod: &Value) -> Pod {
+    let pod: Pod = serde_json::from_value(pod.clone()).expect("pod from the loader");
+    Api::<Pod>::namespaced(host.clone(), namespace)
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("create host pod")
+}
+
+/// Stops the loader with SIGTERM (as a container runtime stops the syncer) and checks that it
+/// stopped its plugins through go-plugin (`Client.Kill`: the plugin's `GRPCController.Shutdown`
+/// and a clean exit, not the forced kill after 2 s).
+async fn stop_gracefully(mut loader: Loader, started: &Value) {
+    let pids = plugin_pids(started);
+    assert!(
+        pids.iter().all(|p| running(*p)),
+        "plugins run before the stop"
+    );
+    signal(loader.pid(), "-TERM");
+    let stopped = loader.next("stopped").await;
+    assert_eq!(
+        stopped["exited"],
+        json!(vec![true; pids.len()]),
+        "{stopped}"
+    );
+    let status = tokio::time::timeout(TIMEOUT, loader.child.wait())
+        .await
+        .expect("loader exits")
+        .expect("loader status");
+    assert!(status.success(), "{status}; log:\n{}", loader.log());
+    for pid in pids {
+        assert!(
+            !running(pid),
+            "plugin {pid} still runs after the loader stopped"
+        );
+    }
+    // go-plugin's client logs `plugin process exited` at INFO for exit code 0 (ERROR with the
+    // code otherwise), and `plugin failed to exit gracefully` when it had to kill the process.
+    let log = loader.log();
+    assert!(
+        log.contains("[INFO]  plugin: plugin process exited"),
+        "the plugin exited with code 0; log:\n{log}"
+    );
+    assert!(
+        !log.contains("plugin failed to exit gracefully"),
+        "the plugin exited by itself; log:\n{log}"
+    );
+}
+
+#[tokio::test]
+async fn car_syncer_and_pod_hook_through_vclusters_loader() {
+    const NS: &str = "vc-v2-car";
+    const VCLUSTER: &str = "car-vc";
+    let (host, virtual_) = setup(NS).await;
+    let (car_syncer, _) = plugin_binaries();
+    let folder = plugins_folder("car");
+    install_copy(&folder, "car-sync", car_syncer);
+
+    let (mut loader, started) = Loader::start(&folder, NS, VCLUSTER, Identity::Admin).await;
+    assert_eq!(
+        started["plugins"][0]["path"],
+        json!(folder.join("car-sync/plugin"))
+    );
+    // vCluster registered the tutorial pod hook's points from GetPluginConfig
+    // (podHook implements MutateCreatePhysical and MutateUpdatePhysical).
+    assert_eq!(
+        started["clientHooks"],
+        json!([
+            {"apiVersion": "v1", "kind": "Pod", "type": "CreatePhysical", "plugins": 1},
+            {"apiVersion": "v1", "kind": "Pod", "type": "UpdatePhysical", "plugins": 1},
+        ])
+    );
+
+    // Before SetLeader the plugin answers (a Mutate goes through) but syncs nothing.
+    let audi = apply_car(
+        &virtual_,
+        json!({
+            "apiVersion": "example.loft.sh/v1", "kind": "Car",
+            "metadata": {"name": "audi", "labels": {"color": "red"}},
+            "spec": {"type": "Audi", "seats": 4}
+        }),
+    )
+    .await;
+    let early = loader
+        .mutate("CreatePhysical", &host_pod("early", VCLUSTER))
+        .await;
+    assert_eq!(early["metadata"]["labels"]["created-by-plugin"], "pod-hook");
+    let host_cars: Api<Car> = Api::namespaced(host.clone(), NS);
+    let host_name = "audi-x-team-a-x-car-vc";
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        host_cars.get_opt(host_name).await.unwrap().is_none(),
+        "no sync before SetLeader"
+    );
+
+    // SetLeader: the Car syncer starts and makes the host copy with vCluster's exact name.
+    loader.set_leader().await;
+    let host_audi = wait_for(TIMEOUT, || {
+        let api = host_cars.clone();
+        async move { api.get_opt(host_name).await.ok().flatten() }
+    })
+    .await;
+    assert_eq!(
+        host_audi.labels(),
+        &string_map([
+            ("color", "red"),
+            ("vcluster.loft.sh/managed-by", VCLUSTER),
+            ("vcluster.loft.sh/namespace", "team-a"),
+        ])
+    );
+    assert_eq!(
+        host_audi.annotations()["vcluster.loft.sh/object-uid"],
+        audi.uid().unwrap()
+    );
+    assert_eq!(
+        host_audi.annotations()["vcluster.loft.sh/object-host-name"],
+        host_name
+    );
+    assert_eq!(host_audi.spec.type_, "Audi");
+
+    // The pod hook, called by vCluster's MutateObject before it creates a host pod: the label
+    // is in the pod's first write.
+    let pod = loader
+        .mutate("CreatePhysical", &host_pod("web", VCLUSTER))
+        .await;
+    let created = create_host_pod(&host, NS, &pod).await;
+    assert_eq!(
+        created.labels(),
+        &string_map([
+            ("app", "web"),
+            ("created-by-plugin", "pod-hook"),
+            ("vcluster.loft.sh/managed-by", VCLUSTER),
+            ("vcluster.loft.sh/namespace", "team-a"),
+        ])
+    );
+    // A point the hook does not implement leaves the object as it was.
+    let deleted = loader
+        .mutate("DeletePhysical", &host_pod("web", VCLUSTER))
+        .await;
+    assert!(
+        deleted["metadata"]["labels"]
+            .get("created-by-plugin")
+            .is_none()
+    );
+
+    stop_gracefully(loader, &started).await;
+}
+
+#[tokio::test]
+async fn the_plugin_exits_when_its_loader_dies() {
+    const NS: &str = "vc-v2-kill";
+    setup(NS).await;
+    let (car_syncer, _) = plugin_binaries();
+    let folder = plugins_folder("kill");
+    install_copy(&folder, "car-sync", car_syncer);
+    let (mut loader, started) = Loader::start(&folder, NS, "kill-vc", Identity::Admin).await;
+    let pids = plugin_pids(&started);
+    assert!(pids.iter().all(|p| running(*p)));
+    // SIGKILL: the loader cannot stop its plugins; they notice their parent is gone.
+    signal(loader.pid(), "-KILL");
+    loader.child.wait().await.expect("loader killed");
+    wait_for(Duration::from_secs(10), || async {
+        pids.iter().all(|p| !running(*p)).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn embedded_runtime_as_a_v2_plugin() {
+    const NS: &str = "vc-v2-embedded";
+    const VCLUSTER: &str = "emb-vc";
+    const PLUGIN: &str = "cars-and-pods";
+    let (host, virtual_) = setup(NS).await;
+    let plugin: VClusterPlugin = serde_json::from_value(json!({
+        "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
+        "metadata": {"name": PLUGIN, "namespace": NS},
+        "spec": {
+            "vcluster": {"name": VCLUSTER},
+            "version": "v2",
+            "syncedTypes": [{"apiVersion": "example.loft.sh/v1", "kind": "Car"}],
+            "hooks": [{"name": "pod-hook", "apiVersion": "v1", "kind": "Pod",
+                       "events": ["CreatePhysical"], "labels": {"created-by-plugin": "pod-hook"}}]
+        }
+    }))
+    .expect("plugin");
+    Api::<VClusterPlugin>::namespaced(host.clone(), NS)
+        .patch(
+            PLUGIN,
+            &PatchParams::apply(TEST_FIELD_MANAGER),
+            &Patch::Apply(&plugin),
+        )
+        .await
+        .expect("apply VClusterPlugin");
+
+    // The operator's init container: the runtime copies itself into /plugins/<name>.
+    let (_, runtime) = plugin_binaries();
+    let folder = plugins_folder("embedded");
+    let install = std::process::Command::new(runtime)
+        .arg("install-plugin")
+        .arg(folder.join(PLUGIN))
+        .output()
+        .expect("run install-plugin");
+    assert!(
+        install.status.success(),
+        "{}",
+        String::from_utf8_lossy(&install.stderr)
+    );
+    assert_eq!(
+        std::fs::read(folder.join(PLUGIN).join("plugin")).unwrap(),
+        std::fs::read(runtime).unwrap()
+    );
+
+    let (mut loader, started) = Loader::start(&folder, NS, VCLUSTER, Identity::Admin).await;
+    // The declared hooks of the spec are registered with vCluster.
+    assert_eq!(
+        started["clientHooks"],
+        json!([{"apiVersion": "v1", "kind": "Pod", "type": "CreatePhysical", "plugins": 1}])
+    );
+    loader.set_leader().await;
+    apply_car(
+        &virtual_,
+        json!({
+            "apiVersion": "example.loft.sh/v1", "kind": "Car",
+            "metadata": {"name": "tesla"}, "spec": {"type": "Tesla"}
+        }),
+    )
+    .await;
+    let host_cars: Api<Car> = Api::namespaced(host.clone(), NS);
+    let synced = wait_for(TIMEOUT, || {
+        let api = host_cars.clone();
+        async move { api.get_opt("tesla-x-team-a-x-emb-vc").await.ok().flatten() }
+    })
+    .await;
+    assert_eq!(synced.spec.type_, "Tesla");
+
+    let pod = loader
+        .mutate("CreatePhysical", &host_pod("api", VCLUSTER))
+        .await;
+    let created = create_host_pod(&host, NS, &pod).await;
+    assert_eq!(created.labels()["created-by-plugin"], "pod-hook");
+
+    // The runtime reports into its VClusterPlugin, as the sidecar does (the other tests of
+    // this binary add Cars to the same virtual namespace: at least this one is counted).
+    let plugins: Api<VClusterPlugin> = Api::namespaced(host.clone(), NS);
+    wait_for(TIMEOUT, || {
+        let plugins = plugins.clone();
+        async move {
+            let status = plugins.get(PLUGIN).await.ok()?.status?;
+            let healthy = status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "RuntimeHealthy" && c.status == "True");
+            (healthy && status.synced_total >= Some(1)).then_some(())
+        }
+    })
+    .await;
+
+    stop_gracefully(loader, &started).await;
+    let _ = std::io::stderr().flush();
+}
