@@ -12,6 +12,10 @@
 //! folders (`$TMPDIR/vcp-control-plane-<pid>-<n>`: logs, audit log, kubeconfigs) outlive the
 //! binary so a failure can be read afterwards; [`ControlPlane::start`] removes those of test
 //! binaries that are no longer running.
+//!
+//! [`image`] builds the container image without a container engine: it replays the Dockerfile.
+
+pub mod image;
 
 use std::collections::BTreeMap;
 use std::future::Future;
