@@ -974,9 +974,26 @@ fn run_in_rust_root(
 /// user `uid:gid`, with an empty environment: as root with `chroot --userspec`, otherwise in a
 /// user namespace mapping the caller to that user.
 ///
+/// A file just written cannot be executed while another thread's child, forked before it
+/// `exec`s, still holds the inherited write descriptor (`ETXTBSY`, "Text file busy"): the test
+/// threads copy binaries and start processes concurrently, so that refusal is retried for up to
+/// a second.
+///
 /// # Errors
 /// When the command cannot be started.
 pub fn run_in_root(root: &Path, uid: u32, gid: u32, argv: &[&str]) -> anyhow::Result<Output> {
+    let mut attempts = 0;
+    loop {
+        let out = run_in_root_once(root, uid, gid, argv)?;
+        attempts += 1;
+        if attempts == 10 || !String::from_utf8_lossy(&out.stderr).contains("Text file busy") {
+            return Ok(out);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn run_in_root_once(root: &Path, uid: u32, gid: u32, argv: &[&str]) -> anyhow::Result<Output> {
     // The program is looked up in this process's PATH: the child's environment is empty.
     let mut cmd = if is_root() {
         let mut cmd = Command::new(host_program("chroot")?);
