@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{
     EnvFromSource, EnvVar, ResourceRequirements, SecurityContext, VolumeMount,
 };
 use k8s_openapi::api::rbac::v1::PolicyRule;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -19,6 +19,64 @@ use serde::{Deserialize, Serialize};
 /// Finalizer the operator puts on every `VClusterPlugin` it installed; removed once everything
 /// the operator added (containers, volumes, RBAC) is gone again.
 pub const FINALIZER: &str = "vcp.dev/cleanup";
+
+/// Condition type: the plugin is installed (workload and RBAC); written by the operator.
+pub const READY: &str = "Ready";
+/// Condition type: the plugin's containers / volumes are in the vCluster's workload; written by
+/// the operator.
+pub const WORKLOAD_PATCHED: &str = "WorkloadPatched";
+/// Condition type: the plugin's Role / ClusterRole and bindings exist; written by the operator.
+pub const RBAC_READY: &str = "RBACReady";
+/// Condition type: the embedded runtime syncs what the plugin declares; written by the runtime.
+pub const RUNTIME_HEALTHY: &str = "RuntimeHealthy";
+
+/// Reason of an operator condition that holds.
+pub const REASON_INSTALLED: &str = "Installed";
+/// Reason of the `Ready` condition while the finalizer cleans up.
+pub const REASON_TERMINATING: &str = "Terminating";
+/// Reason of the operator's conditions when the vCluster has neither a StatefulSet nor a
+/// Deployment.
+pub const REASON_VCLUSTER_NOT_FOUND: &str = "VClusterNotFound";
+/// `RuntimeHealthy=True`: every synced type is listed and no object is failing.
+pub const REASON_SYNCING: &str = "Syncing";
+/// `RuntimeHealthy=False`: a synced type is still being listed.
+pub const REASON_STARTING: &str = "Starting";
+/// `RuntimeHealthy=False`: a synced type cannot be discovered or watched (retried).
+pub const REASON_TYPE_UNAVAILABLE: &str = "TypeUnavailable";
+/// `RuntimeHealthy=False`: some objects failed to sync and are being retried.
+pub const REASON_SYNC_ERRORS: &str = "SyncErrors";
+/// Reason of the `Warning` Event the runtime publishes on the `VClusterPlugin` for a host object
+/// of a translated name that the vCluster does not manage (or a virtual object in the way of a
+/// `FromHost` copy).
+pub const REASON_HOST_OBJECT_CONFLICT: &str = "HostObjectConflict";
+
+/// A condition of `type_` as the operator and the runtime write it: status `True` when `holds`,
+/// else `False`; `lastTransitionTime` kept from `previous` (the condition as last written) when
+/// its status is the same, `now` otherwise (Kubernetes API conventions: the last time the
+/// condition went from one status to another).
+pub fn condition(
+    type_: &str,
+    holds: bool,
+    reason: impl Into<String>,
+    message: impl Into<String>,
+    observed_generation: Option<i64>,
+    previous: Option<&Condition>,
+    now: &Time,
+) -> Condition {
+    let status = if holds { "True" } else { "False" };
+    let last_transition_time = match previous {
+        Some(p) if p.status == status => p.last_transition_time.clone(),
+        _ => now.clone(),
+    };
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message: message.into(),
+        observed_generation,
+        last_transition_time,
+    }
+}
 
 /// Field manager of every server-side apply the operator sends.
 pub const OPERATOR_FIELD_MANAGER: &str = "vcluster-plugin-operator";

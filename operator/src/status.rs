@@ -14,21 +14,15 @@ use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use vcp_crds::{Phase, VClusterPlugin, VClusterPluginStatus, WorkloadRef};
 
-/// Condition: the plugin is installed (workload and RBAC).
-pub const READY: &str = "Ready";
-/// Condition: the plugin's containers / volumes are in the vCluster's workload.
-pub const WORKLOAD_PATCHED: &str = "WorkloadPatched";
-/// Condition: the plugin's Role / ClusterRole and bindings exist.
-pub const RBAC_READY: &str = "RBACReady";
+// The condition types and reasons are shared with the runtime and defined in `vcp_crds`;
+// re-exported here for the operator's other modules.
+pub use vcp_crds::{
+    RBAC_READY, READY, REASON_INSTALLED, REASON_TERMINATING, REASON_VCLUSTER_NOT_FOUND,
+    WORKLOAD_PATCHED,
+};
+
 /// The conditions the operator owns; every other type (`RuntimeHealthy`) is the runtime's.
 pub const OPERATOR_CONDITIONS: [&str; 3] = [READY, WORKLOAD_PATCHED, RBAC_READY];
-
-/// `Ready` reason of a plugin whose vCluster has neither a StatefulSet nor a Deployment.
-pub const REASON_VCLUSTER_NOT_FOUND: &str = "VClusterNotFound";
-/// Reason of a condition that holds.
-pub const REASON_INSTALLED: &str = "Installed";
-/// Reason of the `Ready` condition during deletion.
-pub const REASON_TERMINATING: &str = "Terminating";
 /// `status.runtime` of a plugin without `image`.
 pub const RUNTIME_EMBEDDED: &str = "embedded";
 
@@ -78,22 +72,11 @@ pub fn condition(
     previous: Option<&Condition>,
     now: &Time,
 ) -> Condition {
-    let (status, reason, message) = match check {
-        Check::Ok => ("True", REASON_INSTALLED.to_string(), String::new()),
-        Check::Failed { reason, message } => ("False", reason.clone(), message.clone()),
+    let (holds, reason, message) = match check {
+        Check::Ok => (true, REASON_INSTALLED, ""),
+        Check::Failed { reason, message } => (false, reason.as_str(), message.as_str()),
     };
-    let last_transition_time = match previous {
-        Some(p) if p.status == status => p.last_transition_time.clone(),
-        _ => now.clone(),
-    };
-    Condition {
-        type_: type_.to_string(),
-        status: status.to_string(),
-        reason,
-        message,
-        observed_generation: generation,
-        last_transition_time,
-    }
+    vcp_crds::condition(type_, holds, reason, message, generation, previous, now)
 }
 
 /// The operator-owned status of `plugin` for `outcome` (runtime fields left empty).

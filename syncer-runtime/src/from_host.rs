@@ -17,30 +17,30 @@
 //! - lifecycle: host changes are copied (changes made in the virtual cluster are reverted), a
 //!   deleted host object deletes its virtual copy, a virtual object of the same name without
 //!   those annotations is never touched (reported as a conflict).
+//!
+//! Both sides are watched, cached and worked through by the runtime's one
+//! driver (`driver.rs`), on one worker; the translation is [`FromHostTranslator`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions,
-};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::Selector;
-use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use tracing::{info, warn};
+use tracing::info;
 use vcp_crds::RUNTIME_FIELD_MANAGER;
 
-use crate::controller::ConflictReporter;
+use crate::cache::Cache;
+use crate::context::delete_exact;
+use crate::driver::{self, ConflictReporter, ObjectKey, Reconcile, Settings, Side, Watch};
 use crate::error::Error;
-use crate::patch::guarded_merge_patch;
-use crate::queue::{WorkQueue, work_queue};
-use crate::sdk::{HookPoint, Hooks, to_json};
+use crate::hooks::{HookPoint, Hooks};
+use crate::patch::{guarded_merge_patch, to_json};
 use crate::stats::{Outcome, TypeStats};
-use crate::translate::{FromHostTranslator, MANAGED_BY_LABEL, slim_for_cache};
+use crate::translate::{FromHostTranslator, MANAGED_BY_LABEL};
 
 /// Everything [`run`] needs.
 #[derive(Clone)]
@@ -71,199 +71,93 @@ pub struct FromHostOptions {
     pub on_conflict: Option<ConflictReporter>,
 }
 
+/// The keys are the host objects' `(host namespace, name)`; the virtual copy has the same name.
 struct FromHost {
     opts: FromHostOptions,
     translator: FromHostTranslator,
-    host_store: Store<DynamicObject>,
-    virtual_store: Store<DynamicObject>,
+    host_store: Cache<DynamicObject>,
+    virtual_store: Cache<DynamicObject>,
 }
 
 /// Runs the host-to-virtual sync of one type until the future is dropped (see the module
-/// docs).
+/// docs), on one worker.
 ///
 /// # Errors
 /// None at present: failures are retried with backoff and recorded in the statistics.
 pub async fn run(opts: FromHostOptions) -> Result<(), Error> {
-    let ar = opts.resource.clone();
-    let host_writer = Writer::new(ar.clone());
-    let virtual_writer = Writer::new(ar.clone());
+    let ar = &opts.resource;
     let mut host_config = watcher::Config::default();
     if let Some(selector) = &opts.selector {
         host_config = host_config.labels_from(selector);
     }
-    let host_store = host_writer.as_reader();
-    let virtual_store = virtual_writer.as_reader();
-    let host_events = watcher(
-        Api::<DynamicObject>::namespaced_with(opts.host.clone(), &opts.host_namespace, &ar),
-        host_config,
-    )
-    .default_backoff()
-    .modify(|obj| slim_for_cache(&mut obj.metadata))
-    .reflect(host_writer);
-    let virtual_events = watcher(
-        Api::<DynamicObject>::namespaced_with(opts.virtual_.clone(), &opts.virtual_namespace, &ar),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .modify(|obj| slim_for_cache(&mut obj.metadata))
-    .reflect(virtual_writer);
-    let this = Arc::new(FromHost {
+    let watches = vec![
+        Watch {
+            side: Side::Host,
+            api: Api::namespaced_with(opts.host.clone(), &opts.host_namespace, ar),
+            config: host_config,
+        },
+        Watch {
+            side: Side::Virtual,
+            api: Api::namespaced_with(opts.virtual_.clone(), &opts.virtual_namespace, ar),
+            config: watcher::Config::default(),
+        },
+    ];
+    let settings = Settings {
+        workers: 1,
+        resync_period: Some(opts.resync_period),
+        on_conflict: opts.on_conflict.clone(),
+    };
+    let from_host = FromHost {
         translator: FromHostTranslator::new(
             &opts.host_namespace,
             &opts.virtual_namespace,
-            &opts.resource.api_version,
-            &opts.resource.kind,
+            &ar.api_version,
+            &ar.kind,
         ),
-        host_store,
-        virtual_store,
+        host_store: Cache::new(),
+        virtual_store: Cache::new(),
         opts,
-    });
-    let (queue, receiver) = work_queue::<String>();
-
-    let watch = |events: futures::stream::BoxStream<
-        'static,
-        Result<watcher::Event<DynamicObject>, watcher::Error>,
-    >,
-                 side: &'static str| {
-        let this = this.clone();
-        let queue = queue.clone();
-        async move {
-            let mut events = std::pin::pin!(events);
-            while let Some(event) = events.next().await {
-                match event {
-                    Ok(
-                        watcher::Event::Apply(obj)
-                        | watcher::Event::InitApply(obj)
-                        | watcher::Event::Delete(obj),
-                    ) => {
-                        this.opts.stats.set_type_error(None);
-                        queue.push(obj.name_any());
-                    }
-                    Ok(watcher::Event::InitDone) => this.push_all(&queue),
-                    Ok(watcher::Event::Init) => {}
-                    Err(error) => {
-                        let message = format!(
-                            "watching {} {} on the {side} API server failed: {error}",
-                            this.opts.resource.api_version, this.opts.resource.kind
-                        );
-                        warn!(%message, "watch failed, retrying with backoff");
-                        this.opts.stats.set_type_error(Some(message));
-                    }
-                }
-            }
-        }
     };
-    let watch_host = watch(host_events.boxed(), "host");
-    let watch_virtual = watch(virtual_events.boxed(), "virtual");
-    let resync = {
-        let this = this.clone();
-        let queue = queue.clone();
-        async move {
-            let mut interval = tokio::time::interval(this.opts.resync_period);
-            interval.tick().await;
-            loop {
-                interval.tick().await;
-                this.push_all(&queue);
-            }
-        }
-    };
-    let worker = {
-        let this = this.clone();
-        let queue = queue.clone();
-        async move {
-            let _ = this.host_store.wait_until_ready().await;
-            let _ = this.virtual_store.wait_until_ready().await;
-            this.opts.stats.set_ready();
-            while let Some(name) = receiver.next().await {
-                this.process(&name, &queue).await;
-                receiver.done(&name);
-            }
-        }
-    };
-    tokio::select! {
-        () = watch_host => {}
-        () = watch_virtual => {}
-        () = resync => {}
-        () = worker => {}
-    }
+    driver::run(from_host, watches, settings).await;
     Ok(())
 }
 
-impl FromHost {
-    fn push_all(&self, queue: &WorkQueue<String>) {
-        for obj in self.host_store.state() {
-            queue.push(obj.name_any());
-        }
-        for obj in self.virtual_store.state() {
-            queue.push(obj.name_any());
-        }
+impl Reconcile for FromHost {
+    type Object = DynamicObject;
+
+    fn stats(&self) -> &TypeStats {
+        &self.opts.stats
     }
 
-    fn virtual_api(&self) -> Api<DynamicObject> {
-        Api::namespaced_with(
-            self.opts.virtual_.clone(),
-            &self.opts.virtual_namespace,
-            &self.opts.resource,
-        )
-    }
-
-    fn describe(&self, verb: &str, name: &str) -> String {
-        format!(
-            "{verb} virtual {} {} {}/{name}",
-            self.opts.resource.api_version, self.opts.resource.kind, self.opts.virtual_namespace
-        )
-    }
-
-    /// Whether `obj` is a copy this runtime made of host object `name`.
-    fn is_ours(&self, obj: &DynamicObject, name: &str) -> bool {
-        self.translator.is_virtual_copy_of(&obj.metadata, name)
-    }
-
-    async fn process(&self, name: &str, queue: &WorkQueue<String>) {
-        let stats = &self.opts.stats;
-        let key = format!("{}/{name}", self.opts.host_namespace);
-        match self.reconcile(name).await {
-            Ok(outcome) => {
-                queue.forget(&name.to_string());
-                if outcome == Some(Outcome::Conflict)
-                    && stats.outcome(&key) != Some(Outcome::Conflict)
-                {
-                    let message = format!(
-                        "virtual {} {}/{name} exists and was not copied from the host by this runtime; it is left untouched",
-                        self.opts.resource.kind, self.opts.virtual_namespace
-                    );
-                    warn!(%message, "conflict");
-                    if let Some(report) = &self.opts.on_conflict {
-                        report(message);
-                    }
-                }
-                if outcome == Some(Outcome::Pending) {
-                    queue.push_after(name.to_string(), Duration::from_secs(1));
-                }
-                stats.record(&key, outcome);
-            }
-            Err(error) => {
-                if !error.is_conflict() {
-                    warn!(kind = %self.opts.resource.kind, object = %key, %error, "sync from host failed, retrying with backoff");
-                }
-                stats.record(&key, Some(Outcome::Failed(error.to_string())));
-                queue.retry(name.to_string());
-            }
+    fn cache(&self, side: Side) -> &Cache<DynamicObject> {
+        match side {
+            Side::Host => &self.host_store,
+            Side::Virtual => &self.virtual_store,
         }
     }
 
-    async fn reconcile(&self, name: &str) -> Result<Option<Outcome>, Error> {
-        let ar = &self.opts.resource;
+    fn key_of(&self, _side: Side, obj: &DynamicObject, _deleted: bool) -> Option<ObjectKey> {
+        Some(self.key(obj.name_any()))
+    }
+
+    fn all_keys(&self) -> Vec<ObjectKey> {
+        let host = self.host_store.keys().into_iter();
+        let virtual_ = self.virtual_store.keys().into_iter();
+        host.chain(virtual_)
+            .map(|(_, name)| self.key(name))
+            .collect()
+    }
+
+    async fn reconcile(&self, key: &ObjectKey) -> Result<Option<Outcome>, Error> {
+        let name = key.name.as_str();
         let host = self
             .host_store
-            .get(&ObjectRef::new_with(name, ar.clone()).within(&self.opts.host_namespace))
+            .get(&self.opts.host_namespace, name)
             .filter(|h| {
                 h.metadata.deletion_timestamp.is_none()
                     && !h.labels().contains_key(MANAGED_BY_LABEL)
             });
-        let virtual_obj = self
-            .virtual_store
-            .get(&ObjectRef::new_with(name, ar.clone()).within(&self.opts.virtual_namespace));
+        let virtual_obj = self.virtual_store.get(&self.opts.virtual_namespace, name);
         match (host, virtual_obj) {
             (None, Some(v)) if self.is_ours(&v, name) => {
                 if v.metadata.deletion_timestamp.is_none() {
@@ -286,6 +180,43 @@ impl FromHost {
                 Ok(Some(Outcome::InSync))
             }
         }
+    }
+
+    fn conflict_message(&self, key: &ObjectKey) -> String {
+        format!(
+            "virtual {} {}/{} exists and was not copied from the host by this runtime; it is left untouched",
+            self.opts.resource.kind, self.opts.virtual_namespace, key.name
+        )
+    }
+}
+
+impl FromHost {
+    /// The key of the host object `name`.
+    fn key(&self, name: String) -> ObjectKey {
+        ObjectKey {
+            namespace: self.opts.host_namespace.clone(),
+            name,
+        }
+    }
+
+    fn virtual_api(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.opts.virtual_.clone(),
+            &self.opts.virtual_namespace,
+            &self.opts.resource,
+        )
+    }
+
+    fn describe(&self, verb: &str, name: &str) -> String {
+        format!(
+            "{verb} virtual {} {} {}/{name}",
+            self.opts.resource.api_version, self.opts.resource.kind, self.opts.virtual_namespace
+        )
+    }
+
+    /// Whether `obj` is a copy this runtime made of host object `name`.
+    fn is_ours(&self, obj: &DynamicObject, name: &str) -> bool {
+        self.translator.is_virtual_copy_of(&obj.metadata, name)
     }
 
     async fn ensure_namespace(&self) -> Result<(), Error> {
@@ -406,21 +337,13 @@ impl FromHost {
                 .hooks
                 .apply(HookPoint::DeleteVirtual, to_json(virtual_obj, &name)?)?;
         }
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: virtual_obj.uid(),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
         self.opts.stats.count_write();
-        match self.virtual_api().delete(&name, &params).await {
-            Ok(_) => {
-                info!(kind = %self.opts.resource.kind, name = %name, "deleted the virtual copy of a deleted host object");
-                Ok(())
-            }
-            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-            Err(e) => Err(Error::kube(self.describe("delete", &name), e)),
+        let deleted = delete_exact(&self.virtual_api(), virtual_obj)
+            .await
+            .map_err(|e| Error::kube(self.describe("delete", &name), e))?;
+        if deleted {
+            info!(kind = %self.opts.resource.kind, name = %name, "deleted the virtual copy of a deleted host object");
         }
+        Ok(())
     }
 }

@@ -2,33 +2,38 @@
 //! Rust vcluster-sdk and the declarative runtime of vcluster-plugin-operator.
 //!
 //! - [`translate`]: vCluster-compatible names, labels and annotations of host objects (pure);
-//! - [`hooks`]: the declarative `hooks[]` of a `VClusterPlugin` applied to JSON objects (pure);
+//! - [`hooks`]: the hook points (`ClientHook`, `Hooks`) and the declarative `hooks[]` of a
+//!   `VClusterPlugin` applied to JSON objects (pure);
 //! - [`sdk`]: the plugin-author API mirroring the vcluster-sdk: [`sdk::Syncer`],
 //!   [`sdk::ClientHook`], [`sdk::SyncContext`] (`sync_to_host_create` / `sync_to_host_update`),
 //!   [`sdk::Plugin`] (init / register / start);
-//! - [`controller`]: the controller that drives a `Syncer` (watches, work queue, workers,
-//!   the lifecycle table);
-//! - [`syncer`]: the declarative syncer of one `syncedTypes[]` entry, a `Syncer`;
+//! - [`controller`]: the controller that drives a `Syncer` (the lifecycle table), run by the
+//!   one driver of watches, compact caches, work queue and workers that every syncer uses;
+//! - [`syncer`]: the `Syncer` trait and the declarative syncer of one `syncedTypes[]` entry;
 //! - [`from_host`]: host-to-virtual (`FromHost`) syncing;
 //! - [`pods`]: physical pod hooks on the host pods a vCluster made (`--pod-sync=hooks`);
 //! - [`v2`]: vCluster's v2 plugin protocol (go-plugin + gRPC `pluginv2.Plugin`), spoken by
 //!   [`sdk::Plugin`] and the runtime binary when vCluster starts them from `/plugins`;
 //! - [`runtime`]: the declarative runtime ([`runtime::run`]) that reads its `VClusterPlugin`
-//!   and runs the syncers and hooks it declares, reporting into its status.
+//!   and runs the syncers and hooks it declares, reporting into its status ([`status`], pure).
 //!
 //! The contract is `shared/DESIGN.md`, section "Runtime contract".
 
 mod cache;
+mod context;
 pub mod controller;
+mod driver;
 pub mod error;
 pub mod from_host;
 pub mod hooks;
 pub mod patch;
+mod plugin;
 pub mod pods;
 mod queue;
 pub mod runtime;
 pub mod sdk;
 pub mod stats;
+pub mod status;
 pub mod syncer;
 pub mod translate;
 pub mod v2;

@@ -27,11 +27,11 @@ use std::sync::Arc;
 
 use clap::{Parser, ValueEnum};
 use kube::Api;
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
 use vcp_crds::VClusterPlugin;
 use vcp_syncer_runtime::hooks::declarative_hooks;
+use vcp_syncer_runtime::sdk::client_from;
 use vcp_syncer_runtime::v2::{self, HookTable, Session};
 use vcp_syncer_runtime::{Config, Error, PodSync, run};
 
@@ -108,31 +108,6 @@ enum PodSyncArg {
     Full,
 }
 
-async fn client(
-    cluster: &'static str,
-    path: Option<&Path>,
-) -> Result<(kube::Client, String), Error> {
-    let failed = |message: String| Error::Kubeconfig {
-        cluster,
-        path: path.map_or_else(|| "in-cluster/default".into(), |p| p.display().to_string()),
-        message,
-    };
-    let config = match path {
-        Some(path) => {
-            let kubeconfig = Kubeconfig::read_from(path).map_err(|e| failed(e.to_string()))?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .map_err(|e| failed(e.to_string()))?
-        }
-        None => kube::Config::infer()
-            .await
-            .map_err(|e| failed(e.to_string()))?,
-    };
-    let namespace = config.default_namespace.clone();
-    let client = kube::Client::try_from(config).map_err(|e| failed(e.to_string()))?;
-    Ok((client, namespace))
-}
-
 async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
@@ -157,8 +132,8 @@ async fn shutdown_signal() {
 }
 
 async fn main_inner(args: Args) -> Result<(), Error> {
-    let (host, host_namespace) = client("host", args.host_kubeconfig.as_deref()).await?;
-    let (virtual_, _) = client("virtual", Some(&args.virtual_kubeconfig)).await?;
+    let (host, host_namespace) = client_from("host", args.host_kubeconfig).await?;
+    let (virtual_, _) = client_from("virtual", Some(args.virtual_kubeconfig)).await?;
     let mut config = Config::new(
         host,
         virtual_,

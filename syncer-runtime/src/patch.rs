@@ -1,10 +1,22 @@
-//! Minimal RFC 7386 merge patches computed from two JSON documents (pure).
+//! Objects as JSON (`to_json`) and minimal RFC 7386 merge patches computed from two JSON
+//! documents (pure).
 //!
 //! Writes send only what changed. A merge patch that carries `metadata.resourceVersion` is an
 //! optimistic-concurrency precondition for the API server (409 Conflict when the object moved
 //! on), so a patch computed from a stale cache never overwrites a newer object.
 
+use serde::Serialize;
 use serde_json::{Map, Value};
+
+use crate::error::Error;
+
+/// `obj` as JSON.
+pub(crate) fn to_json<K: Serialize>(obj: &K, name: &str) -> Result<Value, Error> {
+    serde_json::to_value(obj).map_err(|source| Error::Json {
+        what: format!("object {name}"),
+        source,
+    })
+}
 
 /// The merge patch that turns `current` into `desired`: changed or added object members are
 /// set, removed members are set to `null`, and any other changed value (arrays, scalars,

@@ -6,22 +6,22 @@
 //! hook of kind `Pod` (`apiVersion: v1`) whose events include `CreatePhysical` or
 //! `UpdatePhysical`. A pod that already carries the hooks' changes is not written to
 //! (idempotent); a write is a merge patch of exactly the changed fields, guarded by the cached
-//! `resourceVersion`.
+//! `resourceVersion`. The watch, cache (pods kept without `managedFields`), queue and retries
+//! are the runtime's one driver (`driver.rs`).
 
 use std::sync::Arc;
 
-use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
-use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
-use tracing::{info, warn};
+use tracing::info;
 use vcp_crds::{Hook, HookEvent, RUNTIME_FIELD_MANAGER};
 
+use crate::cache::Cache;
+use crate::driver::{self, ObjectKey, Reconcile, Settings, Side, Watch};
 use crate::error::Error;
-use crate::patch::guarded_merge_patch;
-use crate::queue::work_queue;
-use crate::sdk::{HookPoint, Hooks, to_json};
+use crate::hooks::{HookPoint, Hooks};
+use crate::patch::{guarded_merge_patch, to_json};
 use crate::stats::{Outcome, TypeStats};
 use crate::translate::MANAGED_BY_LABEL;
 
@@ -58,127 +58,102 @@ pub fn physical_pod_hooks(hooks: &[Hook]) -> Vec<Hook> {
 }
 
 /// Watches the vCluster's host pods and applies the physical pod hooks until the future is
-/// dropped. Returns at once when there is no such hook.
+/// dropped, on one worker. Returns at once when there is no such hook.
 ///
 /// # Errors
 /// None at present: failures of single pods are retried with backoff, watch failures are
 /// retried and recorded in the statistics.
 pub async fn run_pod_hooks(opts: PodHookOptions) -> Result<(), Error> {
-    let hooks = opts.hooks.clone();
-    if !hooks.handles(HookPoint::CreatePhysical) && !hooks.handles(HookPoint::UpdatePhysical) {
+    if !opts.hooks.handles(HookPoint::CreatePhysical)
+        && !opts.hooks.handles(HookPoint::UpdatePhysical)
+    {
         return Ok(());
     }
     let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Pod"), "pods");
     let api = Api::<DynamicObject>::namespaced_with(opts.host.clone(), &opts.namespace, &ar);
-    let writer = Writer::new(ar.clone());
-    let store = writer.as_reader();
     let config =
         watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={}", opts.vcluster));
-    let events = watcher(api.clone(), config)
-        .default_backoff()
-        .reflect(writer);
-    let (queue, receiver) = work_queue::<String>();
-    let namespace = opts.namespace.clone();
-    let watch = {
-        let queue = queue.clone();
-        let stats = opts.stats.clone();
-        let store = store.clone();
-        async move {
-            let mut events = std::pin::pin!(events);
-            while let Some(event) = events.next().await {
-                match event {
-                    Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => {
-                        stats.set_type_error(None);
-                        queue.push(pod.name_any());
-                    }
-                    Ok(watcher::Event::Delete(pod)) => stats.record(&pod.name_any(), None),
-                    Ok(watcher::Event::InitDone) => {
-                        stats.set_type_error(None);
-                        for pod in store.state() {
-                            queue.push(pod.name_any());
-                        }
-                    }
-                    Ok(watcher::Event::Init) => {}
-                    Err(error) => {
-                        let message = format!("watching host pods in {namespace} failed: {error}");
-                        warn!(%message, "watch failed, retrying with backoff");
-                        stats.set_type_error(Some(message));
-                    }
-                }
-            }
-        }
+    let watches = vec![Watch {
+        side: Side::Host,
+        api: api.clone(),
+        config,
+    }];
+    let settings = Settings {
+        workers: 1,
+        resync_period: None,
+        on_conflict: None,
     };
-    let worker = async {
-        let _ = store.wait_until_ready().await;
-        opts.stats.set_ready();
-        while let Some(name) = receiver.next().await {
-            let result = hook_pod(
-                &api,
-                &store,
-                &ar,
-                &opts.namespace,
-                &name,
-                &hooks,
-                &opts.stats,
-            )
-            .await;
-            receiver.done(&name);
-            match result {
-                Ok(outcome) => {
-                    queue.forget(&name);
-                    opts.stats.record(&name, outcome);
-                }
-                Err(error) => {
-                    if !error.is_conflict() {
-                        warn!(pod = %name, %error, "pod hook failed, retrying with backoff");
-                    }
-                    opts.stats
-                        .record(&name, Some(Outcome::Failed(error.to_string())));
-                    queue.retry(name);
-                }
-            }
-        }
+    let pods = PodHooks {
+        api,
+        cache: Cache::new(),
+        opts,
     };
-    tokio::select! {
-        () = watch => {}
-        () = worker => {}
-    }
+    driver::run(pods, watches, settings).await;
     Ok(())
 }
 
-/// Applies `hooks` to the cached pod `name`; writes only when they change it.
-async fn hook_pod(
-    api: &Api<DynamicObject>,
-    store: &Store<DynamicObject>,
-    ar: &ApiResource,
-    namespace: &str,
-    name: &str,
-    hooks: &Hooks,
-    stats: &TypeStats,
-) -> Result<Option<Outcome>, Error> {
-    let Some(pod) = store.get(&ObjectRef::new_with(name, ar.clone()).within(namespace)) else {
-        return Ok(None);
-    };
-    if pod.metadata.deletion_timestamp.is_some() {
-        return Ok(None);
+/// The pod hooks of one vCluster; keys are the host pods' `(namespace, name)`.
+struct PodHooks {
+    opts: PodHookOptions,
+    api: Api<DynamicObject>,
+    cache: Cache<DynamicObject>,
+}
+
+impl Reconcile for PodHooks {
+    type Object = DynamicObject;
+
+    fn stats(&self) -> &TypeStats {
+        &self.opts.stats
     }
-    let current = to_json(&*pod, name)?;
-    let desired = hooks.apply(HookPoint::CreatePhysical, current.clone())?;
-    let desired = hooks.apply(HookPoint::UpdatePhysical, desired)?;
-    let Some(patch) = guarded_merge_patch(&current, &desired, pod.resource_version()) else {
-        return Ok(Some(Outcome::InSync));
-    };
-    stats.count_write();
-    api.patch(
-        name,
-        &PatchParams {
-            field_manager: Some(RUNTIME_FIELD_MANAGER.into()),
-            ..PatchParams::default()
-        },
-        &Patch::Merge(&patch),
-    )
-    .await
-    .map_err(|e| Error::kube(format!("patch host pod {namespace}/{name}"), e))?;
-    info!(pod = %name, "applied pod hooks");
-    Ok(Some(Outcome::InSync))
+
+    fn cache(&self, _side: Side) -> &Cache<DynamicObject> {
+        &self.cache
+    }
+
+    fn key_of(&self, _side: Side, pod: &DynamicObject, _deleted: bool) -> Option<ObjectKey> {
+        Some(ObjectKey {
+            namespace: self.opts.namespace.clone(),
+            name: pod.name_any(),
+        })
+    }
+
+    fn all_keys(&self) -> Vec<ObjectKey> {
+        self.cache
+            .keys()
+            .into_iter()
+            .map(|(namespace, name)| ObjectKey { namespace, name })
+            .collect()
+    }
+
+    /// Applies the hooks to the cached pod; writes only when they change it.
+    async fn reconcile(&self, key: &ObjectKey) -> Result<Option<Outcome>, Error> {
+        let (namespace, name) = (&key.namespace, &key.name);
+        let Some(pod) = self.cache.get(namespace, name) else {
+            return Ok(None);
+        };
+        if pod.metadata.deletion_timestamp.is_some() {
+            return Ok(None);
+        }
+        let hooks = &self.opts.hooks;
+        let current = to_json(&pod, name)?;
+        let desired = hooks.apply(HookPoint::CreatePhysical, current.clone())?;
+        let desired = hooks.apply(HookPoint::UpdatePhysical, desired)?;
+        let Some(patch) = guarded_merge_patch(&current, &desired, pod.resource_version()) else {
+            return Ok(Some(Outcome::InSync));
+        };
+        self.opts.stats.count_write();
+        self.api
+            .patch(
+                name,
+                &PatchParams {
+                    field_manager: Some(RUNTIME_FIELD_MANAGER.into()),
+                    ..PatchParams::default()
+                },
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map_err(|e| Error::kube(format!("patch host pod {namespace}/{name}"), e))?;
+        info!(pod = %name, "applied pod hooks");
+        Ok(Some(Outcome::InSync))
+    }
 }

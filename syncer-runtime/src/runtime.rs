@@ -1,11 +1,12 @@
 //! The declarative runtime: reads its `VClusterPlugin` from the host and runs what it
 //! declares — a [`DeclarativeSyncer`] per `ToHost` entry of `syncedTypes[]` (driven by the same
-//! [`controller`](crate::controller) as plugin-author syncers), a [`from_host`] sync per
+//! [`controller`] as plugin-author syncers), a [`from_host`] sync per
 //! `FromHost` entry, the declared hooks as [`ClientHook`]s, and the pods
 //! ([`PodSync`]) — and reports `status.syncedObjects`, `status.syncedTotal` and the
 //! `RuntimeHealthy` condition. A host object of a translated name that the vCluster does not
 //! manage is never touched: it is counted in `syncedObjects[].conflicts` and reported once as
-//! a `Warning` Event (reason [`CONFLICT_REASON`]) on the `VClusterPlugin`.
+//! a `Warning` Event (reason `HostObjectConflict`) on the `VClusterPlugin`. The status itself
+//! is computed by the pure [`status`] module.
 //!
 //! The plugin is watched: when its `spec` changes, every syncer is stopped and started again
 //! from the new spec (no process restart). When the plugin is deleted, syncing stops (host
@@ -15,37 +16,30 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, ApiResource, GroupVersionKind, Patch, PatchParams};
 use kube::core::Selector;
 use kube::discovery::{Scope, pinned_kind};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter as EventReporter};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
-use serde_json::{Value, json};
 use tokio::task::JoinSet;
 use tracing::{error, info, warn};
 use vcp_crds::{
-    RUNTIME_FIELD_MANAGER, SyncDirection, SyncedType, VClusterPlugin, VClusterPluginSpec,
+    REASON_HOST_OBJECT_CONFLICT, RUNTIME_FIELD_MANAGER, SyncDirection, SyncedType, VClusterPlugin,
+    VClusterPluginSpec,
 };
 
+use crate::context::{RegisterContext, SyncContext, vcluster_owner_uid};
 use crate::controller::{self, ConflictReporter};
 use crate::error::Error;
 use crate::from_host::{self, FromHostOptions};
-use crate::hooks::declarative_hooks;
+use crate::hooks::{ClientHook, Hooks, declarative_hooks};
 use crate::pods::{PodHookOptions, physical_pod_hooks, run_pod_hooks};
-use crate::sdk::{ClientHook, Hooks, RegisterContext, SyncContext, vcluster_owner_uid};
 use crate::stats::TypeStats;
+use crate::status::{self, RuntimeStatus};
 use crate::syncer::DeclarativeSyncer;
 use crate::translate::NamespacedTranslator;
-
-/// Reason of the `Warning` Event published on the `VClusterPlugin` for a host object of a
-/// translated name that this vCluster does not manage (or a virtual object in the way of a
-/// `FromHost` copy).
-pub const CONFLICT_REASON: &str = "HostObjectConflict";
-
-/// Type of the `RuntimeHealthy` condition the runtime reports.
-pub const RUNTIME_HEALTHY: &str = "RuntimeHealthy";
 
 /// How host pods are handled.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -203,7 +197,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
             Some(message) = conflicts.recv() => {
                 let event = Event {
                     type_: EventType::Warning,
-                    reason: CONFLICT_REASON.into(),
+                    reason: REASON_HOST_OBJECT_CONFLICT.into(),
                     note: Some(message.chars().take(1000).collect()),
                     action: "Sync".into(),
                     secondary: None,
@@ -447,12 +441,13 @@ async fn resolve(config: &Config, synced: &SyncedType) -> Result<(ApiResource, b
     }
 }
 
-/// Writes the runtime's part of the plugin status by server-side apply (best effort).
+/// Writes the runtime's part of the plugin status ([`status`]) by server-side apply (best
+/// effort), only when it changed since the last successful write.
 struct Reporter {
     api: Api<VClusterPlugin>,
     name: String,
-    last: Option<Value>,
-    healthy: Option<(String, Time)>,
+    /// The last status written, and its `RuntimeHealthy` condition.
+    last: Option<(RuntimeStatus, Condition)>,
     last_error: Option<String>,
 }
 
@@ -462,95 +457,20 @@ impl Reporter {
             api,
             name: name.to_string(),
             last: None,
-            healthy: None,
             last_error: None,
         }
     }
 
     async fn report(&mut self, generation: &Generation) {
-        let summaries: Vec<_> = generation.types.iter().map(|t| t.summary()).collect();
-        let all: Vec<_> = summaries
-            .iter()
-            .cloned()
-            .chain(generation.pod_hooks.iter().map(|p| p.summary()))
-            .collect();
-        let total: i64 = summaries.iter().map(|s| s.in_sync).sum();
-        let failed: i64 = all.iter().map(|s| s.failed).sum();
-        let type_errors: Vec<String> = all.iter().filter_map(|s| s.type_error.clone()).collect();
-        let not_ready: Vec<String> = all
-            .iter()
-            .filter(|s| !s.ready)
-            .map(|s| format!("{} {}", s.api_version, s.kind))
-            .collect();
-        let (status, reason, message) = if !type_errors.is_empty() {
-            ("False", "TypeUnavailable", type_errors.join("; "))
-        } else if failed > 0 {
-            (
-                "False",
-                "SyncErrors",
-                format!(
-                    "{failed} object(s) failed to sync and are being retried; see the runtime's logs"
-                ),
-            )
-        } else if !not_ready.is_empty() {
-            (
-                "False",
-                "Starting",
-                format!("listing {}", not_ready.join(", ")),
-            )
-        } else {
-            (
-                "True",
-                "Syncing",
-                format!(
-                    "{total} object(s) in sync across {} type(s)",
-                    summaries.len()
-                ),
-            )
-        };
-        let synced_objects: Vec<Value> = summaries
-            .iter()
-            .map(|s| {
-                let mut entry =
-                    json!({"apiVersion": s.api_version, "kind": s.kind, "count": s.in_sync});
-                if s.conflicts > 0 {
-                    entry["conflicts"] = json!(s.conflicts);
-                }
-                entry
-            })
-            .collect();
-        let content = json!({
-            "syncedObjects": synced_objects,
-            "syncedTotal": total,
-            "condition": [status, reason, message, generation.observed_generation],
-        });
-        if self.last.as_ref() == Some(&content) {
+        let types: Vec<_> = generation.types.iter().map(|t| t.summary()).collect();
+        let pod_hooks = generation.pod_hooks.as_ref().map(|p| p.summary());
+        let desired = status::desired(&types, pod_hooks.as_ref(), generation.observed_generation);
+        if self.last.as_ref().is_some_and(|(last, _)| *last == desired) {
             return;
         }
-        let transition = match &self.healthy {
-            Some((previous, time)) if previous == status => time.clone(),
-            _ => Time(k8s_openapi::jiff::Timestamp::now()),
-        };
-        let mut condition = json!({
-            "type": RUNTIME_HEALTHY,
-            "status": status,
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": transition,
-        });
-        if let Some(observed) = generation.observed_generation {
-            condition["observedGeneration"] = json!(observed);
-        }
-        let body = json!({
-            "apiVersion": "vcp.dev/v1alpha1",
-            "kind": "VClusterPlugin",
-            "metadata": {"name": self.name},
-            "status": {
-                "syncedObjects": synced_objects,
-                "syncedTotal": total,
-                "conditions": [condition],
-            }
-        });
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let condition = status::condition(&desired, self.last.as_ref().map(|(_, c)| c), &now);
+        let body = status::apply_body(&self.name, &desired, &condition);
         let params = PatchParams::apply(RUNTIME_FIELD_MANAGER).force();
         match self
             .api
@@ -558,8 +478,7 @@ impl Reporter {
             .await
         {
             Ok(_) => {
-                self.last = Some(content);
-                self.healthy = Some((status.to_string(), transition));
+                self.last = Some((desired, condition));
                 self.last_error = None;
             }
             Err(error) => {

@@ -58,6 +58,16 @@ impl TypeStats {
         }
     }
 
+    /// `group/version` of the type.
+    pub fn api_version(&self) -> &str {
+        &self.api_version
+    }
+
+    /// Kind of the type.
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
     /// Records the outcome of `key` (`namespace/name` of the virtual object); `None` forgets it
     /// (the object is gone on both sides).
     pub fn record(&self, key: &str, outcome: Option<Outcome>) {

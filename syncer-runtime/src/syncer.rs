@@ -1,6 +1,7 @@
-//! The declarative syncer: one `syncedTypes[]` entry of a `VClusterPlugin` (any namespaced
-//! type, as [`DynamicObject`]) as a [`Syncer`], driven by [`crate::controller`] like any
-//! plugin-author syncer.
+//! The [`Syncer`] trait (vcluster-sdk's `syncer.Syncer`, public as `sdk::Syncer`) and the
+//! declarative syncer: one `syncedTypes[]` entry of a `VClusterPlugin` (any namespaced type, as
+//! [`DynamicObject`]) as a [`Syncer`], driven by [`crate::controller`] like any plugin-author
+//! syncer.
 //!
 //! - [`Syncer::sync_to_host`]: the host copy is [`NamespacedTranslator::host_object`] (vCluster's
 //!   translated metadata, every top-level field but `status` copied);
@@ -12,12 +13,82 @@
 //! With `spec_updates: false` (pods in `--pod-sync=full`) only labels and annotations are
 //! updated after creation, as the rest of a pod's spec is immutable.
 
+use std::future::Future;
+
+use kube::Resource;
 use kube::api::{ApiResource, DynamicObject};
 use kube::core::Selector;
 
+use crate::context::{SyncContext, SyncObject};
 use crate::error::Error;
-use crate::sdk::{SyncContext, Syncer};
 use crate::translate::NamespacedTranslator;
+
+/// One namespaced type synced from the virtual cluster to the host namespace (vcluster-sdk's
+/// `syncer.Syncer`: `SyncToHost`, `Sync`, `SyncToVirtual`).
+///
+/// The driving controller watches both sides, keys every event by the virtual object's
+/// `namespace/name`, and calls exactly one method per reconcile:
+///
+/// | virtual | host | call |
+/// | --- | --- | --- |
+/// | exists | missing | [`Syncer::sync_to_host`] |
+/// | exists | exists, managed, same `object-uid` | [`Syncer::sync`] |
+/// | exists | exists, managed, other `object-uid` | host deleted, then [`Syncer::sync_to_host`] |
+/// | missing / terminating | exists, managed | [`Syncer::sync_to_virtual`] (default: delete host) |
+/// | any | exists, not managed by this vCluster | nothing; reported as a conflict |
+///
+/// The methods return futures that must be `Send` (the controller runs them on several
+/// workers); writing them as `async fn` in the `impl` is fine.
+pub trait Syncer: Send + Sync + 'static {
+    /// The synced type.
+    type Object: SyncObject;
+
+    /// The type's dynamic type (`()` for typed resources, the `ApiResource` for
+    /// [`kube::api::DynamicObject`]).
+    fn dynamic_type(&self) -> <Self::Object as Resource>::DynamicType;
+
+    /// The translator of the type (from [`RegisterContext::translator`](crate::sdk::RegisterContext::translator)).
+    fn translator(&self) -> &NamespacedTranslator;
+
+    /// Only virtual objects matching this label selector are synced (host copies of objects
+    /// that stop matching are deleted). Default: all.
+    fn selector(&self) -> Option<Selector> {
+        None
+    }
+
+    /// Whether the virtual type has a `status` subresource (used by
+    /// [`SyncContext::sync_status_to_virtual`]). Default: `true`.
+    fn status_subresource(&self) -> bool {
+        true
+    }
+
+    /// A virtual object has no host copy: create it, typically with
+    /// `ctx.sync_to_host_create(virtual_obj, translated)`.
+    fn sync_to_host(
+        &self,
+        ctx: &SyncContext<Self::Object>,
+        virtual_obj: &Self::Object,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// Both exist: bring the host copy up to date, typically with
+    /// `ctx.sync_to_host_update(host_obj, changed)` (no request for `None`).
+    fn sync(
+        &self,
+        ctx: &SyncContext<Self::Object>,
+        host_obj: &Self::Object,
+        virtual_obj: &Self::Object,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// A host copy managed by this vCluster whose virtual object is gone or terminating.
+    /// Default: delete the host copy (vCluster's behaviour for virtual-to-host types).
+    fn sync_to_virtual(
+        &self,
+        ctx: &SyncContext<Self::Object>,
+        host_obj: &Self::Object,
+    ) -> impl Future<Output = Result<(), Error>> + Send {
+        ctx.delete_host(host_obj)
+    }
+}
 
 /// A declared synced type (see the module docs).
 #[derive(Clone, Debug)]

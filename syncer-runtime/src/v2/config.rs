@@ -21,7 +21,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 use super::ProtocolError;
-use crate::sdk::{ClientHook, HookPoint};
+use crate::hooks::{ClientHook, HookPoint};
 
 /// Every hook point, in the order vCluster's hook types are listed in its plugin SDK
 /// (`CreatePhysical`, `UpdatePhysical`, `DeletePhysical`, `GetPhysical`, then the virtual

@@ -19,7 +19,7 @@ use serde_json::Value;
 use super::config::parse_hook_type;
 use super::proto::{MutateRequest, MutateResponse};
 use crate::hooks::HookError;
-use crate::sdk::{ClientHook, Hooks};
+use crate::hooks::{ClientHook, Hooks};
 
 /// Why a `Mutate` request failed (sent back to vCluster as a gRPC error, which stops its
 /// write).
@@ -108,7 +108,7 @@ pub fn mutate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sdk::HookPoint;
+    use crate::hooks::HookPoint;
     use serde_json::json;
 
     /// The tutorial's pod hook: `created-by-plugin=pod-hook` on physical create and update.

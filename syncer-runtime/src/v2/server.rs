@@ -52,7 +52,7 @@ use super::proto::{
     MutateRequest, MutateResponse, SetLeaderRequest, SetLeaderResponse, StdioChannel, StdioData,
 };
 use super::{GRPC_HEALTH_SERVICE, ProtocolError};
-use crate::sdk::ClientHook;
+use crate::hooks::ClientHook;
 
 /// How often the parent process is checked (go-plugin has no parent-death signal: a
 /// re-parented plugin stops by itself).
@@ -580,7 +580,7 @@ async fn watch_parent(shared: Arc<Shared>) {
 mod tests {
     use super::*;
     use crate::hooks::HookError;
-    use crate::sdk::HookPoint;
+    use crate::hooks::HookPoint;
     use crate::v2::proto::goplugin::grpc_controller_client::GRPCControllerClient;
     use crate::v2::proto::goplugin::grpc_stdio_client::GRPCStdioClient;
     use crate::v2::proto::pluginv2::plugin_client::PluginClient;

@@ -1,0 +1,348 @@
+//! The one loop behind every syncer of the runtime: watches → caches → work queue → workers.
+//!
+//! A [`Reconcile`] says which caches it reads, which key an event or a resync touches, and how
+//! one key is reconciled; [`run`] does the rest, the same way for the `ToHost`
+//! [`controller`](crate::controller), the `FromHost` sync ([`crate::from_host`]) and the pod
+//! hooks ([`crate::pods`]):
+//!
+//! - each [`Watch`] feeds its side's compact [`Cache`] (objects kept as JSON, without
+//!   `managedFields`: [`slim_for_cache`]) and pushes the keys its events touch; after every
+//!   (re-)listing, and every `resync_period`, every key is pushed
+//!   ([`Reconcile::all_keys`]), so changes made while a watch was down converge;
+//! - a watch that fails is retried with backoff and its error is the type's error in the
+//!   statistics (`RuntimeHealthy=False, reason=TypeUnavailable`) until that watch delivers an
+//!   event again;
+//! - once every cache is listed, `workers` workers reconcile keys concurrently, one key never
+//!   on two workers at once ([`crate::queue`]); a failed reconcile is retried with per-key
+//!   exponential backoff (200 ms … 30 s), a 409 (stale cache) without a warning; a key whose
+//!   outcome is [`Outcome::Pending`] is looked at again after [`PENDING_DELAY`]; a conflict is
+//!   reported once, when it starts; every outcome is recorded in the type's [`TypeStats`].
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::Resource;
+use kube::api::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+use tracing::{debug, info, warn};
+
+use crate::cache::Cache;
+use crate::context::SyncObject;
+use crate::error::Error;
+use crate::queue::{WorkQueue, WorkReceiver, work_queue};
+use crate::stats::{Outcome, TypeStats};
+use crate::translate::slim_for_cache;
+
+/// How long to wait before looking again at a key whose outcome is [`Outcome::Pending`] (an
+/// object being deleted).
+pub(crate) const PENDING_DELAY: Duration = Duration::from_secs(1);
+
+/// The key of one unit of work: a namespace and a name (for `ToHost` the virtual object's, for
+/// `FromHost` the host object's, for pod hooks the host pod's).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Called once when an object enters the conflict state, with a one-line description.
+pub type ConflictReporter = Arc<dyn Fn(String) + Send + Sync>;
+
+/// Which cluster a watch reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Side {
+    /// The virtual cluster (the vCluster's own API server).
+    Virtual,
+    /// The host cluster, in the vCluster's namespace.
+    Host,
+}
+
+impl Side {
+    fn cluster(self) -> &'static str {
+        match self {
+            Side::Virtual => "virtual",
+            Side::Host => "host",
+        }
+    }
+}
+
+/// One watched side: the objects of `api` matching `config`, into [`Reconcile::cache`]`(side)`.
+pub(crate) struct Watch<K: Resource> {
+    /// The side, which names the cache and the cluster in messages.
+    pub side: Side,
+    /// Where to watch.
+    pub api: Api<K>,
+    /// Selectors of the watch.
+    pub config: watcher::Config,
+}
+
+/// How [`run`] runs.
+pub(crate) struct Settings {
+    /// Concurrent workers (at least 1).
+    pub workers: usize,
+    /// Every key is pushed again this often; `None`: only on (re-)listings.
+    pub resync_period: Option<Duration>,
+    /// Told about each new conflict.
+    pub on_conflict: Option<ConflictReporter>,
+}
+
+/// What a syncer tells the driver (see the module docs).
+pub(crate) trait Reconcile: Send + Sync + 'static {
+    /// The watched type (the same on every side).
+    type Object: SyncObject;
+
+    /// Statistics of the type: outcomes, the type's error, readiness.
+    fn stats(&self) -> &TypeStats;
+
+    /// The cache of `side`, filled by the driver from that side's [`Watch`].
+    fn cache(&self, side: Side) -> &Cache<Self::Object>;
+
+    /// The key an event about `obj` on `side` touches, if any (`deleted`: a delete event; the
+    /// object is already gone from the cache).
+    fn key_of(&self, side: Side, obj: &Self::Object, deleted: bool) -> Option<ObjectKey>;
+
+    /// Every key to reconcile on a resync or after a (re-)listing.
+    fn all_keys(&self) -> Vec<ObjectKey>;
+
+    /// One reconcile of `key` from the caches. `Ok(None)`: nothing to track any more (the
+    /// key's outcome is forgotten).
+    fn reconcile(
+        &self,
+        key: &ObjectKey,
+    ) -> impl Future<Output = Result<Option<Outcome>, Error>> + Send;
+
+    /// The one-line report of a conflict on `key` (when [`Self::reconcile`] says
+    /// [`Outcome::Conflict`]).
+    fn conflict_message(&self, key: &ObjectKey) -> String {
+        let stats = self.stats();
+        format!(
+            "{} {} {key} is in the way and is left untouched",
+            stats.api_version(),
+            stats.kind()
+        )
+    }
+}
+
+/// Runs `reconciler` over `watches` until the future is dropped (see the module docs). The
+/// watch streams never end, so neither does this.
+pub(crate) async fn run<R: Reconcile>(
+    reconciler: R,
+    watches: Vec<Watch<R::Object>>,
+    settings: Settings,
+) {
+    let (queue, receiver) = work_queue::<ObjectKey>();
+    let sides: Vec<Side> = watches.iter().map(|w| w.side).collect();
+    let errors = WatchErrors::default();
+    let watching = futures::future::join_all(
+        watches
+            .into_iter()
+            .map(|w| watch(&reconciler, w, &queue, &errors)),
+    );
+    let resync = async {
+        let Some(period) = settings.resync_period else {
+            return std::future::pending().await;
+        };
+        let mut interval = tokio::time::interval(period);
+        interval.tick().await;
+        loop {
+            interval.tick().await;
+            push_all(&reconciler, &queue);
+        }
+    };
+    let workers = async {
+        for side in &sides {
+            reconciler.cache(*side).wait_until_ready().await;
+        }
+        let stats = reconciler.stats();
+        stats.set_ready();
+        let cached: Vec<String> = sides
+            .iter()
+            .map(|side| format!("{}: {}", side.cluster(), reconciler.cache(*side).len()))
+            .collect();
+        info!(
+            kind = %stats.kind(),
+            cached = %cached.join(", "),
+            workers = settings.workers.max(1),
+            "caches ready, syncing"
+        );
+        let workers = (0..settings.workers.max(1)).map(|_| {
+            work(
+                &reconciler,
+                &queue,
+                &receiver,
+                settings.on_conflict.as_ref(),
+            )
+        });
+        futures::future::join_all(workers).await;
+    };
+    tokio::select! {
+        _ = watching => {}
+        () = resync => {}
+        () = workers => {}
+    }
+}
+
+/// Feeds one side's cache and pushes the keys its events touch.
+async fn watch<R: Reconcile>(
+    reconciler: &R,
+    watch: Watch<R::Object>,
+    queue: &WorkQueue<ObjectKey>,
+    errors: &WatchErrors,
+) {
+    let side = watch.side;
+    let cache = reconciler.cache(side);
+    let events = watcher(watch.api, watch.config)
+        .default_backoff()
+        .modify(|obj| slim_for_cache(obj.meta_mut()));
+    let mut events = std::pin::pin!(events);
+    while let Some(event) = events.next().await {
+        let event = match event {
+            Ok(event) => event,
+            Err(error) => {
+                let stats = reconciler.stats();
+                let message = format!(
+                    "watching {} {} on the {} API server failed: {error}",
+                    stats.api_version(),
+                    stats.kind(),
+                    side.cluster()
+                );
+                warn!(%message, "watch failed, retrying with backoff");
+                errors.set(side, Some(message), stats);
+                continue;
+            }
+        };
+        cache.apply(&event);
+        let key = match &event {
+            watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => {
+                reconciler.key_of(side, obj, false)
+            }
+            watcher::Event::Delete(obj) => reconciler.key_of(side, obj, true),
+            watcher::Event::InitDone => {
+                push_all(reconciler, queue);
+                None
+            }
+            watcher::Event::Init => continue,
+        };
+        if let Some(key) = key {
+            queue.push(key);
+        }
+        errors.set(side, None, reconciler.stats());
+    }
+}
+
+fn push_all<R: Reconcile>(reconciler: &R, queue: &WorkQueue<ObjectKey>) {
+    for key in reconciler.all_keys() {
+        queue.push(key);
+    }
+}
+
+async fn work<R: Reconcile>(
+    reconciler: &R,
+    queue: &WorkQueue<ObjectKey>,
+    receiver: &WorkReceiver<ObjectKey>,
+    on_conflict: Option<&ConflictReporter>,
+) {
+    while let Some(key) = receiver.next().await {
+        process(reconciler, &key, queue, on_conflict).await;
+        receiver.done(&key);
+    }
+}
+
+async fn process<R: Reconcile>(
+    reconciler: &R,
+    key: &ObjectKey,
+    queue: &WorkQueue<ObjectKey>,
+    on_conflict: Option<&ConflictReporter>,
+) {
+    let stats = reconciler.stats();
+    let id = key.to_string();
+    match reconciler.reconcile(key).await {
+        Ok(outcome) => {
+            queue.forget(key);
+            if outcome == Some(Outcome::Conflict) && stats.outcome(&id) != Some(Outcome::Conflict) {
+                let message = reconciler.conflict_message(key);
+                warn!(%message, "conflict");
+                if let Some(report) = on_conflict {
+                    report(message);
+                }
+            }
+            if outcome == Some(Outcome::Pending) {
+                queue.push_after(key.clone(), PENDING_DELAY);
+            }
+            stats.record(&id, outcome);
+        }
+        Err(error) => {
+            if error.is_conflict() {
+                debug!(kind = %stats.kind(), object = %key, %error, "stale cache, retrying");
+            } else {
+                warn!(kind = %stats.kind(), object = %key, %error, "sync failed, retrying with backoff");
+            }
+            stats.record(&id, Some(Outcome::Failed(error.to_string())));
+            queue.retry(key.clone());
+        }
+    }
+}
+
+/// The last error of each failing watch; their join is the type's error.
+#[derive(Default)]
+struct WatchErrors(Mutex<BTreeMap<Side, String>>);
+
+impl WatchErrors {
+    /// Records (`Some`) or clears (`None`) the error of `side`, and updates the type's error in
+    /// `stats` when that changed anything.
+    fn set(&self, side: Side, error: Option<String>, stats: &TypeStats) {
+        let Ok(mut errors) = self.0.lock() else {
+            return;
+        };
+        let changed = match error {
+            Some(error) => errors.insert(side, error.clone()).as_ref() != Some(&error),
+            None => errors.remove(&side).is_some(),
+        };
+        if changed {
+            let joined: Vec<&str> = errors.values().map(String::as_str).collect();
+            stats.set_type_error((!joined.is_empty()).then(|| joined.join("; ")));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_watch_error_lasts_until_that_watch_delivers_again() {
+        let stats = TypeStats::new("example.loft.sh/v1", "Car");
+        let errors = WatchErrors::default();
+        errors.set(Side::Host, Some("host down".into()), &stats);
+        assert_eq!(stats.summary().type_error.as_deref(), Some("host down"));
+        errors.set(Side::Virtual, Some("virtual down".into()), &stats);
+        assert_eq!(
+            stats.summary().type_error.as_deref(),
+            Some("virtual down; host down")
+        );
+        // the virtual watch works again: only the host's error is left
+        errors.set(Side::Virtual, None, &stats);
+        assert_eq!(stats.summary().type_error.as_deref(), Some("host down"));
+        // events of a side without an error leave another error in the statistics alone
+        stats.set_type_error(Some("discovery failed".into()));
+        errors.set(Side::Virtual, None, &stats);
+        assert_eq!(
+            stats.summary().type_error.as_deref(),
+            Some("discovery failed")
+        );
+        errors.set(Side::Host, None, &stats);
+        assert_eq!(stats.summary().type_error, None);
+    }
+}

@@ -1,0 +1,274 @@
+//! Plugin start-up for plugins written in Rust (public as `sdk::Plugin` / `sdk::client_from`):
+//! the configuration from the environment a vCluster plugin sidecar gets ([`Plugin::init`]),
+//! the clients built from kubeconfigs ([`client_from`], also used by the
+//! `vcluster-plugin-syncer` binary), registration of syncers and hooks, and [`Plugin::start`],
+//! which runs every syncer under the [`controller`](crate::controller) and the pod hooks under
+//! [`pods`](crate::pods) — or, when vCluster started the process as a v2 plugin, serves
+//! vCluster's v2 plugin protocol ([`crate::v2`]).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use kube::Client;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use tracing::{info, warn};
+
+use crate::context::{RegisterContext, SyncContext};
+use crate::controller;
+use crate::error::Error;
+use crate::hooks::{ClientHook, Hooks};
+use crate::pods::{PodHookOptions, run_pod_hooks};
+use crate::stats::TypeStats;
+use crate::syncer::Syncer;
+use crate::v2;
+
+type Launch =
+    Box<dyn FnOnce(Arc<[Arc<dyn ClientHook>]>) -> BoxFuture<'static, Result<(), Error>> + Send>;
+
+/// A plugin written in Rust: syncers and hooks registered on one [`RegisterContext`], run by
+/// [`Plugin::start`] (vcluster-sdk's `plugin.MustInit` / `MustRegister` / `MustStart`).
+pub struct Plugin {
+    context: RegisterContext,
+    syncers: Vec<((String, String), Launch)>,
+    hooks: Vec<Arc<dyn ClientHook>>,
+    stats: Vec<Arc<TypeStats>>,
+    /// Set when vCluster started this process as a v2 plugin ([`crate::v2`]).
+    v2: Option<v2::Session>,
+}
+
+impl Plugin {
+    /// A plugin on `context`.
+    pub fn new(context: RegisterContext) -> Self {
+        Self {
+            context,
+            syncers: Vec::new(),
+            hooks: Vec::new(),
+            stats: Vec::new(),
+            v2: None,
+        }
+    }
+
+    /// A plugin configured the way it was started:
+    ///
+    /// - by vCluster as a v2 plugin (the magic cookie `VCLUSTER_PLUGIN=vcluster` is set, as
+    ///   vCluster's Go SDK detects it): serves the v2 protocol ([`crate::v2`]) and waits for
+    ///   vCluster's `Initialize`, whose kubeconfigs, host namespace and vCluster name make the
+    ///   context; [`Plugin::start`] then answers vCluster;
+    /// - otherwise as a sidecar, from the environment: `HOST_KUBECONFIG` (default:
+    ///   in-cluster), `VIRTUAL_KUBECONFIG` (required), `POD_NAMESPACE` (default: the host
+    ///   kubeconfig's namespace) and `VCLUSTER_NAME` (required).
+    ///
+    /// Either way the owner of host copies is read from the host
+    /// ([`RegisterContext::with_vcluster_owner`]).
+    ///
+    /// # Errors
+    /// [`Error::Kubeconfig`] when a kubeconfig cannot be loaded or a variable is missing;
+    /// [`Error::PluginProtocol`] when the v2 protocol fails (the error is also returned to
+    /// vCluster as the answer to `Initialize`).
+    pub async fn init() -> Result<Self, Error> {
+        if v2::started_by_vcluster() {
+            return Self::init_v2().await;
+        }
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let (host, host_namespace) =
+            client_from("host", var("HOST_KUBECONFIG").map(PathBuf::from)).await?;
+        let virtual_path = var("VIRTUAL_KUBECONFIG").ok_or_else(|| Error::Kubeconfig {
+            cluster: "virtual",
+            path: "$VIRTUAL_KUBECONFIG".into(),
+            message: "VIRTUAL_KUBECONFIG is not set".into(),
+        })?;
+        let (virtual_, _) = client_from("virtual", Some(PathBuf::from(virtual_path))).await?;
+        let vcluster = var("VCLUSTER_NAME").ok_or_else(|| Error::Kubeconfig {
+            cluster: "host",
+            path: "$VCLUSTER_NAME".into(),
+            message: "VCLUSTER_NAME is not set".into(),
+        })?;
+        let namespace = var("POD_NAMESPACE").unwrap_or(host_namespace);
+        let context = RegisterContext::new(host, virtual_, namespace, vcluster)
+            .with_vcluster_owner()
+            .await;
+        Ok(Self::new(context))
+    }
+
+    async fn init_v2() -> Result<Self, Error> {
+        let session = v2::Session::serve().await?;
+        let init = session.init_config();
+        let (host, virtual_) = match v2::clients(init).await {
+            Ok(clients) => clients,
+            Err(error) => {
+                session.fail(&error.to_string());
+                return Err(error.into());
+            }
+        };
+        let context = RegisterContext::new(
+            host,
+            virtual_,
+            init.host_namespace.clone(),
+            init.vcluster.clone(),
+        )
+        .with_vcluster_owner()
+        .await;
+        let mut plugin = Self::new(context);
+        plugin.v2 = Some(session);
+        Ok(plugin)
+    }
+
+    /// The v2 session when vCluster started this process ([`Plugin::init`]): the init config
+    /// vCluster sent (its `plugin_config` is the plugin's configuration from the vCluster's
+    /// values).
+    pub fn v2_session(&self) -> Option<&v2::Session> {
+        self.v2.as_ref()
+    }
+
+    /// The context to build syncers with.
+    pub fn context(&self) -> &RegisterContext {
+        &self.context
+    }
+
+    /// Registers a syncer; it runs from [`Plugin::start`] with the hooks of its type.
+    pub fn register<S: Syncer>(&mut self, syncer: S) -> &mut Self {
+        let translator = syncer.translator().clone();
+        let stats = Arc::new(TypeStats::new(translator.api_version(), translator.kind()));
+        self.stats.push(stats.clone());
+        let context = self.context.clone();
+        let key = (
+            translator.api_version().to_string(),
+            translator.kind().to_string(),
+        );
+        let launch: Launch = Box::new(move |hooks| {
+            Box::pin(async move {
+                let hooks = Hooks::for_type(&hooks, translator.api_version(), translator.kind());
+                let ctx = SyncContext::new(
+                    context.clone(),
+                    syncer.dynamic_type(),
+                    translator,
+                    hooks,
+                    stats,
+                );
+                controller::run(syncer, ctx, controller::Options::from(&context)).await
+            })
+        });
+        self.syncers.push((key, launch));
+        self
+    }
+
+    /// Registers a hook. Hooks of a type with a registered syncer run in its writes; `v1` `Pod`
+    /// hooks without a pod syncer run on the host pods vCluster's own syncer made
+    /// ([`crate::pods`], `--pod-sync=hooks`). Hooks of other types without a syncer are
+    /// logged and ignored.
+    pub fn register_hook<H: ClientHook>(&mut self, hook: H) -> &mut Self {
+        self.hooks.push(Arc::new(hook));
+        self
+    }
+
+    /// Statistics of the registered syncers (objects in sync, writes), in registration order.
+    pub fn stats(&self) -> &[Arc<TypeStats>] {
+        &self.stats
+    }
+
+    /// Runs every registered syncer (and the pod hooks) until one of them fails or the future
+    /// is dropped.
+    ///
+    /// Started by vCluster as a v2 plugin: declares the registered hooks to vCluster (which
+    /// then calls them through `Mutate` before its own writes, so no host pod is patched
+    /// afterwards), starts the syncers once `SetLeader` arrives, and returns `Ok(())` when
+    /// vCluster stops the plugin (or exits).
+    ///
+    /// # Errors
+    /// The first error a syncer stops with.
+    pub async fn start(mut self) -> Result<(), Error> {
+        let Some(session) = self.v2.take() else {
+            return self.run(true).await;
+        };
+        let table = Arc::new(v2::HookTable::new(self.hooks.clone()));
+        session.ready(table);
+        if !session.leader().await {
+            info!("stopped before becoming leader");
+            session.shutdown().await;
+            return Ok(());
+        }
+        info!(syncers = self.syncers.len(), "leader: starting the syncers");
+        let result = tokio::select! {
+            result = self.run(false) => result,
+            reason = session.stopped() => {
+                info!(?reason, "stopping");
+                Ok(())
+            }
+        };
+        session.shutdown().await;
+        result
+    }
+
+    /// Runs the syncers; `host_pod_hooks`: apply the `v1` `Pod` hooks to the host pods of the
+    /// vCluster (a sidecar; a v2 plugin's pod hooks are called by vCluster instead).
+    async fn run(self, host_pod_hooks: bool) -> Result<(), Error> {
+        let hooks: Arc<[Arc<dyn ClientHook>]> = self.hooks.iter().cloned().collect();
+        let mut tasks = tokio::task::JoinSet::new();
+        let synced: Vec<(String, String)> = self.syncers.iter().map(|(k, _)| k.clone()).collect();
+        for (_, launch) in self.syncers {
+            tasks.spawn(launch(hooks.clone()));
+        }
+        let pod_hooks = Hooks::for_type(&self.hooks, "v1", "Pod");
+        if host_pod_hooks && !pod_hooks.is_empty() && !synced.contains(&("v1".into(), "Pod".into()))
+        {
+            tasks.spawn(run_pod_hooks(PodHookOptions {
+                host: self.context.host.clone(),
+                namespace: self.context.host_namespace.clone(),
+                vcluster: self.context.vcluster.clone(),
+                hooks: pod_hooks,
+                stats: Arc::new(TypeStats::new("v1", "Pod")),
+            }));
+        }
+        for hook in &self.hooks {
+            let key = (hook.api_version().to_string(), hook.kind().to_string());
+            if !synced.contains(&key) && key != ("v1".into(), "Pod".into()) && host_pod_hooks {
+                warn!(hook = hook.name(), api_version = %key.0, kind = %key.1, "no syncer of this type is registered; hook ignored");
+            }
+        }
+        while let Some(joined) = tasks.join_next().await {
+            match joined {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => return Err(error),
+                Err(error) => {
+                    return Err(Error::Unsupported {
+                        what: format!("a syncer task panicked: {error}"),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A client and its default namespace from a kubeconfig file, or the in-cluster / default
+/// configuration for `None`.
+///
+/// # Errors
+/// [`Error::Kubeconfig`].
+pub async fn client_from(
+    cluster: &'static str,
+    path: Option<PathBuf>,
+) -> Result<(Client, String), Error> {
+    let failed = |message: String| Error::Kubeconfig {
+        cluster,
+        path: path
+            .as_ref()
+            .map_or_else(|| "in-cluster/default".into(), |p| p.display().to_string()),
+        message,
+    };
+    let config = match &path {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path).map_err(|e| failed(e.to_string()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| failed(e.to_string()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| failed(e.to_string()))?,
+    };
+    let namespace = config.default_namespace.clone();
+    let client = Client::try_from(config).map_err(|e| failed(e.to_string()))?;
+    Ok((client, namespace))
+}

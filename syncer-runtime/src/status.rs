@@ -1,0 +1,273 @@
+//! The runtime's part of `VClusterPlugin.status` (pure): `syncedObjects`, `syncedTotal` and the
+//! `RuntimeHealthy` condition, from the statistics of the running syncers.
+//!
+//! `shared/DESIGN.md` ("API", status; "Runtime contract"): the runtime reports `syncedObjects`
+//! (per type) and `RuntimeHealthy` into the plugin's status; `syncedTotal` is what the SYNCED
+//! column shows; conditions carry `type/status/reason/message/lastTransitionTime/
+//! observedGeneration`, and `lastTransitionTime` moves only when `status` changes. The reasons
+//! (the README's table "Status and condition reasons"), first match wins:
+//!
+//! | reason | status | when |
+//! | --- | --- | --- |
+//! | `TypeUnavailable` | `False` | a type cannot be discovered or watched (messages joined by `; `) |
+//! | `SyncErrors` | `False` | objects failed to sync and are retried |
+//! | `Starting` | `False` | a type is not listed yet |
+//! | `Syncing` | `True` | otherwise |
+//!
+//! The pod hooks (`--pod-sync=hooks`) count toward health but not toward `syncedObjects`: they
+//! sync nothing, they hook the pods vCluster's own syncer made.
+//!
+//! The status is written with server-side apply on the status subresource under the runtime's
+//! field manager, so [`apply_body`] holds only the runtime's fields; the operator's
+//! (`phase`, its conditions) are never sent and never removed.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::Resource;
+use serde_json::{Value, json};
+use vcp_crds::{
+    REASON_STARTING, REASON_SYNC_ERRORS, REASON_SYNCING, REASON_TYPE_UNAVAILABLE, RUNTIME_HEALTHY,
+    SyncedObjects, VClusterPlugin,
+};
+
+use crate::stats::TypeSummary;
+
+/// What the runtime reports, without times: compared with the last report to skip writes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RuntimeStatus {
+    /// `status.syncedObjects`: per synced type, the objects in sync and, when any, the
+    /// conflicts.
+    pub synced_objects: Vec<SyncedObjects>,
+    /// `status.syncedTotal`: the sum of `synced_objects[].count`.
+    pub synced_total: i64,
+    /// Whether `RuntimeHealthy` is `True`.
+    pub healthy: bool,
+    /// Reason of `RuntimeHealthy` (see the module docs).
+    pub reason: &'static str,
+    /// Message of `RuntimeHealthy`.
+    pub message: String,
+    /// `metadata.generation` of the spec the syncers run.
+    pub observed_generation: Option<i64>,
+}
+
+/// The runtime's status for the synced `types` and the pod hooks' summary `pod_hooks`, running
+/// the spec of generation `observed_generation` (see the module docs).
+pub fn desired(
+    types: &[TypeSummary],
+    pod_hooks: Option<&TypeSummary>,
+    observed_generation: Option<i64>,
+) -> RuntimeStatus {
+    let all: Vec<&TypeSummary> = types.iter().chain(pod_hooks).collect();
+    let synced_total: i64 = types.iter().map(|s| s.in_sync).sum();
+    let failed: i64 = all.iter().map(|s| s.failed).sum();
+    let type_errors: Vec<&str> = all.iter().filter_map(|s| s.type_error.as_deref()).collect();
+    let not_ready: Vec<String> = all
+        .iter()
+        .filter(|s| !s.ready)
+        .map(|s| format!("{} {}", s.api_version, s.kind))
+        .collect();
+    let (healthy, reason, message) = if !type_errors.is_empty() {
+        (false, REASON_TYPE_UNAVAILABLE, type_errors.join("; "))
+    } else if failed > 0 {
+        (
+            false,
+            REASON_SYNC_ERRORS,
+            format!(
+                "{failed} object(s) failed to sync and are being retried; see the runtime's logs"
+            ),
+        )
+    } else if !not_ready.is_empty() {
+        (
+            false,
+            REASON_STARTING,
+            format!("listing {}", not_ready.join(", ")),
+        )
+    } else {
+        (
+            true,
+            REASON_SYNCING,
+            format!(
+                "{synced_total} object(s) in sync across {} type(s)",
+                types.len()
+            ),
+        )
+    };
+    RuntimeStatus {
+        synced_objects: types
+            .iter()
+            .map(|s| SyncedObjects {
+                api_version: s.api_version.clone(),
+                kind: s.kind.clone(),
+                count: s.in_sync,
+                conflicts: (s.conflicts > 0).then_some(s.conflicts),
+            })
+            .collect(),
+        synced_total,
+        healthy,
+        reason,
+        message,
+        observed_generation,
+    }
+}
+
+/// The `RuntimeHealthy` condition of `status`; `lastTransitionTime` is `previous`'s when the
+/// condition's status is unchanged, `now` otherwise.
+pub fn condition(status: &RuntimeStatus, previous: Option<&Condition>, now: &Time) -> Condition {
+    vcp_crds::condition(
+        RUNTIME_HEALTHY,
+        status.healthy,
+        status.reason,
+        status.message.as_str(),
+        status.observed_generation,
+        previous,
+        now,
+    )
+}
+
+/// The server-side apply body of the plugin `name`'s status: `syncedObjects`, `syncedTotal`
+/// and the one condition `healthy` (from [`condition`]), nothing of the operator's.
+pub fn apply_body(name: &str, status: &RuntimeStatus, healthy: &Condition) -> Value {
+    json!({
+        "apiVersion": VClusterPlugin::api_version(&()),
+        "kind": VClusterPlugin::kind(&()),
+        "metadata": {"name": name},
+        "status": {
+            "syncedObjects": status.synced_objects,
+            "syncedTotal": status.synced_total,
+            "conditions": [healthy],
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(kind: &str, in_sync: i64) -> TypeSummary {
+        TypeSummary {
+            api_version: "example.loft.sh/v1".into(),
+            kind: kind.into(),
+            in_sync,
+            ready: true,
+            ..TypeSummary::default()
+        }
+    }
+
+    fn t(seconds: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(seconds).unwrap())
+    }
+
+    #[test]
+    fn syncing_counts_per_type_and_in_total() {
+        let mut cars = summary("Car", 3);
+        cars.conflicts = 1;
+        let trucks = summary("Truck", 2);
+        let s = desired(&[cars, trucks], None, Some(4));
+        assert!(s.healthy);
+        assert_eq!(s.reason, "Syncing");
+        assert_eq!(s.message, "5 object(s) in sync across 2 type(s)");
+        assert_eq!(s.synced_total, 5);
+        assert_eq!(s.observed_generation, Some(4));
+        assert_eq!(
+            serde_json::to_value(&s.synced_objects).unwrap(),
+            json!([
+                {"apiVersion": "example.loft.sh/v1", "kind": "Car", "count": 3, "conflicts": 1},
+                {"apiVersion": "example.loft.sh/v1", "kind": "Truck", "count": 2}
+            ])
+        );
+    }
+
+    #[test]
+    fn reasons_in_order_of_precedence() {
+        let mut failing = summary("Car", 1);
+        failing.failed = 2;
+        let mut listing = summary("Truck", 0);
+        listing.ready = false;
+        let mut unavailable = summary("Boat", 0);
+        unavailable.type_error = Some("boats are not served".into());
+        unavailable.ready = false;
+
+        let s = desired(&[failing.clone(), listing.clone(), unavailable], None, None);
+        assert_eq!((s.healthy, s.reason), (false, "TypeUnavailable"));
+        assert_eq!(s.message, "boats are not served");
+
+        let s = desired(&[failing.clone(), listing.clone()], None, None);
+        assert_eq!((s.healthy, s.reason), (false, "SyncErrors"));
+        assert_eq!(
+            s.message,
+            "2 object(s) failed to sync and are being retried; see the runtime's logs"
+        );
+
+        let s = desired(&[summary("Car", 1), listing], None, None);
+        assert_eq!((s.healthy, s.reason), (false, "Starting"));
+        assert_eq!(s.message, "listing example.loft.sh/v1 Truck");
+    }
+
+    #[test]
+    fn pod_hooks_count_toward_health_not_toward_synced_objects() {
+        let mut pods = TypeSummary {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            in_sync: 7,
+            ready: true,
+            ..TypeSummary::default()
+        };
+        let s = desired(&[summary("Car", 1)], Some(&pods), None);
+        assert_eq!(s.synced_total, 1);
+        assert_eq!(s.synced_objects.len(), 1);
+        assert_eq!(s.reason, "Syncing");
+        pods.type_error = Some("watching v1 Pod failed".into());
+        pods.failed = 1;
+        let s = desired(&[summary("Car", 1)], Some(&pods), None);
+        assert_eq!((s.healthy, s.reason), (false, "TypeUnavailable"));
+        // no synced type at all: healthy, nothing in sync
+        let s = desired(&[], None, Some(1));
+        assert_eq!((s.healthy, s.reason), (true, "Syncing"));
+        assert_eq!(s.message, "0 object(s) in sync across 0 type(s)");
+    }
+
+    #[test]
+    fn last_transition_time_moves_only_on_a_status_change() {
+        let healthy = desired(&[summary("Car", 1)], None, Some(2));
+        let first = condition(&healthy, None, &t(100));
+        assert_eq!(first.type_, "RuntimeHealthy");
+        assert_eq!(first.status, "True");
+        assert_eq!(first.reason, "Syncing");
+        assert_eq!(first.observed_generation, Some(2));
+        assert_eq!(first.last_transition_time, t(100));
+        // same status, other message: time kept
+        let more = desired(&[summary("Car", 2)], None, Some(2));
+        assert_eq!(
+            condition(&more, Some(&first), &t(200)).last_transition_time,
+            t(100)
+        );
+        // status flips: time moves
+        let mut failing = summary("Car", 0);
+        failing.failed = 1;
+        let broken = desired(&[failing], None, Some(2));
+        let flipped = condition(&broken, Some(&first), &t(300));
+        assert_eq!(flipped.status, "False");
+        assert_eq!(flipped.last_transition_time, t(300));
+    }
+
+    #[test]
+    fn apply_body_holds_only_the_runtime_fields() {
+        let s = desired(&[summary("Car", 3)], None, None);
+        let c = condition(&s, None, &t(1));
+        let body = apply_body("my-plugin", &s, &c);
+        assert_eq!(body["apiVersion"], "vcp.dev/v1alpha1");
+        assert_eq!(body["kind"], "VClusterPlugin");
+        assert_eq!(body["metadata"], json!({"name": "my-plugin"}));
+        let mut fields: Vec<&String> = body["status"].as_object().unwrap().keys().collect();
+        fields.sort();
+        assert_eq!(fields, ["conditions", "syncedObjects", "syncedTotal"]);
+        assert_eq!(body["status"]["syncedTotal"], 3);
+        assert_eq!(
+            body["status"]["conditions"],
+            json!([{
+                "type": "RuntimeHealthy", "status": "True", "reason": "Syncing",
+                "message": "3 object(s) in sync across 1 type(s)",
+                "lastTransitionTime": "1970-01-01T00:00:01Z"
+            }])
+        );
+    }
+}
