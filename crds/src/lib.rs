@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! API types of vcluster-plugin-operator.
 //!
 //! - [`VClusterPlugin`] (`vcp.dev/v1alpha1`): a vCluster plugin as a Kubernetes object

@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! vcluster-plugin-operator: the controller for `VClusterPlugin` (`vcp.dev/v1alpha1`).
 //!
 //! It installs each plugin into its vCluster's workload and RBAC, reports status, and removes

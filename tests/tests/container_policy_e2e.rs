@@ -9,12 +9,14 @@
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use vcp_crds::{OPERATOR_FIELD_MANAGER, VClusterPlugin};
-use vcp_tests::{Cluster, ControlPlane, Identity, apply_yaml, vcluster_workload, wait_for};
+use vcp_tests::{
+    Cluster, ControlPlane, Identity, apply_yaml, condition, create_plugin, delete_plugin,
+    vcluster_workload, wait_event, wait_for, wait_ready,
+};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -52,69 +54,16 @@ fn container_names(template: &Value) -> Vec<String> {
         .collect()
 }
 
-async fn create_plugin(admin: &Client, ns: &str, name: &str, spec: Value) {
-    let p: VClusterPlugin = serde_json::from_value(json!({
-        "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
-        "metadata": { "name": name, "namespace": ns },
-        "spec": spec,
-    }))
-    .expect("plugin");
-    Api::<VClusterPlugin>::namespaced(admin.clone(), ns)
-        .create(&PostParams::default(), &p)
-        .await
-        .unwrap_or_else(|e| panic!("create VClusterPlugin {name}: {e}"));
+/// The `(reason, message)` of the plugin's `Ready` condition once it has `status` for its
+/// current generation.
+async fn ready_reason(admin: &Client, ns: &str, name: &str, status: &str) -> (String, String) {
+    let p = wait_ready(admin, ns, name, status, None, TIMEOUT).await;
+    let ready = condition(&p, "Ready").expect("Ready condition");
+    (ready.reason.clone(), ready.message.clone())
 }
 
-/// Waits until the plugin's `Ready` condition has `status` for its current generation;
-/// returns `(reason, message)`.
-async fn wait_ready(admin: &Client, ns: &str, name: &str, status: &str) -> (String, String) {
-    let api = Api::<VClusterPlugin>::namespaced(admin.clone(), ns);
-    wait_for(TIMEOUT, || {
-        let api = api.clone();
-        async move {
-            let p = api.get(name).await.ok()?;
-            let s = p.status.as_ref()?;
-            let ready = s.conditions.iter().find(|c| c.type_ == "Ready")?;
-            (ready.status == status && s.observed_generation == p.metadata.generation)
-                .then(|| (ready.reason.clone(), ready.message.clone()))
-        }
-    })
-    .await
-}
-
-/// Waits for an Event with `reason` on the plugin `name`.
-async fn wait_event(admin: &Client, ns: &str, name: &str, reason: &str) {
-    let events = Api::<Event>::namespaced(admin.clone(), ns);
-    wait_for(Duration::from_secs(10), || {
-        let events = events.clone();
-        async move {
-            events
-                .list(&ListParams::default())
-                .await
-                .ok()?
-                .items
-                .iter()
-                .any(|e| {
-                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-                        && e.reason.as_deref() == Some(reason)
-                })
-                .then_some(())
-        }
-    })
-    .await;
-}
-
-async fn delete_plugin(admin: &Client, ns: &str, name: &str) {
-    let api = Api::<VClusterPlugin>::namespaced(admin.clone(), ns);
-    api.delete(name, &DeleteParams::default())
-        .await
-        .expect("delete VClusterPlugin");
-    wait_for(TIMEOUT, || {
-        let api = api.clone();
-        async move { api.get_opt(name).await.ok()?.is_none().then_some(()) }
-    })
-    .await;
-}
+/// How long an Event may take to appear after the status write it follows.
+const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The operator's requests that write (or dry-run a write) in namespace `ns`:
 /// `(verb, request URI)`, from the host API server's audit log.
@@ -221,10 +170,10 @@ async fn dangerous_container_fields_are_policy_denied_with_zero_workload_writes(
         ),
     ];
     for (name, message) in expected {
-        let (reason, got) = wait_ready(&admin, ns, name, "False").await;
+        let (reason, got) = ready_reason(&admin, ns, name, "False").await;
         assert_eq!(reason, "PolicyDenied", "{name}: {got}");
         assert_eq!(got, message, "{name}");
-        wait_event(&admin, ns, name, "PolicyDenied").await;
+        wait_event(&admin, ns, name, "PolicyDenied", EVENT_TIMEOUT).await;
     }
 
     let writes = operator_writes(ns);
@@ -291,10 +240,10 @@ async fn a_bad_plugin_blocks_neither_the_install_nor_the_deletion_of_another() {
     )
     .await;
 
-    let (reason, message) = wait_ready(&admin, ns, "good", "True").await;
+    let (reason, message) = ready_reason(&admin, ns, "good", "True").await;
     assert_eq!(reason, "Installed", "{message}");
     for (name, _, api_message) in &bad {
-        let (reason, message) = wait_ready(&admin, ns, name, "False").await;
+        let (reason, message) = ready_reason(&admin, ns, name, "False").await;
         assert_eq!(reason, "InvalidWorkload", "{name}: {message}");
         assert!(
             message.starts_with(
@@ -303,7 +252,7 @@ async fn a_bad_plugin_blocks_neither_the_install_nor_the_deletion_of_another() {
             "{name}: {message}"
         );
         assert!(message.contains(api_message), "{name}: {message}");
-        wait_event(&admin, ns, name, "InvalidWorkload").await;
+        wait_event(&admin, ns, name, "InvalidWorkload", EVENT_TIMEOUT).await;
     }
     let installed = template(&admin, ns).await;
     assert_eq!(container_names(&installed), ["syncer", "good"]);
@@ -358,10 +307,10 @@ async fn a_bad_plugin_blocks_neither_the_install_nor_the_deletion_of_another() {
     assert!(pod_checks.iter().all(|c| *c == 201), "{pod_checks:?}");
 
     // Deleting the good plugin completes while the bad ones exist.
-    delete_plugin(&admin, ns, "good").await;
+    delete_plugin(&admin, ns, "good", TIMEOUT).await;
     assert_eq!(container_names(&template(&admin, ns).await), ["syncer"]);
     for (name, _, _) in &bad {
-        delete_plugin(&admin, ns, name).await;
+        delete_plugin(&admin, ns, name, TIMEOUT).await;
     }
     let after = sts(&admin, ns).await;
     assert_eq!(
@@ -435,7 +384,7 @@ async fn the_namespaces_pod_security_level_is_respected() {
         json!({ "vcluster": { "name": "my-vcluster" } }),
     )
     .await;
-    let (reason, message) = wait_ready(&admin, ns, "loose", "False").await;
+    let (reason, message) = ready_reason(&admin, ns, "loose", "False").await;
     assert_eq!(reason, "PolicyDenied", "{message}");
     assert!(
         message.starts_with(
@@ -449,7 +398,7 @@ async fn the_namespaces_pod_security_level_is_respected() {
     ] {
         assert!(message.contains(part), "{part} in {message}");
     }
-    wait_event(&admin, ns, "loose", "PolicyDenied").await;
+    wait_event(&admin, ns, "loose", "PolicyDenied", EVENT_TIMEOUT).await;
     let writes = operator_writes(ns);
     assert!(
         writes
@@ -475,7 +424,7 @@ async fn the_namespaces_pod_security_level_is_respected() {
         }),
     )
     .await;
-    let (reason, message) = wait_ready(&admin, ns, "tight", "True").await;
+    let (reason, message) = ready_reason(&admin, ns, "tight", "True").await;
     assert_eq!(reason, "Installed", "{message}");
     assert_eq!(
         container_names(&template(&admin, ns).await),
@@ -487,7 +436,7 @@ async fn the_namespaces_pod_security_level_is_respected() {
     assert!(pod_checks.contains(&201), "{pod_checks:?}");
     assert!(pod_checks.contains(&403), "{pod_checks:?}");
     // `loose` stays refused.
-    let (reason, _) = wait_ready(&admin, ns, "loose", "False").await;
+    let (reason, _) = ready_reason(&admin, ns, "loose", "False").await;
     assert_eq!(reason, "PolicyDenied");
     let names: Vec<String> = Api::<VClusterPlugin>::namespaced(admin.clone(), ns)
         .list(&ListParams::default())

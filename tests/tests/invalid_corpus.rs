@@ -18,13 +18,13 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{ClusterRole, Role};
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use vcp_crds::VClusterPlugin;
 use vcp_tests::{
-    Cluster, ControlPlane, Identity, apply_yaml, repo_root, vcluster_workload, wait_for,
+    Cluster, ControlPlane, Identity, apply_yaml, condition, poll_event, poll_ready, repo_root,
+    vcluster_workload, wait_ready,
 };
 
 const NS: &str = "invalid-corpus";
@@ -166,25 +166,6 @@ async fn versions(admin: &Client) -> BTreeMap<String, String> {
     out
 }
 
-async fn wait_not_ready(
-    api: &Api<VClusterPlugin>,
-    name: &str,
-) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
-    for _ in 0..(TIMEOUT.as_millis() / 100) {
-        if let Ok(p) = api.get(name).await {
-            let status = p.status.clone().unwrap_or_default();
-            if let Some(c) = status.conditions.iter().find(|c| c.type_ == "Ready")
-                && c.status == "False"
-                && status.observed_generation == p.metadata.generation
-            {
-                return Some(c.clone());
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    None
-}
-
 #[tokio::test]
 async fn every_invalid_manifest_is_refused_or_reported_and_nothing_is_written() {
     let admin = setup().await;
@@ -197,18 +178,7 @@ async fn every_invalid_manifest_is_refused_or_reported_and_nothing_is_written() 
     .await
     .expect("vCluster fixtures");
     let plugins = Api::<VClusterPlugin>::namespaced(admin.clone(), NS);
-    wait_for(TIMEOUT, || {
-        let plugins = plugins.clone();
-        async move {
-            let p = plugins.get("baseline").await.ok()?;
-            p.status?
-                .conditions
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True")
-                .then_some(())
-        }
-    })
-    .await;
+    wait_ready(&admin, NS, "baseline", "True", None, TIMEOUT).await;
     // Let the baseline settle (its RBAC and status are written after the workload).
     tokio::time::sleep(Duration::from_secs(2)).await;
     let before = versions(&admin).await;
@@ -226,7 +196,6 @@ async fn every_invalid_manifest_is_refused_or_reported_and_nothing_is_written() 
     files.sort();
     assert!(files.len() >= 30, "only {} fixtures", files.len());
 
-    let events = Api::<Event>::namespaced(admin.clone(), NS);
     let mut failures = Vec::new();
     let (mut refused, mut reported) = (0, 0);
     for path in &files {
@@ -251,7 +220,8 @@ async fn every_invalid_manifest_is_refused_or_reported_and_nothing_is_written() 
                     failures.push(format!("{file}: refused by kubectl apply: {out}"));
                     continue;
                 }
-                match wait_not_ready(&plugins, &name).await {
+                let not_ready = poll_ready(&admin, NS, &name, "False", None, TIMEOUT).await;
+                match not_ready.as_ref().and_then(|p| condition(p, "Ready")) {
                     None => failures.push(format!("{file}: never Ready=False")),
                     Some(c) if c.reason != reason => failures.push(format!(
                         "{file}: reason {} ({}), expected {reason}",
@@ -265,20 +235,11 @@ async fn every_invalid_manifest_is_refused_or_reported_and_nothing_is_written() 
                                 .push(format!("{file}: message {:?} does not name {m}", c.message));
                         }
                         // The operator publishes the Event right after the status write
-                        // that `wait_not_ready` saw: poll for it rather than list once.
+                        // that `poll_ready` saw: poll for it rather than list once.
                         let waited = Instant::now();
-                        let mut has_event = false;
-                        while !has_event && waited.elapsed() < EVENT_TIMEOUT {
-                            let evs = events.list(&ListParams::default()).await.unwrap();
-                            has_event = evs.items.iter().any(|e| {
-                                e.regarding.as_ref().and_then(|r| r.name.as_deref())
-                                    == Some(name.as_str())
-                                    && e.reason.as_deref() == Some(reason.as_str())
-                            });
-                            if !has_event {
-                                tokio::time::sleep(Duration::from_millis(50)).await;
-                            }
-                        }
+                        let has_event = poll_event(&admin, NS, &name, &reason, EVENT_TIMEOUT)
+                            .await
+                            .is_some();
                         println!("{file}: Event seen {:?} after the status", waited.elapsed());
                         if !has_event {
                             failures.push(format!("{file}: no Event with reason {reason}"));

@@ -8,13 +8,15 @@
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use vcp_crds::{OPERATOR_FIELD_MANAGER, VClusterPlugin};
-use vcp_tests::{Cluster, ControlPlane, Identity, wait_for};
+use vcp_tests::{
+    Cluster, ControlPlane, Identity, condition, create_plugin, delete_plugin, wait_event,
+    wait_ready,
+};
 
 const RUNTIME_IMAGE: &str = "vcp-test/runtime:e2e";
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -50,50 +52,11 @@ async fn vcluster_in_existing_namespace(admin: &Client, ns: &str) -> Value {
 
 /// An embedded-runtime plugin `name` of the vCluster `my-vcluster` in `ns`, syncing one type
 /// to the host.
-fn embedded_plugin(ns: &str, name: &str, api_version: &str, kind: &str) -> Value {
+fn embedded_spec(api_version: &str, kind: &str) -> Value {
     json!({
-        "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
-        "metadata": { "name": name, "namespace": ns },
-        "spec": {
-            "vcluster": { "name": "my-vcluster" },
-            "syncedTypes": [{ "apiVersion": api_version, "kind": kind }],
-        },
+        "vcluster": { "name": "my-vcluster" },
+        "syncedTypes": [{ "apiVersion": api_version, "kind": kind }],
     })
-}
-
-async fn create_plugin(admin: &Client, ns: &str, plugin: Value) -> VClusterPlugin {
-    let p: VClusterPlugin = serde_json::from_value(plugin).expect("plugin");
-    Api::<VClusterPlugin>::namespaced(admin.clone(), ns)
-        .create(&PostParams::default(), &p)
-        .await
-        .expect("create VClusterPlugin")
-}
-
-fn condition<'a>(
-    p: &'a VClusterPlugin,
-    type_: &str,
-) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
-    p.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-}
-
-/// Waits until the plugin's `Ready` condition has `status` for the current generation.
-async fn wait_ready(admin: &Client, ns: &str, name: &str, status: &str) -> VClusterPlugin {
-    let api = Api::<VClusterPlugin>::namespaced(admin.clone(), ns);
-    wait_for(TIMEOUT, || {
-        let api = api.clone();
-        async move {
-            let p = api.get(name).await.ok()?;
-            let ready = condition(&p, "Ready")?;
-            (ready.status == status
-                && p.status.as_ref()?.observed_generation == p.metadata.generation)
-                .then_some(p)
-        }
-    })
-    .await
 }
 
 async fn sts(admin: &Client, ns: &str) -> StatefulSet {
@@ -113,19 +76,6 @@ fn operator_owns_something(s: &StatefulSet) -> bool {
         .iter()
         .flatten()
         .any(|m| m.manager.as_deref() == Some(OPERATOR_FIELD_MANAGER))
-}
-
-/// Deletes the plugin and waits until it is gone (the finalizer ran).
-async fn delete_plugin(admin: &Client, ns: &str, name: &str) {
-    let api = Api::<VClusterPlugin>::namespaced(admin.clone(), ns);
-    api.delete(name, &DeleteParams::default())
-        .await
-        .expect("delete VClusterPlugin");
-    wait_for(TIMEOUT, || {
-        let api = api.clone();
-        async move { api.get_opt(name).await.ok()?.is_none().then_some(()) }
-    })
-    .await;
 }
 
 /// The operator's write requests so far that concern namespace `ns` or its cluster objects.
@@ -152,10 +102,11 @@ async fn embedded_plugin_install_converge_and_clean_removal() {
     create_plugin(
         &admin,
         ns,
-        embedded_plugin(ns, "car-syncer", "example.loft.sh/v1", "Car"),
+        "car-syncer",
+        embedded_spec("example.loft.sh/v1", "Car"),
     )
     .await;
-    let p = wait_ready(&admin, ns, "car-syncer", "True").await;
+    let p = wait_ready(&admin, ns, "car-syncer", "True", None, TIMEOUT).await;
     let status = p.status.as_ref().unwrap();
     assert_eq!(status.phase, Some(vcp_crds::Phase::Ready));
     assert_eq!(status.runtime.as_deref(), Some("embedded"));
@@ -276,7 +227,7 @@ async fn embedded_plugin_install_converge_and_clean_removal() {
     );
 
     // Delete: the pod template is the original again and the operator owns nothing.
-    delete_plugin(&admin, ns, "car-syncer").await;
+    delete_plugin(&admin, ns, "car-syncer", TIMEOUT).await;
     let after = sts(&admin, ns).await;
     assert_eq!(template(&after), original);
     assert!(
@@ -322,14 +273,11 @@ async fn missing_vcluster_is_reported_and_installed_once_it_appears() {
     create_plugin(
         &admin,
         ns,
-        json!({
-            "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
-            "metadata": { "name": "early", "namespace": ns },
-            "spec": { "vcluster": { "name": "my-vcluster" } },
-        }),
+        "early",
+        json!({ "vcluster": { "name": "my-vcluster" } }),
     )
     .await;
-    let p = wait_ready(&admin, ns, "early", "False").await;
+    let p = wait_ready(&admin, ns, "early", "False", None, TIMEOUT).await;
     let ready = condition(&p, "Ready").unwrap();
     assert_eq!(ready.reason, "VClusterNotFound");
     assert!(ready.message.contains("my-vcluster"), "{}", ready.message);
@@ -355,27 +303,11 @@ async fn missing_vcluster_is_reported_and_installed_once_it_appears() {
             .is_empty()
     );
 
-    let events = Api::<Event>::namespaced(admin.clone(), ns);
-    wait_for(TIMEOUT, || {
-        let events = events.clone();
-        async move {
-            events
-                .list(&ListParams::default())
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .find(|e| {
-                    e.reason.as_deref() == Some("VClusterNotFound")
-                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("early")
-                })
-        }
-    })
-    .await;
+    wait_event(&admin, ns, "early", "VClusterNotFound", TIMEOUT).await;
 
     // The vCluster appears: the StatefulSet watch installs the plugin without any other trigger.
     vcluster_in_existing_namespace(&admin, ns).await;
-    wait_ready(&admin, ns, "early", "True").await;
+    wait_ready(&admin, ns, "early", "True", None, TIMEOUT).await;
     let live = sts(&admin, ns).await;
     assert!(
         live.spec
@@ -401,16 +333,13 @@ async fn v2_image_plugins_share_the_plugins_volume_and_leave_no_trace() {
         create_plugin(
             &admin,
             ns,
-            json!({
-                "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
-                "metadata": { "name": name, "namespace": ns },
-                "spec": { "vcluster": { "name": "my-vcluster" }, "image": image, "version": "v2" },
-            }),
+            name,
+            json!({ "vcluster": { "name": "my-vcluster" }, "image": image, "version": "v2" }),
         )
         .await;
     }
     for name in ["first", "second"] {
-        let p = wait_ready(&admin, ns, name, "True").await;
+        let p = wait_ready(&admin, ns, name, "True", None, TIMEOUT).await;
         assert_eq!(
             p.status.unwrap().runtime.as_deref(),
             Some(if name == "first" {
@@ -486,7 +415,7 @@ async fn v2_image_plugins_share_the_plugins_volume_and_leave_no_trace() {
     assert_eq!(spec.containers.len(), 1, "a v2 plugin adds no container");
 
     // Removing one keeps the shared volume and mount for the other.
-    delete_plugin(&admin, ns, "first").await;
+    delete_plugin(&admin, ns, "first", TIMEOUT).await;
     let spec = sts(&admin, ns).await.spec.unwrap().template.spec.unwrap();
     let inits: Vec<_> = spec
         .init_containers
@@ -507,7 +436,7 @@ async fn v2_image_plugins_share_the_plugins_volume_and_leave_no_trace() {
     );
 
     // Removing the last restores the original template exactly.
-    delete_plugin(&admin, ns, "second").await;
+    delete_plugin(&admin, ns, "second", TIMEOUT).await;
     let after = sts(&admin, ns).await;
     assert_eq!(template(&after), original);
     assert!(
@@ -528,10 +457,11 @@ async fn unknown_type_is_installed_once_its_crd_is_served() {
     create_plugin(
         &admin,
         ns,
-        embedded_plugin(ns, "gadgets", "late.example.com/v1", "Gadget"),
+        "gadgets",
+        embedded_spec("late.example.com/v1", "Gadget"),
     )
     .await;
-    let refused = wait_ready(&admin, ns, "gadgets", "False").await;
+    let refused = wait_ready(&admin, ns, "gadgets", "False", None, TIMEOUT).await;
     let ready = condition(&refused, "Ready").unwrap();
     assert_eq!(ready.reason, "UnknownType");
     assert!(ready.message.contains("Gadget"), "{}", ready.message);
@@ -567,15 +497,8 @@ spec:
     .expect("install the Gadget CRD");
 
     let installed = {
-        let api = Api::<VClusterPlugin>::namespaced(admin.clone(), ns);
-        wait_for(vcluster_plugin_operator::install::RECHECK + TIMEOUT, || {
-            let api = api.clone();
-            async move {
-                let p = api.get("gadgets").await.ok()?;
-                (condition(&p, "Ready")?.status == "True").then_some(p)
-            }
-        })
-        .await
+        let timeout = vcluster_plugin_operator::install::RECHECK + TIMEOUT;
+        wait_ready(&admin, ns, "gadgets", "True", None, timeout).await
     };
     assert_eq!(
         installed.metadata.generation, refused.metadata.generation,

@@ -16,7 +16,6 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Container;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -25,7 +24,10 @@ use tokio::sync::{Mutex, OnceCell, oneshot};
 use vcluster_plugin_operator::policy::Policy;
 use vcluster_plugin_operator::{Config, LeaderElection, Telemetry, run_until};
 use vcp_crds::{OPERATOR_FIELD_MANAGER, VClusterPlugin};
-use vcp_tests::{AuditedWrite, Cluster, ControlPlane, Identity, wait_for};
+use vcp_tests::{
+    AuditedWrite, Cluster, ControlPlane, Identity, condition, create_plugin, delete_plugin,
+    wait_for, wait_ready,
+};
 
 const RUNTIME_IMAGE: &str = "vcp-test/runtime:e2e";
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -300,62 +302,6 @@ fn container<'a>(template: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no container {name} in {template:#}"))
 }
 
-async fn create_plugin(admin: &Client, ns: &str, name: &str, spec: Value) {
-    let p: VClusterPlugin = serde_json::from_value(json!({
-        "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
-        "metadata": { "name": name, "namespace": ns },
-        "spec": spec,
-    }))
-    .expect("plugin");
-    Api::<VClusterPlugin>::namespaced(admin.clone(), ns)
-        .create(&PostParams::default(), &p)
-        .await
-        .unwrap_or_else(|e| panic!("create VClusterPlugin {ns}/{name}: {e}"));
-}
-
-fn condition<'a>(p: &'a VClusterPlugin, type_: &str) -> Option<&'a Condition> {
-    p.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-}
-
-/// Waits until `Ready` has `status` (and `reason`, when given) for the current generation.
-async fn wait_ready(
-    admin: &Client,
-    ns: &str,
-    name: &str,
-    status: &str,
-    reason: Option<&str>,
-) -> VClusterPlugin {
-    let api = Api::<VClusterPlugin>::namespaced(admin.clone(), ns);
-    wait_for(TIMEOUT, || {
-        let api = api.clone();
-        async move {
-            let p = api.get(name).await.ok()?;
-            let ready = condition(&p, "Ready")?;
-            (ready.status == status
-                && reason.is_none_or(|r| ready.reason == r)
-                && p.status.as_ref()?.observed_generation == p.metadata.generation)
-                .then_some(p)
-        }
-    })
-    .await
-}
-
-async fn delete_plugin(admin: &Client, ns: &str, name: &str) {
-    let api = Api::<VClusterPlugin>::namespaced(admin.clone(), ns);
-    api.delete(name, &DeleteParams::default())
-        .await
-        .expect("delete VClusterPlugin");
-    wait_for(TIMEOUT, || {
-        let api = api.clone();
-        async move { api.get_opt(name).await.ok()?.is_none().then_some(()) }
-    })
-    .await;
-}
-
 /// The operator's (user `vcp-operator`) write requests so far concerning namespace `ns` or its
 /// cluster-scoped objects, Leases excluded.
 fn operator_writes(ns: &str) -> Vec<AuditedWrite> {
@@ -497,7 +443,7 @@ async fn two_replicas_only_the_leader_writes_and_a_dead_leader_is_replaced() {
     assert_eq!(holder().await.as_deref(), Some("replica-a"));
 
     create_plugin(&admin, ns, "first", embedded_car_spec()).await;
-    wait_ready(&admin, ns, "first", "True", None).await;
+    wait_ready(&admin, ns, "first", "True", None, TIMEOUT).await;
     let writes = operator_writes(ns);
     assert!(
         writes
@@ -535,7 +481,7 @@ async fn two_replicas_only_the_leader_writes_and_a_dead_leader_is_replaced() {
 
     // (Not a second Car syncer: that would be a Conflict with `first`.)
     create_plugin(&admin, ns, "second", json!({ "vcluster": { "name": VC } })).await;
-    wait_ready(&admin, ns, "second", "True", None).await;
+    wait_ready(&admin, ns, "second", "True", None, TIMEOUT).await;
     let after: Vec<_> = operator_writes(ns).into_iter().skip(before).collect();
     assert!(!after.is_empty(), "the new leader installed `second`");
     assert!(
@@ -569,7 +515,7 @@ async fn metrics_healthz_and_readyz_are_served() {
     assert_eq!(r.get("/nope").await.0, 404);
 
     create_plugin(&admin, ns, "measured", embedded_car_spec()).await;
-    wait_ready(&admin, ns, "measured", "True", None).await;
+    wait_ready(&admin, ns, "measured", "True", None, TIMEOUT).await;
     wait_reconciles(&r, 1).await;
     let (code, body) = r.get("/metrics").await;
     assert_eq!(code, 200);
@@ -603,7 +549,7 @@ async fn removed_sidecar_is_added_back() {
     let original = vcluster(&admin, ns, Kind::StatefulSet).await;
     let r = Replica::start("drift-sidecar", None).await;
     create_plugin(&admin, ns, "car-syncer", embedded_car_spec()).await;
-    wait_ready(&admin, ns, "car-syncer", "True", None).await;
+    wait_ready(&admin, ns, "car-syncer", "True", None, TIMEOUT).await;
     let installed = template(&admin, ns, Kind::StatefulSet).await;
     assert_eq!(
         container_names(&installed, "containers"),
@@ -676,7 +622,7 @@ async fn removed_sidecar_is_added_back() {
     .expect("helm apply");
     assert_eq!(template(&admin, ns, Kind::StatefulSet).await, installed);
 
-    delete_plugin(&admin, ns, "car-syncer").await;
+    delete_plugin(&admin, ns, "car-syncer", TIMEOUT).await;
     assert_eq!(template(&admin, ns, Kind::StatefulSet).await, original);
     r.stop().await;
 }
@@ -691,7 +637,7 @@ async fn edited_dedicated_role_is_restored() {
     vcluster(&admin, ns, Kind::StatefulSet).await;
     let r = Replica::start("drift-role", None).await;
     create_plugin(&admin, ns, "car-syncer", embedded_car_spec()).await;
-    wait_ready(&admin, ns, "car-syncer", "True", None).await;
+    wait_ready(&admin, ns, "car-syncer", "True", None, TIMEOUT).await;
     let roles = Api::<Role>::namespaced(admin.clone(), ns);
     let bindings = Api::<RoleBinding>::namespaced(admin.clone(), ns);
     let role_name = "vcp-plugin-car-syncer";
@@ -725,9 +671,9 @@ async fn edited_dedicated_role_is_restored() {
         async move { (bindings.get_opt(role_name).await.ok()??.subjects == subjects).then_some(()) }
     })
     .await;
-    let p = wait_ready(&admin, ns, "car-syncer", "True", None).await;
+    let p = wait_ready(&admin, ns, "car-syncer", "True", None, TIMEOUT).await;
     assert_eq!(condition(&p, "RBACReady").unwrap().status, "True");
-    delete_plugin(&admin, ns, "car-syncer").await;
+    delete_plugin(&admin, ns, "car-syncer", TIMEOUT).await;
     r.stop().await;
 }
 
@@ -741,13 +687,21 @@ async fn deleted_vcluster_is_reported_and_reinstalled_when_it_returns() {
     let original = vcluster(&admin, ns, Kind::StatefulSet).await;
     let r = Replica::start("vcluster-gone", None).await;
     create_plugin(&admin, ns, "car-syncer", embedded_car_spec()).await;
-    wait_ready(&admin, ns, "car-syncer", "True", None).await;
+    wait_ready(&admin, ns, "car-syncer", "True", None, TIMEOUT).await;
 
     Api::<StatefulSet>::namespaced(admin.clone(), ns)
         .delete(VC, &DeleteParams::default())
         .await
         .expect("delete StatefulSet");
-    let p = wait_ready(&admin, ns, "car-syncer", "False", Some("VClusterNotFound")).await;
+    let p = wait_ready(
+        &admin,
+        ns,
+        "car-syncer",
+        "False",
+        Some("VClusterNotFound"),
+        TIMEOUT,
+    )
+    .await;
     assert_eq!(
         p.status.as_ref().unwrap().phase,
         Some(vcp_crds::Phase::Pending)
@@ -756,13 +710,13 @@ async fn deleted_vcluster_is_reported_and_reinstalled_when_it_returns() {
 
     let recreated = create_workload(&admin, ns, Kind::StatefulSet).await;
     assert_eq!(recreated, original);
-    wait_ready(&admin, ns, "car-syncer", "True", None).await;
+    wait_ready(&admin, ns, "car-syncer", "True", None, TIMEOUT).await;
     let live = template(&admin, ns, Kind::StatefulSet).await;
     assert_eq!(
         container_names(&live, "containers"),
         ["syncer", "car-syncer"]
     );
-    delete_plugin(&admin, ns, "car-syncer").await;
+    delete_plugin(&admin, ns, "car-syncer", TIMEOUT).await;
     assert_eq!(template(&admin, ns, Kind::StatefulSet).await, original);
     r.stop().await;
 }
@@ -777,7 +731,7 @@ async fn plugin_deleted_while_the_operator_is_down_is_cleaned_up_when_it_returns
     let original = vcluster(&admin, ns, Kind::StatefulSet).await;
     let r = Replica::start("down-1", None).await;
     create_plugin(&admin, ns, "car-syncer", embedded_car_spec()).await;
-    wait_ready(&admin, ns, "car-syncer", "True", None).await;
+    wait_ready(&admin, ns, "car-syncer", "True", None, TIMEOUT).await;
     r.stop().await;
 
     let api = Api::<VClusterPlugin>::namespaced(admin.clone(), ns);
@@ -831,7 +785,7 @@ async fn deployment_vcluster_with_several_plugins_added_and_removed_independentl
     let r = Replica::start_with_policy("deploy", None, policy).await;
 
     create_plugin(&admin, ns, "embedded", embedded_car_spec()).await;
-    let p = wait_ready(&admin, ns, "embedded", "True", None).await;
+    let p = wait_ready(&admin, ns, "embedded", "True", None, TIMEOUT).await;
     let w = p.status.unwrap().workload.unwrap();
     assert_eq!((w.kind.as_str(), w.name.as_str()), ("Deployment", VC));
     let with_embedded = template(&admin, ns, Kind::Deployment).await;
@@ -859,7 +813,7 @@ async fn deployment_vcluster_with_several_plugins_added_and_removed_independentl
         }),
     )
     .await;
-    wait_ready(&admin, ns, "legacy", "True", None).await;
+    wait_ready(&admin, ns, "legacy", "True", None, TIMEOUT).await;
     let with_legacy = template(&admin, ns, Kind::Deployment).await;
     assert_eq!(
         container_names(&with_legacy, "containers"),
@@ -923,7 +877,7 @@ async fn deployment_vcluster_with_several_plugins_added_and_removed_independentl
         json!({ "vcluster": { "name": VC }, "image": "ghcr.io/example/v2-plugin:1.0" }),
     )
     .await;
-    wait_ready(&admin, ns, "v2", "True", None).await;
+    wait_ready(&admin, ns, "v2", "True", None, TIMEOUT).await;
     let with_v2 = template(&admin, ns, Kind::Deployment).await;
     // after the chart's own init container (init-container-order, tests/tests/chart_oracle.rs)
     assert_eq!(
@@ -934,7 +888,7 @@ async fn deployment_vcluster_with_several_plugins_added_and_removed_independentl
     assert_eq!(container(&with_v2, "legacy"), &legacy_json, "untouched");
 
     // Remove them one at a time: what remains is exactly what it was.
-    delete_plugin(&admin, ns, "legacy").await;
+    delete_plugin(&admin, ns, "legacy", TIMEOUT).await;
     let without_legacy = template(&admin, ns, Kind::Deployment).await;
     assert_eq!(
         container_names(&without_legacy, "containers"),
@@ -950,10 +904,10 @@ async fn deployment_vcluster_with_several_plugins_added_and_removed_independentl
         with_v2["spec"]["volumes"]
     );
 
-    delete_plugin(&admin, ns, "v2").await;
+    delete_plugin(&admin, ns, "v2", TIMEOUT).await;
     assert_eq!(template(&admin, ns, Kind::Deployment).await, with_embedded);
 
-    delete_plugin(&admin, ns, "embedded").await;
+    delete_plugin(&admin, ns, "embedded", TIMEOUT).await;
     assert_eq!(template(&admin, ns, Kind::Deployment).await, original);
     r.stop().await;
 }
@@ -972,7 +926,15 @@ async fn conditions_move_only_on_a_change_and_events_are_published() {
     vcp_tests::create_namespace(&admin, ns).await;
     let r = Replica::start("status", None).await;
     create_plugin(&admin, ns, "watched", embedded_car_spec()).await;
-    let missing = wait_ready(&admin, ns, "watched", "False", Some("VClusterNotFound")).await;
+    let missing = wait_ready(
+        &admin,
+        ns,
+        "watched",
+        "False",
+        Some("VClusterNotFound"),
+        TIMEOUT,
+    )
+    .await;
     let times = |p: &VClusterPlugin| -> Vec<(String, String, String)> {
         ["Ready", "WorkloadPatched", "RBACReady"]
             .iter()
@@ -1000,7 +962,7 @@ async fn conditions_move_only_on_a_change_and_events_are_published() {
     // Timestamps have a resolution of one second: let one pass so a transition is visible.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     create_workload(&admin, ns, Kind::StatefulSet).await;
-    let ready = wait_ready(&admin, ns, "watched", "True", None).await;
+    let ready = wait_ready(&admin, ns, "watched", "True", None, TIMEOUT).await;
     let t1 = times(&ready);
     for ((type_, status, time), (_, _, before)) in t1.iter().zip(&t0) {
         assert_eq!(status, "True", "{type_}");
@@ -1019,7 +981,7 @@ async fn conditions_move_only_on_a_change_and_events_are_published() {
     )
     .await
     .expect("change spec");
-    let next = wait_ready(&admin, ns, "watched", "True", None).await;
+    let next = wait_ready(&admin, ns, "watched", "True", None, TIMEOUT).await;
     assert!(next.metadata.generation > ready.metadata.generation);
     assert_eq!(times(&next), t1);
     for t in ["Ready", "WorkloadPatched", "RBACReady"] {
@@ -1059,7 +1021,7 @@ async fn conditions_move_only_on_a_change_and_events_are_published() {
             _ => {}
         }
     }
-    delete_plugin(&admin, ns, "watched").await;
+    delete_plugin(&admin, ns, "watched", TIMEOUT).await;
     r.stop().await;
 }
 
@@ -1108,7 +1070,7 @@ async fn restart_and_touches_after_convergence_make_zero_writes() {
     }
     for (ns, _) in &namespaces {
         for (name, _) in &plugins {
-            wait_ready(&admin, ns, name, "True", None).await;
+            wait_ready(&admin, ns, name, "True", None, TIMEOUT).await;
         }
     }
     first.stop().await;

@@ -8,13 +8,11 @@
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
-use vcp_crds::VClusterPlugin;
-use vcp_tests::{apply_yaml, vcluster_workload, wait_for};
+use vcp_tests::{apply_yaml, delete_plugin, vcluster_workload, wait_event, wait_for, wait_ready};
 
 const NS: &str = "rbac-patch-mode";
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -92,19 +90,7 @@ spec:
     )
     .await
     .expect("plugin");
-    let plugins = Api::<VClusterPlugin>::namespaced(admin.clone(), NS);
-    wait_for(TIMEOUT, || {
-        let plugins = plugins.clone();
-        async move {
-            let p = plugins.get("car-syncer").await.ok()?;
-            p.status?
-                .conditions
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True")
-                .then_some(())
-        }
-    })
-    .await;
+    wait_ready(&admin, NS, "car-syncer", "True", None, TIMEOUT).await;
 
     // The chart's Role carries the original rules first, then the plugin's, recorded.
     let patched = roles.get("vc-my-vcluster").await.unwrap();
@@ -150,22 +136,7 @@ spec:
         patched.metadata.resource_version
     );
 
-    plugins
-        .delete("car-syncer", &DeleteParams::default())
-        .await
-        .unwrap();
-    wait_for(TIMEOUT, || {
-        let plugins = plugins.clone();
-        async move {
-            plugins
-                .get_opt("car-syncer")
-                .await
-                .ok()?
-                .is_none()
-                .then_some(())
-        }
-    })
-    .await;
+    delete_plugin(&admin, NS, "car-syncer", TIMEOUT).await;
     let restored = roles.get("vc-my-vcluster").await.unwrap();
     assert_eq!(restorable(&restored), restorable(&original));
     assert_eq!(
@@ -209,24 +180,6 @@ rules:
         .to_string()
     };
     format!("{}{roles}", vcluster_workload(ns))
-}
-
-/// The `Ready` condition of `name` once it is `False` for the current generation, with `reason`.
-async fn wait_refused(plugins: &Api<VClusterPlugin>, name: &str, reason: &str) {
-    wait_for(TIMEOUT, || {
-        let plugins = plugins.clone();
-        async move {
-            let p = plugins.get(name).await.ok()?;
-            let status = p.status?;
-            (status.observed_generation == p.metadata.generation
-                && status
-                    .conditions
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "False" && c.reason == reason))
-            .then_some(())
-        }
-    })
-    .await;
 }
 
 /// Names of the containers of the StatefulSet `my-vcluster` in `ns`.
@@ -275,26 +228,16 @@ spec:
     )
     .await
     .expect("plugin");
-    let plugins = Api::<VClusterPlugin>::namespaced(admin.clone(), NS);
-    wait_refused(&plugins, "no-role", "VClusterRoleNotFound").await;
-    let events = Api::<Event>::namespaced(admin.clone(), NS);
-    wait_for(TIMEOUT, || {
-        let events = events.clone();
-        async move {
-            events
-                .list(&ListParams::default())
-                .await
-                .ok()?
-                .items
-                .iter()
-                .any(|e| {
-                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("no-role")
-                        && e.reason.as_deref() == Some("VClusterRoleNotFound")
-                })
-                .then_some(())
-        }
-    })
+    wait_ready(
+        &admin,
+        NS,
+        "no-role",
+        "False",
+        Some("VClusterRoleNotFound"),
+        TIMEOUT,
+    )
     .await;
+    wait_event(&admin, NS, "no-role", "VClusterRoleNotFound", TIMEOUT).await;
     // Let any write that would follow the status land before comparing.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
@@ -349,19 +292,7 @@ spec:
     apply_yaml(&admin, &plugin(""), Some(NS))
         .await
         .expect("plugin");
-    let plugins = Api::<VClusterPlugin>::namespaced(admin.clone(), NS);
-    wait_for(TIMEOUT, || {
-        let plugins = plugins.clone();
-        async move {
-            let p = plugins.get("later-denied").await.ok()?;
-            p.status?
-                .conditions
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True")
-                .then_some(())
-        }
-    })
-    .await;
+    wait_ready(&admin, NS, "later-denied", "True", None, TIMEOUT).await;
     assert!(
         containers(&admin, NS)
             .await
@@ -391,7 +322,15 @@ spec:
     )
     .await
     .expect("edit");
-    wait_refused(&plugins, "later-denied", "PolicyDenied").await;
+    wait_ready(
+        &admin,
+        NS,
+        "later-denied",
+        "False",
+        Some("PolicyDenied"),
+        TIMEOUT,
+    )
+    .await;
     wait_for(TIMEOUT, || {
         let (admin, roles, bindings) = (admin.clone(), roles.clone(), bindings.clone());
         async move {
@@ -413,21 +352,6 @@ spec:
     })
     .await;
     // The chart's Role is untouched and the plugin can still be deleted.
-    plugins
-        .delete("later-denied", &DeleteParams::default())
-        .await
-        .unwrap();
-    wait_for(TIMEOUT, || {
-        let plugins = plugins.clone();
-        async move {
-            plugins
-                .get_opt("later-denied")
-                .await
-                .ok()?
-                .is_none()
-                .then_some(())
-        }
-    })
-    .await;
+    delete_plugin(&admin, NS, "later-denied", TIMEOUT).await;
     assert_eq!(containers(&admin, NS).await, ["syncer"]);
 }

@@ -601,24 +601,13 @@ async fn unmanaged_host_object_is_never_touched() {
     })
     .await;
     // reported as a Warning Event on the VClusterPlugin too
-    let events: Api<k8s_openapi::api::events::v1::Event> =
-        Api::namespaced(w.host.clone(), &w.host_ns);
-    let event = wait_for(TIMEOUT, || {
-        let events = events.clone();
-        async move {
-            events
-                .list(&Default::default())
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .find(|e| {
-                    e.reason.as_deref() == Some("HostObjectConflict")
-                        && e.regarding.as_ref().and_then(|r| r.name.as_deref())
-                            == Some("car-plugin")
-                })
-        }
-    })
+    let event = vcp_tests::wait_event(
+        &w.host,
+        &w.host_ns,
+        "car-plugin",
+        "HostObjectConflict",
+        TIMEOUT,
+    )
     .await;
     assert_eq!(event.type_.as_deref(), Some("Warning"));
     assert!(

@@ -14,9 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 
 use kube::api::DynamicObject;
 use serde_json::{Map, Value, json};
@@ -122,31 +120,9 @@ const OTHER_KEYS: [&str; 12] = [
     "heritage",
 ];
 
-/// The path of the built oracle (`scripts/oracles build`, once per test binary).
-fn oracle() -> &'static PathBuf {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let out = Command::new(repo_root().join("scripts/oracles"))
-            .arg("build")
-            .output()
-            .expect("run scripts/oracles build");
-        assert!(
-            out.status.success(),
-            "scripts/oracles build failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let stdout = String::from_utf8(out.stdout).expect("utf-8");
-        let path = stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("TRANSLATE_ORACLE="))
-            .expect("scripts/oracles build prints TRANSLATE_ORACLE=");
-        PathBuf::from(path)
-    })
-}
-
 /// vCluster's answers to `requests`, in order (one oracle process for all of them).
 fn ask_vcluster(requests: &[Value]) -> Vec<Value> {
-    let mut child = Command::new(oracle())
+    let mut child = Command::new(&vcp_tests::oracle_paths()["TRANSLATE_ORACLE"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -1,0 +1,193 @@
+//! The shared operator of a test binary, and helpers for `VClusterPlugin`s: create one, wait
+//! for its `Ready` condition, delete it and wait until it is gone, wait for an Event about it.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use serde_json::{Value, json};
+use vcp_crds::VClusterPlugin;
+
+use crate::control_plane::{Cluster, ControlPlane, Identity};
+use crate::fixtures::{apply_yaml_file, install_crds};
+use crate::{poll_for, wait_for};
+
+/// Installs the CRDs and the operator's RBAC (`config/rbac/role.yaml` plus the binding of the
+/// static-token user `vcp-operator`) on the shared host cluster, and starts one operator for
+/// this test binary, as `vcp-operator`, with `runtime_image` as its embedded-runtime image. The
+/// operator runs on a thread and tokio runtime of its own, so it outlives each test's runtime;
+/// later calls only return a new admin client.
+///
+/// # Panics
+/// When the CRDs or the RBAC cannot be applied, or the operator stops.
+pub async fn start_shared_operator(runtime_image: &'static str) -> Client {
+    static STARTED: OnceLock<()> = OnceLock::new();
+    let cp = ControlPlane::shared();
+    let admin = cp.client(Cluster::Host, Identity::Admin).await;
+    if STARTED.get().is_none() {
+        install_crds(&admin).await;
+        for file in [
+            "config/rbac/role.yaml",
+            "config/rbac/test-user-binding.yaml",
+        ] {
+            apply_yaml_file(&admin, file, None)
+                .await
+                .unwrap_or_else(|e| panic!("apply {file}: {e:#}"));
+        }
+        STARTED.get_or_init(|| {
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Runtime::new().expect("operator runtime");
+                rt.block_on(async {
+                    let client = ControlPlane::shared()
+                        .client(Cluster::Host, Identity::Operator)
+                        .await;
+                    let mut config = vcluster_plugin_operator::Config::new(client);
+                    config.runtime_image = runtime_image.into();
+                    vcluster_plugin_operator::run(config)
+                        .await
+                        .expect("operator stopped");
+                });
+            });
+        });
+    }
+    admin
+}
+
+/// Creates the VClusterPlugin `name` in `ns` with `spec` (JSON, as in a manifest) and returns
+/// the created object.
+///
+/// # Panics
+/// When `spec` is not a VClusterPlugin spec or the API server refuses it (the message names
+/// the plugin and the API server's answer).
+pub async fn create_plugin(admin: &Client, ns: &str, name: &str, spec: Value) -> VClusterPlugin {
+    let p: VClusterPlugin = serde_json::from_value(json!({
+        "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
+        "metadata": { "name": name, "namespace": ns },
+        "spec": spec,
+    }))
+    .expect("plugin");
+    Api::<VClusterPlugin>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &p)
+        .await
+        .unwrap_or_else(|e| panic!("create VClusterPlugin {ns}/{name}: {e}"))
+}
+
+/// The condition of type `type_` (`Ready`, `WorkloadPatched`, `RBACReady`, ...) in `p`'s
+/// status, if any.
+pub fn condition<'a>(p: &'a VClusterPlugin, type_: &str) -> Option<&'a Condition> {
+    p.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+}
+
+/// The plugin `name` in `ns` once its `Ready` condition has `status` (`True` / `False`) and,
+/// when given, `reason`, with `status.observedGeneration` equal to `metadata.generation`;
+/// `None` when `timeout` passes first.
+pub async fn poll_ready(
+    admin: &Client,
+    ns: &str,
+    name: &str,
+    status: &str,
+    reason: Option<&str>,
+    timeout: Duration,
+) -> Option<VClusterPlugin> {
+    let api = Api::<VClusterPlugin>::namespaced(admin.clone(), ns);
+    poll_for(timeout, || {
+        let api = api.clone();
+        async move {
+            let p = api.get(name).await.ok()?;
+            let ready = condition(&p, "Ready")?;
+            (ready.status == status
+                && reason.is_none_or(|r| ready.reason == r)
+                && p.status.as_ref()?.observed_generation == p.metadata.generation)
+                .then_some(p)
+        }
+    })
+    .await
+}
+
+/// [`poll_ready`], panicking when `timeout` passes first.
+///
+/// # Panics
+/// When the condition is not reached within `timeout`.
+pub async fn wait_ready(
+    admin: &Client,
+    ns: &str,
+    name: &str,
+    status: &str,
+    reason: Option<&str>,
+    timeout: Duration,
+) -> VClusterPlugin {
+    poll_ready(admin, ns, name, status, reason, timeout)
+        .await
+        .unwrap_or_else(|| {
+            panic!(
+                "VClusterPlugin {ns}/{name}: Ready={status} (reason {reason:?}) not reached within {timeout:?}"
+            )
+        })
+}
+
+/// Deletes the plugin `name` in `ns` and waits until it is gone (the operator's finalizer ran).
+///
+/// # Panics
+/// When the delete is refused, or the plugin still exists after `timeout`.
+pub async fn delete_plugin(admin: &Client, ns: &str, name: &str, timeout: Duration) {
+    let api = Api::<VClusterPlugin>::namespaced(admin.clone(), ns);
+    api.delete(name, &DeleteParams::default())
+        .await
+        .expect("delete VClusterPlugin");
+    wait_for(timeout, || {
+        let api = api.clone();
+        async move { api.get_opt(name).await.ok()?.is_none().then_some(()) }
+    })
+    .await;
+}
+
+/// The first Event (`events.k8s.io/v1`) in `ns` with `reason` about the object named `about`
+/// (`regarding.name`); `None` when `timeout` passes first.
+pub async fn poll_event(
+    admin: &Client,
+    ns: &str,
+    about: &str,
+    reason: &str,
+    timeout: Duration,
+) -> Option<Event> {
+    let events = Api::<Event>::namespaced(admin.clone(), ns);
+    poll_for(timeout, || {
+        let events = events.clone();
+        async move {
+            events
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some(reason)
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(about)
+                })
+        }
+    })
+    .await
+}
+
+/// [`poll_event`], panicking when `timeout` passes first.
+///
+/// # Panics
+/// When no such Event appears within `timeout`.
+pub async fn wait_event(
+    admin: &Client,
+    ns: &str,
+    about: &str,
+    reason: &str,
+    timeout: Duration,
+) -> Event {
+    poll_event(admin, ns, about, reason, timeout)
+        .await
+        .unwrap_or_else(|| panic!("no Event {reason} about {ns}/{about} within {timeout:?}"))
+}
