@@ -33,7 +33,7 @@ use serde::de::DeserializeOwned;
 use vcp_crds::{OPERATOR_FIELD_MANAGER, PLUGIN_NAME_LABEL, VClusterPlugin};
 
 use crate::error::{Error, Result};
-use crate::rbac::{self, Plurals};
+use crate::rbac::{self, Plurals, Served};
 use crate::workload::Workload;
 
 /// How long a discovered plural is trusted before it is discovered again (a CRD deleted or
@@ -363,14 +363,16 @@ pub fn workload(
         .map(|d| written.newest(seen(&*d), Workload::from_deployment(&d)))
 }
 
-/// Plurals found by API discovery, by `(apiVersion, kind)`, each trusted for [`PLURAL_TTL`].
+/// Plurals and scopes found by API discovery, by `(apiVersion, kind)`, each trusted for
+/// [`PLURAL_TTL`].
 #[derive(Default)]
 pub struct Discovery {
-    found: Mutex<HashMap<(String, String), (String, Instant)>>,
+    found: Mutex<HashMap<(String, String), (Served, Instant)>>,
 }
 
 impl Discovery {
-    /// The plurals of the types every plugin of `plugins` needs: from this cache when
+    /// The plurals and scopes of the types every plugin of `plugins` names
+    /// ([`rbac::types_to_resolve`]): from this cache when
     /// discovered less than [`PLURAL_TTL`] ago, else by discovery (one request per type). A
     /// type the API server does not serve is left out (and refused by [`rbac::desired`]).
     ///
@@ -397,7 +399,7 @@ impl Discovery {
             let plural = match cached {
                 Some(p) => Some(p),
                 None => {
-                    let found = discover_plural(client, &t.0, &t.1).await?;
+                    let found = discover(client, &t.0, &t.1).await?;
                     match &found {
                         Some(p) => {
                             self.lock().insert(t.clone(), (p.clone(), Instant::now()));
@@ -416,29 +418,29 @@ impl Discovery {
         Ok(plurals)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), (String, Instant)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), (Served, Instant)>> {
         self.found
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
-/// The plural of `kind` in `api_version`, or `None` when the API server does not serve it.
+/// The plural and scope of `kind` in `api_version`, or `None` when the API server does not
+/// serve it.
 ///
 /// # Errors
 /// Discovery failures other than "not served".
-pub async fn discover_plural(
-    client: &Client,
-    api_version: &str,
-    kind: &str,
-) -> Result<Option<String>> {
+pub async fn discover(client: &Client, api_version: &str, kind: &str) -> Result<Option<Served>> {
     let (group, version) = match api_version.rsplit_once('/') {
         Some((g, v)) => (g.to_string(), v.to_string()),
         None => (String::new(), api_version.to_string()),
     };
     let gvk = GroupVersionKind::gvk(&group, &version, kind);
     match kube::discovery::pinned_kind(client, &gvk).await {
-        Ok((ar, _)) => Ok(Some(ar.plural)),
+        Ok((ar, caps)) => Ok(Some(Served {
+            plural: ar.plural,
+            namespaced: caps.scope == kube::discovery::Scope::Namespaced,
+        })),
         Err(kube::Error::Discovery(_)) => Ok(None),
         // A group the API server does not serve answers a plain-text `404 page not found`,
         // which kube turns into a `Status` without the `NotFound` reason: match the code.

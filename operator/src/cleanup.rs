@@ -66,11 +66,12 @@ pub async fn cleanup(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
 
     if let Some(wl) = wl {
         let others = install::candidates(ctx, &namespace, &vcluster, &[], Some(&name));
-        let refs: Vec<&VClusterPlugin> = others.allowed.iter().collect();
-        // The same judgement as the install path: refused plugins stay out, so a plugin whose
-        // part the API server refuses never holds up this removal.
-        let facts = ClusterFacts::read(ctx, &namespace, &vcluster, &refs).await?;
-        let (kept, _) = install::judge_parts(ctx, &wl, facts.accepted(&refs)).await?;
+        let refs: Vec<&VClusterPlugin> = others.iter().collect();
+        // The same judgement as the install path: refused plugins stay out (all of them when
+        // the workload is not a vCluster: the apply then only takes out what was added), so a
+        // plugin whose part the API server refuses never holds up this removal.
+        let facts = ClusterFacts::read(ctx, &wl, &refs).await?;
+        let (kept, _) = install::judge_parts(ctx, &wl, facts.accepted(&ctx.policy, &refs)).await?;
         let plan = workload::plan(&wl, &kept, &ctx.runtime_image);
         apply_workload(ctx, &wl, &plan.patch).await?;
     }

@@ -5,11 +5,15 @@
 //!    that the workload is applied once with all of them), and go on in the same reconcile;
 //! 1. find the vCluster workload (StatefulSet, else Deployment, named `spec.vcluster.name`);
 //!    none → `Ready=False, reason=VClusterNotFound`, an Event, and nothing created;
-//! 2. decide every refusal before any write. The policy ([`crate::policy`], judged once per
-//!    plugin by [`candidates`]) and the cluster state ([`ClusterFacts`]: a type the host does
-//!    not serve → `UnknownType`; `rbac.mode: PatchVClusterRoles` with no Role bound to
-//!    `vc-<vcluster>` → `VClusterRoleNotFound`) are judged for **every** plugin of the
-//!    vCluster, not only the one being reconciled, from facts read once per reconcile;
+//! 2. decide every refusal before any write, from facts read once per reconcile
+//!    ([`ClusterFacts`]), in this order ([`ClusterFacts::verdict`]): the workload is not a
+//!    vCluster ([`crate::workload::vcluster_identity`]) → `NotAVCluster` (and nothing is read
+//!    further); the policy ([`crate::policy`], with the plurals discovery found) →
+//!    `PolicyDenied`; the cluster state: a type the host does not serve → `UnknownType`, a
+//!    cluster-scoped one → `ClusterScopedType`, `rbac.mode: PatchVClusterRoles` with no Role
+//!    bound to the vCluster's service account → `VClusterRoleNotFound`, or with that Role bound
+//!    to anyone else too → `SharedVClusterRole`. They are judged for **every** plugin of the
+//!    vCluster, not only the one being reconciled;
 //!    the API server then judges each remaining plugin's part by server-side dry runs
 //!    ([`judge_parts`], [`crate::judge`]: a part it refuses → `InvalidWorkload`; a container
 //!    that would break the namespace's Pod Security level → `PolicyDenied`), and conflicts are
@@ -19,7 +23,8 @@
 //!    take out again, and one bad plugin never keeps the others out;
 //! 3. compute the apply body of that workload from all plugins not refused and apply it,
 //!    unless already converged ([`crate::writes::apply_workload`]);
-//! 4. a plugin that is not refused gets its RBAC objects ([`crate::rbac::desired`]) that differ
+//! 4. a plugin that is not refused gets its RBAC objects ([`crate::rbac::desired`], bound to the
+//!    service account the vCluster's pod template runs as) that differ
 //!    from the live ones (or its rules appended to the vCluster's Role,
 //!    [`sync_vcluster_roles`]); a refused one gets nothing, and loses what an earlier
 //!    generation was given (as on delete);
@@ -46,7 +51,7 @@ use crate::cache::{self, Caches};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::finalizer::with_finalizer;
-use crate::policy::{self, Denial, Policy};
+use crate::policy::{self, Policy};
 use crate::rbac::{self, DesiredRbac, Plurals};
 use crate::status::{self, Check, Outcome};
 use crate::workload::{self, Refusal, Workload};
@@ -57,7 +62,8 @@ pub const RESYNC: Duration = Duration::from_secs(600);
 
 /// How soon a plugin refused for the state of the cluster rather than its own spec
 /// (`UnknownType`: a type the host does not serve; `VClusterRoleNotFound`: no Role bound to the
-/// vCluster's service account) is judged again. The CRD or Role that resolves the refusal is
+/// vCluster's service account; `SharedVClusterRole`: that Role is bound to others too) is
+/// judged again. The CRD or Role that resolves the refusal is
 /// not watched for this plugin (it is not the plugin's own), so without this the plugin would
 /// wait for [`RESYNC`].
 pub const RECHECK: Duration = Duration::from_secs(20);
@@ -125,28 +131,22 @@ pub async fn install(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
 
     // Every refusal is decided before the workload is written (see the module docs).
     let candidates = candidates(ctx, &namespace, &vcluster, &fresher, None);
-    let refs: Vec<&VClusterPlugin> = candidates.allowed.iter().collect();
-    let facts = ClusterFacts::read(ctx, &namespace, &vcluster, &refs).await?;
-    let (installed, judged) = judge_parts(ctx, &wl, facts.accepted(&refs)).await?;
+    let refs: Vec<&VClusterPlugin> = candidates.iter().collect();
+    let facts = ClusterFacts::read(ctx, &wl, &refs).await?;
+    let (installed, judged) = judge_parts(ctx, &wl, facts.accepted(&ctx.policy, &refs)).await?;
     let plan = workload::plan(&wl, &installed, &ctx.runtime_image);
     apply_workload(ctx, &wl, &plan.patch).await?;
     drop(guard);
 
-    let grant = match candidates.verdict(&ctx.policy, plugin) {
-        Err(d) => Err(Check::failed(policy::REASON_POLICY_DENIED, d.message())),
-        Ok(()) => facts
-            .grant(plugin)
-            .map_err(|r| Check::failed(r.reason, r.message))
-            .and_then(|g| {
-                match judged
-                    .get(&plugin.name_any())
-                    .or_else(|| plan.refused.get(&plugin.name_any()))
-                {
-                    Some(r) => Err(Check::failed(r.reason, r.message.clone())),
-                    None => Ok(g),
-                }
-            }),
-    };
+    let grant = facts.verdict(&ctx.policy, plugin).and_then(|g| {
+        match judged
+            .get(&plugin.name_any())
+            .or_else(|| plan.refused.get(&plugin.name_any()))
+        {
+            Some(r) => Err(Check::failed(r.reason, r.message.clone())),
+            None => Ok(g),
+        }
+    });
     let (workload_patched, rbac) = match grant {
         Ok(grant) => {
             apply_rbac(ctx, plugin, grant.rbac).await?;
@@ -209,7 +209,9 @@ pub async fn judge_parts<'a>(
 pub fn next_reconcile(rbac: &Check) -> Duration {
     match rbac {
         Check::Failed { reason, .. }
-            if reason == rbac::REASON_UNKNOWN_TYPE || reason == rbac::REASON_NO_VCLUSTER_ROLE =>
+            if reason == rbac::REASON_UNKNOWN_TYPE
+                || reason == rbac::REASON_NO_VCLUSTER_ROLE
+                || reason == rbac::REASON_SHARED_ROLE =>
         {
             RECHECK
         }
@@ -223,61 +225,29 @@ pub fn next_reconcile(rbac: &Check) -> Duration {
 pub struct Grant {
     /// The plugin's own RBAC objects ([`rbac::desired`]).
     pub rbac: DesiredRbac,
-    /// `PatchVClusterRoles` only: the Role bound to `vc-<vcluster>` and the plugin's rules.
+    /// `PatchVClusterRoles` only: the Role bound to the vCluster's service account and the
+    /// plugin's rules.
     pub vcluster_role: Option<(String, Vec<PolicyRule>)>,
-}
-
-/// The plugins installed into one vCluster that the policy lets in, and the policy's verdict
-/// on the others: each plugin is judged by [`policy::evaluate`] once per reconcile.
-#[derive(Clone, Debug, Default)]
-pub struct Candidates {
-    /// The plugins the policy does not refuse (in no particular order). Those the cluster
-    /// state refuses are left out later, by [`ClusterFacts::accepted`], before planning.
-    pub allowed: Vec<VClusterPlugin>,
-    /// The policy's refusals, by plugin name: these plugins get nothing in the workload.
-    pub denied: BTreeMap<String, Denial>,
-}
-
-impl Candidates {
-    /// The policy's verdict on `plugin`: the one [`candidates`] reached, or, for a plugin it
-    /// did not judge (one being deleted since it was read), judged now.
-    ///
-    /// # Errors
-    /// The policy's [`Denial`].
-    pub fn verdict(
-        &self,
-        policy: &Policy,
-        plugin: &VClusterPlugin,
-    ) -> std::result::Result<(), Denial> {
-        let name = plugin.name_any();
-        if let Some(denial) = self.denied.get(&name) {
-            return Err(denial.clone());
-        }
-        if self.allowed.iter().any(|p| p.name_any() == name) {
-            return Ok(());
-        }
-        policy::evaluate(policy, plugin)
-    }
 }
 
 /// The plugins installed into `vcluster` of `namespace` according to the watch cache
 /// ([`workload::contributes`]), except `without`, with the copies in `fresher` (newer than the
-/// cache, such as the answers to the finalizer patches) in place of their cached ones, each
-/// judged by the policy ([`policy::evaluate`]) once.
+/// cache, such as the answers to the finalizer patches) in place of their cached ones. Which of
+/// them are refused is decided by [`ClusterFacts::verdict`].
 pub fn candidates(
     ctx: &Context,
     namespace: &str,
     vcluster: &str,
     fresher: &[VClusterPlugin],
     without: Option<&str>,
-) -> Candidates {
+) -> Vec<VClusterPlugin> {
     let is_fresher = |p: &VClusterPlugin| {
         fresher
             .iter()
             .any(|f| f.name_any() == p.name_any() && f.namespace() == p.namespace())
     };
     let cached = ctx.plugins.state();
-    let plugins = cached
+    cached
         .iter()
         .filter(|p| workload::contributes(p, namespace, vcluster))
         .filter(|p| !is_fresher(p))
@@ -288,31 +258,31 @@ pub fn candidates(
                 .filter(|p| workload::contributes(p, namespace, vcluster))
                 .cloned(),
         )
-        .filter(|p| without.is_none_or(|w| p.name_any() != w));
-    let mut out = Candidates::default();
-    for plugin in plugins {
-        match policy::evaluate(&ctx.policy, &plugin) {
-            Ok(()) => out.allowed.push(plugin),
-            Err(denial) => {
-                out.denied.insert(plugin.name_any(), denial);
-            }
-        }
-    }
-    out
+        .filter(|p| without.is_none_or(|w| p.name_any() != w))
+        .collect()
 }
 
 /// The cluster state the refusals of the plugins of one vCluster depend on, read once per
 /// reconcile (discovery results are shared by every plugin of the vCluster):
-/// - the plurals of the types the plugins name ([`crate::cache::Discovery::plurals_of`]); a type missing
-///   here is refused with `UnknownType`;
+/// - whether the workload is a vCluster, and the service account its pod template runs as
+///   ([`workload::vcluster_identity`]); not a vCluster is refused with `NotAVCluster`, and
+///   nothing else is read;
+/// - the plurals and scopes of the types the plugins name
+///   ([`crate::cache::Discovery::plurals_of`]); a type missing here is refused with
+///   `UnknownType`, a cluster-scoped one with `ClusterScopedType`; the policy judges the rules
+///   derived with these plurals;
 /// - when some plugin uses `rbac.mode: PatchVClusterRoles`, the Role bound to the vCluster's
-///   service account ([`find_vcluster_role`]); none is refused with `VClusterRoleNotFound`.
+///   service account ([`find_vcluster_role`]); none is refused with `VClusterRoleNotFound`,
+///   one bound to anyone else too with `SharedVClusterRole`.
 ///
 /// Every reconcile of a workload judges all its plugins from these facts, so they agree on
 /// which plugins are installed (DESIGN.md: a refusal "leaves the workload untouched").
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct ClusterFacts {
-    /// Plurals of the served types among those the plugins name.
+    /// The service account the vCluster's pod template runs as (the RBAC subject), or why
+    /// the workload is not a vCluster.
+    pub service_account: std::result::Result<String, Refusal>,
+    /// Plurals and scopes of the served types among those the plugins name.
     pub plurals: Plurals,
     /// The vCluster Role `PatchVClusterRoles` appends to, or why there is none; `None` when
     /// no plugin read with [`ClusterFacts::read`] uses that mode.
@@ -320,36 +290,64 @@ pub struct ClusterFacts {
 }
 
 impl ClusterFacts {
-    /// Reads the facts `plugins` (all of the vCluster `vcluster` in `namespace`) depend on:
-    /// plurals from [`Context::discovery`], Roles and RoleBindings from [`Context::caches`].
+    /// Reads the facts `plugins` (all of the vCluster whose workload is `wl`) depend on: the
+    /// workload's identity, plurals from [`Context::discovery`], Roles and RoleBindings from
+    /// [`Context::caches`]. Not a vCluster: nothing is read.
     ///
     /// # Errors
     /// Discovery failures other than "not served".
-    pub async fn read(
-        ctx: &Context,
-        namespace: &str,
-        vcluster: &str,
-        plugins: &[&VClusterPlugin],
-    ) -> Result<Self> {
+    pub async fn read(ctx: &Context, wl: &Workload, plugins: &[&VClusterPlugin]) -> Result<Self> {
+        let service_account = workload::vcluster_identity(wl);
+        let Ok(sa) = &service_account else {
+            return Ok(Self {
+                service_account,
+                plurals: Plurals::new(),
+                vcluster_role: None,
+            });
+        };
         let plurals = ctx.discovery.plurals_of(&ctx.client, plugins).await?;
         let vcluster_role = if plugins.iter().any(|p| rbac::patches_vcluster_roles(p)) {
-            Some(find_vcluster_role(&ctx.caches, namespace, vcluster))
+            Some(find_vcluster_role(&ctx.caches, &wl.namespace, &wl.name, sa))
         } else {
             None
         };
         Ok(Self {
+            service_account,
             plurals,
             vcluster_role,
         })
     }
 
-    /// What `plugin` is given, or why the cluster state refuses it (`UnknownType`,
-    /// `VClusterRoleNotFound`). Policy and conflicts are judged elsewhere.
+    /// Whether `plugin` is installed, with what, or why not as its condition: not a vCluster
+    /// (`NotAVCluster`), the policy (`PolicyDenied`, judged on the discovered plurals), then
+    /// the cluster state ([`ClusterFacts::grant`]). Conflicts are judged by
+    /// [`workload::plan`].
+    ///
+    /// # Errors
+    /// The failed [`Check`].
+    pub fn verdict(
+        &self,
+        policy: &Policy,
+        plugin: &VClusterPlugin,
+    ) -> std::result::Result<Grant, Check> {
+        if let Err(r) = &self.service_account {
+            return Err(Check::failed(r.reason, r.message.clone()));
+        }
+        policy::evaluate(policy, plugin, &self.plurals)
+            .map_err(|d| Check::failed(policy::REASON_POLICY_DENIED, d.message()))?;
+        self.grant(plugin)
+            .map_err(|r| Check::failed(r.reason, r.message))
+    }
+
+    /// What `plugin` is given, or why the cluster state refuses it (`NotAVCluster`,
+    /// `UnknownType`, `ClusterScopedType`, `VClusterRoleNotFound`, `SharedVClusterRole`).
+    /// Policy and conflicts are judged elsewhere.
     ///
     /// # Errors
     /// The [`Refusal`].
     pub fn grant(&self, plugin: &VClusterPlugin) -> std::result::Result<Grant, Refusal> {
-        let desired = rbac::desired(plugin, &self.plurals)?;
+        let sa = self.service_account.as_ref().map_err(Clone::clone)?;
+        let desired = rbac::desired(plugin, &self.plurals, sa)?;
         let namespaced = rbac::namespaced_rules(plugin, &self.plurals)?;
         let vcluster_role = if rbac::patches_vcluster_roles(plugin) {
             match &self.vcluster_role {
@@ -372,29 +370,37 @@ impl ClusterFacts {
         })
     }
 
-    /// The plugins of `plugins` the cluster state does not refuse.
-    pub fn accepted<'a>(&self, plugins: &[&'a VClusterPlugin]) -> Vec<&'a VClusterPlugin> {
+    /// The plugins of `plugins` that [`ClusterFacts::verdict`] does not refuse.
+    pub fn accepted<'a>(
+        &self,
+        policy: &Policy,
+        plugins: &[&'a VClusterPlugin],
+    ) -> Vec<&'a VClusterPlugin> {
         plugins
             .iter()
             .copied()
-            .filter(|p| self.grant(p).is_ok())
+            .filter(|p| self.verdict(policy, p).is_ok())
             .collect()
     }
 }
 
 /// The Role `rbac.mode: PatchVClusterRoles` appends to in `namespace`: the one a RoleBinding
-/// binds to `vc-<vcluster>` ([`rbac::target_role`]), when it exists (both read from `caches`).
+/// binds to the vCluster's service account `service_account` ([`rbac::target_role`]), when it
+/// exists and no RoleBinding binds it to anyone else ([`rbac::other_subjects`]); all read from
+/// `caches`.
 ///
 /// Returns a [`Refusal`] with [`rbac::REASON_NO_VCLUSTER_ROLE`] when no Role is bound to the
-/// service account, or the bound Role does not exist.
+/// service account, or the bound Role does not exist; with [`rbac::REASON_SHARED_ROLE`] when
+/// the Role is bound to other subjects too (appending would widen them).
 pub fn find_vcluster_role(
     caches: &Caches,
     namespace: &str,
     vcluster: &str,
+    service_account: &str,
 ) -> std::result::Result<String, Refusal> {
     let bindings = caches.role_bindings_in(namespace);
-    let sa = rbac::service_account_name(vcluster);
-    let Some(target) = rbac::target_role(&bindings, namespace, vcluster) else {
+    let sa = service_account;
+    let Some(target) = rbac::target_role(&bindings, namespace, vcluster, sa) else {
         return Err(Refusal {
             reason: rbac::REASON_NO_VCLUSTER_ROLE,
             message: format!(
@@ -406,16 +412,25 @@ pub fn find_vcluster_role(
         .roles
         .get(&ObjectRef::new(&target).within(namespace))
         .is_some();
-    if exists {
-        Ok(target)
-    } else {
-        Err(Refusal {
+    if !exists {
+        return Err(Refusal {
             reason: rbac::REASON_NO_VCLUSTER_ROLE,
             message: format!(
                 "a RoleBinding binds ServiceAccount {sa} to Role {target}, which does not exist in {namespace}; rbac.mode PatchVClusterRoles appends to it"
             ),
-        })
+        });
     }
+    let others = rbac::other_subjects(&bindings, namespace, &target, sa);
+    if !others.is_empty() {
+        return Err(Refusal {
+            reason: rbac::REASON_SHARED_ROLE,
+            message: format!(
+                "Role {target} in {namespace} is bound to {} besides ServiceAccount {sa}: rbac.mode PatchVClusterRoles would grant the plugin's rules to them too; use rbac.mode Dedicated, or bind that Role to the vCluster's service account only",
+                others.join(", ")
+            ),
+        });
+    }
+    Ok(target)
 }
 
 /// Every Role of `namespace`, read from the API server (the finalizer path).
@@ -507,14 +522,24 @@ mod tests {
     #[test]
     fn refusals_that_depend_on_the_cluster_are_rechecked_soon() {
         assert_eq!(next_reconcile(&Check::Ok), RESYNC);
-        for reason in [rbac::REASON_UNKNOWN_TYPE, rbac::REASON_NO_VCLUSTER_ROLE] {
+        for reason in [
+            rbac::REASON_UNKNOWN_TYPE,
+            rbac::REASON_NO_VCLUSTER_ROLE,
+            rbac::REASON_SHARED_ROLE,
+        ] {
             assert_eq!(
                 next_reconcile(&Check::failed(reason, "m")),
                 RECHECK,
                 "{reason}"
             );
         }
-        for reason in ["PolicyDenied", "Conflict", "VClusterNotFound"] {
+        // A workload that becomes a vCluster triggers a reconcile through the workload watch.
+        for reason in [
+            "PolicyDenied",
+            "Conflict",
+            "VClusterNotFound",
+            "NotAVCluster",
+        ] {
             assert_eq!(
                 next_reconcile(&Check::failed(reason, "m")),
                 RESYNC,

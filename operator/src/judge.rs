@@ -398,12 +398,21 @@ mod tests {
 
     const RUNTIME: &str = "ghcr.io/vcp-dev/vcluster-plugin-operator:test";
 
+    /// A vCluster-chart-shaped StatefulSet (the chart's labels, `syncer`, its service account).
     fn workload() -> Workload {
+        let labels: std::collections::BTreeMap<String, String> =
+            [("app", "vcluster"), ("release", "my-vcluster")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
         Workload {
             kind: Some(WorkloadKind::StatefulSet),
             name: "my-vcluster".into(),
             namespace: "team-a".into(),
+            labels: labels.clone(),
+            template_labels: labels,
             pod_spec: PodSpec {
+                service_account_name: Some("vc-my-vcluster".into()),
                 containers: vec![Container {
                     name: SYNCER_CONTAINER.into(),
                     image: Some("ghcr.io/loft-sh/vcluster-pro:0.26.0".into()),

@@ -36,11 +36,20 @@
 //!
 //! What is checked ([`evaluate`]): the container fields ([`containers::check`]), then
 //! `spec.rbac.role.extraRules` (namespaced), `spec.rbac.clusterRole.extraRules`
-//! (cluster-scoped), and the rules the operator derives from
-//! `syncedTypes` / `hooks` ([`crate::rbac`]): their verbs are fixed sets and their resource is
-//! the explicit `syncedTypes[].resource` or a plural found by discovery; the check uses the
-//! kind's name in its place, since a discovered plural is never a wildcard. A refusal becomes
-//! `Ready=False, reason=PolicyDenied` with a message naming the rule (or container field) and the
+//! (cluster-scoped), and the rules the operator derives from `syncedTypes` / `hooks`
+//! ([`crate::rbac`]), exactly as they would be granted: their verbs are fixed sets and their
+//! resource is the explicit `syncedTypes[].resource` or the plural API discovery returned
+//! (`kind: Secret` is judged as `secrets`, the resource the Role gets).
+//!
+//! Then what admission could not know ([`check_admitted_resources`]): the requester-bound
+//! admission policy (`config/admission`) checks the requester's rights on each synced and
+//! hooked type under the resource [`admitted_resource`] names (`syncedTypes[].resource`, else
+//! Kubernetes' guess from the kind), since it has no discovery. When discovery's plural differs
+//! (a CRD of kind `Person` whose plural is `people`, guessed `persons`), admission checked the
+//! wrong resource, and the plugin is refused.
+//!
+//! A refusal becomes `Ready=False, reason=PolicyDenied` with a message naming the rule (or
+//! container field) and the
 //! policy field, and nothing is applied for the plugin (workload and RBAC untouched).
 
 use std::path::Path;
@@ -48,7 +57,7 @@ use std::path::Path;
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
-use vcp_crds::VClusterPlugin;
+use vcp_crds::{HookEvent, VClusterPlugin};
 
 use crate::rbac::{self, Plurals};
 
@@ -297,12 +306,17 @@ pub fn check_rule(policy: &Policy, scope: Scope, rule: &PolicyRule) -> Option<St
 }
 
 /// Checks the container fields of `plugin` and every rule it would grant (see the module
-/// docs) against `policy`.
+/// docs) against `policy`, the derived rules with the resources discovery found (`plurals`,
+/// from [`crate::cache::Discovery`]), then [`check_admitted_resources`].
+///
+/// A derived rule whose type is not served or is cluster-scoped cannot be granted at all: that
+/// refusal (`UnknownType`, `ClusterScopedType`) is [`rbac::namespaced_rules`]'s, and the
+/// derived namespaced rules are then not judged here.
 ///
 /// # Errors
 /// The first [`Denial`]: container fields first ([`containers::check`]), then extra rules (in
-/// spec order), then the derived rules.
-pub fn evaluate(policy: &Policy, plugin: &VClusterPlugin) -> Result<(), Denial> {
+/// spec order), then the derived rules, then the admitted resources.
+pub fn evaluate(policy: &Policy, plugin: &VClusterPlugin, plurals: &Plurals) -> Result<(), Denial> {
     containers::check(&policy.containers, plugin)?;
     let rbac_spec = plugin.spec.rbac.as_ref();
     let extras = [
@@ -333,18 +347,11 @@ pub fn evaluate(policy: &Policy, plugin: &VClusterPlugin) -> Result<(), Denial> 
             }
         }
     }
-    // Derived rules, with the kind standing in for a plural discovery would find.
-    let placeholders: Plurals = rbac::types_to_resolve(plugin)
-        .into_iter()
-        .map(|(api_version, kind)| {
-            let plural = kind.to_lowercase();
-            ((api_version, kind), plural)
-        })
-        .collect();
+    // Derived rules, as granted: with the discovered plurals.
     let derived = [
         (
             Scope::Namespaced,
-            rbac::namespaced_rules(plugin, &placeholders).unwrap_or_default(),
+            rbac::namespaced_rules(plugin, plurals).unwrap_or_default(),
         ),
         (Scope::Cluster, rbac::cluster_rules(plugin)),
     ];
@@ -359,12 +366,98 @@ pub fn evaluate(policy: &Policy, plugin: &VClusterPlugin) -> Result<(), Denial> 
             }
         }
     }
+    check_admitted_resources(plugin, plurals)
+}
+
+/// The resource the requester-bound admission policy (`config/admission/requester.yaml`) checks
+/// the requester's rights on for a synced or hooked type of kind `kind`: `explicit`
+/// (`syncedTypes[].resource`) when given, else [`guess_plural`] of the kind (admission has no
+/// discovery).
+pub fn admitted_resource(kind: &str, explicit: Option<&str>) -> String {
+    explicit.map_or_else(|| guess_plural(kind), str::to_string)
+}
+
+/// Kubernetes' guess of a kind's plural, the one the admission policy makes:
+/// `k8s.io/apimachinery/pkg/api/meta.UnsafeGuessKindToResource` — the lower-cased kind,
+/// unchanged when it ends in `endpoints`, else `es` appended after a final `s`, a final `y`
+/// made `ies`, otherwise `s` appended (`Car` → `cars`, `Ingress` → `ingresses`,
+/// `NetworkPolicy` → `networkpolicies`). A CRD may declare any other plural.
+pub fn guess_plural(kind: &str) -> String {
+    let singular = kind.to_ascii_lowercase();
+    if singular.ends_with("endpoints") {
+        singular
+    } else if singular.ends_with('s') {
+        format!("{singular}es")
+    } else if let Some(stem) = singular.strip_suffix('y') {
+        format!("{stem}ies")
+    } else {
+        format!("{singular}s")
+    }
+}
+
+/// The operator's re-check of admission: for every synced type and every hook on physical
+/// events that the host serves (`plurals`), the resource admission checked
+/// ([`admitted_resource`]) must be the plural discovery returned, which is what the runtime
+/// uses and the Role grants. Types not served are left to `UnknownType`.
+///
+/// # Errors
+/// A [`Denial`] naming the field, both resources and the remedy (`syncedTypes[].resource`).
+pub fn check_admitted_resources(plugin: &VClusterPlugin, plurals: &Plurals) -> Result<(), Denial> {
+    let synced = plugin.spec.synced_types.iter().enumerate().map(|(i, t)| {
+        (
+            format!("spec.syncedTypes[{i}]"),
+            &t.api_version,
+            &t.kind,
+            t.resource.as_deref(),
+        )
+    });
+    let hooks = plugin
+        .spec
+        .hooks
+        .iter()
+        .enumerate()
+        .filter(|(_, h)| {
+            h.events
+                .iter()
+                .any(|e| matches!(e, HookEvent::CreatePhysical | HookEvent::UpdatePhysical))
+        })
+        .map(|(i, h)| (format!("spec.hooks[{i}]"), &h.api_version, &h.kind, None));
+    for (field, api_version, kind, explicit) in synced.chain(hooks) {
+        let Some(served) = rbac::served(plurals, api_version, kind) else {
+            continue;
+        };
+        let admitted = admitted_resource(kind, explicit);
+        if served.plural != admitted {
+            let remedy = if field.starts_with("spec.syncedTypes") {
+                format!(
+                    "set {field}.resource: {} so that admission checks the requester's rights on it",
+                    served.plural
+                )
+            } else {
+                "a hook on this kind cannot be admitted".to_string()
+            };
+            return Err(Denial {
+                source: field,
+                rule: format!("({api_version} {kind})"),
+                reason: format!(
+                    "the host API server serves it as resource {:?}, but admission checked the requester's rights on {admitted:?} ({}); {remedy}",
+                    served.plural,
+                    if explicit.is_some() {
+                        "its resource field"
+                    } else {
+                        "Kubernetes' guess from the kind"
+                    },
+                ),
+            });
+        }
+    }
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rbac::Served;
     use vcp_crds::{
         Hook, HookEvent, PluginRbac, RoleRules, SyncDirection, SyncedType, VClusterPluginSpec,
         VClusterRef,
@@ -398,8 +491,54 @@ mod tests {
         p
     }
 
+    /// What discovery returns for the types these tests name (Kubernetes' built-in plurals, the
+    /// tutorial CRD's `cars`).
+    fn served() -> Plurals {
+        Plurals::from([
+            (
+                ("example.loft.sh/v1".into(), "Car".into()),
+                Served::namespaced("cars"),
+            ),
+            (("v1".into(), "Pod".into()), Served::namespaced("pods")),
+            (
+                ("v1".into(), "Secret".into()),
+                Served::namespaced("secrets"),
+            ),
+            (
+                ("v1".into(), "ConfigMap".into()),
+                Served::namespaced("configmaps"),
+            ),
+            (
+                ("networking.k8s.io/v1".into(), "Ingress".into()),
+                Served::namespaced("ingresses"),
+            ),
+            (
+                ("networking.k8s.io/v1".into(), "NetworkPolicy".into()),
+                Served::namespaced("networkpolicies"),
+            ),
+            (
+                ("v1".into(), "Endpoints".into()),
+                Served::namespaced("endpoints"),
+            ),
+            // A CRD declaring an irregular plural.
+            (
+                ("example.com/v1".into(), "Person".into()),
+                Served::namespaced("people"),
+            ),
+        ])
+    }
+
+    fn synced(api_version: &str, kind: &str, resource: Option<&str>) -> SyncedType {
+        SyncedType {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            resource: resource.map(String::from),
+            ..Default::default()
+        }
+    }
+
     fn denied(p: &VClusterPlugin) -> Denial {
-        evaluate(&Policy::default(), p).expect_err("should be denied")
+        evaluate(&Policy::default(), p, &served()).expect_err("should be denied")
     }
 
     fn ns(r: PolicyRule) -> Option<String> {
@@ -540,7 +679,7 @@ mod tests {
             events: vec![HookEvent::CreatePhysical, HookEvent::UpdatePhysical],
             ..Default::default()
         }];
-        assert_eq!(evaluate(&Policy::default(), &p), Ok(()));
+        assert_eq!(evaluate(&Policy::default(), &p, &served()), Ok(()));
     }
 
     #[test]
@@ -566,12 +705,122 @@ mod tests {
         }];
         let strict = Policy::from_yaml("forbiddenVerbs: [delete]").unwrap();
         assert!(
-            evaluate(&strict, &p)
+            evaluate(&strict, &p, &served())
                 .unwrap_err()
                 .reason
                 .contains("\"delete\"")
         );
-        assert_eq!(evaluate(&Policy::default(), &p), Ok(()));
+        assert_eq!(evaluate(&Policy::default(), &p, &served()), Ok(()));
+    }
+
+    #[test]
+    fn a_narrowing_policy_judges_derived_rules_on_the_discovered_plural() {
+        // The Role of `syncedTypes: [{apiVersion: v1, kind: Secret}]` grants `secrets`.
+        let narrow = Policy::from_yaml("forbiddenResources: [secrets]").unwrap();
+        let mut p = plugin(vec![], vec![]);
+        p.spec.synced_types = vec![synced("v1", "Secret", None)];
+        let d = evaluate(&narrow, &p, &served()).unwrap_err();
+        assert_eq!(
+            d.source,
+            "a rule derived from spec.syncedTypes / spec.hooks"
+        );
+        assert_eq!(
+            d.reason,
+            "resource \"secrets\" (policy forbiddenResources: secrets)"
+        );
+        // A hook on physical Secrets too.
+        let mut p = plugin(vec![], vec![]);
+        p.spec.hooks = vec![Hook {
+            name: "s".into(),
+            api_version: "v1".into(),
+            kind: "Secret".into(),
+            events: vec![HookEvent::UpdatePhysical],
+            ..Default::default()
+        }];
+        assert!(evaluate(&narrow, &p, &served()).is_err());
+        // Not served: nothing to grant, nothing judged here (refused as UnknownType).
+        assert_eq!(evaluate(&narrow, &p, &Plurals::new()), Ok(()));
+    }
+
+    #[test]
+    fn kubernetes_guesses_plurals_as_unsafe_guess_kind_to_resource() {
+        // k8s.io/apimachinery/pkg/api/meta/restmapper.go, UnsafeGuessKindToResource.
+        for (kind, plural) in [
+            ("Car", "cars"),
+            ("Secret", "secrets"),
+            ("Ingress", "ingresses"),
+            ("NetworkPolicy", "networkpolicies"),
+            ("Endpoints", "endpoints"),
+            ("Person", "persons"),
+        ] {
+            assert_eq!(guess_plural(kind), plural, "{kind}");
+        }
+    }
+
+    #[test]
+    fn the_resource_admission_checked_must_be_discoverys_plural() {
+        let check = |types: Vec<SyncedType>| {
+            let mut p = plugin(vec![], vec![]);
+            p.spec.synced_types = types;
+            evaluate(&Policy::default(), &p, &served())
+        };
+        // Plurals Kubernetes guesses right.
+        assert_eq!(
+            check(vec![
+                synced("v1", "Secret", None),
+                synced("v1", "ConfigMap", None),
+                synced("v1", "Endpoints", None),
+                synced("example.loft.sh/v1", "Car", None),
+                synced("networking.k8s.io/v1", "Ingress", None),
+                synced("networking.k8s.io/v1", "NetworkPolicy", None),
+            ]),
+            Ok(())
+        );
+        // A CRD's `people`: admission checked `persons`.
+        let d = check(vec![
+            synced("v1", "Secret", None),
+            synced("example.com/v1", "Person", None),
+        ])
+        .unwrap_err();
+        assert_eq!(d.source, "spec.syncedTypes[1]");
+        let m = d.message();
+        assert!(m.contains("\"people\""), "{m}");
+        assert!(m.contains("\"persons\""), "{m}");
+        assert!(
+            m.contains("set spec.syncedTypes[1].resource: people"),
+            "{m}"
+        );
+        // With the right resource, admission checked that one.
+        assert_eq!(
+            check(vec![synced("example.com/v1", "Person", Some("people"))]),
+            Ok(())
+        );
+        // A resource that is not the kind's: admission checked `configmaps` for Secrets.
+        let d = check(vec![synced("v1", "Secret", Some("configmaps"))]).unwrap_err();
+        assert!(
+            d.message().contains("its resource field"),
+            "{}",
+            d.message()
+        );
+        // Not served: judged as UnknownType elsewhere, or granted as the explicit resource.
+        assert_eq!(
+            check(vec![synced("example.com/v1", "Widget", None)]),
+            Ok(())
+        );
+        // A hook on physical People has no resource field to fix it.
+        let mut p = plugin(vec![], vec![]);
+        p.spec.hooks = vec![Hook {
+            name: "people".into(),
+            api_version: "example.com/v1".into(),
+            kind: "Person".into(),
+            events: vec![HookEvent::CreatePhysical],
+            ..Default::default()
+        }];
+        let d = evaluate(&Policy::default(), &p, &served()).unwrap_err();
+        assert_eq!(d.source, "spec.hooks[0]");
+        // On virtual events only, nothing is granted on the host.
+        p.spec.hooks[0].events = vec![HookEvent::CreateVirtual];
+        assert_eq!(evaluate(&Policy::default(), &p, &served()), Ok(()));
     }
 
     #[test]

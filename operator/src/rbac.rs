@@ -1,7 +1,8 @@
 //! Pure translation: a `VClusterPlugin` → the RBAC objects of `rbac.mode: Dedicated`.
 //!
 //! DESIGN.md ("API", `rbac`): a Role / ClusterRole of the plugin's own, bound to the vCluster's
-//! service account `vc-<vcluster>`; the namespaced ones owned by the VClusterPlugin (an
+//! service account (the one its pod template runs as, `vc-<vcluster>` by the chart's default;
+//! see [`crate::workload::vcluster_identity`]); the namespaced ones owned by the VClusterPlugin (an
 //! ownerReference), the cluster-scoped ones labelled ([`vcp_crds::PLUGIN_NAME_LABEL`],
 //! [`vcp_crds::PLUGIN_NAMESPACE_LABEL`]) and removed by the finalizer. Rules needed by
 //! `syncedTypes` are derived automatically:
@@ -10,13 +11,18 @@
 //! - a type of a CustomResourceDefinition (a group with a dot outside `*.k8s.io`): get/list/watch
 //!   on `customresourcedefinitions`, cluster-wide;
 //! - hooks on physical events: get/list/watch/update/patch on the hooked resource;
+//! - a synced or hooked type must be namespaced: discovery's `namespaced: false` refuses the
+//!   plugin with [`REASON_CLUSTER_SCOPED_TYPE`] (the runtime syncs objects into the vCluster's
+//!   host namespace, and a Role cannot grant a cluster-scoped resource);
 //! - the embedded runtime: read VClusterPlugins of the namespace, patch its own status, and
 //!   write Events; with a `ToHost` type, get the vCluster's Service (named like the vCluster):
 //!   its uid is the ownerReference vCluster puts on every host copy (`setOwner`).
 //!
 //! `rbac.mode: PatchVClusterRoles` ([`patch_role`], [`restore_role`]): the plugin's namespaced
 //! rules are appended to the Role bound to the vCluster's service account (found through the
-//! RoleBindings of the namespace, [`target_role`]); the rules added are recorded in the Role's
+//! RoleBindings of the namespace, [`target_role`]), unless any RoleBinding also binds that Role
+//! to another subject ([`other_subjects`], refused with [`REASON_SHARED_ROLE`]: the appended
+//! rules would widen them too); the rules added are recorded in the Role's
 //! annotation [`added_rules_annotation`] (JSON), so that removal takes exactly those entries
 //! out again and the Role's `rules`, labels and annotations are what they were, byte for byte.
 //! Cluster-scoped rules still get the plugin's own ClusterRole in this mode (the vCluster chart
@@ -51,6 +57,14 @@ pub const REASON_UNKNOWN_TYPE: &str = "UnknownType";
 /// `Ready` reason of a `PatchVClusterRoles` plugin when no Role is bound to the vCluster's
 /// service account.
 pub const REASON_NO_VCLUSTER_ROLE: &str = "VClusterRoleNotFound";
+/// `Ready` reason of a `PatchVClusterRoles` plugin whose vCluster Role is bound to some subject
+/// besides the vCluster's service account ([`other_subjects`]): appending to it would grant
+/// the plugin's rules to them too.
+pub const REASON_SHARED_ROLE: &str = "SharedVClusterRole";
+/// `Ready` reason of a plugin syncing or hooking a cluster-scoped type (discovery's
+/// `namespaced: false`): the runtime syncs namespaced objects into the vCluster's host
+/// namespace, and a Role cannot grant access to a cluster-scoped resource.
+pub const REASON_CLUSTER_SCOPED_TYPE: &str = "ClusterScopedType";
 /// Prefix of the annotation recording the rules a plugin appended to a vCluster Role.
 pub const ADDED_RULES_PREFIX: &str = "vcp.dev/added-rules.";
 
@@ -61,9 +75,36 @@ const WRITE_VERBS: [&str; 7] = [
 const READ_VERBS: [&str; 3] = ["get", "list", "watch"];
 const HOOK_VERBS: [&str; 5] = ["get", "list", "watch", "update", "patch"];
 
-/// Plural resource names by `(apiVersion, kind)`, resolved by the controller through API
-/// discovery for the types [`types_to_resolve`] lists.
-pub type Plurals = BTreeMap<(String, String), String>;
+/// What API discovery says of one served type: its plural and its scope.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Served {
+    /// The resource name, such as `secrets` or `ingresses`.
+    pub plural: String,
+    /// Whether objects of the type live in a namespace (discovery's `namespaced`).
+    pub namespaced: bool,
+}
+
+impl Served {
+    /// A namespaced type with this plural.
+    pub fn namespaced(plural: &str) -> Self {
+        Served {
+            plural: plural.to_string(),
+            namespaced: true,
+        }
+    }
+
+    /// A cluster-scoped type with this plural.
+    pub fn cluster_scoped(plural: &str) -> Self {
+        Served {
+            plural: plural.to_string(),
+            namespaced: false,
+        }
+    }
+}
+
+/// What discovery found by `(apiVersion, kind)`, for the types [`types_to_resolve`] lists; a
+/// type the host API server does not serve is absent.
+pub type Plurals = BTreeMap<(String, String), Served>;
 
 /// The service account of the vCluster `vcluster` (the vCluster chart's `vc-<release>`).
 pub fn service_account_name(vcluster: &str) -> String {
@@ -91,14 +132,14 @@ fn is_crd_group(group: &str) -> bool {
     group.contains('.') && !group.ends_with(".k8s.io")
 }
 
-/// The `(apiVersion, kind)` pairs whose plural the controller must discover: synced types
-/// without `resource`, and the types of hooks on physical events.
+/// The `(apiVersion, kind)` pairs the controller must discover: every synced type (with
+/// `resource` too: its scope, and whether `resource` is the type's plural), and the types of
+/// hooks on physical events.
 pub fn types_to_resolve(plugin: &VClusterPlugin) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = plugin
         .spec
         .synced_types
         .iter()
-        .filter(|t| t.resource.is_none())
         .map(|t| (t.api_version.clone(), t.kind.clone()))
         .chain(
             plugin
@@ -147,32 +188,61 @@ fn push_unique(rules: &mut Vec<PolicyRule>, r: PolicyRule) {
     }
 }
 
-fn plural(plurals: &Plurals, api_version: &str, kind: &str) -> Result<String, Refusal> {
-    plurals
-        .get(&(api_version.to_string(), kind.to_string()))
-        .cloned()
-        .ok_or_else(|| Refusal {
+/// What discovery found for `kind` in `api_version`, when served.
+pub fn served<'a>(plurals: &'a Plurals, api_version: &str, kind: &str) -> Option<&'a Served> {
+    plurals.get(&(api_version.to_string(), kind.to_string()))
+}
+
+/// The resource of a synced type or hook (`field`, such as `spec.syncedTypes[0]`) on the host:
+/// `explicit` (`syncedTypes[].resource`) when given, else the plural discovery found.
+///
+/// # Errors
+/// A [`Refusal`] with [`REASON_CLUSTER_SCOPED_TYPE`] when discovery says the type is
+/// cluster-scoped; with [`REASON_UNKNOWN_TYPE`] when it is not served and `explicit` is absent.
+fn host_resource(
+    plurals: &Plurals,
+    field: &str,
+    api_version: &str,
+    kind: &str,
+    explicit: Option<&str>,
+) -> Result<String, Refusal> {
+    match (served(plurals, api_version, kind), explicit) {
+        (Some(s), _) if !s.namespaced => Err(Refusal {
+            reason: REASON_CLUSTER_SCOPED_TYPE,
+            message: format!(
+                "{field} ({api_version} {kind}) is cluster-scoped on the host API server (resource {}); a plugin syncs and hooks namespaced types only, in the vCluster's namespace",
+                s.plural
+            ),
+        }),
+        (_, Some(r)) => Ok(r.to_string()),
+        (Some(s), None) => Ok(s.plural.clone()),
+        (None, None) => Err(Refusal {
             reason: REASON_UNKNOWN_TYPE,
             message: format!(
                 "the host API server serves no kind {kind} in {api_version}; install its CRD or set syncedTypes[].resource"
             ),
-        })
+        }),
+    }
 }
 
 /// The namespaced rules of the plugin's Role: derived rules, then `rbac.role.extraRules`.
 ///
 /// # Errors
-/// A [`Refusal`] with [`REASON_UNKNOWN_TYPE`] when a needed plural is not in `plurals`.
+/// A [`Refusal`] with [`REASON_UNKNOWN_TYPE`] when a needed plural is not in `plurals`, with
+/// [`REASON_CLUSTER_SCOPED_TYPE`] when a synced or hooked type is cluster-scoped.
 pub fn namespaced_rules(
     plugin: &VClusterPlugin,
     plurals: &Plurals,
 ) -> Result<Vec<PolicyRule>, Refusal> {
     let mut rules = Vec::new();
-    for t in &plugin.spec.synced_types {
-        let resource = match &t.resource {
-            Some(r) => r.clone(),
-            None => plural(plurals, &t.api_version, &t.kind)?,
-        };
+    for (i, t) in plugin.spec.synced_types.iter().enumerate() {
+        let resource = host_resource(
+            plurals,
+            &format!("spec.syncedTypes[{i}]"),
+            &t.api_version,
+            &t.kind,
+            t.resource.as_deref(),
+        )?;
         let verbs: &[&str] = match t.direction {
             SyncDirection::ToHost => &WRITE_VERBS,
             SyncDirection::FromHost => &READ_VERBS,
@@ -185,13 +255,17 @@ pub fn namespaced_rules(
     // The sidecar patches host objects after vCluster wrote them; a v2 plugin's hooks are
     // applied by vCluster itself (through `Mutate`) before its own write.
     let patches_afterwards = plugin_kind(plugin) != PluginKind::EmbeddedV2;
-    for h in plugin
-        .spec
-        .hooks
-        .iter()
-        .filter(|h| patches_afterwards && h.events.iter().any(is_physical))
-    {
-        let resource = plural(plurals, &h.api_version, &h.kind)?;
+    for (i, h) in plugin.spec.hooks.iter().enumerate() {
+        if !patches_afterwards || !h.events.iter().any(is_physical) {
+            continue;
+        }
+        let resource = host_resource(
+            plurals,
+            &format!("spec.hooks[{i}]"),
+            &h.api_version,
+            &h.kind,
+            None,
+        )?;
         push_unique(
             &mut rules,
             rule(group_of(&h.api_version), &[&resource], &HOOK_VERBS, None),
@@ -281,11 +355,11 @@ pub fn cluster_rules(plugin: &VClusterPlugin) -> Vec<PolicyRule> {
 pub struct DesiredRbac {
     /// `vcp-plugin-<name>` in the plugin's namespace.
     pub role: Option<Role>,
-    /// Binds [`DesiredRbac::role`] to `vc-<vcluster>`.
+    /// Binds [`DesiredRbac::role`] to the vCluster's service account.
     pub role_binding: Option<RoleBinding>,
     /// `vcp:<namespace>:<name>`.
     pub cluster_role: Option<ClusterRole>,
-    /// Binds [`DesiredRbac::cluster_role`] to `vc-<vcluster>`.
+    /// Binds [`DesiredRbac::cluster_role`] to the vCluster's service account.
     pub cluster_role_binding: Option<ClusterRoleBinding>,
 }
 
@@ -313,10 +387,10 @@ pub fn owner_reference(plugin: &VClusterPlugin) -> OwnerReference {
     }
 }
 
-fn subject(plugin: &VClusterPlugin) -> Subject {
+fn subject(plugin: &VClusterPlugin, service_account: &str) -> Subject {
     Subject {
         kind: "ServiceAccount".into(),
-        name: service_account_name(&plugin.spec.vcluster.name),
+        name: service_account.to_string(),
         namespace: plugin.namespace(),
         api_group: None,
     }
@@ -333,11 +407,17 @@ pub fn patches_vcluster_roles(plugin: &VClusterPlugin) -> bool {
 
 /// The dedicated RBAC objects of `plugin`: in `Dedicated` mode all four (where rules exist); in
 /// `PatchVClusterRoles` mode only the ClusterRole and its binding (the namespaced rules go into
-/// the vCluster's Role, see [`patch_role`]).
+/// the vCluster's Role, see [`patch_role`]). The bindings' subject is `service_account` (in the
+/// plugin's namespace): the account the vCluster's pod template runs as
+/// ([`crate::workload::vcluster_identity`]).
 ///
 /// # Errors
-/// A [`Refusal`] with [`REASON_UNKNOWN_TYPE`] when a needed plural is not in `plurals`.
-pub fn desired(plugin: &VClusterPlugin, plurals: &Plurals) -> Result<DesiredRbac, Refusal> {
+/// As [`namespaced_rules`].
+pub fn desired(
+    plugin: &VClusterPlugin,
+    plurals: &Plurals,
+    service_account: &str,
+) -> Result<DesiredRbac, Refusal> {
     let name = plugin.name_any();
     let namespace = plugin.namespace().unwrap_or_default();
     let namespaced = namespaced_rules(plugin, plurals)?;
@@ -362,7 +442,7 @@ pub fn desired(plugin: &VClusterPlugin, plurals: &Plurals) -> Result<DesiredRbac
                 kind: "Role".into(),
                 name: role_name(&name),
             },
-            subjects: Some(vec![subject(plugin)]),
+            subjects: Some(vec![subject(plugin, service_account)]),
         });
     }
     if !cluster.is_empty() {
@@ -379,7 +459,7 @@ pub fn desired(plugin: &VClusterPlugin, plurals: &Plurals) -> Result<DesiredRbac
                 kind: "ClusterRole".into(),
                 name: cname,
             },
-            subjects: Some(vec![subject(plugin)]),
+            subjects: Some(vec![subject(plugin, service_account)]),
         });
     }
     Ok(out)
@@ -456,30 +536,79 @@ pub fn added_rules_annotation(plugin_name: &str) -> String {
 }
 
 /// The Role a `PatchVClusterRoles` plugin appends to: among the Roles that RoleBindings of the
-/// namespace bind to the service account `vc-<vcluster>` (and that are not a plugin's dedicated
-/// Role, labelled [`PLUGIN_NAME_LABEL`]), the one named `vc-<vcluster>` (the vCluster chart's)
-/// when bound, else the first by name. `None` when no Role is bound.
-pub fn target_role(bindings: &[RoleBinding], namespace: &str, vcluster: &str) -> Option<String> {
-    let sa = service_account_name(vcluster);
+/// namespace bind to the vCluster's service account `service_account` (and that are not a
+/// plugin's dedicated Role, labelled [`PLUGIN_NAME_LABEL`]), the one named `vc-<vcluster>`
+/// (the vCluster chart's) when bound, else the first by name. `None` when no Role is bound.
+pub fn target_role(
+    bindings: &[RoleBinding],
+    namespace: &str,
+    vcluster: &str,
+    service_account: &str,
+) -> Option<String> {
+    let chart_role = service_account_name(vcluster);
+    let sa = service_account;
     let mut roles: Vec<String> = bindings
         .iter()
         .filter(|b| b.role_ref.kind == "Role" && b.role_ref.api_group == RBAC_GROUP)
         .filter(|b| b.labels().get(PLUGIN_NAME_LABEL).is_none())
         .filter(|b| {
-            b.subjects.iter().flatten().any(|s| {
-                s.kind == "ServiceAccount"
-                    && s.name == sa
-                    && s.namespace.as_deref().unwrap_or(namespace) == namespace
-            })
+            b.subjects
+                .iter()
+                .flatten()
+                .any(|s| is_service_account(s, namespace, sa))
         })
         .map(|b| b.role_ref.name.clone())
         .collect();
     roles.sort();
     roles.dedup();
-    if roles.contains(&sa) {
-        return Some(sa);
+    if roles.contains(&chart_role) {
+        return Some(chart_role);
     }
     roles.into_iter().next()
+}
+
+/// Whether `subject` (of a RoleBinding in `namespace`) is the ServiceAccount `service_account`
+/// of `namespace` (RBAC semantics: a ServiceAccount subject without a namespace is in the
+/// binding's namespace).
+fn is_service_account(subject: &Subject, namespace: &str, service_account: &str) -> bool {
+    subject.kind == "ServiceAccount"
+        && subject.name == service_account
+        && subject.namespace.as_deref().unwrap_or(namespace) == namespace
+}
+
+/// The subjects, other than the ServiceAccount `service_account` of `namespace`, that any
+/// RoleBinding of `namespace` binds the Role `role` to, each as `<kind> <name>` (with
+/// `<namespace>/` for a ServiceAccount), sorted and deduplicated. Not empty means appending to
+/// the Role (`rbac.mode: PatchVClusterRoles`) would grant the plugin's rules to them as well:
+/// users, groups (even one the service account belongs to, such as
+/// `system:serviceaccounts:<namespace>`) and other service accounts.
+pub fn other_subjects(
+    bindings: &[RoleBinding],
+    namespace: &str,
+    role: &str,
+    service_account: &str,
+) -> Vec<String> {
+    let mut out: Vec<String> = bindings
+        .iter()
+        .filter(|b| {
+            b.role_ref.kind == "Role"
+                && b.role_ref.api_group == RBAC_GROUP
+                && b.role_ref.name == role
+        })
+        .flat_map(|b| b.subjects.iter().flatten())
+        .filter(|s| !is_service_account(s, namespace, service_account))
+        .map(|s| match s.kind.as_str() {
+            "ServiceAccount" => format!(
+                "ServiceAccount {}/{}",
+                s.namespace.as_deref().unwrap_or(namespace),
+                s.name
+            ),
+            kind => format!("{kind} {}", s.name),
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// The rules `plugin_name` recorded in `role` (empty when none or unreadable).
@@ -578,10 +707,16 @@ mod tests {
 
     fn plurals() -> Plurals {
         Plurals::from([
-            (("example.loft.sh/v1".into(), "Car".into()), "cars".into()),
-            (("v1".into(), "Pod".into()), "pods".into()),
+            (
+                ("example.loft.sh/v1".into(), "Car".into()),
+                Served::namespaced("cars"),
+            ),
+            (("v1".into(), "Pod".into()), Served::namespaced("pods")),
         ])
     }
+
+    /// The vCluster chart's default service account of release `my-vcluster`.
+    const SA: &str = "vc-my-vcluster";
 
     fn strs(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
@@ -603,7 +738,7 @@ mod tests {
     fn synced_type_gets_write_verbs_on_host_and_crd_read_cluster_wide() {
         let mut p = plugin(Some("img"));
         p.spec.synced_types = vec![cars()];
-        let d = desired(&p, &plurals()).unwrap();
+        let d = desired(&p, &plurals(), SA).unwrap();
         let role = d.role.unwrap();
         assert_eq!(
             role.rules.unwrap(),
@@ -632,7 +767,7 @@ mod tests {
     }
 
     #[test]
-    fn from_host_is_read_only_and_explicit_resource_needs_no_discovery() {
+    fn from_host_is_read_only_and_explicit_resource_works_without_discovery() {
         let mut p = plugin(Some("img"));
         p.spec.synced_types = vec![SyncedType {
             api_version: "v1".into(),
@@ -641,13 +776,101 @@ mod tests {
             direction: SyncDirection::FromHost,
             ..Default::default()
         }];
-        assert!(types_to_resolve(&p).is_empty());
+        // Discovered all the same (for its scope), but not needed when not served.
+        assert_eq!(
+            types_to_resolve(&p),
+            vec![("v1".into(), "ConfigMap".into())]
+        );
         let rules = namespaced_rules(&p, &Plurals::new()).unwrap();
         assert_eq!(rules[0].api_groups, Some(strs(&[""])));
         assert_eq!(rules[0].verbs, strs(&READ_VERBS));
         assert!(
             cluster_rules(&p).is_empty(),
             "core types need no CRD access"
+        );
+    }
+
+    #[test]
+    fn cluster_scoped_types_are_refused_from_discoverys_scope() {
+        // Kubernetes serves Namespace and Node cluster-scoped, Secret namespaced.
+        let served = Plurals::from([
+            (
+                ("v1".into(), "Namespace".into()),
+                Served::cluster_scoped("namespaces"),
+            ),
+            (
+                ("v1".into(), "Node".into()),
+                Served::cluster_scoped("nodes"),
+            ),
+            (
+                ("v1".into(), "Secret".into()),
+                Served::namespaced("secrets"),
+            ),
+        ]);
+        let synced = |kind: &str, resource: Option<&str>| SyncedType {
+            api_version: "v1".into(),
+            kind: kind.into(),
+            resource: resource.map(String::from),
+            ..Default::default()
+        };
+        let mut p = plugin(Some("img"));
+        p.spec.synced_types = vec![synced("Secret", None), synced("Namespace", None)];
+        let err = desired(&p, &served, SA).unwrap_err();
+        assert_eq!(err.reason, REASON_CLUSTER_SCOPED_TYPE);
+        assert!(
+            err.message
+                .starts_with("spec.syncedTypes[1] (v1 Namespace)"),
+            "{}",
+            err.message
+        );
+        // An explicit resource does not hide the scope.
+        p.spec.synced_types = vec![synced("Namespace", Some("namespaces"))];
+        assert_eq!(
+            namespaced_rules(&p, &served).unwrap_err().reason,
+            REASON_CLUSTER_SCOPED_TYPE
+        );
+        // Nor does a hook.
+        let mut p = plugin(Some("img"));
+        p.spec.hooks = vec![Hook {
+            name: "nodes".into(),
+            api_version: "v1".into(),
+            kind: "Node".into(),
+            events: vec![HookEvent::UpdatePhysical],
+            ..Default::default()
+        }];
+        let err = namespaced_rules(&p, &served).unwrap_err();
+        assert_eq!(err.reason, REASON_CLUSTER_SCOPED_TYPE);
+        assert!(
+            err.message.starts_with("spec.hooks[0] (v1 Node)"),
+            "{}",
+            err.message
+        );
+    }
+
+    #[test]
+    fn the_bindings_subject_is_the_pod_templates_service_account() {
+        let mut p = plugin(None);
+        p.spec.synced_types = vec![cars()];
+        p.spec.rbac = Some(PluginRbac {
+            cluster_role: Some(RoleRules {
+                extra_rules: vec![rule("", &["nodes"], &READ_VERBS, None)],
+            }),
+            ..Default::default()
+        });
+        let d = desired(&p, &plurals(), "custom-sa").unwrap();
+        let custom = Subject {
+            kind: "ServiceAccount".into(),
+            name: "custom-sa".into(),
+            namespace: Some("team-a".into()),
+            api_group: None,
+        };
+        assert_eq!(
+            d.role_binding.unwrap().subjects.unwrap(),
+            vec![custom.clone()]
+        );
+        assert_eq!(
+            d.cluster_role_binding.unwrap().subjects.unwrap(),
+            vec![custom]
         );
     }
 
@@ -659,7 +882,7 @@ mod tests {
             types_to_resolve(&p),
             vec![("example.loft.sh/v1".into(), "Car".into())]
         );
-        let err = desired(&p, &Plurals::new()).unwrap_err();
+        let err = desired(&p, &Plurals::new(), SA).unwrap_err();
         assert_eq!(err.reason, REASON_UNKNOWN_TYPE);
         assert!(err.message.contains("Car"));
     }
@@ -692,7 +915,7 @@ mod tests {
 
     #[test]
     fn embedded_runtime_may_read_plugins_and_patch_only_its_own_status() {
-        let d = desired(&plugin(None), &Plurals::new()).unwrap();
+        let d = desired(&plugin(None), &Plurals::new(), SA).unwrap();
         let rules = d.role.unwrap().rules.unwrap();
         let status = rules
             .iter()
@@ -719,7 +942,7 @@ mod tests {
     #[test]
     fn embedded_runtime_with_to_host_types_may_get_the_vcluster_service_only() {
         let services = |p: &VClusterPlugin| {
-            desired(p, &plurals())
+            desired(p, &plurals(), SA)
                 .unwrap()
                 .role
                 .unwrap()
@@ -753,7 +976,7 @@ mod tests {
     #[test]
     fn image_plugin_without_rules_gets_no_role() {
         assert_eq!(
-            desired(&plugin(Some("img")), &Plurals::new()).unwrap(),
+            desired(&plugin(Some("img")), &Plurals::new(), SA).unwrap(),
             DesiredRbac::default()
         );
     }
@@ -782,7 +1005,7 @@ mod tests {
             }),
             ..Default::default()
         });
-        let d = desired(&p, &Plurals::new()).unwrap();
+        let d = desired(&p, &Plurals::new(), SA).unwrap();
         let rules = d.role.unwrap().rules.unwrap();
         assert_eq!(rules.len(), 1);
         assert_eq!(rules[0].resource_names, None);
@@ -797,7 +1020,7 @@ mod tests {
     fn matching_ignores_server_additions_and_catches_edits() {
         let mut p = plugin(None);
         p.spec.synced_types = vec![cars()];
-        let want = desired(&p, &plurals()).unwrap().role.unwrap();
+        let want = desired(&p, &plurals(), SA).unwrap().role.unwrap();
         let mut live = want.clone();
         live.metadata.resource_version = Some("42".into());
         live.metadata
@@ -945,23 +1168,104 @@ mod tests {
             binding("d", "vcp-plugin-x", "vc-my-vcluster", true),
         ];
         assert_eq!(
-            target_role(&bs, "team-a", "my-vcluster").as_deref(),
+            target_role(&bs, "team-a", "my-vcluster", SA).as_deref(),
             Some("vc-my-vcluster")
         );
         assert_eq!(
-            target_role(&bs[..1], "team-a", "my-vcluster").as_deref(),
+            target_role(&bs[..1], "team-a", "my-vcluster", SA).as_deref(),
             Some("aaa-extra")
         );
         assert_eq!(
-            target_role(&bs[2..], "team-a", "my-vcluster"),
+            target_role(&bs[2..], "team-a", "my-vcluster", SA),
             None,
             "dedicated roles never"
         );
         assert_eq!(
-            target_role(&bs, "team-b", "my-vcluster"),
+            target_role(&bs, "team-b", "my-vcluster", SA),
             None,
             "other namespace's SA"
         );
+    }
+
+    #[test]
+    fn a_role_bound_to_anyone_else_is_shared() {
+        let binding = |role: &str, subjects: Value| -> RoleBinding {
+            serde_json::from_value(serde_json::json!({
+                "metadata": { "name": format!("b-{role}") },
+                "roleRef": { "apiGroup": RBAC_GROUP, "kind": "Role", "name": role },
+                "subjects": subjects,
+            }))
+            .unwrap()
+        };
+        let only_sa = binding(
+            "vc-my-vcluster",
+            serde_json::json!([{ "kind": "ServiceAccount", "name": SA, "namespace": "team-a" }]),
+        );
+        // The chart's own binding: nobody else.
+        assert!(
+            other_subjects(
+                std::slice::from_ref(&only_sa),
+                "team-a",
+                "vc-my-vcluster",
+                SA
+            )
+            .is_empty()
+        );
+        // RBAC: a ServiceAccount subject without namespace is in the binding's namespace.
+        let implicit_ns = binding(
+            "vc-my-vcluster",
+            serde_json::json!([{ "kind": "ServiceAccount", "name": SA }]),
+        );
+        assert!(other_subjects(&[implicit_ns], "team-a", "vc-my-vcluster", SA).is_empty());
+        let shared = vec![
+            only_sa,
+            binding(
+                "vc-my-vcluster",
+                serde_json::json!([
+                    { "kind": "User", "apiGroup": RBAC_GROUP, "name": "jane" },
+                    { "kind": "ServiceAccount", "name": SA, "namespace": "team-b" },
+                ]),
+            ),
+            binding(
+                "vc-my-vcluster",
+                serde_json::json!([{ "kind": "Group", "apiGroup": RBAC_GROUP, "name": "system:serviceaccounts:team-a" }]),
+            ),
+            // Bindings of other Roles, or of a ClusterRole of the same name, do not count.
+            binding(
+                "other",
+                serde_json::json!([{ "kind": "User", "apiGroup": RBAC_GROUP, "name": "joe" }]),
+            ),
+            serde_json::from_value(serde_json::json!({
+                "metadata": { "name": "cluster-role-of-same-name" },
+                "roleRef": { "apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": "vc-my-vcluster" },
+                "subjects": [{ "kind": "User", "apiGroup": RBAC_GROUP, "name": "joe" }],
+            }))
+            .unwrap(),
+        ];
+        assert_eq!(
+            other_subjects(&shared, "team-a", "vc-my-vcluster", SA),
+            [
+                "Group system:serviceaccounts:team-a",
+                "ServiceAccount team-b/vc-my-vcluster",
+                "User jane"
+            ]
+        );
+    }
+
+    #[test]
+    fn target_role_follows_a_custom_service_account() {
+        let b: RoleBinding = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "custom" },
+            "roleRef": { "apiGroup": RBAC_GROUP, "kind": "Role", "name": "custom-role" },
+            "subjects": [{ "kind": "ServiceAccount", "name": "custom-sa", "namespace": "team-a" }],
+        }))
+        .unwrap();
+        let bs = [b];
+        assert_eq!(
+            target_role(&bs, "team-a", "my-vcluster", "custom-sa").as_deref(),
+            Some("custom-role")
+        );
+        assert_eq!(target_role(&bs, "team-a", "my-vcluster", SA), None);
     }
 
     #[test]
@@ -971,7 +1275,7 @@ mod tests {
             mode: vcp_crds::RbacMode::PatchVClusterRoles,
             ..Default::default()
         });
-        let d = desired(&p, &Plurals::new()).unwrap();
+        let d = desired(&p, &Plurals::new(), SA).unwrap();
         assert!(d.role.is_none() && d.role_binding.is_none());
         assert!(!namespaced_rules(&p, &Plurals::new()).unwrap().is_empty());
         let long = "x".repeat(63);

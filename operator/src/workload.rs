@@ -2,7 +2,10 @@
 //! server-side-apply body the operator sends for that workload.
 //!
 //! DESIGN.md rules implemented here ("API" and "Operator contract"):
-//! - the workload is the StatefulSet, else the Deployment, named `spec.vcluster.name`;
+//! - the workload is the StatefulSet, else the Deployment, named `spec.vcluster.name`, and it
+//!   must be a vCluster made by the vCluster chart ([`vcluster_identity`]: the chart's labels,
+//!   a `syncer` container, a service account); any other workload gets no plugin at all
+//!   (`Ready=False, reason=NotAVCluster`);
 //! - no `image`: the embedded-runtime sidecar (a container named after the plugin, running
 //!   `vcluster-plugin-syncer`); it reaches the virtual cluster with the kubeconfig vCluster keeps
 //!   in the host Secret `vc-<vcluster>` (key `config`, server `https://localhost:8443`, the
@@ -77,8 +80,6 @@ pub const V1_BASE_PORT: u32 = 14000;
 /// `Ready` reason of a plugin whose container name is taken by a container the operator did
 /// not add.
 pub const REASON_CONFLICT: &str = "Conflict";
-/// `Ready` reason of a v2 plugin in a workload without a `syncer` container.
-pub const REASON_NO_SYNCER: &str = "SyncerContainerNotFound";
 /// `Ready` reason of a v1 plugin whose `spec.config` cannot be rendered as YAML.
 pub const REASON_INVALID_CONFIG: &str = "InvalidConfig";
 
@@ -101,8 +102,9 @@ impl WorkloadKind {
     }
 }
 
-/// What the operator needs to know of a vCluster workload: its identity, its pod template's
-/// spec and its managed fields (to know which entries the operator owns).
+/// What the operator needs to know of a vCluster workload: its identity, its labels and its
+/// pod template's labels (to tell a vCluster from any other workload, [`vcluster_identity`]),
+/// its pod template's spec and its managed fields (to know which entries the operator owns).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Workload {
     /// StatefulSet or Deployment.
@@ -111,6 +113,10 @@ pub struct Workload {
     pub name: String,
     /// Namespace (the plugin's namespace).
     pub namespace: String,
+    /// `metadata.labels`.
+    pub labels: BTreeMap<String, String>,
+    /// `spec.template.metadata.labels`.
+    pub template_labels: BTreeMap<String, String>,
     /// `spec.template.spec` (empty when absent).
     pub pod_spec: PodSpec,
     /// `metadata.managedFields`.
@@ -124,15 +130,17 @@ pub struct Workload {
 impl Workload {
     /// The workload view of a StatefulSet.
     pub fn from_statefulset(sts: &StatefulSet) -> Self {
+        let template = sts.spec.as_ref().map(|s| &s.template);
         Workload {
             kind: Some(WorkloadKind::StatefulSet),
             name: sts.name_any(),
             namespace: sts.namespace().unwrap_or_default(),
-            pod_spec: sts
-                .spec
-                .as_ref()
-                .and_then(|s| s.template.spec.clone())
+            labels: sts.labels().clone(),
+            template_labels: template
+                .and_then(|t| t.metadata.as_ref())
+                .and_then(|m| m.labels.clone())
                 .unwrap_or_default(),
+            pod_spec: template.and_then(|t| t.spec.clone()).unwrap_or_default(),
             managed_fields: sts.metadata.managed_fields.clone().unwrap_or_default(),
             uid: sts.metadata.uid.clone(),
             generation: sts.metadata.generation,
@@ -141,15 +149,17 @@ impl Workload {
 
     /// The workload view of a Deployment.
     pub fn from_deployment(deploy: &Deployment) -> Self {
+        let template = deploy.spec.as_ref().map(|s| &s.template);
         Workload {
             kind: Some(WorkloadKind::Deployment),
             name: deploy.name_any(),
             namespace: deploy.namespace().unwrap_or_default(),
-            pod_spec: deploy
-                .spec
-                .as_ref()
-                .and_then(|s| s.template.spec.clone())
+            labels: deploy.labels().clone(),
+            template_labels: template
+                .and_then(|t| t.metadata.as_ref())
+                .and_then(|m| m.labels.clone())
                 .unwrap_or_default(),
+            pod_spec: template.and_then(|t| t.spec.clone()).unwrap_or_default(),
             managed_fields: deploy.metadata.managed_fields.clone().unwrap_or_default(),
             uid: deploy.metadata.uid.clone(),
             generation: deploy.metadata.generation,
@@ -160,6 +170,95 @@ impl Workload {
     pub fn kind_str(&self) -> &'static str {
         self.kind.unwrap_or(WorkloadKind::StatefulSet).as_str()
     }
+}
+
+/// The label the vCluster chart gives its workload and the workload's pods, with
+/// [`VCLUSTER_APP_VALUE`] (`chart/templates/statefulset.yaml` of vCluster v0.30.0:
+/// `metadata.labels` and `spec.template.metadata.labels` both carry `app: vcluster` and
+/// `release: <release>`; the selector matches on the same two).
+pub const VCLUSTER_APP_LABEL: &str = "app";
+/// The value of [`VCLUSTER_APP_LABEL`] on a vCluster's workload (the chart's external etcd, for
+/// one, is `app: vcluster-etcd`, and is no vCluster).
+pub const VCLUSTER_APP_VALUE: &str = "vcluster";
+/// The label naming the Helm release on a vCluster's workload; the workload itself is named
+/// after the release.
+pub const VCLUSTER_RELEASE_LABEL: &str = "release";
+
+/// `Ready` reason of a plugin whose target workload is not a vCluster ([`vcluster_identity`]).
+pub const REASON_NOT_A_VCLUSTER: &str = "NotAVCluster";
+
+/// Decides whether `workload` is a vCluster, and which service account its pods run as.
+///
+/// What counts (the vCluster chart, v0.30.0, `chart/templates/statefulset.yaml`, which renders
+/// both the StatefulSet and the Deployment form of the control plane):
+/// - `metadata.labels` hold `app: vcluster` and `release: <the workload's name>`;
+/// - the pod template's labels hold the same two;
+/// - the pod template has a container named `syncer`;
+/// - the pod template names its `serviceAccountName` (the chart always sets it: `vc-<release>`
+///   unless `controlPlane.advanced.serviceAccount.name` overrides it). A pod template without
+///   one runs as the namespace's `default` account, shared by every pod that names none; the
+///   plugin's rules are never bound to it.
+///
+/// Returns the pod template's service account: the subject of the plugin's RBAC, whatever its
+/// name (the deprecated `serviceAccount` alias is read when `serviceAccountName` is empty, as
+/// the API server does).
+///
+/// # Errors
+/// A [`Refusal`] with [`REASON_NOT_A_VCLUSTER`] naming the first requirement missed.
+pub fn vcluster_identity(workload: &Workload) -> Result<String, Refusal> {
+    let what = format!(
+        "{} {}/{}",
+        workload.kind_str(),
+        workload.namespace,
+        workload.name
+    );
+    let refuse = |missing: String| Refusal {
+        reason: REASON_NOT_A_VCLUSTER,
+        message: format!(
+            "{what} is not a vCluster: {missing}; a VClusterPlugin is only installed into the StatefulSet or Deployment the vCluster chart makes (labels app: vcluster and release: <name> on it and on its pod template, a container `syncer`, a serviceAccountName); nothing was written"
+        ),
+    };
+    let wanted = [
+        (VCLUSTER_APP_LABEL, VCLUSTER_APP_VALUE),
+        (VCLUSTER_RELEASE_LABEL, workload.name.as_str()),
+    ];
+    for (place, labels) in [
+        ("its labels", &workload.labels),
+        ("its pod template's labels", &workload.template_labels),
+    ] {
+        for (key, value) in wanted {
+            match labels.get(key) {
+                Some(v) if v == value => {}
+                Some(v) => {
+                    return Err(refuse(format!(
+                        "{place} have {key}: {v}, not {key}: {value}"
+                    )));
+                }
+                None => return Err(refuse(format!("{place} lack {key}: {value}"))),
+            }
+        }
+    }
+    if !workload
+        .pod_spec
+        .containers
+        .iter()
+        .any(|c| c.name == SYNCER_CONTAINER)
+    {
+        return Err(refuse(format!(
+            "its pod template has no container `{SYNCER_CONTAINER}`"
+        )));
+    }
+    let spec = &workload.pod_spec;
+    spec.service_account_name
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .or(spec.service_account.as_deref().filter(|s| !s.is_empty()))
+        .map(str::to_string)
+        .ok_or_else(|| {
+            refuse(
+                "its pod template sets no serviceAccountName, so its pods run as the namespace's `default` account, which the plugin's rules are never bound to".into(),
+            )
+        })
 }
 
 /// How a plugin runs inside the vCluster pod.
@@ -245,11 +344,9 @@ pub fn plan(workload: &Workload, plugins: &[&VClusterPlugin], runtime_image: &st
     let sorted = install_order(plugins);
 
     let owned = owned_entries(&workload.managed_fields);
-    let has_syncer = workload
-        .pod_spec
-        .containers
-        .iter()
-        .any(|c| c.name == SYNCER_CONTAINER);
+    // Not a vCluster: every plugin is refused, and the body (no `spec`) takes out whatever
+    // the operator added earlier (nothing at all when it owns nothing: no write).
+    let not_a_vcluster = vcluster_identity(workload).err();
 
     let mut containers: Vec<Container> = Vec::new();
     let mut init_containers: Vec<Container> = Vec::new();
@@ -261,6 +358,10 @@ pub fn plan(workload: &Workload, plugins: &[&VClusterPlugin], runtime_image: &st
 
     for plugin in sorted {
         let name = plugin.name_any();
+        if let Some(refusal) = &not_a_vcluster {
+            refused.insert(name, refusal.clone());
+            continue;
+        }
         if let Some(refusal) = name_conflict(workload, &owned, &name) {
             refused.insert(name, refusal);
             continue;
@@ -282,21 +383,6 @@ pub fn plan(workload: &Workload, plugins: &[&VClusterPlugin], runtime_image: &st
                 }
             },
             kind @ (PluginKind::V2 | PluginKind::EmbeddedV2) => {
-                if !has_syncer {
-                    refused.insert(
-                        name,
-                        Refusal {
-                            reason: REASON_NO_SYNCER,
-                            message: format!(
-                                "{} {}/{} has no container `{SYNCER_CONTAINER}` to mount {PLUGINS_MOUNT_PATH} into; a v2 plugin needs the vCluster chart's syncer container",
-                                workload.kind_str(),
-                                workload.namespace,
-                                workload.name
-                            ),
-                        },
-                    );
-                    continue;
-                }
                 init_containers.push(if kind == PluginKind::EmbeddedV2 {
                     embedded_v2_init_container(plugin, runtime_image)
                 } else {
@@ -732,13 +818,21 @@ mod tests {
         p
     }
 
-    /// A vCluster-chart-shaped StatefulSet: one `syncer` container, one volume.
+    /// A vCluster-chart-shaped StatefulSet: the chart's labels, one `syncer` container, one
+    /// volume, the chart's default service account.
     fn workload() -> Workload {
+        let labels = BTreeMap::from([
+            ("app".to_string(), "vcluster".to_string()),
+            ("release".to_string(), "my-vcluster".to_string()),
+        ]);
         Workload {
             kind: Some(WorkloadKind::StatefulSet),
             name: "my-vcluster".into(),
             namespace: "team-a".into(),
+            labels: labels.clone(),
+            template_labels: labels,
             pod_spec: PodSpec {
+                service_account_name: Some("vc-my-vcluster".into()),
                 containers: vec![Container {
                     name: SYNCER_CONTAINER.into(),
                     image: Some("ghcr.io/loft-sh/vcluster-pro:0.26.0".into()),
@@ -1197,14 +1291,134 @@ mod tests {
         assert_eq!(again.patch, first.patch);
     }
 
+    /// The StatefulSet the vCluster chart (v0.30.0, `chart/templates/statefulset.yaml`)
+    /// renders for release `my-vcluster` in `team-a` with default values, trimmed to metadata,
+    /// selector, pod template labels, service account and the `syncer` container; `extra`
+    /// is merged over it (JSON merge patch).
+    fn chart_statefulset(extra: Value) -> StatefulSet {
+        let mut sts = json!({
+            "apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {
+                "name": "my-vcluster", "namespace": "team-a",
+                "labels": { "app": "vcluster", "chart": "vcluster-0.30.0", "release": "my-vcluster", "heritage": "Helm" },
+            },
+            "spec": {
+                "selector": { "matchLabels": { "app": "vcluster", "release": "my-vcluster" } },
+                "serviceName": "my-vcluster-headless",
+                "template": {
+                    "metadata": {
+                        "annotations": { "vClusterConfigHash": "0" },
+                        "labels": { "app": "vcluster", "release": "my-vcluster" },
+                    },
+                    "spec": {
+                        "serviceAccountName": "vc-my-vcluster",
+                        "containers": [{ "name": "syncer", "image": "ghcr.io/loft-sh/vcluster-pro:0.30.0" }],
+                    },
+                },
+            },
+        });
+        json_patch::merge(&mut sts, &extra);
+        serde_json::from_value(sts).unwrap()
+    }
+
     #[test]
-    fn v2_without_syncer_container_is_refused() {
+    fn a_chart_made_vcluster_counts_and_its_service_account_is_the_subject() {
+        let sts = chart_statefulset(json!({}));
+        assert_eq!(
+            vcluster_identity(&Workload::from_statefulset(&sts)),
+            Ok("vc-my-vcluster".to_string())
+        );
+        // `controlPlane.advanced.serviceAccount.name: custom-sa`: the chart's pods run as it.
+        let custom = chart_statefulset(
+            json!({ "spec": { "template": { "spec": { "serviceAccountName": "custom-sa" } } } }),
+        );
+        assert_eq!(
+            vcluster_identity(&Workload::from_statefulset(&custom)),
+            Ok("custom-sa".to_string())
+        );
+        // The chart's Deployment form (no persistence, external datastore): same labels.
+        let sts_value = serde_json::to_value(&sts).unwrap();
+        let mut d = sts_value.clone();
+        d["kind"] = json!("Deployment");
+        d["spec"].as_object_mut().unwrap().remove("serviceName");
+        let d: Deployment = serde_json::from_value(d).unwrap();
+        assert_eq!(
+            vcluster_identity(&Workload::from_deployment(&d)),
+            Ok("vc-my-vcluster".to_string())
+        );
+    }
+
+    #[test]
+    fn other_workloads_are_not_vclusters() {
+        let refused = |sts: StatefulSet| {
+            let r = vcluster_identity(&Workload::from_statefulset(&sts)).unwrap_err();
+            assert_eq!(r.reason, REASON_NOT_A_VCLUSTER);
+            r.message
+        };
+        // A database: its own labels, its own container, its own service account.
+        let postgres: StatefulSet = serde_json::from_value(json!({
+            "metadata": { "name": "postgres", "namespace": "team-a",
+                          "labels": { "app.kubernetes.io/name": "postgresql" } },
+            "spec": {
+                "selector": { "matchLabels": { "app.kubernetes.io/name": "postgresql" } },
+                "serviceName": "postgres",
+                "template": {
+                    "metadata": { "labels": { "app.kubernetes.io/name": "postgresql" } },
+                    "spec": { "serviceAccountName": "postgres",
+                              "containers": [{ "name": "postgresql", "image": "postgres:16" }] },
+                },
+            },
+        }))
+        .unwrap();
+        let m = refused(postgres);
+        assert!(
+            m.contains("StatefulSet team-a/postgres is not a vCluster"),
+            "{m}"
+        );
+        assert!(m.contains("lack app: vcluster"), "{m}");
+        // The chart's own external etcd: release label, but app: vcluster-etcd.
+        let etcd = chart_statefulset(json!({
+            "metadata": { "name": "my-vcluster-etcd", "labels": { "app": "vcluster-etcd" } },
+        }));
+        assert!(refused(etcd).contains("app: vcluster-etcd, not app: vcluster"));
+        // Another release's labels (the workload is named after its release).
+        let other = chart_statefulset(json!({ "metadata": { "name": "other" } }));
+        assert!(refused(other).contains("release: my-vcluster, not release: other"));
+        // Labelled on the outside only.
+        let pods = chart_statefulset(
+            json!({ "spec": { "template": { "metadata": { "labels": { "app": null } } } } }),
+        );
+        assert!(refused(pods).contains("its pod template's labels lack app: vcluster"));
+        // No `syncer` container.
+        let no_syncer = chart_statefulset(json!({ "spec": { "template": { "spec": {
+            "containers": [{ "name": "vcluster", "image": "x" }] } } } }));
+        assert!(refused(no_syncer).contains("no container `syncer`"));
+        // No service account: its pods would run as `default`.
+        let no_sa = chart_statefulset(json!({ "spec": { "template": { "spec": {
+            "serviceAccountName": null } } } }));
+        assert!(refused(no_sa).contains("`default`"));
+    }
+
+    #[test]
+    fn a_workload_that_is_not_a_vcluster_gets_no_plugin_and_loses_ours() {
         let mut w = workload();
-        w.pod_spec.containers[0].name = "vcluster".into();
-        let p = plugin("hooks", Some("img"), None);
-        let plan = plan(&w, &[&p], RUNTIME);
-        assert_eq!(plan.refused["hooks"].reason, REASON_NO_SYNCER);
+        w.labels.clear();
+        let a = plugin("a", None, None);
+        let b = plugin("b", Some("img"), None);
+        let plan = plan(&w, &[&a, &b], RUNTIME);
+        assert_eq!(plan.refused["a"].reason, REASON_NOT_A_VCLUSTER);
+        assert_eq!(plan.refused["b"].reason, REASON_NOT_A_VCLUSTER);
+        assert!(plan.installed.is_empty());
         assert!(plan.patch.get("spec").is_none());
+        // Owning nothing, that body is converged: no write at all.
+        assert!(is_converged(&w, &plan.patch));
+        // Owning an earlier plugin's sidecar, it takes it out.
+        let installed = applied(workload(), &super::plan(&workload(), &[&a], RUNTIME).patch);
+        let mut relabelled = installed.clone();
+        relabelled.labels.clear();
+        let again = super::plan(&relabelled, &[&a], RUNTIME);
+        assert!(!is_converged(&relabelled, &again.patch));
+        assert!(again.patch.get("spec").is_none());
     }
 
     #[test]

@@ -73,7 +73,7 @@ async fn create_vcluster(admin: &Client, set: &str, i: usize) -> anyhow::Result<
     let labels = json!({ "app": "vcluster", "release": VC });
     let sts: StatefulSet = serde_json::from_value(json!({
         "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": { "name": VC, "namespace": ns },
+        "metadata": { "name": VC, "namespace": ns, "labels": labels },
         "spec": {
             "serviceName": "vc-headless",
             "selector": { "matchLabels": labels },
@@ -353,7 +353,7 @@ async fn plugin_writes(
     let plurals = vcluster_plugin_operator::cache::Discovery::default()
         .plurals_of(client, &[plugin])
         .await?;
-    let desired = rbac::desired(plugin, &plurals)
+    let desired = rbac::desired(plugin, &plurals, &rbac::service_account_name(VC))
         .map_err(|r| anyhow::anyhow!("{}: {}", r.reason, r.message))?;
     if let Some(r) = desired.role {
         out.push(Write::Role(ns.clone(), Box::new(r)));

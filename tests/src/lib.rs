@@ -38,6 +38,7 @@ pub use fixtures::{
 };
 pub use plugins::{
     condition, create_plugin, delete_plugin, poll_event, poll_ready, start_shared_operator,
+    start_shared_operator_with_policy,
     wait_event, wait_ready,
 };
 

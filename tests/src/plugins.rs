@@ -24,6 +24,23 @@ use crate::{poll_for, wait_for};
 /// # Panics
 /// When the CRDs or the RBAC cannot be applied, or the operator stops.
 pub async fn start_shared_operator(runtime_image: &'static str) -> Client {
+    start_shared_operator_with_policy(
+        runtime_image,
+        vcluster_plugin_operator::policy::Policy::default(),
+    )
+    .await
+}
+
+/// [`start_shared_operator`] with the operator policy `policy` (what `--policy-file` gives the
+/// binary) instead of the default. Only the first call of a test binary starts the operator, so
+/// every test of a binary shares the policy of that call.
+///
+/// # Panics
+/// As [`start_shared_operator`].
+pub async fn start_shared_operator_with_policy(
+    runtime_image: &'static str,
+    policy: vcluster_plugin_operator::policy::Policy,
+) -> Client {
     static STARTED: OnceLock<()> = OnceLock::new();
     let cp = ControlPlane::shared();
     let admin = cp.client(Cluster::Host, Identity::Admin).await;
@@ -46,6 +63,7 @@ pub async fn start_shared_operator(runtime_image: &'static str) -> Client {
                         .await;
                     let mut config = vcluster_plugin_operator::Config::new(client);
                     config.runtime_image = runtime_image.into();
+                    config.policy = policy;
                     vcluster_plugin_operator::run(config)
                         .await
                         .expect("operator stopped");

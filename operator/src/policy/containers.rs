@@ -713,7 +713,8 @@ mod tests {
             privileged: Some(true),
             ..Default::default()
         });
-        let d = crate::policy::evaluate(&Policy::default(), &p).unwrap_err();
+        let d = crate::policy::evaluate(&Policy::default(), &p, &crate::rbac::Plurals::new())
+            .unwrap_err();
         assert_eq!(d.source, "spec.securityContext.privileged");
     }
 }
