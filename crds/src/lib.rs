@@ -11,10 +11,12 @@
 //! `config/crd/` ([`CRD_DIRS`]); the crate's test `crd_yaml` fails when either copy differs from
 //! [`crd_yaml`]'s output (run it with `VCP_BLESS=1` to rewrite the files).
 
+pub mod admission;
 pub mod car;
 pub mod plugin;
 mod schema;
 
+pub use admission::admission_plural;
 pub use car::{Car, CarSpec, CarStatus};
 pub use plugin::*;
 

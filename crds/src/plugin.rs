@@ -115,7 +115,8 @@ pub const PLUGIN_NAMESPACE_LABEL: &str = "vcp.dev/plugin-namespace";
     validation = Rule::new("self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("metadata.name must be a DNS-1123 label (lowercase letters, digits and '-', no dots): it names the plugin container in the vCluster's workload"),
     validation = Rule::new("!has(self.spec.config) || (has(self.spec.image) && has(self.spec.version) && self.spec.version == 'v1')").message("spec.config is only passed to a v1 (sidecar) plugin image: a v2 plugin gets its config from the vCluster's values, and the embedded runtime reads syncedTypes and hooks").field_path(".spec.config"),
     validation = Rule::new("!has(oldSelf.spec) || self.spec.vcluster.name == oldSelf.spec.vcluster.name").message("spec.vcluster.name is immutable: moving a plugin would strand its entries in the old vCluster's workload; delete the VClusterPlugin and create a new one").field_path(".spec.vcluster.name"),
-    validation = Rule::new("!has(self.spec.rbac) || !has(self.spec.rbac.role) || !has(self.spec.rbac.role.extraRules) || self.spec.rbac.role.extraRules.all(r, !has(r.nonResourceURLs))").message("nonResourceURLs are cluster-scoped: put such a rule in spec.rbac.clusterRole.extraRules").field_path(".spec.rbac.role.extraRules")
+    validation = Rule::new("!has(self.spec.rbac) || !has(self.spec.rbac.role) || !has(self.spec.rbac.role.extraRules) || self.spec.rbac.role.extraRules.all(r, !has(r.nonResourceURLs))").message("nonResourceURLs are cluster-scoped: put such a rule in spec.rbac.clusterRole.extraRules").field_path(".spec.rbac.role.extraRules"),
+    validation = Rule::new(crate::admission::permission_checks_rule()).message(crate::admission::permission_checks_message().as_str()).field_path(".spec")
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = crate::schema::paragraphs)]
@@ -141,20 +142,33 @@ pub struct VClusterPluginSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_pull_policy: Option<PullPolicy>,
 
-    /// Entrypoint of the plugin container, as in a Pod's container.
+    /// Entrypoint of the plugin container, as in a Pod's container; at most 64 entries of at
+    /// most 4096 characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64), extend("x-kubernetes-validations" = [
+        { "rule": "self.all(a, size(a) <= 4096)", "message": "each command entry is at most 4096 characters" },
+    ]))]
     pub command: Option<Vec<String>>,
 
-    /// Arguments of the plugin container, as in a Pod's container.
+    /// Arguments of the plugin container, as in a Pod's container; at most 64 entries of at
+    /// most 4096 characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64), extend("x-kubernetes-validations" = [
+        { "rule": "self.all(a, size(a) <= 4096)", "message": "each args entry is at most 4096 characters" },
+    ]))]
     pub args: Option<Vec<String>>,
 
-    /// Environment variables of the plugin container.
+    /// Environment variables of the plugin container; at most 64, each `value` at most 32768
+    /// characters (the whole spec is copied into the vCluster's workload).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64), extend("x-kubernetes-validations" = [
+        { "rule": "self.all(e, !has(e.value) || size(e.value) <= 32768)", "message": "each env value is at most 32768 characters" },
+    ]))]
     pub env: Option<Vec<EnvVar>>,
 
-    /// Environment sources of the plugin container.
+    /// Environment sources of the plugin container; at most 16.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
     pub env_from: Option<Vec<EnvFromSource>>,
 
     /// Compute resources of the plugin container.
@@ -165,8 +179,10 @@ pub struct VClusterPluginSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub security_context: Option<SecurityContext>,
 
-    /// Extra volume mounts of the plugin container (the volumes must exist in the vCluster's pod).
+    /// Extra volume mounts of the plugin container (the volumes must exist in the vCluster's
+    /// pod); at most 16.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
     pub volume_mounts: Option<Vec<VolumeMount>>,
 
     /// Free-form plugin configuration, passed as YAML in env `PLUGIN_CONFIG` to a `v1` sidecar.
@@ -280,9 +296,25 @@ pub enum SyncDirection {
     FromHost,
 }
 
-/// A mutation applied by the runtime to objects of one type on the listed events.
+/// CEL: a JSON Patch operation's `path` writes nothing a hook may not touch (see
+/// [`JsonPatchOperation`]).
+const PROTECTED_PATH_RULE_PATH: &str = "self.op == 'test' || !(self.path in ['', '/metadata', '/metadata/labels', '/metadata/annotations'] || ['/metadata/name', '/metadata/namespace', '/metadata/generateName', '/metadata/uid', '/metadata/ownerReferences', '/metadata/finalizers'].exists(p, self.path == p || self.path.startsWith(p + '/')) || self.path.startsWith('/metadata/labels/vcluster.loft.sh~1') || self.path.startsWith('/metadata/annotations/vcluster.loft.sh~1'))";
+
+/// CEL: a `move` takes its value from nowhere a hook may not touch.
+const PROTECTED_PATH_RULE_FROM: &str = "self.op != 'move' || !has(self.from) || !(self.from in ['', '/metadata', '/metadata/labels', '/metadata/annotations'] || ['/metadata/name', '/metadata/namespace', '/metadata/generateName', '/metadata/uid', '/metadata/ownerReferences', '/metadata/finalizers'].exists(p, self.from == p || self.from.startsWith(p + '/')) || self.from.startsWith('/metadata/labels/vcluster.loft.sh~1') || self.from.startsWith('/metadata/annotations/vcluster.loft.sh~1'))";
+
+/// A mutation applied by the runtime to objects of one type on the listed events. It may not
+/// touch the keys vCluster tracks its objects by (`vcluster.loft.sh/`): set or removed,
+/// such a label or annotation would make a host object look owned by another vCluster or
+/// virtual object (or by none), so a hook could take over or orphan objects it does not own.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    { "rule": "!has(self.labels) || self.labels.all(k, !k.startsWith('vcluster.loft.sh/'))", "message": "hooks may not set vcluster.loft.sh/ labels: vCluster tracks the objects it manages by them", "fieldPath": ".labels" },
+    { "rule": "!has(self.annotations) || self.annotations.all(k, !k.startsWith('vcluster.loft.sh/'))", "message": "hooks may not set vcluster.loft.sh/ annotations: vCluster tracks the objects it manages by them", "fieldPath": ".annotations" },
+    { "rule": "!has(self.removeLabels) || self.removeLabels.all(k, !k.startsWith('vcluster.loft.sh/'))", "message": "hooks may not remove vcluster.loft.sh/ labels: vCluster tracks the objects it manages by them", "fieldPath": ".removeLabels" },
+    { "rule": "!has(self.removeAnnotations) || self.removeAnnotations.all(k, !k.startsWith('vcluster.loft.sh/'))", "message": "hooks may not remove vcluster.loft.sh/ annotations: vCluster tracks the objects it manages by them", "fieldPath": ".removeAnnotations" },
+]))]
 pub struct Hook {
     /// Name of the hook, unique in the plugin.
     #[schemars(
@@ -341,9 +373,19 @@ pub enum HookEvent {
 /// One RFC 6902 operation: `from` is required by `move` and `copy` (a CEL rule). `value` is
 /// required by `add`, `replace` and `test`, but an untyped field is invisible to CEL, so the
 /// schema cannot check it: the runtime reports such an operation when it applies the hook.
+///
+/// A write (`add`, `remove`, `replace`, `move`, `copy`; `move` also removes its `from`) may not
+/// target the object's identity or vCluster's bookkeeping: the whole document or
+/// `/metadata`, `/metadata/labels` or `/metadata/annotations` as a whole, `/metadata/name`,
+/// `/metadata/namespace`, `/metadata/generateName`, `/metadata/uid`,
+/// `/metadata/ownerReferences`, `/metadata/finalizers`, or a `vcluster.loft.sh/` label or
+/// annotation. Renaming an object on its way to the host would write over another object of
+/// that name; a `test` may read any of them.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[schemars(extend("x-kubernetes-validations" = [
     { "rule": "!(self.op in ['move', 'copy']) || has(self.from)", "message": "from is required by the move and copy operations", "fieldPath": ".from", "reason": "FieldValueRequired" },
+    { "rule": PROTECTED_PATH_RULE_PATH, "message": "a hook may not write the object's identity (name, namespace, generateName, uid, ownerReferences, finalizers), its labels or annotations as a whole, or a vcluster.loft.sh/ key", "fieldPath": ".path" },
+    { "rule": PROTECTED_PATH_RULE_FROM, "message": "a move may not take its value from the object's identity, its labels or annotations as a whole, or a vcluster.loft.sh/ key", "fieldPath": ".from" },
 ]))]
 pub struct JsonPatchOperation {
     /// `add`, `remove`, `replace`, `move`, `copy` or `test`.

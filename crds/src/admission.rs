@@ -1,0 +1,104 @@
+//! What the requester-bound admission policy (`config/admission/requester.yaml`) checks, as far
+//! as the rest of the project must agree with it.
+//!
+//! The policy asks the API server's authorizer, for the user creating or changing a
+//! `VClusterPlugin`, about every permission the plugin would give the vCluster (README.md,
+//! "Security model"). Two things it decides must match elsewhere:
+//! - the resource (plural) of a synced or hooked type: admission cannot run API discovery, so
+//!   it checks `syncedTypes[].resource` when given, else [`admission_plural`] of the kind; the
+//!   operator compares that with the plural discovery returns and refuses the plugin
+//!   (`PolicyDenied`) when they differ, so the Role never grants a resource admission did not
+//!   check;
+//! - how many checks one plugin may need: the API server allows two authorizer checks per CEL
+//!   expression and about 28 per policy binding (`k8s.io/apiserver`'s cost model: 350,000 per
+//!   check, a budget of 10,000,000), so the policy runs in shards of [`CHECKS_PER_SHARD`]
+//!   checks, one binding each, and the CRD refuses a plugin needing more than
+//!   [`MAX_PERMISSION_CHECKS`] ([`permission_checks_rule`]).
+
+/// Checks one binding of the requester policy makes (its ConfigMap names the first).
+pub const CHECKS_PER_SHARD: u32 = 24;
+
+/// Shards (bindings) of the requester policy in `config/admission/requester.yaml`.
+pub const SHARDS: u32 = 3;
+
+/// Most permission checks a `VClusterPlugin` may need at admission: [`CHECKS_PER_SHARD`] x
+/// [`SHARDS`].
+pub const MAX_PERMISSION_CHECKS: u32 = CHECKS_PER_SHARD * SHARDS;
+
+/// Checks for the target workload: `patch` on the StatefulSet and on the Deployment named
+/// `spec.vcluster.name`.
+pub const WORKLOAD_CHECKS: u32 = 2;
+
+/// The plural resource name admission checks for `kind` when `syncedTypes[].resource` is not
+/// given: Kubernetes' own guess, `k8s.io/apimachinery/pkg/api/meta.UnsafeGuessKindToResource`
+/// — the lower-cased kind, unchanged when it ends in `endpoints`, else `+es` after a final `s`,
+/// `y` → `ies`, otherwise `+s` (`Car` → `cars`, `NetworkPolicy` → `networkpolicies`,
+/// `Ingress` → `ingresses`, `Endpoints` → `endpoints`). It is a guess: a CRD may declare
+/// another plural, which the operator then refuses (`PolicyDenied`) until
+/// `syncedTypes[].resource` names it.
+pub fn admission_plural(kind: &str) -> String {
+    let singular = kind.to_ascii_lowercase();
+    if singular.ends_with("endpoints") {
+        singular
+    } else if singular.ends_with('s') {
+        format!("{singular}es")
+    } else if let Some(stem) = singular.strip_suffix('y') {
+        format!("{stem}ies")
+    } else {
+        format!("{singular}s")
+    }
+}
+
+/// CEL (a root `x-kubernetes-validations` rule of the CRD): the number of permission checks
+/// the requester policy makes for an object is at most [`MAX_PERMISSION_CHECKS`]. The count is
+/// the policy's: [`WORKLOAD_CHECKS`]; 7 per `ToHost` synced type (get, list, watch, create,
+/// update, patch, delete), 3 per `FromHost` one (get, list, watch); 5 per hook with a physical
+/// event (get, list, watch, update, patch); per extra rule, apiGroups x resources x verbs x
+/// resourceNames (1 when none), plus nonResourceURLs x verbs.
+pub fn permission_checks_rule() -> String {
+    // `has()` guards rather than optionals: the CRD's static cost estimate takes the size of an
+    // `orValue([])` as unbounded, while a guarded list keeps its maxItems.
+    let rules = |parent: &str| {
+        format!(
+            "(has({parent}) && has({parent}.extraRules) ? {parent}.extraRules.map(r, (has(r.apiGroups) ? size(r.apiGroups) : 0) * (has(r.resources) ? size(r.resources) : 0) * size(r.verbs) * (has(r.resourceNames) && size(r.resourceNames) > 0 ? size(r.resourceNames) : 1) + (has(r.nonResourceURLs) ? size(r.nonResourceURLs) : 0) * size(r.verbs)).sum() : 0)"
+        )
+    };
+    format!(
+        "{WORKLOAD_CHECKS} + (has(self.spec.syncedTypes) ? self.spec.syncedTypes.map(t, t.direction == 'FromHost' ? 3 : 7).sum() : 0) + (has(self.spec.hooks) ? size(self.spec.hooks.filter(h, h.events.exists(e, e == 'CreatePhysical' || e == 'UpdatePhysical'))) * 5 : 0) + (has(self.spec.rbac) ? {} + {} : 0) <= {MAX_PERMISSION_CHECKS}",
+        rules("self.spec.rbac.role"),
+        rules("self.spec.rbac.clusterRole"),
+    )
+}
+
+/// The message of [`permission_checks_rule`].
+pub fn permission_checks_message() -> String {
+    format!(
+        "the plugin needs more than {MAX_PERMISSION_CHECKS} permission checks at admission (2 for the workload, 7 per ToHost synced type, 3 per FromHost one, 5 per hook on physical events, apiGroups x resources x verbs x resourceNames per extra rule): split it into several VClusterPlugins"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::admission_plural;
+
+    /// Expected values: `TestKindToResource` of k8s.io/apimachinery/pkg/api/meta (v0.34.4),
+    /// and the plurals the API server serves for these built-in kinds.
+    #[test]
+    fn plural_is_kubernetes_guess() {
+        for (kind, plural) in [
+            ("Pod", "pods"),
+            ("ReplicationController", "replicationcontrollers"),
+            ("ImageRepository", "imagerepositories"),
+            ("miss", "misses"),
+            ("lowercase", "lowercases"),
+            ("Car", "cars"),
+            ("Secret", "secrets"),
+            ("NetworkPolicy", "networkpolicies"),
+            ("Ingress", "ingresses"),
+            ("Endpoints", "endpoints"),
+            ("ConfigMap", "configmaps"),
+        ] {
+            assert_eq!(admission_plural(kind), plural, "{kind}");
+        }
+    }
+}
