@@ -34,6 +34,15 @@ pub enum Identity {
     Operator,
     /// User `vcp-syncer`: holds only what RBAC grants it.
     Syncer,
+    /// User `tenant-edit`: a namespace user; no rights of its own, tests bind them (typically
+    /// the built-in ClusterRole `edit` in a namespace, plus VClusterPlugins).
+    TenantEdit,
+    /// User `tenant-nosecrets`: a namespace user that tests give edit-like rights without
+    /// `secrets`.
+    TenantNoSecrets,
+    /// User `tenant-nopatch`: a namespace user that tests give edit-like rights without `patch`
+    /// on StatefulSets.
+    TenantNoPatch,
 }
 
 impl Cluster {
@@ -52,13 +61,21 @@ impl Identity {
             Identity::Admin => "admin",
             Identity::Operator => "vcp-operator",
             Identity::Syncer => "vcp-syncer",
+            Identity::TenantEdit => "tenant-edit",
+            Identity::TenantNoSecrets => "tenant-nosecrets",
+            Identity::TenantNoPatch => "tenant-nopatch",
         }
     }
+    /// The identity's name in `scripts/control-plane`'s kubeconfig files
+    /// (`kubeconfig-<cluster>-<name>`).
     fn as_str(self) -> &'static str {
         match self {
             Identity::Admin => "admin",
             Identity::Operator => "operator",
             Identity::Syncer => "syncer",
+            Identity::TenantEdit => "tenant-edit",
+            Identity::TenantNoSecrets => "tenant-nosecrets",
+            Identity::TenantNoPatch => "tenant-nopatch",
         }
     }
 }
@@ -132,6 +149,19 @@ impl ControlPlane {
     /// output is in the error.
     pub fn start_garbage_collector(&self) -> anyhow::Result<()> {
         control_plane_script(&["gc"], &self.dir, &[])
+    }
+
+    /// The kubectl `scripts/control-plane` chose (the machine's own, else the one it built), as
+    /// written in the first `PATH` entry of the control plane's `env` file; `kubectl` when the
+    /// file names none.
+    pub fn kubectl(&self) -> PathBuf {
+        let env = std::fs::read_to_string(self.dir.join("env")).unwrap_or_default();
+        env.lines()
+            .find_map(|l| l.strip_prefix("export PATH="))
+            .and_then(|p| p.split(':').next())
+            .map(|dir| PathBuf::from(dir).join("kubectl"))
+            .filter(|p| p.is_file())
+            .unwrap_or_else(|| PathBuf::from("kubectl"))
     }
 
     /// The folder holding kubeconfigs, logs and the audit logs (`audit-{host,virtual}.log`).

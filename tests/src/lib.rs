@@ -14,13 +14,15 @@
 //! binary so a failure can be read afterwards; [`ControlPlane::start`] removes those of test
 //! binaries that are no longer running.
 //!
-//! Modules: [`control_plane`] (the processes and clients), [`audit`] (who wrote what, from the
+//! Modules: [`admission`] (the trust model's admission policies and tenant identities),
+//! [`control_plane`] (the processes and clients), [`audit`] (who wrote what, from the
 //! audit logs), [`fixtures`] (vCluster's chart rendered by helm, CRDs, namespaces, YAML), [`plugins`] (the
 //! shared operator and `VClusterPlugin` helpers). Their items are re-exported at the crate
 //! root.
 //!
 //! [`image`] builds the container image without a container engine: it replays the Dockerfile.
 
+pub mod admission;
 pub mod audit;
 pub mod control_plane;
 pub mod fixtures;
@@ -30,6 +32,9 @@ pub mod plugins;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+pub use admission::{
+    ADMISSION_OVERLAY, TENANT_RBAC, bind_tenant_rights, install_admission_policies,
+};
 pub use audit::{AuditedWrite, audited_write_events, audited_writes};
 pub use control_plane::{Cluster, ControlPlane, Identity, config_from, repo_root};
 pub use fixtures::{

@@ -11,18 +11,21 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
 use vcp_crds::VClusterPlugin;
 
+use crate::admission::install_admission_policies;
 use crate::control_plane::{Cluster, ControlPlane, Identity};
 use crate::fixtures::{apply_yaml_file, install_crds};
 use crate::{poll_for, wait_for};
 
-/// Installs the CRDs and the operator's RBAC (`config/rbac/role.yaml` plus the binding of the
-/// static-token user `vcp-operator`) on the shared host cluster, and starts one operator for
-/// this test binary, as `vcp-operator`, with `runtime_image` as its embedded-runtime image. The
-/// operator runs on a thread and tokio runtime of its own, so it outlives each test's runtime;
-/// later calls only return a new admin client.
+/// Installs the CRDs, the operator's RBAC (`config/rbac/role.yaml` plus the binding of the
+/// static-token user `vcp-operator`) and the admission policies of the trust model
+/// ([`install_admission_policies`]: the operator's own writes are bounded) on the shared host
+/// cluster, and starts one operator for this test binary, as `vcp-operator`, with
+/// `runtime_image` as its embedded-runtime image. The operator runs on a thread and tokio
+/// runtime of its own, so it outlives each test's runtime; later calls only return a new admin
+/// client.
 ///
 /// # Panics
-/// When the CRDs or the RBAC cannot be applied, or the operator stops.
+/// When the CRDs, the RBAC or the policies cannot be applied, or the operator stops.
 pub async fn start_shared_operator(runtime_image: &'static str) -> Client {
     start_shared_operator_with_policy(
         runtime_image,
@@ -54,6 +57,7 @@ pub async fn start_shared_operator_with_policy(
                 .await
                 .unwrap_or_else(|e| panic!("apply {file}: {e:#}"));
         }
+        install_admission_policies(cp, &admin).await;
         STARTED.get_or_init(|| {
             std::thread::spawn(move || {
                 let rt = tokio::runtime::Runtime::new().expect("operator runtime");

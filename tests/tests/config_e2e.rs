@@ -474,3 +474,95 @@ async fn get_prints_the_documented_columns() {
         assert!(lines.next().is_none(), "{printed}");
     }
 }
+
+/// `config/default` installs both admission policies of the trust model, and the API server
+/// enforces them as shipped: the operator's ServiceAccount may not bind `cluster-admin`, and a
+/// tenant may not ask for a plugin in a vCluster whose StatefulSet they may not patch.
+#[tokio::test]
+async fn default_installs_the_enforced_admission_policies() {
+    let printed = install();
+    for object in [
+        "validatingadmissionpolicy.admissionregistration.k8s.io/vcp-plugin-requester",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/vcluster-plugin-operator-bounds",
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io/vcp-plugin-requester-0",
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io/vcp-plugin-requester-1",
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io/vcp-plugin-requester-2",
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io/vcluster-plugin-operator-bounds",
+        "configmap/vcp-plugin-requester-0",
+    ] {
+        assert!(
+            printed
+                .lines()
+                .any(|l| l.starts_with(&format!("{object} "))),
+            "`kubectl apply -k config/default` did not apply {object}:\n{printed}"
+        );
+    }
+    let cp = ControlPlane::shared();
+    let admin = cp.client(Cluster::Host, Identity::Admin).await;
+    let operator = cp
+        .service_account_client(Cluster::Host, NAMESPACE, OPERATOR)
+        .await
+        .expect("a token of the operator's ServiceAccount");
+    let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "operator-is-admin" },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin" },
+        "subjects": [{ "kind": "ServiceAccount", "name": OPERATOR, "namespace": NAMESPACE }],
+    }))
+    .unwrap();
+    let dry = kube::api::PostParams {
+        dry_run: true,
+        field_manager: None,
+    };
+    // A new policy takes effect within a few seconds of its creation.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let refused = loop {
+        match Api::<ClusterRoleBinding>::all(operator.clone())
+            .create(&dry, &binding)
+            .await
+        {
+            Err(kube::Error::Api(e)) if e.message.contains("vcluster-plugin-operator-bounds") => {
+                break e.message;
+            }
+            other if Instant::now() > deadline => {
+                panic!("the operator's ServiceAccount binds cluster-admin: {other:?}")
+            }
+            _ => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
+    };
+    assert!(
+        refused.contains("may only create the RBAC objects it makes for a plugin"),
+        "{refused}"
+    );
+
+    let ns = "config-tenants";
+    vcp_tests::create_namespace(&admin, ns).await;
+    vcp_tests::bind_tenant_rights(&admin, ns).await;
+    let tenant = cp.client(Cluster::Host, Identity::TenantNoPatch).await;
+    let plugin: vcp_crds::VClusterPlugin = serde_json::from_value(serde_json::json!({
+        "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
+        "metadata": { "name": "p", "namespace": ns },
+        "spec": { "vcluster": { "name": "my-vcluster" }, "image": "example.com/p:1" },
+    }))
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let refused = loop {
+        match Api::<vcp_crds::VClusterPlugin>::namespaced(tenant.clone(), ns)
+            .create(&dry, &plugin)
+            .await
+        {
+            Err(kube::Error::Api(e)) if e.message.contains("vcp-plugin-requester") => {
+                break e.message;
+            }
+            other if Instant::now() > deadline => {
+                panic!("tenant-nopatch creates a plugin: {other:?}")
+            }
+            _ => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
+    };
+    assert!(
+        refused.contains(&format!(
+            "spec.vcluster.name needs patch on apps/statefulsets named my-vcluster in namespace {ns}"
+        )),
+        "{refused}"
+    );
+}

@@ -1,0 +1,211 @@
+//! The trust model's admission policies (`config/admission`) as the tests install them, and the
+//! tenant identities' rights ([`crate::Identity::TenantEdit`] and the others).
+
+use std::process::Command;
+use std::time::Duration;
+
+use kube::Client;
+use kube::api::{Api, DynamicObject, PostParams};
+
+use crate::control_plane::{Cluster, ControlPlane, Identity, repo_root};
+use crate::fixtures::{apply_yaml, create_namespace};
+use crate::wait_for;
+
+/// Folder of the kustomize overlay that installs `config/admission` for the tests: the same
+/// policies, the operator's bounded to the static-token user `vcp-operator`.
+pub const ADMISSION_OVERLAY: &str = "tests/fixtures/admission";
+
+/// Installs the admission policies of `config/admission` on `cp`'s host cluster as the tests
+/// use them ([`ADMISSION_OVERLAY`], rendered with `kubectl kustomize`; namespace `vcp-system`
+/// for the requester policy's ConfigMaps), then waits until the API server enforces both:
+/// a server-side dry run of a ClusterRoleBinding to `cluster-admin` as `vcp-operator` is
+/// refused by the operator's policy, and one of a VClusterPlugin is refused by the requester
+/// policy for a user that holds `create` on VClusterPlugins and nothing else (a Role and
+/// RoleBinding in `vcp-system`, left in place). Idempotent.
+///
+/// # Panics
+/// When rendering or applying fails, or a policy is not enforced within 30 s.
+pub async fn install_admission_policies(cp: &ControlPlane, admin: &Client) {
+    create_namespace(admin, "vcp-system").await;
+    let out = Command::new(cp.kubectl())
+        .arg("kustomize")
+        .arg(repo_root().join(ADMISSION_OVERLAY))
+        .output()
+        .expect("run kubectl kustomize");
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {ADMISSION_OVERLAY}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rendered = String::from_utf8(out.stdout).expect("kustomize output is UTF-8");
+    apply_yaml(admin, &rendered, None)
+        .await
+        .unwrap_or_else(|e| panic!("apply {ADMISSION_OVERLAY}: {e:#}"));
+    // A probe user that may create VClusterPlugins in vcp-system and hold nothing else.
+    apply_yaml(
+        admin,
+        r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: { name: vcp-admission-probe, namespace: vcp-system }
+rules:
+  - { apiGroups: [vcp.dev], resources: [vclusterplugins], verbs: [create] }
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: { name: vcp-admission-probe, namespace: vcp-system }
+roleRef: { apiGroup: rbac.authorization.k8s.io, kind: Role, name: vcp-admission-probe }
+subjects:
+  - { apiGroup: rbac.authorization.k8s.io, kind: User, name: vcp-syncer }
+"#,
+        None,
+    )
+    .await
+    .expect("probe RBAC");
+    let operator = cp.client(Cluster::Host, Identity::Operator).await;
+    let probe = cp.client(Cluster::Host, Identity::Syncer).await;
+    let dry = PostParams {
+        dry_run: true,
+        field_manager: None,
+    };
+    let binding: k8s_openapi::api::rbac::v1::ClusterRoleBinding =
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "vcp-admission-probe"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "vcp-operator"}]
+        }))
+        .expect("probe binding");
+    let plugin: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
+        "metadata": {"name": "vcp-admission-probe", "namespace": "vcp-system"},
+        "spec": {"vcluster": {"name": "probe"}, "image": "example.com/probe:1"}
+    }))
+    .expect("probe plugin");
+    let plugins = kube::discovery::ApiResource {
+        group: "vcp.dev".into(),
+        version: "v1alpha1".into(),
+        api_version: "vcp.dev/v1alpha1".into(),
+        kind: "VClusterPlugin".into(),
+        plural: "vclusterplugins".into(),
+    };
+    wait_for(Duration::from_secs(30), || {
+        let operator = operator.clone();
+        let probe = probe.clone();
+        let binding = binding.clone();
+        let plugin = plugin.clone();
+        let plugins = plugins.clone();
+        let dry = dry.clone();
+        async move {
+            let bound = Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(operator)
+                .create(&dry, &binding)
+                .await;
+            let created = Api::<DynamicObject>::namespaced_with(probe, "vcp-system", &plugins)
+                .create(&dry, &plugin)
+                .await;
+            let refused_by = |r: Option<kube::Error>, policy: &str| {
+                matches!(r, Some(kube::Error::Api(e)) if e.message.contains(policy))
+            };
+            (refused_by(bound.err(), "vcluster-plugin-operator-bounds")
+                && refused_by(created.err(), "vcp-plugin-requester"))
+            .then_some(())
+        }
+    })
+    .await;
+}
+
+/// The tenants' rights in one namespace, as YAML for [`apply_yaml`] (`NAMESPACE` replaced):
+/// - [`Identity::TenantEdit`]: the rules of the built-in ClusterRole `edit` — bound through
+///   `system:aggregate-to-edit` and `system:aggregate-to-view`, which hold them (the local
+///   control plane runs no controller-manager to aggregate them into `edit`);
+/// - [`Identity::TenantNoSecrets`]: read-write pods, configmaps, services, StatefulSets and
+///   Deployments, read serviceaccounts; nothing on secrets;
+/// - [`Identity::TenantNoPatch`]: as `tenant-nosecrets` plus secrets, but StatefulSets without
+///   `patch`;
+/// - all three: every verb on VClusterPlugins and on the tutorial's Cars.
+pub const TENANT_RBAC: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: { name: tenant-plugin-author, namespace: NAMESPACE }
+rules:
+  - apiGroups: [vcp.dev]
+    resources: [vclusterplugins]
+    verbs: [get, list, watch, create, update, patch, delete]
+  - apiGroups: [example.loft.sh]
+    resources: [cars]
+    verbs: [get, list, watch, create, update, patch, delete]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: { name: tenant-plugin-author, namespace: NAMESPACE }
+roleRef: { apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenant-plugin-author }
+subjects:
+  - { apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-edit }
+  - { apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-nosecrets }
+  - { apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-nopatch }
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: { name: tenant-edit, namespace: NAMESPACE }
+roleRef: { apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:aggregate-to-edit" }
+subjects: [{ apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-edit }]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: { name: tenant-edit-view, namespace: NAMESPACE }
+roleRef: { apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:aggregate-to-view" }
+subjects: [{ apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-edit }]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: { name: tenant-nosecrets, namespace: NAMESPACE }
+rules:
+  - apiGroups: [""]
+    resources: [pods, configmaps, services]
+    verbs: [get, list, watch, create, update, patch, delete]
+  - apiGroups: [""]
+    resources: [serviceaccounts]
+    verbs: [get, list, watch]
+  - apiGroups: [apps]
+    resources: [statefulsets, deployments]
+    verbs: [get, list, watch, create, update, patch, delete]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: { name: tenant-nosecrets, namespace: NAMESPACE }
+roleRef: { apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenant-nosecrets }
+subjects: [{ apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-nosecrets }]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: { name: tenant-nopatch, namespace: NAMESPACE }
+rules:
+  - apiGroups: [""]
+    resources: [pods, configmaps, services, secrets]
+    verbs: [get, list, watch, create, update, patch, delete]
+  - apiGroups: [""]
+    resources: [serviceaccounts]
+    verbs: [get, list, watch]
+  - apiGroups: [apps]
+    resources: [statefulsets]
+    verbs: [get, list, watch, create, update, delete]
+  - apiGroups: [apps]
+    resources: [deployments]
+    verbs: [get, list, watch, create, update, patch, delete]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: { name: tenant-nopatch, namespace: NAMESPACE }
+roleRef: { apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenant-nopatch }
+subjects: [{ apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-nopatch }]
+"#;
+
+/// Gives the three tenants their rights in `namespace` ([`TENANT_RBAC`]).
+///
+/// # Panics
+/// When the API server refuses the Roles or RoleBindings.
+pub async fn bind_tenant_rights(admin: &Client, namespace: &str) {
+    apply_yaml(admin, &TENANT_RBAC.replace("NAMESPACE", namespace), None)
+        .await
+        .unwrap_or_else(|e| panic!("tenant RBAC in {namespace}: {e:#}"));
+}
+
