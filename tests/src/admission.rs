@@ -208,4 +208,3 @@ pub async fn bind_tenant_rights(admin: &Client, namespace: &str) {
         .await
         .unwrap_or_else(|e| panic!("tenant RBAC in {namespace}: {e:#}"));
 }
-

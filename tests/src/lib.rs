@@ -43,8 +43,7 @@ pub use fixtures::{
 };
 pub use plugins::{
     condition, create_plugin, delete_plugin, poll_event, poll_ready, start_shared_operator,
-    start_shared_operator_with_policy,
-    wait_event, wait_ready,
+    start_shared_operator_with_policy, wait_event, wait_ready,
 };
 
 /// Polls `check` every 100 ms until it returns `Some`, and returns that value.

@@ -18,8 +18,8 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use vcp_crds::VClusterPlugin;
 use vcp_tests::{
-    Cluster, ControlPlane, Identity, VCLUSTER_WORKLOAD, apply_yaml, apply_yaml_file,
-    bind_tenant_rights, create_namespace, install_admission_policies, install_crds,
+    Cluster, ControlPlane, Identity, apply_yaml, apply_yaml_file, bind_tenant_rights,
+    create_namespace, install_admission_policies, install_crds,
 };
 
 /// The CRDs, the operator's RBAC bound to `vcp-operator`, and both policies.
@@ -73,52 +73,165 @@ async fn a_tenant_may_only_create_plugins_that_grant_what_they_hold() {
     let ns_words = format!("in namespace {ns}");
     let cases: Vec<(Identity, &str, Value, Option<String>)> = vec![
         // The tutorial's plugin: patch on the workload, the 7 ToHost verbs on cars.
-        (Identity::TenantEdit, "cars-edit", json!({ "syncedTypes": [{ "apiVersion": "example.loft.sh/v1", "kind": "Car" }] }), None),
-        (Identity::TenantNoSecrets, "cars-nosecrets", json!({ "syncedTypes": [{ "apiVersion": "example.loft.sh/v1", "kind": "Car" }] }), None),
-        (Identity::TenantNoPatch, "cars-nopatch", json!({ "syncedTypes": [{ "apiVersion": "example.loft.sh/v1", "kind": "Car" }] }),
-            Some(format!("tenant-nopatch may not create or change VClusterPlugin cars-nopatch: it would grant what they do not hold themselves: spec.vcluster.name needs patch on apps/statefulsets named my-vcluster {ns_words}"))),
+        (
+            Identity::TenantEdit,
+            "cars-edit",
+            json!({ "syncedTypes": [{ "apiVersion": "example.loft.sh/v1", "kind": "Car" }] }),
+            None,
+        ),
+        (
+            Identity::TenantNoSecrets,
+            "cars-nosecrets",
+            json!({ "syncedTypes": [{ "apiVersion": "example.loft.sh/v1", "kind": "Car" }] }),
+            None,
+        ),
+        (
+            Identity::TenantNoPatch,
+            "cars-nopatch",
+            json!({ "syncedTypes": [{ "apiVersion": "example.loft.sh/v1", "kind": "Car" }] }),
+            Some(format!(
+                "tenant-nopatch may not create or change VClusterPlugin cars-nopatch: it would grant what they do not hold themselves: spec.vcluster.name needs patch on apps/statefulsets named my-vcluster {ns_words}"
+            )),
+        ),
         // Derived rules of a synced type: the kind's plural, every verb the runtime gets.
-        (Identity::TenantNoSecrets, "secrets-nosecrets", json!({ "syncedTypes": [{ "apiVersion": "v1", "kind": "Secret" }] }),
-            Some(format!("spec.syncedTypes[0] (v1 Secret) needs get on secrets {ns_words}"))),
-        (Identity::TenantEdit, "secrets-edit", json!({ "syncedTypes": [{ "apiVersion": "v1", "kind": "Secret" }] }), None),
-        (Identity::TenantNoSecrets, "configmaps-from-host", json!({ "syncedTypes": [{ "apiVersion": "v1", "kind": "ConfigMap", "direction": "FromHost" }] }), None),
+        (
+            Identity::TenantNoSecrets,
+            "secrets-nosecrets",
+            json!({ "syncedTypes": [{ "apiVersion": "v1", "kind": "Secret" }] }),
+            Some(format!(
+                "spec.syncedTypes[0] (v1 Secret) needs get on secrets {ns_words}"
+            )),
+        ),
+        (
+            Identity::TenantEdit,
+            "secrets-edit",
+            json!({ "syncedTypes": [{ "apiVersion": "v1", "kind": "Secret" }] }),
+            None,
+        ),
+        (
+            Identity::TenantNoSecrets,
+            "configmaps-from-host",
+            json!({ "syncedTypes": [{ "apiVersion": "v1", "kind": "ConfigMap", "direction": "FromHost" }] }),
+            None,
+        ),
         // ToHost needs the write verbs: tenant-nosecrets only reads serviceaccounts.
-        (Identity::TenantNoSecrets, "serviceaccounts-to-host", json!({ "syncedTypes": [{ "apiVersion": "v1", "kind": "ServiceAccount" }] }),
-            Some(format!("spec.syncedTypes[0] (v1 ServiceAccount) needs create on serviceaccounts {ns_words}"))),
-        (Identity::TenantNoSecrets, "serviceaccounts-from-host", json!({ "syncedTypes": [{ "apiVersion": "v1", "kind": "ServiceAccount", "direction": "FromHost" }] }), None),
+        (
+            Identity::TenantNoSecrets,
+            "serviceaccounts-to-host",
+            json!({ "syncedTypes": [{ "apiVersion": "v1", "kind": "ServiceAccount" }] }),
+            Some(format!(
+                "spec.syncedTypes[0] (v1 ServiceAccount) needs create on serviceaccounts {ns_words}"
+            )),
+        ),
+        (
+            Identity::TenantNoSecrets,
+            "serviceaccounts-from-host",
+            json!({ "syncedTypes": [{ "apiVersion": "v1", "kind": "ServiceAccount", "direction": "FromHost" }] }),
+            None,
+        ),
         // Kubernetes' plural guess: NetworkPolicy -> networkpolicies (held by `edit`).
-        (Identity::TenantEdit, "networkpolicies", json!({ "syncedTypes": [{ "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy" }] }), None),
-        (Identity::TenantNoSecrets, "networkpolicies-nosecrets", json!({ "syncedTypes": [{ "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "direction": "FromHost" }] }),
-            Some(format!("spec.syncedTypes[0] (networking.k8s.io/v1 NetworkPolicy) needs get on networking.k8s.io/networkpolicies {ns_words}"))),
+        (
+            Identity::TenantEdit,
+            "networkpolicies",
+            json!({ "syncedTypes": [{ "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy" }] }),
+            None,
+        ),
+        (
+            Identity::TenantNoSecrets,
+            "networkpolicies-nosecrets",
+            json!({ "syncedTypes": [{ "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "direction": "FromHost" }] }),
+            Some(format!(
+                "spec.syncedTypes[0] (networking.k8s.io/v1 NetworkPolicy) needs get on networking.k8s.io/networkpolicies {ns_words}"
+            )),
+        ),
         // Hooks: physical events need get/list/watch/update/patch; virtual ones nothing on the host.
-        (Identity::TenantNoSecrets, "hook-physical", json!({ "hooks": [{ "name": "tag", "apiVersion": "v1", "kind": "Secret", "events": ["UpdatePhysical"], "labels": { "a": "b" } }] }),
-            Some(format!("spec.hooks[0] (tag) needs get on secrets {ns_words}"))),
-        (Identity::TenantNoSecrets, "hook-virtual", json!({ "hooks": [{ "name": "tag", "apiVersion": "v1", "kind": "Secret", "events": ["CreateVirtual"], "labels": { "a": "b" } }] }), None),
+        (
+            Identity::TenantNoSecrets,
+            "hook-physical",
+            json!({ "hooks": [{ "name": "tag", "apiVersion": "v1", "kind": "Secret", "events": ["UpdatePhysical"], "labels": { "a": "b" } }] }),
+            Some(format!(
+                "spec.hooks[0] (tag) needs get on secrets {ns_words}"
+            )),
+        ),
+        (
+            Identity::TenantNoSecrets,
+            "hook-virtual",
+            json!({ "hooks": [{ "name": "tag", "apiVersion": "v1", "kind": "Secret", "events": ["CreateVirtual"], "labels": { "a": "b" } }] }),
+            None,
+        ),
         // Extra rules, namespaced: every apiGroup x resource x verb (x resourceName).
-        (Identity::TenantNoSecrets, "extra-secrets", json!({ "image": "example.com/p:1", "rbac": { "role": { "extraRules": [{ "apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["get"] }] } } }),
-            Some(format!("spec.rbac.role.extraRules[0] needs get on secrets {ns_words}"))),
-        (Identity::TenantEdit, "extra-named-secret", json!({ "image": "example.com/p:1", "rbac": { "role": { "extraRules": [{ "apiGroups": [""], "resources": ["secrets"], "resourceNames": ["db"], "verbs": ["get"] }] } } }), None),
-        (Identity::TenantNoSecrets, "extra-named-secret-nosecrets", json!({ "image": "example.com/p:1", "rbac": { "role": { "extraRules": [{ "apiGroups": [""], "resources": ["secrets"], "resourceNames": ["db"], "verbs": ["get"] }] } } }),
-            Some(format!("needs get on secrets named db {ns_words}"))),
-        (Identity::TenantNoSecrets, "extra-exec", json!({ "image": "example.com/p:1", "rbac": { "role": { "extraRules": [{ "apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"] }] } } }),
-            Some(format!("needs create on pods/exec {ns_words}"))),
-        (Identity::TenantEdit, "extra-escalate", json!({ "image": "example.com/p:1", "rbac": { "role": { "extraRules": [{ "apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"], "verbs": ["escalate"] }] } } }),
-            Some(format!("needs escalate on rbac.authorization.k8s.io/roles {ns_words}"))),
+        (
+            Identity::TenantNoSecrets,
+            "extra-secrets",
+            json!({ "image": "example.com/p:1", "rbac": { "role": { "extraRules": [{ "apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["get"] }] } } }),
+            Some(format!(
+                "spec.rbac.role.extraRules[0] needs get on secrets {ns_words}"
+            )),
+        ),
+        (
+            Identity::TenantEdit,
+            "extra-named-secret",
+            json!({ "image": "example.com/p:1", "rbac": { "role": { "extraRules": [{ "apiGroups": [""], "resources": ["secrets"], "resourceNames": ["db"], "verbs": ["get"] }] } } }),
+            None,
+        ),
+        (
+            Identity::TenantNoSecrets,
+            "extra-named-secret-nosecrets",
+            json!({ "image": "example.com/p:1", "rbac": { "role": { "extraRules": [{ "apiGroups": [""], "resources": ["secrets"], "resourceNames": ["db"], "verbs": ["get"] }] } } }),
+            Some(format!("needs get on secrets named db {ns_words}")),
+        ),
+        (
+            Identity::TenantNoSecrets,
+            "extra-exec",
+            json!({ "image": "example.com/p:1", "rbac": { "role": { "extraRules": [{ "apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"] }] } } }),
+            Some(format!("needs create on pods/exec {ns_words}")),
+        ),
+        (
+            Identity::TenantEdit,
+            "extra-escalate",
+            json!({ "image": "example.com/p:1", "rbac": { "role": { "extraRules": [{ "apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"], "verbs": ["escalate"] }] } } }),
+            Some(format!(
+                "needs escalate on rbac.authorization.k8s.io/roles {ns_words}"
+            )),
+        ),
         // Extra rules, cluster-scoped: checked cluster-wide, so a namespace's rights do not count.
-        (Identity::TenantEdit, "cluster-pods", json!({ "image": "example.com/p:1", "rbac": { "clusterRole": { "extraRules": [{ "apiGroups": [""], "resources": ["pods"], "verbs": ["list"] }] } } }),
-            Some("spec.rbac.clusterRole.extraRules[0] needs list on pods cluster-wide".to_string())),
-        (Identity::Admin, "cluster-pods-admin", json!({ "image": "example.com/p:1", "rbac": { "clusterRole": { "extraRules": [{ "apiGroups": [""], "resources": ["pods"], "verbs": ["list"] }] } } }), None),
-        (Identity::TenantEdit, "cluster-metrics", json!({ "image": "example.com/p:1", "rbac": { "clusterRole": { "extraRules": [{ "nonResourceURLs": ["/metrics"], "verbs": ["get"] }] } } }),
-            Some("spec.rbac.clusterRole.extraRules[0] needs get on nonResourceURL /metrics".to_string())),
+        (
+            Identity::TenantEdit,
+            "cluster-pods",
+            json!({ "image": "example.com/p:1", "rbac": { "clusterRole": { "extraRules": [{ "apiGroups": [""], "resources": ["pods"], "verbs": ["list"] }] } } }),
+            Some("spec.rbac.clusterRole.extraRules[0] needs list on pods cluster-wide".to_string()),
+        ),
+        (
+            Identity::Admin,
+            "cluster-pods-admin",
+            json!({ "image": "example.com/p:1", "rbac": { "clusterRole": { "extraRules": [{ "apiGroups": [""], "resources": ["pods"], "verbs": ["list"] }] } } }),
+            None,
+        ),
+        (
+            Identity::TenantEdit,
+            "cluster-metrics",
+            json!({ "image": "example.com/p:1", "rbac": { "clusterRole": { "extraRules": [{ "nonResourceURLs": ["/metrics"], "verbs": ["get"] }] } } }),
+            Some(
+                "spec.rbac.clusterRole.extraRules[0] needs get on nonResourceURL /metrics"
+                    .to_string(),
+            ),
+        ),
         // A value that would shift the checks' fields is refused as such.
-        (Identity::Admin, "pipe-in-name", json!({ "image": "example.com/p:1", "rbac": { "role": { "extraRules": [{ "apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["a|b"], "verbs": ["get"] }] } } }),
-            Some("must not contain '|' or a line break".to_string())),
+        (
+            Identity::Admin,
+            "pipe-in-name",
+            json!({ "image": "example.com/p:1", "rbac": { "role": { "extraRules": [{ "apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["a|b"], "verbs": ["get"] }] } } }),
+            Some("must not contain '|' or a line break".to_string()),
+        ),
     ];
     let mut failures = Vec::new();
     for (identity, name, spec, expected) in &cases {
         let client = cp.client(Cluster::Host, *identity).await;
         let api = Api::<VClusterPlugin>::namespaced(client, ns);
-        let got = refusal(api.create(&PostParams::default(), &plugin(name, spec.clone())).await);
+        let got = refusal(
+            api.create(&PostParams::default(), &plugin(name, spec.clone()))
+                .await,
+        );
         match (expected, &got) {
             (None, None) => {}
             (Some(fragment), Some(message)) if message.contains(fragment.as_str()) => {
@@ -169,7 +282,11 @@ async fn a_change_is_judged_when_the_spec_changes_and_only_then() {
     let add_secrets = json!({ "spec": { "syncedTypes": [configmaps, secrets] } });
     let refused = refusal(
         as_nosecrets
-            .patch("shared", &PatchParams::default(), &Patch::Merge(&add_secrets))
+            .patch(
+                "shared",
+                &PatchParams::default(),
+                &Patch::Merge(&add_secrets),
+            )
             .await,
     )
     .expect("tenant-nosecrets adds secrets: refused");
@@ -183,7 +300,11 @@ async fn a_change_is_judged_when_the_spec_changes_and_only_then() {
 
     // Who may, may.
     as_edit
-        .patch("shared", &PatchParams::default(), &Patch::Merge(&add_secrets))
+        .patch(
+            "shared",
+            &PatchParams::default(),
+            &Patch::Merge(&add_secrets),
+        )
         .await
         .expect("tenant-edit adds secrets");
 
@@ -202,8 +323,9 @@ async fn a_change_is_judged_when_the_spec_changes_and_only_then() {
         .expect("deletion is not judged");
 }
 
-/// The namespace of [`the_operator_identity_is_bounded`], with a vCluster-shaped StatefulSet,
-/// an unrelated Deployment, a foreign Role and the chart's Role.
+/// The namespace of [`the_operator_identity_is_bounded`] beside vCluster's own chart
+/// ([`vcp_tests::vcluster_workload`]): an unrelated Deployment, a foreign Role and the chart's
+/// Role.
 const OPERATOR_FIXTURES: &str = r#"
 ---
 apiVersion: apps/v1
@@ -291,7 +413,7 @@ async fn the_operator_identity_is_bounded() {
     create_namespace(&admin, ns).await;
     apply_yaml(
         &admin,
-        &format!("{VCLUSTER_WORKLOAD}{OPERATOR_FIXTURES}"),
+        &format!("{}{OPERATOR_FIXTURES}", vcp_tests::vcluster_workload(ns)),
         Some(ns),
     )
     .await
@@ -339,9 +461,19 @@ async fn the_operator_identity_is_bounded() {
     );
     refused(
         "a dedicated ClusterRole with a wildcard",
-        refusal(apply(&operator, &dedicated(ns, "ClusterRole", json!({
-            "rules": [{ "apiGroups": ["*"], "resources": ["*"], "verbs": ["*"] }],
-        }))).await),
+        refusal(
+            apply(
+                &operator,
+                &dedicated(
+                    ns,
+                    "ClusterRole",
+                    json!({
+                        "rules": [{ "apiGroups": ["*"], "resources": ["*"], "verbs": ["*"] }],
+                    }),
+                ),
+            )
+            .await,
+        ),
         "may not grant wildcards",
     );
     refused(
@@ -435,7 +567,11 @@ async fn the_operator_identity_is_bounded() {
         .get("web")
         .await
         .unwrap();
-    assert_eq!(after.resource_version(), before.resource_version(), "web was written");
+    assert_eq!(
+        after.resource_version(),
+        before.resource_version(),
+        "web was written"
+    );
 
     // The vCluster's StatefulSet: its own parts yes, the rest no.
     let statefulsets = Api::<StatefulSet>::namespaced(operator.clone(), ns);
@@ -498,16 +634,55 @@ async fn the_operator_identity_is_bounded() {
         .expect("the operator removes everything it added");
     let pod = restored.spec.unwrap().template.spec.unwrap();
     assert_eq!(
-        pod.containers.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+        pod.containers
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect::<Vec<_>>(),
         ["syncer"]
+    );
+
+    // Pods: only the dry run of the Pod Security check.
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "metadata": { "name": "vcluster-pod", "namespace": ns },
+        "spec": { "serviceAccountName": "vc-my-vcluster", "containers": [{ "name": "syncer", "image": "evil:1" }] },
+    }))
+    .unwrap();
+    let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(operator.clone(), ns);
+    let dry = PostParams {
+        dry_run: true,
+        field_manager: None,
+    };
+    pods.create(&dry, &pod)
+        .await
+        .expect("the operator's Pod Security check: a dry run");
+    refused(
+        "create a real Pod",
+        refusal(pods.create(&PostParams::default(), &pod).await),
+        "may create pods only as a server-side dry run",
     );
 
     // What it makes for a plugin passes: dedicated objects, created, changed and deleted.
     for obj in [
-        dedicated(ns, "Role", json!({ "rules": [{ "apiGroups": ["example.loft.sh"], "resources": ["cars"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"] }] })),
-        dedicated(ns, "RoleBinding", json!({ "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "vcp-plugin-p" }, "subjects": sa })),
-        dedicated(ns, "ClusterRole", json!({ "rules": [{ "apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get", "list", "watch"] }] })),
-        dedicated(ns, "ClusterRoleBinding", json!({ "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": format!("vcp:{ns}:p") }, "subjects": sa })),
+        dedicated(
+            ns,
+            "Role",
+            json!({ "rules": [{ "apiGroups": ["example.loft.sh"], "resources": ["cars"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"] }] }),
+        ),
+        dedicated(
+            ns,
+            "RoleBinding",
+            json!({ "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "vcp-plugin-p" }, "subjects": sa }),
+        ),
+        dedicated(
+            ns,
+            "ClusterRole",
+            json!({ "rules": [{ "apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get", "list", "watch"] }] }),
+        ),
+        dedicated(
+            ns,
+            "ClusterRoleBinding",
+            json!({ "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": format!("vcp:{ns}:p") }, "subjects": sa }),
+        ),
     ] {
         apply(&operator, &obj)
             .await
@@ -541,7 +716,11 @@ async fn the_operator_identity_is_bounded() {
         "rules": [helm_rule, cars],
     });
     let patched = chart
-        .patch("vc-my-vcluster", &PatchParams::default(), &Patch::Merge(&recorded))
+        .patch(
+            "vc-my-vcluster",
+            &PatchParams::default(),
+            &Patch::Merge(&recorded),
+        )
         .await
         .expect("append recorded rules to the chart's Role");
     for (what, patch, fragment) in [
@@ -573,7 +752,11 @@ async fn the_operator_identity_is_bounded() {
             what,
             refusal(
                 chart
-                    .patch("vc-my-vcluster", &PatchParams::default(), &Patch::Merge(&patch))
+                    .patch(
+                        "vc-my-vcluster",
+                        &PatchParams::default(),
+                        &Patch::Merge(&patch),
+                    )
                     .await,
             ),
             fragment,
@@ -584,13 +767,16 @@ async fn the_operator_identity_is_bounded() {
         "rules": [helm_rule],
     });
     let restored = chart
-        .patch("vc-my-vcluster", &PatchParams::default(), &Patch::Merge(&restore))
+        .patch(
+            "vc-my-vcluster",
+            &PatchParams::default(),
+            &Patch::Merge(&restore),
+        )
         .await
         .expect("take the recorded rules out again");
     assert_eq!(
         serde_json::to_value(&restored.rules).unwrap(),
         json!([helm_rule])
     );
-    drop(refused);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -10,8 +10,9 @@
 //! `ToHost` types get get/list/watch/create/update/patch/delete on the host resource,
 //! `FromHost` ones get/list/watch, hooks on physical events get/list/watch/update/patch on the
 //! hooked resource, a custom resource's type adds get/list/watch on CRDs cluster-wide, the
-//! embedded runtime reads the namespace's VClusterPlugins, patches its own status and writes
-//! Events, and the extra rules are granted as written.
+//! embedded runtime reads the namespace's VClusterPlugins, patches its own status, writes
+//! Events and (for a `ToHost` type) reads the vCluster's Service, the owner vCluster sets on
+//! host copies; the extra rules are granted as written.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -31,27 +32,9 @@ use vcp_tests::{Cluster, ControlPlane, Identity, TEST_FIELD_MANAGER, apply_yaml,
 const NS: &str = "grants";
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A vCluster-chart-shaped workload whose service account has no rights of its own (no chart
-/// Role): every right it ends up with is one the operator granted.
-const WORKLOAD: &str = r#"
-apiVersion: v1
-kind: ServiceAccount
-metadata: { name: vc-my-vcluster }
----
-apiVersion: apps/v1
-kind: StatefulSet
-metadata:
-  name: my-vcluster
-  labels: { app: vcluster, chart: vcluster-0.30.0, release: my-vcluster, heritage: Helm }
-spec:
-  serviceName: my-vcluster-headless
-  selector: { matchLabels: { app: vcluster, release: my-vcluster } }
-  template:
-    metadata: { labels: { app: vcluster, release: my-vcluster } }
-    spec:
-      serviceAccountName: vc-my-vcluster
-      containers:
-        - { name: syncer, image: "ghcr.io/loft-sh/vcluster-pro:0.30.0" }
+/// The plugin: a custom resource to the host, ConfigMaps from the host, a hook on Pods, one
+/// extra rule in the namespace and one cluster-wide.
+const PLUGIN: &str = r#"
 ---
 apiVersion: vcp.dev/v1alpha1
 kind: VClusterPlugin
@@ -66,14 +49,21 @@ spec:
   rbac:
     role:
       extraRules:
-        - { apiGroups: [""], resources: [services], verbs: [get] }
+        - { apiGroups: [""], resources: [persistentvolumeclaims], verbs: [get] }
     clusterRole:
       extraRules:
         - { apiGroups: [""], resources: [nodes], verbs: [get] }
 "#;
 
 /// One access review: (verb, group, resource, subresource, namespace, name).
-type Check = (&'static str, &'static str, &'static str, &'static str, &'static str, &'static str);
+type Check = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+);
 
 /// What the plugin declares, as access reviews that must be allowed.
 const ALLOWED: &[Check] = &[
@@ -96,15 +86,38 @@ const ALLOWED: &[Check] = &[
     ("update", "", "pods", "", NS, ""),
     ("patch", "", "pods", "", NS, ""),
     // rbac.role.extraRules / rbac.clusterRole.extraRules, as written.
-    ("get", "", "services", "", NS, ""),
+    ("get", "", "persistentvolumeclaims", "", NS, ""),
     ("get", "", "nodes", "", "", "worker-1"),
     // A custom resource's type: its CRD, read cluster-wide.
-    ("get", "apiextensions.k8s.io", "customresourcedefinitions", "", "", "cars.example.loft.sh"),
-    ("list", "apiextensions.k8s.io", "customresourcedefinitions", "", "", ""),
+    (
+        "get",
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+        "",
+        "",
+        "cars.example.loft.sh",
+    ),
+    (
+        "list",
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+        "",
+        "",
+        "",
+    ),
     // The embedded runtime itself.
     ("list", "vcp.dev", "vclusterplugins", "", NS, ""),
-    ("patch", "vcp.dev", "vclusterplugins", "status", NS, "grants"),
+    (
+        "patch",
+        "vcp.dev",
+        "vclusterplugins",
+        "status",
+        NS,
+        "grants",
+    ),
     ("create", "events.k8s.io", "events", "", NS, ""),
+    // ... and, for a ToHost type, the vCluster's Service (the owner of the host copies).
+    ("get", "", "services", "", NS, "my-vcluster"),
 ];
 
 /// Neighbours of what it declares, and the usual ways up: all must be denied.
@@ -118,16 +131,39 @@ const DENIED: &[Check] = &[
     ("delete", "", "configmaps", "", NS, ""),
     ("create", "", "pods", "", NS, ""),
     ("delete", "", "pods", "", NS, ""),
-    ("list", "", "services", "", NS, ""),
-    ("update", "", "services", "", NS, ""),
+    ("list", "", "persistentvolumeclaims", "", NS, ""),
+    ("update", "", "persistentvolumeclaims", "", NS, ""),
+    ("get", "", "services", "", NS, "another-service"),
+    ("update", "", "services", "", NS, "my-vcluster"),
     ("list", "", "nodes", "", "", ""),
     ("update", "", "nodes", "", "", "worker-1"),
-    ("create", "apiextensions.k8s.io", "customresourcedefinitions", "", "", ""),
+    (
+        "create",
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+        "",
+        "",
+        "",
+    ),
     ("update", "vcp.dev", "vclusterplugins", "", NS, "grants"),
-    ("patch", "vcp.dev", "vclusterplugins", "status", NS, "another-plugin"),
+    (
+        "patch",
+        "vcp.dev",
+        "vclusterplugins",
+        "status",
+        NS,
+        "another-plugin",
+    ),
     // Subresources and impersonation-equivalents.
     ("create", "", "pods", "exec", NS, ""),
-    ("create", "", "serviceaccounts", "token", NS, "vc-my-vcluster"),
+    (
+        "create",
+        "",
+        "serviceaccounts",
+        "token",
+        NS,
+        "vc-my-vcluster",
+    ),
     ("impersonate", "", "serviceaccounts", "", NS, ""),
     ("get", "", "secrets", "", NS, "vc-my-vcluster"),
     ("list", "", "secrets", "", NS, ""),
@@ -135,8 +171,22 @@ const DENIED: &[Check] = &[
     ("patch", "apps", "statefulsets", "", NS, "my-vcluster"),
     ("create", "rbac.authorization.k8s.io", "roles", "", NS, ""),
     ("escalate", "rbac.authorization.k8s.io", "roles", "", NS, ""),
-    ("create", "rbac.authorization.k8s.io", "rolebindings", "", NS, ""),
-    ("bind", "rbac.authorization.k8s.io", "clusterroles", "", "", "cluster-admin"),
+    (
+        "create",
+        "rbac.authorization.k8s.io",
+        "rolebindings",
+        "",
+        NS,
+        "",
+    ),
+    (
+        "bind",
+        "rbac.authorization.k8s.io",
+        "clusterroles",
+        "",
+        "",
+        "cluster-admin",
+    ),
 ];
 
 async fn review(client: &Client, check: &Check) -> bool {
@@ -196,7 +246,12 @@ fn rule(groups: &[&str], resources: &[&str], names: &[&str], verbs: &[&str]) -> 
         v.sort();
         v
     };
-    (sorted(groups), sorted(resources), sorted(names), sorted(verbs))
+    (
+        sorted(groups),
+        sorted(resources),
+        sorted(names),
+        sorted(verbs),
+    )
 }
 
 #[tokio::test]
@@ -204,7 +259,12 @@ async fn the_bound_account_can_do_what_the_plugin_declares_and_nothing_more() {
     let admin = vcp_tests::start_shared_operator("vcp-test/runtime:grants").await;
     let cp = ControlPlane::shared();
     vcp_tests::create_namespace(&admin, NS).await;
-    apply_yaml(&admin, WORKLOAD, Some(NS)).await.expect("fixtures");
+    // vCluster's own chart, whose RBAC objects are left out: the service account holds only
+    // what the operator grants.
+    let workload = vcp_tests::vcluster_workload(NS);
+    apply_yaml(&admin, &format!("{workload}{PLUGIN}"), Some(NS))
+        .await
+        .expect("fixtures");
     let plugins = Api::<VClusterPlugin>::namespaced(admin.clone(), NS);
     wait_for(TIMEOUT, || {
         let plugins = plugins.clone();
@@ -230,7 +290,10 @@ async fn the_bound_account_can_do_what_the_plugin_declares_and_nothing_more() {
     assert_eq!(subjects.len(), 1, "{subjects:?}");
     assert_eq!(subjects[0].kind, "ServiceAccount");
     let account = subjects[0].name.clone();
-    assert_eq!(account, "vc-my-vcluster", "the pod template's service account");
+    assert_eq!(
+        account, "vc-my-vcluster",
+        "the pod template's service account"
+    );
     let as_account = cp
         .service_account_client(Cluster::Host, NS, &account)
         .await
@@ -241,7 +304,8 @@ async fn the_bound_account_can_do_what_the_plugin_declares_and_nothing_more() {
     let virtual_ = cp.client(Cluster::Virtual, Identity::Admin).await;
     vcp_tests::install_crds(&virtual_).await;
     vcp_tests::create_namespace(&virtual_, "team").await;
-    let mut config = vcp_syncer_runtime::Config::new(as_account.clone(), virtual_.clone(), NS, "grants");
+    let mut config =
+        vcp_syncer_runtime::Config::new(as_account.clone(), virtual_.clone(), NS, "grants");
     config.status_interval = Duration::from_millis(300);
     let runtime = tokio::spawn(vcp_syncer_runtime::run(config));
     let cars = ApiResource::from_gvk_with_plural(
@@ -265,7 +329,13 @@ async fn the_bound_account_can_do_what_the_plugin_declares_and_nothing_more() {
     let host_cars = Api::<DynamicObject>::namespaced_with(admin.clone(), NS, &cars);
     let host_car = wait_for(TIMEOUT, || {
         let host_cars = host_cars.clone();
-        async move { host_cars.get_opt("beetle-x-team-x-my-vcluster").await.ok().flatten() }
+        async move {
+            host_cars
+                .get_opt("beetle-x-team-x-my-vcluster")
+                .await
+                .ok()
+                .flatten()
+        }
     })
     .await;
     println!(
@@ -299,7 +369,12 @@ async fn the_bound_account_can_do_what_the_plugin_declares_and_nothing_more() {
         for check in checks {
             let allowed = review(&as_account, check).await;
             let word = |b: bool| if b { "allowed" } else { "denied" };
-            println!("{:<70} {:>8} {:>8}", describe(check), word(expected), word(allowed));
+            println!(
+                "{:<70} {:>8} {:>8}",
+                describe(check),
+                word(expected),
+                word(allowed)
+            );
             if allowed != expected {
                 failures.push(format!("{}: {}", describe(check), word(allowed)));
             }
@@ -344,12 +419,20 @@ async fn the_bound_account_can_do_what_the_plugin_declares_and_nothing_more() {
                     .all(|g| g == "authorization.k8s.io" || g == "authentication.k8s.io"))
         })
         .collect();
-    let all = ["get", "list", "watch", "create", "update", "patch", "delete"];
+    let all = [
+        "get", "list", "watch", "create", "update", "patch", "delete",
+    ];
     let declared: BTreeSet<Rule> = [
         rule(&["example.loft.sh"], &["cars"], &[], &all),
         rule(&[""], &["configmaps"], &[], &["get", "list", "watch"]),
-        rule(&[""], &["pods"], &[], &["get", "list", "watch", "update", "patch"]),
-        rule(&[""], &["services"], &[], &["get"]),
+        rule(
+            &[""],
+            &["pods"],
+            &[],
+            &["get", "list", "watch", "update", "patch"],
+        ),
+        rule(&[""], &["persistentvolumeclaims"], &[], &["get"]),
+        rule(&[""], &["services"], &["my-vcluster"], &["get"]),
         rule(&[""], &["nodes"], &[], &["get"]),
         rule(
             &["apiextensions.k8s.io"],
@@ -357,7 +440,12 @@ async fn the_bound_account_can_do_what_the_plugin_declares_and_nothing_more() {
             &[],
             &["get", "list", "watch"],
         ),
-        rule(&["vcp.dev"], &["vclusterplugins"], &[], &["get", "list", "watch"]),
+        rule(
+            &["vcp.dev"],
+            &["vclusterplugins"],
+            &[],
+            &["get", "list", "watch"],
+        ),
         rule(
             &["vcp.dev"],
             &["vclusterplugins/status"],
