@@ -1,0 +1,348 @@
+use super::*;
+use crate::workload::{PLUGINS_VOLUME, SYNCER_CONTAINER, WorkloadKind};
+use k8s_openapi::api::core::v1::{Container, PodSpec, VolumeMount};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::json;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use vcp_crds::{FINALIZER, VClusterPluginSpec, VClusterRef};
+
+const RUNTIME: &str = "ghcr.io/vcp-dev/vcluster-plugin-operator:test";
+
+/// A vCluster-chart-shaped StatefulSet (the chart's labels, `syncer`, its service account).
+fn workload() -> Workload {
+    let labels: std::collections::BTreeMap<String, String> =
+        [("app", "vcluster"), ("release", "my-vcluster")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+    Workload {
+        kind: Some(WorkloadKind::StatefulSet),
+        name: "my-vcluster".into(),
+        namespace: "team-a".into(),
+        labels: labels.clone(),
+        template_labels: labels,
+        pod_spec: PodSpec {
+            service_account_name: Some("vc-my-vcluster".into()),
+            containers: vec![Container {
+                name: SYNCER_CONTAINER.into(),
+                image: Some("ghcr.io/loft-sh/vcluster-pro:0.26.0".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        },
+        uid: Some("u1".into()),
+        generation: Some(1),
+        ..Default::default()
+    }
+}
+
+fn plugin(name: &str, secs: i64) -> VClusterPlugin {
+    let mut p = VClusterPlugin::new(
+        name,
+        VClusterPluginSpec {
+            vcluster: VClusterRef {
+                name: "my-vcluster".into(),
+            },
+            ..Default::default()
+        },
+    );
+    p.metadata.namespace = Some("team-a".into());
+    p.metadata.finalizers = Some(vec![FINALIZER.into()]);
+    p.metadata.creation_timestamp = Some(Time(
+        k8s_openapi::jiff::Timestamp::from_second(secs).unwrap(),
+    ));
+    p
+}
+
+fn mounting(mut p: VClusterPlugin, volume: &str) -> VClusterPlugin {
+    p.spec.volume_mounts = Some(vec![VolumeMount {
+        name: volume.into(),
+        mount_path: "/x".into(),
+        ..Default::default()
+    }]);
+    p
+}
+
+/// A stand-in for the API server: refuses a body with a mount of a volume the pod lacks
+/// (as its validation does), and a Pod whose containers `forbidden` names run (as Pod
+/// Security admission would, message in its format).
+struct Fake {
+    forbidden: Vec<&'static str>,
+    workload_calls: AtomicUsize,
+    pod_calls: AtomicUsize,
+}
+
+impl Fake {
+    fn new(forbidden: Vec<&'static str>) -> Self {
+        Fake {
+            forbidden,
+            workload_calls: AtomicUsize::new(0),
+            pod_calls: AtomicUsize::new(0),
+        }
+    }
+    fn calls(&self) -> (usize, usize) {
+        (
+            self.workload_calls.load(Ordering::SeqCst),
+            self.pod_calls.load(Ordering::SeqCst),
+        )
+    }
+}
+
+impl DryRun for Fake {
+    fn workload(
+        &self,
+        w: &Workload,
+        body: &Value,
+    ) -> impl Future<Output = Result<WorkloadAnswer>> + Send {
+        self.workload_calls.fetch_add(1, Ordering::SeqCst);
+        let spec = body
+            .pointer("/spec/template/spec")
+            .cloned()
+            .unwrap_or(json!({}));
+        let volumes: Vec<String> = spec["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v["name"].as_str().map(str::to_string))
+            .collect();
+        let mut containers: Vec<Container> =
+            serde_json::from_value(spec["containers"].clone()).unwrap_or_default();
+        let init: Vec<Container> =
+            serde_json::from_value(spec["initContainers"].clone()).unwrap_or_default();
+        containers.retain(|c| c.name != SYNCER_CONTAINER);
+        let mut answer = None;
+        for c in containers.iter().chain(&init) {
+            for m in c.volume_mounts.iter().flatten() {
+                if !volumes.contains(&m.name) && answer.is_none() {
+                    answer = Some(WorkloadAnswer::Refused(format!(
+                        "StatefulSet.apps \"{}\" is invalid: spec.template.spec.containers[1].volumeMounts[0].name: Not found: \"{}\"",
+                        w.name, m.name
+                    )));
+                }
+            }
+        }
+        let mut pod_spec = w.pod_spec.clone();
+        pod_spec.containers.extend(containers);
+        let answer = answer.unwrap_or_else(|| {
+            WorkloadAnswer::Accepted(Box::new(Pod {
+                spec: Some(pod_spec),
+                ..Default::default()
+            }))
+        });
+        async move { Ok(answer) }
+    }
+
+    fn pod(&self, pod: &Pod) -> impl Future<Output = Result<Option<String>>> + Send {
+        self.pod_calls.fetch_add(1, Ordering::SeqCst);
+        let bad: Vec<String> = pod
+            .spec
+            .iter()
+            .flat_map(|s| &s.containers)
+            .filter(|c| self.forbidden.contains(&c.name.as_str()))
+            .map(|c| format!("{:?}", c.name))
+            .collect();
+        let answer = (!bad.is_empty()).then(|| {
+            format!(
+                "pods \"my-vcluster-vcp-check-x\" is forbidden: violates PodSecurity \"restricted:latest\": runAsNonRoot != true (pod or container{} {} must set securityContext.runAsNonRoot=true)",
+                if bad.len() > 1 { "s" } else { "" },
+                bad.join(", ")
+            )
+        });
+        async move { Ok(answer) }
+    }
+}
+
+fn run<T>(f: impl Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+#[test]
+fn parses_the_pod_security_message() {
+    // The format of k8s.io/pod-security-admission v0.34 (admission.go, EvaluatePod;
+    // policy/check_*.go for the details).
+    let m = "pods \"x\" is forbidden: violates PodSecurity \"restricted:latest\": allowPrivilegeEscalation != false (container \"p\" must set securityContext.allowPrivilegeEscalation=false), runAsNonRoot != true (pod or containers \"syncer\", \"p\" must set securityContext.runAsNonRoot=true)";
+    let v = pod_security_violation(m).unwrap();
+    assert_eq!(v.level, "restricted:latest");
+    assert!(v.detail.starts_with("allowPrivilegeEscalation != false"));
+    assert!(blames(&v, "p"));
+    assert!(blames(&v, "syncer"));
+    assert!(!blames(&v, "s"), "whole names only");
+    let v = pod_security_violation("pods \"x\" is forbidden: violates PodSecurity \"baseline:v1.34\": unrestricted capabilities (containers \"a\", \"b-c\" must not include \"SYS_ADMIN\" in securityContext.capabilities.add), restricted volume types (volume \"data\" uses restricted volume type \"hostPath\")").unwrap();
+    assert_eq!(v.level, "baseline:v1.34");
+    assert_eq!(
+        named_containers(&v),
+        BTreeSet::from(["a".to_string(), "b-c".to_string()])
+    );
+    assert!(!blames(&v, "data"), "a volume is no container");
+    assert_eq!(
+        pod_security_violation("pods \"x\" is forbidden: exceeded quota"),
+        None
+    );
+}
+
+#[test]
+fn a_statefulsets_pod_gets_its_claims_as_volumes() {
+    let sts: StatefulSet = serde_json::from_value(json!({
+        "metadata": { "name": "my-vcluster", "namespace": "team-a" },
+        "spec": {
+            "selector": {}, "serviceName": "x",
+            "template": {
+                "metadata": { "labels": { "app": "vcluster" } },
+                "spec": {
+                    "containers": [{ "name": "syncer", "volumeMounts": [{ "name": "data", "mountPath": "/data" }] }],
+                    "volumes": [{ "name": "data", "emptyDir": {} }, { "name": "plugins", "emptyDir": {} }],
+                },
+            },
+            "volumeClaimTemplates": [{ "metadata": { "name": "data" } }],
+        },
+    }))
+    .unwrap();
+    let pod = pod_of_statefulset(&sts);
+    assert_eq!(
+        serde_json::to_value(&pod).unwrap(),
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "generateName": "my-vcluster-vcp-check-",
+                "namespace": "team-a",
+                "labels": { "app": "vcluster" },
+            },
+            "spec": {
+                "containers": [{ "name": "syncer", "volumeMounts": [{ "name": "data", "mountPath": "/data" }] }],
+                "volumes": [
+                    { "name": "data", "persistentVolumeClaim": { "claimName": "data-my-vcluster-0" } },
+                    { "name": "plugins", "emptyDir": {} },
+                ],
+            },
+        })
+    );
+    let deploy: Deployment = serde_json::from_value(json!({
+        "metadata": { "name": "vc", "namespace": "team-b" },
+        "spec": { "selector": {}, "template": { "spec": { "containers": [{ "name": "syncer" }] } } },
+    }))
+    .unwrap();
+    let pod = pod_of_deployment(&deploy);
+    assert_eq!(pod.metadata.generate_name.as_deref(), Some("vc-vcp-check-"));
+    assert_eq!(pod.spec.unwrap().containers[0].name, "syncer");
+}
+
+#[test]
+fn all_good_costs_one_dry_run_of_each_kind() {
+    let a = plugin("a", 1);
+    let b = plugin("b", 2);
+    let fake = Fake::new(vec![]);
+    let refused = run(judge(&fake, &workload(), &[&a, &b], RUNTIME)).unwrap();
+    assert!(refused.is_empty());
+    assert_eq!(fake.calls(), (1, 1));
+}
+
+#[test]
+fn the_bad_plugin_is_refused_and_the_others_accepted() {
+    let good_old = plugin("good-old", 1);
+    // `plugins` exists only when a v2 plugin is installed: here it does not.
+    let bad = mounting(plugin("bad", 2), PLUGINS_VOLUME);
+    let good_new = plugin("good-new", 3);
+    let fake = Fake::new(vec![]);
+    let refused = run(judge(
+        &fake,
+        &workload(),
+        &[&good_new, &bad, &good_old],
+        RUNTIME,
+    ))
+    .unwrap();
+    assert_eq!(refused.keys().collect::<Vec<_>>(), ["bad"]);
+    let r = &refused["bad"];
+    assert_eq!(r.reason, REASON_INVALID_WORKLOAD);
+    assert_eq!(
+        r.message,
+        "the API server refuses StatefulSet team-a/my-vcluster with this plugin's part: StatefulSet.apps \"my-vcluster\" is invalid: spec.template.spec.containers[1].volumeMounts[0].name: Not found: \"plugins\""
+    );
+    // All at once, then one step per plugin.
+    assert_eq!(fake.calls().0, 4);
+}
+
+#[test]
+fn a_v2_plugin_makes_the_plugins_volume_and_the_mount_valid() {
+    let mut v2 = plugin("v2", 1);
+    v2.spec.image = Some("img".into());
+    let user = mounting(plugin("user", 2), PLUGINS_VOLUME);
+    let fake = Fake::new(vec![]);
+    let refused = run(judge(&fake, &workload(), &[&v2, &user], RUNTIME)).unwrap();
+    assert!(refused.is_empty(), "{refused:?}");
+}
+
+#[test]
+fn pod_security_refuses_only_the_plugins_it_names() {
+    let loose = plugin("loose", 1);
+    let tight = plugin("tight", 2);
+    let fake = Fake::new(vec!["loose", SYNCER_CONTAINER]);
+    let refused = run(judge(&fake, &workload(), &[&tight, &loose], RUNTIME)).unwrap();
+    assert_eq!(refused.keys().collect::<Vec<_>>(), ["loose"]);
+    assert_eq!(refused["loose"].reason, REASON_POLICY_DENIED);
+    assert_eq!(
+        refused["loose"].message,
+        "with this plugin's container the vCluster's pods would violate the Pod Security level \"restricted:latest\" enforced in namespace team-a (label pod-security.kubernetes.io/enforce); the API server's reason: runAsNonRoot != true (pod or containers \"syncer\", \"loose\" must set securityContext.runAsNonRoot=true)"
+    );
+    // The vCluster's own container alone refuses no plugin.
+    let fake = Fake::new(vec![SYNCER_CONTAINER]);
+    let refused = run(judge(&fake, &workload(), &[&tight], RUNTIME)).unwrap();
+    assert!(refused.is_empty());
+    assert_eq!(fake.calls(), (1, 1));
+}
+
+#[test]
+fn verdicts_are_remembered_per_body_and_generation() {
+    let good = plugin("good", 1);
+    let bad = mounting(plugin("bad", 2), "nope");
+    let verdicts = Verdicts::default();
+    let fake = Fake::new(vec![]);
+    let wl = workload();
+    let first = run(verdicts.refusals(&fake, &wl, &[&good, &bad], RUNTIME)).unwrap();
+    assert!(first.contains_key("bad"));
+    let calls = fake.calls();
+    // Same body, same generation: no request.
+    let again = run(verdicts.refusals(&fake, &wl, &[&bad, &good], RUNTIME)).unwrap();
+    assert_eq!(again, first);
+    assert_eq!(fake.calls(), calls);
+    // The operator applied the good part: still no request at the new generation.
+    verdicts.applied(&wl, Some(2));
+    let mut applied = wl.clone();
+    applied.generation = Some(2);
+    run(verdicts.refusals(&fake, &applied, &[&good, &bad], RUNTIME)).unwrap();
+    assert_eq!(fake.calls(), calls);
+    // Someone else changed the spec: judged again.
+    let mut changed = applied.clone();
+    changed.generation = Some(3);
+    run(verdicts.refusals(&fake, &changed, &[&good, &bad], RUNTIME)).unwrap();
+    assert!(fake.calls().0 > calls.0);
+    // Another body: judged again.
+    let calls = fake.calls();
+    run(verdicts.refusals(&fake, &changed, &[&good], RUNTIME)).unwrap();
+    assert!(fake.calls().0 > calls.0);
+    // A recreated workload (same generation, other uid): judged again.
+    let calls = fake.calls();
+    let mut recreated = changed.clone();
+    recreated.uid = Some("u2".into());
+    run(verdicts.refusals(&fake, &recreated, &[&good], RUNTIME)).unwrap();
+    assert!(fake.calls().0 > calls.0);
+    // Forgotten: judged again.
+    verdicts.forget(&recreated);
+    let calls = fake.calls();
+    run(verdicts.refusals(&fake, &recreated, &[&good], RUNTIME)).unwrap();
+    assert!(fake.calls().0 > calls.0);
+}
+
+#[test]
+fn nothing_to_judge_costs_nothing() {
+    let verdicts = Verdicts::default();
+    let fake = Fake::new(vec![]);
+    assert!(
+        run(verdicts.refusals(&fake, &workload(), &[], RUNTIME))
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(fake.calls(), (0, 0));
+}

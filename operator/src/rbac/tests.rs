@@ -1,0 +1,611 @@
+use super::*;
+use vcp_crds::{Hook, PluginRbac, RoleRules, SyncedType, VClusterPluginSpec, VClusterRef};
+
+fn plugin(image: Option<&str>) -> VClusterPlugin {
+    let mut p = VClusterPlugin::new(
+        "car-syncer",
+        VClusterPluginSpec {
+            vcluster: VClusterRef {
+                name: "my-vcluster".into(),
+            },
+            image: image.map(String::from),
+            ..Default::default()
+        },
+    );
+    p.metadata.namespace = Some("team-a".into());
+    p.metadata.uid = Some("uid-1".into());
+    p
+}
+
+fn cars() -> SyncedType {
+    SyncedType {
+        api_version: "example.loft.sh/v1".into(),
+        kind: "Car".into(),
+        ..Default::default()
+    }
+}
+
+fn plurals() -> Plurals {
+    Plurals::from([
+        (
+            ("example.loft.sh/v1".into(), "Car".into()),
+            Served::namespaced("cars"),
+        ),
+        (("v1".into(), "Pod".into()), Served::namespaced("pods")),
+    ])
+}
+
+/// The vCluster chart's default service account of release `my-vcluster`.
+const SA: &str = "vc-my-vcluster";
+
+fn strs(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn names() {
+    assert_eq!(service_account_name("my-vcluster"), "vc-my-vcluster");
+    assert_eq!(role_name("car-syncer"), "vcp-plugin-car-syncer");
+    assert_eq!(
+        cluster_role_name("team-a", "car-syncer"),
+        "vcp:team-a:car-syncer"
+    );
+    assert_eq!(group_of("v1"), "");
+    assert_eq!(group_of("example.loft.sh/v1"), "example.loft.sh");
+}
+
+#[test]
+fn synced_type_gets_write_verbs_on_host_and_crd_read_cluster_wide() {
+    let mut p = plugin(Some("img"));
+    p.spec.synced_types = vec![cars()];
+    let d = desired(&p, &plurals(), SA).unwrap();
+    let role = d.role.unwrap();
+    assert_eq!(
+        role.rules.unwrap(),
+        vec![PolicyRule {
+            api_groups: Some(strs(&["example.loft.sh"])),
+            resources: Some(strs(&["cars"])),
+            verbs: strs(&WRITE_VERBS),
+            ..Default::default()
+        }]
+    );
+    assert_eq!(role.metadata.owner_references.unwrap()[0].uid, "uid-1");
+    let cr = d.cluster_role.unwrap();
+    assert_eq!(cr.metadata.name.as_deref(), Some("vcp:team-a:car-syncer"));
+    assert_eq!(
+        cr.rules.unwrap()[0].resources,
+        Some(strs(&["customresourcedefinitions"]))
+    );
+    assert!(
+        cr.metadata.owner_references.is_none(),
+        "cluster-scoped: labels only"
+    );
+    assert_eq!(
+        cr.metadata.labels.unwrap()[PLUGIN_NAMESPACE_LABEL],
+        "team-a"
+    );
+}
+
+#[test]
+fn from_host_is_read_only_and_explicit_resource_works_without_discovery() {
+    let mut p = plugin(Some("img"));
+    p.spec.synced_types = vec![SyncedType {
+        api_version: "v1".into(),
+        kind: "ConfigMap".into(),
+        resource: Some("configmaps".into()),
+        direction: SyncDirection::FromHost,
+        ..Default::default()
+    }];
+    // Discovered all the same (for its scope), but not needed when not served.
+    assert_eq!(
+        types_to_resolve(&p),
+        vec![("v1".into(), "ConfigMap".into())]
+    );
+    let rules = namespaced_rules(&p, &Plurals::new()).unwrap();
+    assert_eq!(rules[0].api_groups, Some(strs(&[""])));
+    assert_eq!(rules[0].verbs, strs(&READ_VERBS));
+    assert!(
+        cluster_rules(&p).is_empty(),
+        "core types need no CRD access"
+    );
+}
+
+#[test]
+fn cluster_scoped_types_are_refused_from_discoverys_scope() {
+    // Kubernetes serves Namespace and Node cluster-scoped, Secret namespaced.
+    let served = Plurals::from([
+        (
+            ("v1".into(), "Namespace".into()),
+            Served::cluster_scoped("namespaces"),
+        ),
+        (
+            ("v1".into(), "Node".into()),
+            Served::cluster_scoped("nodes"),
+        ),
+        (
+            ("v1".into(), "Secret".into()),
+            Served::namespaced("secrets"),
+        ),
+    ]);
+    let synced = |kind: &str, resource: Option<&str>| SyncedType {
+        api_version: "v1".into(),
+        kind: kind.into(),
+        resource: resource.map(String::from),
+        ..Default::default()
+    };
+    let mut p = plugin(Some("img"));
+    p.spec.synced_types = vec![synced("Secret", None), synced("Namespace", None)];
+    let err = desired(&p, &served, SA).unwrap_err();
+    assert_eq!(err.reason, REASON_CLUSTER_SCOPED_TYPE);
+    assert!(
+        err.message
+            .starts_with("spec.syncedTypes[1] (v1 Namespace)"),
+        "{}",
+        err.message
+    );
+    // An explicit resource does not hide the scope.
+    p.spec.synced_types = vec![synced("Namespace", Some("namespaces"))];
+    assert_eq!(
+        namespaced_rules(&p, &served).unwrap_err().reason,
+        REASON_CLUSTER_SCOPED_TYPE
+    );
+    // Nor does a hook.
+    let mut p = plugin(Some("img"));
+    p.spec.hooks = vec![Hook {
+        name: "nodes".into(),
+        api_version: "v1".into(),
+        kind: "Node".into(),
+        events: vec![HookEvent::UpdatePhysical],
+        ..Default::default()
+    }];
+    let err = namespaced_rules(&p, &served).unwrap_err();
+    assert_eq!(err.reason, REASON_CLUSTER_SCOPED_TYPE);
+    assert!(
+        err.message.starts_with("spec.hooks[0] (v1 Node)"),
+        "{}",
+        err.message
+    );
+}
+
+#[test]
+fn the_bindings_subject_is_the_pod_templates_service_account() {
+    let mut p = plugin(None);
+    p.spec.synced_types = vec![cars()];
+    p.spec.rbac = Some(PluginRbac {
+        cluster_role: Some(RoleRules {
+            extra_rules: vec![rule("", &["nodes"], &READ_VERBS, None)],
+        }),
+        ..Default::default()
+    });
+    let d = desired(&p, &plurals(), "custom-sa").unwrap();
+    let custom = Subject {
+        kind: "ServiceAccount".into(),
+        name: "custom-sa".into(),
+        namespace: Some("team-a".into()),
+        api_group: None,
+    };
+    assert_eq!(
+        d.role_binding.unwrap().subjects.unwrap(),
+        vec![custom.clone()]
+    );
+    assert_eq!(
+        d.cluster_role_binding.unwrap().subjects.unwrap(),
+        vec![custom]
+    );
+}
+
+#[test]
+fn unknown_type_is_refused() {
+    let mut p = plugin(Some("img"));
+    p.spec.synced_types = vec![cars()];
+    assert_eq!(
+        types_to_resolve(&p),
+        vec![("example.loft.sh/v1".into(), "Car".into())]
+    );
+    let err = desired(&p, &Plurals::new(), SA).unwrap_err();
+    assert_eq!(err.reason, REASON_UNKNOWN_TYPE);
+    assert!(err.message.contains("Car"));
+}
+
+#[test]
+fn physical_hooks_need_patch_on_the_hooked_resource() {
+    let mut p = plugin(Some("img"));
+    p.spec.hooks = vec![
+        Hook {
+            name: "label-pods".into(),
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            events: vec![HookEvent::CreatePhysical],
+            ..Default::default()
+        },
+        Hook {
+            name: "virtual-only".into(),
+            api_version: "v1".into(),
+            kind: "Secret".into(),
+            events: vec![HookEvent::CreateVirtual],
+            ..Default::default()
+        },
+    ];
+    assert_eq!(types_to_resolve(&p), vec![("v1".into(), "Pod".into())]);
+    let rules = namespaced_rules(&p, &plurals()).unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(rules[0].resources, Some(strs(&["pods"])));
+    assert_eq!(rules[0].verbs, strs(&HOOK_VERBS));
+}
+
+#[test]
+fn embedded_runtime_may_read_plugins_and_patch_only_its_own_status() {
+    let d = desired(&plugin(None), &Plurals::new(), SA).unwrap();
+    let rules = d.role.unwrap().rules.unwrap();
+    let status = rules
+        .iter()
+        .find(|r| r.resources == Some(strs(&["vclusterplugins/status"])))
+        .unwrap();
+    assert_eq!(status.resource_names, Some(strs(&["car-syncer"])));
+    assert!(
+        rules.iter().any(
+            |r| r.resources == Some(strs(&["vclusterplugins"])) && r.verbs == strs(&READ_VERBS)
+        )
+    );
+    let rb = d.role_binding.unwrap();
+    assert_eq!(rb.role_ref.name, "vcp-plugin-car-syncer");
+    assert_eq!(
+        rb.subjects.unwrap(),
+        vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: "vc-my-vcluster".into(),
+            namespace: Some("team-a".into()),
+            api_group: None,
+        }]
+    );
+    assert!(d.cluster_role.is_none() && d.cluster_role_binding.is_none());
+}
+
+#[test]
+fn embedded_runtime_with_to_host_types_may_get_the_vcluster_service_only() {
+    let services = |p: &VClusterPlugin| {
+        desired(p, &plurals(), SA)
+            .unwrap()
+            .role
+            .unwrap()
+            .rules
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.resources == Some(strs(&["services"])))
+            .collect::<Vec<_>>()
+    };
+    let mut p = plugin(None);
+    assert!(services(&p).is_empty(), "nothing synced: no owner to read");
+    p.spec.synced_types = vec![cars()];
+    assert_eq!(
+        services(&p),
+        vec![PolicyRule {
+            api_groups: Some(strs(&[""])),
+            resources: Some(strs(&["services"])),
+            verbs: strs(&["get"]),
+            resource_names: Some(strs(&["my-vcluster"])),
+            non_resource_urls: None,
+        }]
+    );
+    let mut image = plugin(Some("img"));
+    image.spec.synced_types = vec![cars()];
+    assert!(
+        services(&image).is_empty(),
+        "an image plugin brings its own"
+    );
+}
+
+#[test]
+fn image_plugin_without_rules_gets_no_role() {
+    assert_eq!(
+        desired(&plugin(Some("img")), &Plurals::new(), SA).unwrap(),
+        DesiredRbac::default()
+    );
+}
+
+#[test]
+fn extra_rules_are_appended_normalized_and_deduplicated() {
+    let mut p = plugin(Some("img"));
+    let secrets = PolicyRule {
+        api_groups: Some(strs(&[""])),
+        resources: Some(strs(&["secrets"])),
+        verbs: strs(&["get"]),
+        resource_names: Some(vec![]),
+        non_resource_urls: None,
+    };
+    p.spec.rbac = Some(PluginRbac {
+        role: Some(RoleRules {
+            extra_rules: vec![secrets.clone(), secrets.clone()],
+        }),
+        cluster_role: Some(RoleRules {
+            extra_rules: vec![PolicyRule {
+                api_groups: Some(strs(&[""])),
+                resources: Some(strs(&["nodes"])),
+                verbs: strs(&["get"]),
+                ..Default::default()
+            }],
+        }),
+        ..Default::default()
+    });
+    let d = desired(&p, &Plurals::new(), SA).unwrap();
+    let rules = d.role.unwrap().rules.unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(rules[0].resource_names, None);
+    assert_eq!(
+        d.cluster_role.unwrap().rules.unwrap()[0].resources,
+        Some(strs(&["nodes"]))
+    );
+    assert_eq!(d.cluster_role_binding.unwrap().role_ref.kind, "ClusterRole");
+}
+
+#[test]
+fn matching_ignores_server_additions_and_catches_edits() {
+    let mut p = plugin(None);
+    p.spec.synced_types = vec![cars()];
+    let want = desired(&p, &plurals(), SA).unwrap().role.unwrap();
+    let mut live = want.clone();
+    live.metadata.resource_version = Some("42".into());
+    live.metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert("extra".into(), "x".into());
+    assert!(role_matches(&live, &want));
+
+    let mut edited = live.clone();
+    edited.rules.as_mut().unwrap().pop();
+    assert!(!role_matches(&edited, &want));
+
+    let mut unlabelled = live.clone();
+    unlabelled.metadata.labels = None;
+    assert!(!role_matches(&unlabelled, &want));
+
+    let mut orphan = live;
+    orphan.metadata.owner_references = None;
+    assert!(!role_matches(&orphan, &want));
+}
+
+fn chart_role() -> Role {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": { "name": "vc-my-vcluster", "namespace": "team-a", "resourceVersion": "7",
+                      "annotations": { "meta.helm.sh/release-name": "my-vcluster" } },
+        "rules": [
+            { "apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"] },
+            { "apiGroups": [""], "resources": ["configmaps"], "verbs": ["*"] },
+        ],
+    }))
+    .unwrap()
+}
+
+/// Applies a merge patch as the API server does, checking the resourceVersion precondition.
+fn apply_patch(role: &Role, patch: &Value) -> Role {
+    fn merge(target: &mut Value, patch: &Value) {
+        match (target, patch) {
+            (Value::Object(t), Value::Object(p)) => {
+                for (k, v) in p {
+                    if v.is_null() {
+                        t.remove(k);
+                    } else {
+                        merge(t.entry(k.clone()).or_insert(Value::Null), v);
+                    }
+                }
+            }
+            (t, p) => *t = p.clone(),
+        }
+    }
+    let mut doc = serde_json::to_value(role).unwrap();
+    assert_eq!(
+        patch["metadata"]["resourceVersion"], doc["metadata"]["resourceVersion"],
+        "precondition"
+    );
+    merge(&mut doc, patch);
+    serde_json::from_value(doc).unwrap()
+}
+
+#[test]
+fn patch_mode_appends_records_and_restores_exactly() {
+    let original = chart_role();
+    let cars = rule("example.loft.sh", &["cars"], &WRITE_VERBS, None);
+    let patch = patch_role(&original, "car-syncer", Some(std::slice::from_ref(&cars))).unwrap();
+    assert_eq!(patch["metadata"]["resourceVersion"], "7");
+    let installed = apply_patch(&original, &patch);
+    let rules = installed.rules.clone().unwrap();
+    assert_eq!(rules.len(), 3);
+    assert_eq!(rules[..2], original.rules.clone().unwrap()[..]);
+    assert_eq!(rules[2], cars);
+    assert_eq!(
+        installed.annotations()["vcp.dev/added-rules.car-syncer"],
+        serde_json::to_string(&vec![cars.clone()]).unwrap()
+    );
+    assert_eq!(
+        patch_role(&installed, "car-syncer", Some(std::slice::from_ref(&cars))),
+        None,
+        "converged"
+    );
+
+    // A second plugin appending the same rule, then the first one leaving.
+    let both = apply_patch(
+        &installed,
+        &patch_role(&installed, "other", Some(std::slice::from_ref(&cars))).unwrap(),
+    );
+    let first_gone = apply_patch(&both, &restore_role(&both, "car-syncer").unwrap());
+    assert_eq!(first_gone.rules.as_ref().unwrap().len(), 3);
+    let all_gone = apply_patch(&first_gone, &restore_role(&first_gone, "other").unwrap());
+    assert_eq!(
+        serde_json::to_value(&all_gone).unwrap(),
+        serde_json::to_value(&original).unwrap()
+    );
+    assert_eq!(
+        restore_role(&original, "car-syncer"),
+        None,
+        "nothing to restore"
+    );
+}
+
+#[test]
+fn patch_mode_changed_rules_replace_the_recorded_ones_and_keep_foreign_edits() {
+    let mut role = chart_role();
+    role.metadata.annotations = None;
+    let a = rule("", &["services"], &READ_VERBS, None);
+    let b = rule("", &["endpoints"], &READ_VERBS, None);
+    let v1 = apply_patch(
+        &role,
+        &patch_role(&role, "p", Some(std::slice::from_ref(&a))).unwrap(),
+    );
+    // Someone (Helm) appends a rule afterwards.
+    let mut edited = v1.clone();
+    let helm = rule("", &["secrets"], &["get"], None);
+    edited.rules.as_mut().unwrap().push(helm.clone());
+    let v2 = apply_patch(
+        &edited,
+        &patch_role(&edited, "p", Some(std::slice::from_ref(&b))).unwrap(),
+    );
+    let rules = v2.rules.clone().unwrap();
+    assert_eq!(rules[2..], [helm.clone(), b]);
+    let restored = apply_patch(&v2, &restore_role(&v2, "p").unwrap());
+    let mut expected = role.rules.clone().unwrap();
+    expected.push(helm);
+    assert_eq!(restored.rules.unwrap(), expected);
+    assert_eq!(
+        restored.metadata.annotations.unwrap_or_default(),
+        BTreeMap::new()
+    );
+}
+
+#[test]
+fn target_role_prefers_the_charts_role_bound_to_the_service_account() {
+    let binding = |name: &str, role: &str, sa: &str, labelled: bool| -> RoleBinding {
+        serde_json::from_value(serde_json::json!({
+            "metadata": { "name": name, "labels": if labelled { serde_json::json!({ PLUGIN_NAME_LABEL: "x" }) } else { serde_json::json!({}) } },
+            "roleRef": { "apiGroup": RBAC_GROUP, "kind": "Role", "name": role },
+            "subjects": [{ "kind": "ServiceAccount", "name": sa, "namespace": "team-a" }],
+        }))
+        .unwrap()
+    };
+    let bs = vec![
+        binding("a", "aaa-extra", "vc-my-vcluster", false),
+        binding("b", "vc-my-vcluster", "vc-my-vcluster", false),
+        binding("c", "zzz", "someone-else", false),
+        binding("d", "vcp-plugin-x", "vc-my-vcluster", true),
+    ];
+    assert_eq!(
+        target_role(&bs, "team-a", "my-vcluster", SA).as_deref(),
+        Some("vc-my-vcluster")
+    );
+    assert_eq!(
+        target_role(&bs[..1], "team-a", "my-vcluster", SA).as_deref(),
+        Some("aaa-extra")
+    );
+    assert_eq!(
+        target_role(&bs[2..], "team-a", "my-vcluster", SA),
+        None,
+        "dedicated roles never"
+    );
+    assert_eq!(
+        target_role(&bs, "team-b", "my-vcluster", SA),
+        None,
+        "other namespace's SA"
+    );
+}
+
+#[test]
+fn a_role_bound_to_anyone_else_is_shared() {
+    let binding = |role: &str, subjects: Value| -> RoleBinding {
+        serde_json::from_value(serde_json::json!({
+            "metadata": { "name": format!("b-{role}") },
+            "roleRef": { "apiGroup": RBAC_GROUP, "kind": "Role", "name": role },
+            "subjects": subjects,
+        }))
+        .unwrap()
+    };
+    let only_sa = binding(
+        "vc-my-vcluster",
+        serde_json::json!([{ "kind": "ServiceAccount", "name": SA, "namespace": "team-a" }]),
+    );
+    // The chart's own binding: nobody else.
+    assert!(
+        other_subjects(
+            std::slice::from_ref(&only_sa),
+            "team-a",
+            "vc-my-vcluster",
+            SA
+        )
+        .is_empty()
+    );
+    // RBAC: a ServiceAccount subject without namespace is in the binding's namespace.
+    let implicit_ns = binding(
+        "vc-my-vcluster",
+        serde_json::json!([{ "kind": "ServiceAccount", "name": SA }]),
+    );
+    assert!(other_subjects(&[implicit_ns], "team-a", "vc-my-vcluster", SA).is_empty());
+    let shared = vec![
+        only_sa,
+        binding(
+            "vc-my-vcluster",
+            serde_json::json!([
+                { "kind": "User", "apiGroup": RBAC_GROUP, "name": "jane" },
+                { "kind": "ServiceAccount", "name": SA, "namespace": "team-b" },
+            ]),
+        ),
+        binding(
+            "vc-my-vcluster",
+            serde_json::json!([{ "kind": "Group", "apiGroup": RBAC_GROUP, "name": "system:serviceaccounts:team-a" }]),
+        ),
+        // Bindings of other Roles, or of a ClusterRole of the same name, do not count.
+        binding(
+            "other",
+            serde_json::json!([{ "kind": "User", "apiGroup": RBAC_GROUP, "name": "joe" }]),
+        ),
+        serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "cluster-role-of-same-name" },
+            "roleRef": { "apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": "vc-my-vcluster" },
+            "subjects": [{ "kind": "User", "apiGroup": RBAC_GROUP, "name": "joe" }],
+        }))
+        .unwrap(),
+    ];
+    assert_eq!(
+        other_subjects(&shared, "team-a", "vc-my-vcluster", SA),
+        [
+            "Group system:serviceaccounts:team-a",
+            "ServiceAccount team-b/vc-my-vcluster",
+            "User jane"
+        ]
+    );
+}
+
+#[test]
+fn target_role_follows_a_custom_service_account() {
+    let b: RoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "custom" },
+        "roleRef": { "apiGroup": RBAC_GROUP, "kind": "Role", "name": "custom-role" },
+        "subjects": [{ "kind": "ServiceAccount", "name": "custom-sa", "namespace": "team-a" }],
+    }))
+    .unwrap();
+    let bs = [b];
+    assert_eq!(
+        target_role(&bs, "team-a", "my-vcluster", "custom-sa").as_deref(),
+        Some("custom-role")
+    );
+    assert_eq!(target_role(&bs, "team-a", "my-vcluster", SA), None);
+}
+
+#[test]
+fn patch_mode_has_no_dedicated_role_and_long_names_fit_the_annotation() {
+    let mut p = plugin(None);
+    p.spec.rbac = Some(PluginRbac {
+        mode: vcp_crds::RbacMode::PatchVClusterRoles,
+        ..Default::default()
+    });
+    let d = desired(&p, &Plurals::new(), SA).unwrap();
+    assert!(d.role.is_none() && d.role_binding.is_none());
+    assert!(!namespaced_rules(&p, &Plurals::new()).unwrap().is_empty());
+    let long = "x".repeat(63);
+    let key = added_rules_annotation(&long);
+    assert_eq!(key.len() - "vcp.dev/".len(), 63);
+    assert_ne!(key, added_rules_annotation(&"x".repeat(62)));
+    assert_eq!(
+        added_rules_annotation("car-syncer"),
+        "vcp.dev/added-rules.car-syncer"
+    );
+}

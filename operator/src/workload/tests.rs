@@ -1,0 +1,755 @@
+use super::*;
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, Time};
+use vcp_crds::{PullPolicy, VClusterPluginSpec, VClusterRef};
+
+const RUNTIME: &str = "ghcr.io/vcp-dev/vcluster-plugin-operator:0.1.0";
+
+fn plugin(name: &str, image: Option<&str>, version: Option<PluginVersion>) -> VClusterPlugin {
+    let mut p = VClusterPlugin::new(
+        name,
+        VClusterPluginSpec {
+            vcluster: VClusterRef {
+                name: "my-vcluster".into(),
+            },
+            image: image.map(String::from),
+            version,
+            ..Default::default()
+        },
+    );
+    p.metadata.namespace = Some("team-a".into());
+    p.metadata.finalizers = Some(vec![FINALIZER.into()]);
+    p
+}
+
+fn created_at(mut p: VClusterPlugin, secs: i64) -> VClusterPlugin {
+    p.metadata.creation_timestamp = Some(Time(
+        k8s_openapi::jiff::Timestamp::from_second(secs).unwrap(),
+    ));
+    p
+}
+
+/// A vCluster-chart-shaped StatefulSet: the chart's labels, one `syncer` container, one
+/// volume, the chart's default service account.
+fn workload() -> Workload {
+    let labels = BTreeMap::from([
+        ("app".to_string(), "vcluster".to_string()),
+        ("release".to_string(), "my-vcluster".to_string()),
+    ]);
+    Workload {
+        kind: Some(WorkloadKind::StatefulSet),
+        name: "my-vcluster".into(),
+        namespace: "team-a".into(),
+        labels: labels.clone(),
+        template_labels: labels,
+        pod_spec: PodSpec {
+            service_account_name: Some("vc-my-vcluster".into()),
+            containers: vec![Container {
+                name: SYNCER_CONTAINER.into(),
+                image: Some("ghcr.io/loft-sh/vcluster-pro:0.26.0".into()),
+                volume_mounts: Some(vec![VolumeMount {
+                    name: "data".into(),
+                    mount_path: "/data".into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }],
+            volumes: Some(vec![Volume {
+                name: "data".into(),
+                empty_dir: Some(Default::default()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        },
+        managed_fields: vec![],
+        ..Default::default()
+    }
+}
+
+/// `workload` after the API server merged `patch` (a naive merge of keyed lists, which is
+/// what server-side apply does for the lists the operator writes), with `managedFields` as
+/// the API server records them.
+fn applied(mut w: Workload, patch: &Value) -> Workload {
+    let mut live = to_value(&w.pod_spec);
+    let desired = patch
+        .pointer("/spec/template/spec")
+        .cloned()
+        .unwrap_or(json!({}));
+    fn merge(live: &mut Value, desired: &Value, field: &str) {
+        match (live, desired) {
+            (Value::Object(l), Value::Object(d)) => {
+                for (k, dv) in d {
+                    let lv = l.entry(k.clone()).or_insert(Value::Null);
+                    if lv.is_null() {
+                        *lv = dv.clone();
+                    } else {
+                        merge(lv, dv, k);
+                    }
+                }
+            }
+            (Value::Array(l), Value::Array(d)) if list_key(field).is_some() => {
+                let key = list_key(field).unwrap();
+                for di in d {
+                    match l.iter_mut().find(|li| li.get(key) == di.get(key)) {
+                        Some(li) => merge(li, di, ""),
+                        None => l.push(di.clone()),
+                    }
+                }
+            }
+            (l, d) => *l = d.clone(),
+        }
+    }
+    merge(&mut live, &desired, "");
+    w.pod_spec = serde_json::from_value(live).unwrap();
+    w.managed_fields = vec![ManagedFieldsEntry {
+        manager: Some(OPERATOR_FIELD_MANAGER.into()),
+        operation: Some("Apply".into()),
+        api_version: Some("apps/v1".into()),
+        fields_v1: Some(FieldsV1(json!({
+            "f:spec": { "f:template": { "f:spec": field_set(&desired) } }
+        }))),
+        ..Default::default()
+    }];
+    w
+}
+
+fn containers(patch: &Value) -> Vec<Container> {
+    serde_json::from_value(
+        patch
+            .pointer("/spec/template/spec/containers")
+            .cloned()
+            .unwrap_or(json!([])),
+    )
+    .unwrap()
+}
+
+fn init_containers(patch: &Value) -> Vec<Container> {
+    serde_json::from_value(
+        patch
+            .pointer("/spec/template/spec/initContainers")
+            .cloned()
+            .unwrap_or(json!([])),
+    )
+    .unwrap()
+}
+
+#[test]
+fn embedded_plugin_adds_only_its_sidecar() {
+    let p = plugin("car-syncer", None, None);
+    let plan = plan(&workload(), &[&p], RUNTIME);
+    assert_eq!(
+        plan.patch,
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": { "name": "my-vcluster", "namespace": "team-a" },
+            "spec": { "template": { "spec": {
+                "containers": [{
+                    "name": "car-syncer",
+                    "image": RUNTIME,
+                    "command": ["vcluster-plugin-syncer"],
+                    "args": ["--plugin", "car-syncer", "--namespace", "team-a", "--vcluster", "my-vcluster",
+                             "--virtual-kubeconfig", "/var/run/vcp/vcluster/config"],
+                    "volumeMounts": [{ "name": "vcp-vcluster-kubeconfig", "mountPath": "/var/run/vcp/vcluster", "readOnly": true }],
+                }],
+                "volumes": [{ "name": "vcp-vcluster-kubeconfig", "secret": { "secretName": "vc-my-vcluster" } }],
+            }}}
+        })
+    );
+    assert_eq!(plan.installed, BTreeSet::from(["car-syncer".to_string()]));
+    assert!(plan.refused.is_empty());
+}
+
+#[test]
+fn embedded_sidecars_share_one_kubeconfig_volume_that_goes_with_the_last() {
+    let a = created_at(plugin("a", None, None), 1);
+    let mut b = created_at(plugin("b", None, None), 2);
+    // A spec mount at the kubeconfig path would be a duplicate mount path: dropped.
+    b.spec.volume_mounts = Some(vec![
+        VolumeMount {
+            name: "mine".into(),
+            mount_path: VCLUSTER_KUBECONFIG_DIR.into(),
+            ..Default::default()
+        },
+        VolumeMount {
+            name: "data".into(),
+            mount_path: "/data".into(),
+            ..Default::default()
+        },
+    ]);
+    let v2 = created_at(plugin("v2", Some("img"), None), 3);
+    let both = plan(&workload(), &[&b, &a, &v2], RUNTIME);
+    let spec = &both.patch["spec"]["template"]["spec"];
+    assert_eq!(
+        spec["volumes"],
+        json!([
+            { "name": "vcp-vcluster-kubeconfig", "secret": { "secretName": "vc-my-vcluster" } },
+            { "name": "plugins", "emptyDir": {} },
+        ])
+    );
+    let cs = containers(&both.patch);
+    let mounts = |c: &Container| -> Vec<(String, String, Option<bool>)> {
+        c.volume_mounts
+            .iter()
+            .flatten()
+            .map(|m| (m.name.clone(), m.mount_path.clone(), m.read_only))
+            .collect()
+    };
+    let kubeconfig = (
+        VCLUSTER_KUBECONFIG_VOLUME.to_string(),
+        VCLUSTER_KUBECONFIG_DIR.to_string(),
+        Some(true),
+    );
+    assert_eq!(cs[1].name, "a");
+    assert_eq!(mounts(&cs[1]), std::slice::from_ref(&kubeconfig));
+    assert_eq!(cs[2].name, "b");
+    assert_eq!(
+        mounts(&cs[2]),
+        [kubeconfig, ("data".into(), "/data".into(), None)]
+    );
+    assert_eq!(
+        cs[2].args.as_ref().unwrap()[6..],
+        ["--virtual-kubeconfig", "/var/run/vcp/vcluster/config"]
+    );
+    // The v2 init container does not get the kubeconfig.
+    assert_eq!(
+        init_containers(&both.patch)[0]
+            .volume_mounts
+            .as_ref()
+            .unwrap()
+            .len(),
+        1
+    );
+
+    // Only the image plugin left: the Secret volume goes, the plugins volume stays.
+    let live = applied(workload(), &both.patch);
+    let only_v2 = plan(&live, &[&v2], RUNTIME);
+    assert_eq!(
+        only_v2.patch["spec"]["template"]["spec"]["volumes"],
+        json!([{ "name": "plugins", "emptyDir": {} }])
+    );
+    assert!(!is_converged(&live, &only_v2.patch));
+    assert!(is_converged(
+        &live,
+        &plan(&live, &[&a, &b, &v2], RUNTIME).patch
+    ));
+}
+
+#[test]
+fn embedded_v2_plugin_is_an_init_container_copying_the_runtime() {
+    let p = plugin("cars", None, Some(PluginVersion::V2));
+    assert_eq!(plugin_kind(&p), PluginKind::EmbeddedV2);
+    let plan = plan(&workload(), &[&p], RUNTIME);
+    // As an image v2 plugin (the vCluster chart's `plugins:` layout), but from the runtime
+    // image, whose binary installs itself (the image has no shell for `cp`); no sidecar, no
+    // kubeconfig Secret volume.
+    assert_eq!(
+        plan.patch["spec"]["template"]["spec"],
+        json!({
+            "containers": [{ "name": "syncer", "volumeMounts": [{ "name": "plugins", "mountPath": "/plugins" }] }],
+            "initContainers": [{
+                "name": "cars",
+                "image": RUNTIME,
+                "command": ["vcluster-plugin-syncer", "install-plugin", "/plugins/cars"],
+                "volumeMounts": [{ "name": "plugins", "mountPath": "/plugins" }],
+            }],
+            "volumes": [{ "name": "plugins", "emptyDir": {} }],
+        })
+    );
+    assert_eq!(plan.installed, BTreeSet::from(["cars".to_string()]));
+}
+
+#[test]
+fn the_embedded_runtime_is_a_sidecar_unless_v2_is_asked_for() {
+    let p = plugin("x", None, Some(PluginVersion::V1));
+    assert_eq!(plugin_kind(&p), PluginKind::Embedded);
+    assert_eq!(plugin_kind(&plugin("x", None, None)), PluginKind::Embedded);
+}
+
+#[test]
+fn v2_plugin_adds_init_container_volume_and_syncer_mount() {
+    let p = plugin(
+        "hooks",
+        Some("ghcr.io/loft-sh/vcluster-example:0.1.0"),
+        None,
+    );
+    let plan = plan(&workload(), &[&p], RUNTIME);
+    assert_eq!(
+        plan.patch["spec"]["template"]["spec"],
+        json!({
+            "containers": [{ "name": "syncer", "volumeMounts": [{ "name": "plugins", "mountPath": "/plugins" }] }],
+            "initContainers": [{
+                "name": "hooks",
+                "image": "ghcr.io/loft-sh/vcluster-example:0.1.0",
+                "command": ["sh"],
+                "args": ["-c", "cp -r /plugin /plugins/hooks"],
+                "volumeMounts": [{ "name": "plugins", "mountPath": "/plugins" }],
+            }],
+            "volumes": [{ "name": "plugins", "emptyDir": {} }],
+        })
+    );
+}
+
+#[test]
+fn shared_v2_entries_appear_once_for_several_plugins() {
+    let a = created_at(plugin("a", Some("img-a"), None), 10);
+    let b = created_at(plugin("b", Some("img-b"), Some(PluginVersion::V2)), 20);
+    let plan = plan(&workload(), &[&b, &a], RUNTIME);
+    let spec = &plan.patch["spec"]["template"]["spec"];
+    assert_eq!(spec["volumes"].as_array().unwrap().len(), 1);
+    let cs = containers(&plan.patch);
+    assert_eq!(cs.len(), 1, "only the syncer mount entry: {cs:?}");
+    assert_eq!(cs[0].name, SYNCER_CONTAINER);
+    let names: Vec<_> = init_containers(&plan.patch)
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    assert_eq!(names, ["a", "b"], "ordered by creation time");
+}
+
+#[test]
+fn removing_one_v2_plugin_keeps_the_shared_entries_for_the_other() {
+    let a = plugin("a", Some("img-a"), None);
+    let b = plugin("b", Some("img-b"), None);
+    let both = plan(&workload(), &[&a, &b], RUNTIME);
+    let live = applied(workload(), &both.patch);
+    let only_b = plan(&live, &[&b], RUNTIME);
+    let spec = &only_b.patch["spec"]["template"]["spec"];
+    assert_eq!(
+        spec["volumes"],
+        json!([{ "name": "plugins", "emptyDir": {} }])
+    );
+    assert_eq!(containers(&only_b.patch)[0].name, SYNCER_CONTAINER);
+    assert_eq!(init_containers(&only_b.patch).len(), 1);
+    assert!(
+        !is_converged(&live, &only_b.patch),
+        "a's init container must go"
+    );
+}
+
+#[test]
+fn no_plugin_left_means_an_apply_that_owns_nothing() {
+    let a = plugin("a", Some("img-a"), None);
+    let live = applied(workload(), &plan(&workload(), &[&a], RUNTIME).patch);
+    let none = plan(&live, &[], RUNTIME);
+    assert_eq!(
+        none.patch,
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": { "name": "my-vcluster", "namespace": "team-a" },
+        })
+    );
+    assert!(!is_converged(&live, &none.patch));
+    assert!(
+        is_converged(&workload(), &none.patch),
+        "nothing owned, nothing wanted"
+    );
+}
+
+#[test]
+fn mixed_plugins_in_one_apply() {
+    let e = created_at(plugin("embedded", None, None), 1);
+    let v1a = created_at(
+        plugin("legacy-a", Some("img-1"), Some(PluginVersion::V1)),
+        2,
+    );
+    let v2 = created_at(plugin("modern", Some("img-2"), None), 3);
+    let v1b = created_at(
+        plugin("legacy-b", Some("img-3"), Some(PluginVersion::V1)),
+        4,
+    );
+    let plan = plan(&workload(), &[&v1b, &v2, &e, &v1a], RUNTIME);
+    let cs = containers(&plan.patch);
+    let names: Vec<_> = cs.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["syncer", "embedded", "legacy-a", "legacy-b"]);
+    let addr = |c: &Container| {
+        c.env
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|e| e.name == "VCLUSTER_PLUGIN_ADDRESS")
+            .and_then(|e| e.value.clone())
+    };
+    assert_eq!(addr(&cs[2]).as_deref(), Some("localhost:14000"));
+    assert_eq!(addr(&cs[3]).as_deref(), Some("localhost:14001"));
+    assert_eq!(plan.installed.len(), 4);
+}
+
+#[test]
+fn v1_sidecar_carries_name_config_and_container_fields() {
+    let mut p = plugin("legacy", Some("img:1"), Some(PluginVersion::V1));
+    p.spec.config = Some(json!({ "greeting": "hi" }));
+    p.spec.image_pull_policy = Some(PullPolicy::Always);
+    p.spec.args = Some(vec!["--verbose".into()]);
+    p.spec.env = Some(vec![EnvVar {
+        name: "LOG".into(),
+        value: Some("debug".into()),
+        ..Default::default()
+    }]);
+    p.spec.resources = Some(ResourceRequirements {
+        limits: Some([("memory".to_string(), Quantity("64Mi".into()))].into()),
+        ..Default::default()
+    });
+    let c = v1_container(&p, 14003).unwrap();
+    assert_eq!(c.image.as_deref(), Some("img:1"));
+    assert_eq!(c.image_pull_policy.as_deref(), Some("Always"));
+    assert_eq!(c.args, Some(vec!["--verbose".to_string()]));
+    assert!(c.resources.is_some());
+    let env: Vec<(String, String)> = c
+        .env
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.name, e.value.unwrap()))
+        .collect();
+    assert_eq!(
+        env,
+        [
+            (
+                "VCLUSTER_PLUGIN_ADDRESS".to_string(),
+                "localhost:14003".to_string()
+            ),
+            ("VCLUSTER_PLUGIN_NAME".into(), "legacy".into()),
+            ("LOG".into(), "debug".into()),
+            ("PLUGIN_CONFIG".into(), "greeting: hi\n".into()),
+        ]
+    );
+}
+
+#[test]
+fn spec_command_and_args_replace_the_defaults() {
+    let mut p = plugin("e", None, None);
+    p.spec.args = Some(vec!["--x".into()]);
+    let c = embedded_container(&p, RUNTIME);
+    assert_eq!(c.command, Some(vec![RUNTIME_BINARY.to_string()]));
+    assert_eq!(c.args, Some(vec!["--x".to_string()]));
+    let mut p = plugin("v2", Some("img"), None);
+    p.spec.command = Some(vec!["/bin/install".into()]);
+    let c = v2_init_container(&p);
+    assert_eq!(c.command, Some(vec!["/bin/install".to_string()]));
+    assert_eq!(c.args, None);
+}
+
+#[test]
+fn plugin_named_like_a_foreign_container_is_refused_not_fought() {
+    let bad = plugin("syncer", None, None);
+    let good = plugin("ok", None, None);
+    let plan = plan(&workload(), &[&bad, &good], RUNTIME);
+    assert_eq!(plan.refused["syncer"].reason, REASON_CONFLICT);
+    assert_eq!(plan.installed, BTreeSet::from(["ok".to_string()]));
+    let names: Vec<_> = containers(&plan.patch)
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    assert_eq!(names, ["ok"]);
+}
+
+#[test]
+fn the_newer_of_two_plugins_syncing_one_type_is_refused() {
+    let car = |v: &str| vcp_crds::SyncedType {
+        api_version: format!("example.loft.sh/{v}"),
+        kind: "Car".into(),
+        ..Default::default()
+    };
+    let mut old = created_at(plugin("zz-old", None, None), 1);
+    old.spec.synced_types = vec![car("v1")];
+    let mut new = created_at(plugin("aa-new", Some("img"), None), 2);
+    new.spec.synced_types = vec![
+        vcp_crds::SyncedType {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            ..Default::default()
+        },
+        car("v2"),
+    ];
+    let plan1 = plan(&workload(), &[&new, &old], RUNTIME);
+    assert_eq!(plan1.installed, BTreeSet::from(["zz-old".to_string()]));
+    let r = &plan1.refused["aa-new"];
+    assert_eq!(r.reason, REASON_CONFLICT);
+    assert!(r.message.starts_with("spec.syncedTypes[1] (example.loft.sh/v2 Car) is already synced by the older VClusterPlugin `zz-old`"), "{}", r.message);
+    assert!(
+        init_containers(&plan1.patch).is_empty(),
+        "nothing of the newer one"
+    );
+
+    // Same creation time: the name decides.
+    let mut b = created_at(plugin("b", None, None), 5);
+    b.spec.synced_types = vec![car("v1")];
+    let mut a = created_at(plugin("a", None, None), 5);
+    a.spec.synced_types = vec![car("v1")];
+    let plan2 = plan(&workload(), &[&b, &a], RUNTIME);
+    assert_eq!(plan2.installed, BTreeSet::from(["a".to_string()]));
+    assert!(plan2.refused.contains_key("b"));
+
+    // A refused plugin claims nothing: a third one behind it is judged against the installed.
+    let mut other = created_at(plugin("c", None, None), 9);
+    other.spec.synced_types = vec![vcp_crds::SyncedType {
+        api_version: "v1".into(),
+        kind: "ConfigMap".into(),
+        ..Default::default()
+    }];
+    let plan3 = plan(&workload(), &[&old, &new, &other], RUNTIME);
+    assert!(plan3.installed.contains("c"), "{:?}", plan3.refused);
+}
+
+#[test]
+fn the_operators_own_container_is_not_a_conflict() {
+    let p = plugin("car-syncer", None, None);
+    let first = plan(&workload(), &[&p], RUNTIME);
+    let live = applied(workload(), &first.patch);
+    let again = plan(&live, &[&p], RUNTIME);
+    assert!(again.refused.is_empty());
+    assert_eq!(again.patch, first.patch);
+}
+
+/// The StatefulSet the vCluster chart (v0.30.0, `chart/templates/statefulset.yaml`)
+/// renders for release `my-vcluster` in `team-a` with default values, trimmed to metadata,
+/// selector, pod template labels, service account and the `syncer` container; `extra`
+/// is merged over it (JSON merge patch).
+fn chart_statefulset(extra: Value) -> StatefulSet {
+    let mut sts = json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {
+            "name": "my-vcluster", "namespace": "team-a",
+            "labels": { "app": "vcluster", "chart": "vcluster-0.30.0", "release": "my-vcluster", "heritage": "Helm" },
+        },
+        "spec": {
+            "selector": { "matchLabels": { "app": "vcluster", "release": "my-vcluster" } },
+            "serviceName": "my-vcluster-headless",
+            "template": {
+                "metadata": {
+                    "annotations": { "vClusterConfigHash": "0" },
+                    "labels": { "app": "vcluster", "release": "my-vcluster" },
+                },
+                "spec": {
+                    "serviceAccountName": "vc-my-vcluster",
+                    "containers": [{ "name": "syncer", "image": "ghcr.io/loft-sh/vcluster-pro:0.30.0" }],
+                },
+            },
+        },
+    });
+    json_patch::merge(&mut sts, &extra);
+    serde_json::from_value(sts).unwrap()
+}
+
+#[test]
+fn a_chart_made_vcluster_counts_and_its_service_account_is_the_subject() {
+    let sts = chart_statefulset(json!({}));
+    assert_eq!(
+        vcluster_identity(&Workload::from_statefulset(&sts)),
+        Ok("vc-my-vcluster".to_string())
+    );
+    // `controlPlane.advanced.serviceAccount.name: custom-sa`: the chart's pods run as it.
+    let custom = chart_statefulset(
+        json!({ "spec": { "template": { "spec": { "serviceAccountName": "custom-sa" } } } }),
+    );
+    assert_eq!(
+        vcluster_identity(&Workload::from_statefulset(&custom)),
+        Ok("custom-sa".to_string())
+    );
+    // The chart's Deployment form (no persistence, external datastore): same labels.
+    let sts_value = serde_json::to_value(&sts).unwrap();
+    let mut d = sts_value.clone();
+    d["kind"] = json!("Deployment");
+    d["spec"].as_object_mut().unwrap().remove("serviceName");
+    let d: Deployment = serde_json::from_value(d).unwrap();
+    assert_eq!(
+        vcluster_identity(&Workload::from_deployment(&d)),
+        Ok("vc-my-vcluster".to_string())
+    );
+}
+
+#[test]
+fn other_workloads_are_not_vclusters() {
+    let refused = |sts: StatefulSet| {
+        let r = vcluster_identity(&Workload::from_statefulset(&sts)).unwrap_err();
+        assert_eq!(r.reason, REASON_NOT_A_VCLUSTER);
+        r.message
+    };
+    // A database: its own labels, its own container, its own service account.
+    let postgres: StatefulSet = serde_json::from_value(json!({
+        "metadata": { "name": "postgres", "namespace": "team-a",
+                      "labels": { "app.kubernetes.io/name": "postgresql" } },
+        "spec": {
+            "selector": { "matchLabels": { "app.kubernetes.io/name": "postgresql" } },
+            "serviceName": "postgres",
+            "template": {
+                "metadata": { "labels": { "app.kubernetes.io/name": "postgresql" } },
+                "spec": { "serviceAccountName": "postgres",
+                          "containers": [{ "name": "postgresql", "image": "postgres:16" }] },
+            },
+        },
+    }))
+    .unwrap();
+    let m = refused(postgres);
+    assert!(
+        m.contains("StatefulSet team-a/postgres is not a vCluster"),
+        "{m}"
+    );
+    assert!(m.contains("lack app: vcluster"), "{m}");
+    // The chart's own external etcd: release label, but app: vcluster-etcd.
+    let etcd = chart_statefulset(json!({
+        "metadata": { "name": "my-vcluster-etcd", "labels": { "app": "vcluster-etcd" } },
+    }));
+    assert!(refused(etcd).contains("app: vcluster-etcd, not app: vcluster"));
+    // Another release's labels (the workload is named after its release).
+    let other = chart_statefulset(json!({ "metadata": { "name": "other" } }));
+    assert!(refused(other).contains("release: my-vcluster, not release: other"));
+    // Labelled on the outside only.
+    let pods = chart_statefulset(
+        json!({ "spec": { "template": { "metadata": { "labels": { "app": null } } } } }),
+    );
+    assert!(refused(pods).contains("its pod template's labels lack app: vcluster"));
+    // No `syncer` container.
+    let no_syncer = chart_statefulset(json!({ "spec": { "template": { "spec": {
+        "containers": [{ "name": "vcluster", "image": "x" }] } } } }));
+    assert!(refused(no_syncer).contains("no container `syncer`"));
+    // No service account: its pods would run as `default`.
+    let no_sa = chart_statefulset(json!({ "spec": { "template": { "spec": {
+        "serviceAccountName": null } } } }));
+    assert!(refused(no_sa).contains("`default`"));
+}
+
+#[test]
+fn a_workload_that_is_not_a_vcluster_gets_no_plugin_and_loses_ours() {
+    let mut w = workload();
+    w.labels.clear();
+    let a = plugin("a", None, None);
+    let b = plugin("b", Some("img"), None);
+    let plan = plan(&w, &[&a, &b], RUNTIME);
+    assert_eq!(plan.refused["a"].reason, REASON_NOT_A_VCLUSTER);
+    assert_eq!(plan.refused["b"].reason, REASON_NOT_A_VCLUSTER);
+    assert!(plan.installed.is_empty());
+    assert!(plan.patch.get("spec").is_none());
+    // Owning nothing, that body is converged: no write at all.
+    assert!(is_converged(&w, &plan.patch));
+    // Owning an earlier plugin's sidecar, it takes it out.
+    let installed = applied(workload(), &super::plan(&workload(), &[&a], RUNTIME).patch);
+    let mut relabelled = installed.clone();
+    relabelled.labels.clear();
+    let again = super::plan(&relabelled, &[&a], RUNTIME);
+    assert!(!is_converged(&relabelled, &again.patch));
+    assert!(again.patch.get("spec").is_none());
+}
+
+#[test]
+fn contributes_requires_target_finalizer_and_no_deletion() {
+    let p = plugin("a", None, None);
+    assert!(contributes(&p, "team-a", "my-vcluster"));
+    assert!(!contributes(&p, "team-b", "my-vcluster"));
+    assert!(!contributes(&p, "team-a", "other"));
+    let mut no_finalizer = p.clone();
+    no_finalizer.metadata.finalizers = None;
+    assert!(!contributes(&no_finalizer, "team-a", "my-vcluster"));
+    let mut deleting = p.clone();
+    deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+    assert!(!contributes(&deleting, "team-a", "my-vcluster"));
+}
+
+#[test]
+fn field_set_matches_the_api_servers_notation() {
+    let fs = field_set(&json!({
+        "containers": [{ "name": "syncer", "volumeMounts": [{ "name": "plugins", "mountPath": "/plugins" }] }],
+        "volumes": [{ "name": "plugins", "emptyDir": {} }],
+    }));
+    assert_eq!(
+        fs,
+        json!({
+            "f:containers": { "k:{\"name\":\"syncer\"}": {
+                ".": {}, "f:name": {},
+                "f:volumeMounts": { "k:{\"mountPath\":\"/plugins\"}": { ".": {}, "f:mountPath": {}, "f:name": {} } },
+            }},
+            "f:volumes": { "k:{\"name\":\"plugins\"}": { ".": {}, "f:emptyDir": {}, "f:name": {} } },
+        })
+    );
+}
+
+#[test]
+fn converged_after_apply_and_not_before() {
+    let p = plugin("a", Some("img"), None);
+    let plan1 = plan(&workload(), &[&p], RUNTIME);
+    assert!(!is_converged(&workload(), &plan1.patch));
+    let live = applied(workload(), &plan1.patch);
+    assert!(is_converged(&live, &plan(&live, &[&p], RUNTIME).patch));
+}
+
+#[test]
+fn server_defaults_in_live_do_not_break_convergence() {
+    let p = plugin("a", None, None);
+    let plan1 = plan(&workload(), &[&p], RUNTIME);
+    let mut live = applied(workload(), &plan1.patch);
+    let c = live
+        .pod_spec
+        .containers
+        .iter_mut()
+        .find(|c| c.name == "a")
+        .unwrap();
+    c.termination_message_path = Some("/dev/termination-log".into());
+    c.image_pull_policy = Some("IfNotPresent".into());
+    assert!(is_converged(&live, &plan1.patch));
+}
+
+#[test]
+fn drift_is_detected() {
+    let p = plugin("a", None, None);
+    let plan1 = plan(&workload(), &[&p], RUNTIME);
+    let live = applied(workload(), &plan1.patch);
+
+    let mut image_changed = live.clone();
+    image_changed.pod_spec.containers[1].image = Some("other".into());
+    assert!(!is_converged(&image_changed, &plan1.patch));
+
+    let mut removed = live.clone();
+    removed.pod_spec.containers.retain(|c| c.name != "a");
+    assert!(!is_converged(&removed, &plan1.patch));
+}
+
+#[test]
+fn a_field_dropped_from_the_spec_is_detected_as_stale() {
+    let mut p = plugin("a", None, None);
+    p.spec.env = Some(vec![EnvVar {
+        name: "X".into(),
+        value: Some("1".into()),
+        ..Default::default()
+    }]);
+    let live = applied(workload(), &plan(&workload(), &[&p], RUNTIME).patch);
+    p.spec.env = None;
+    assert!(!is_converged(&live, &plan(&live, &[&p], RUNTIME).patch));
+}
+
+#[test]
+fn foreign_mounts_in_syncer_do_not_matter() {
+    let p = plugin("a", Some("img"), None);
+    let plan1 = plan(&workload(), &[&p], RUNTIME);
+    let live = applied(workload(), &plan1.patch);
+    assert_eq!(
+        live.pod_spec.containers[0]
+            .volume_mounts
+            .as_ref()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert!(is_converged(&live, &plan1.patch));
+}
+
+#[test]
+fn subset_compares_atomic_lists_exactly() {
+    assert!(is_subset(
+        &json!({"args": ["a"]}),
+        &json!({"args": ["a"], "x": 1})
+    ));
+    assert!(!is_subset(
+        &json!({"args": ["a"]}),
+        &json!({"args": ["a", "b"]})
+    ));
+    assert!(is_subset(
+        &json!({"env": [{"name": "A", "value": "1"}]}),
+        &json!({"env": [{"name": "B", "value": "2"}, {"name": "A", "value": "1"}]})
+    ));
+    assert!(!is_subset(
+        &json!({"env": [{"name": "A", "value": "1"}]}),
+        &json!({"env": []})
+    ));
+}
