@@ -1,8 +1,19 @@
-use super::*;
-use k8s_openapi::api::core::v1::ResourceRequirements;
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, PodSpec, ResourceRequirements, Volume, VolumeMount,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, Time};
-use vcp_crds::{PullPolicy, VClusterPluginSpec, VClusterRef};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, Time};
+use serde_json::{Value, json};
+use vcp_crds::{
+    FINALIZER, OPERATOR_FIELD_MANAGER, PluginVersion, PullPolicy, VClusterPlugin,
+    VClusterPluginSpec, VClusterRef,
+};
+
+use super::converge::{list_key, to_value};
+use super::*;
 
 const RUNTIME: &str = "ghcr.io/vcp-dev/vcluster-plugin-operator:0.1.0";
 

@@ -1,0 +1,216 @@
+//! The containers, init containers and volumes one plugin adds to the vCluster's pod template.
+//!
+//! DESIGN.md ("API": `image`, `version`, the container fields "as in the vCluster chart";
+//! "Runtime modes"): the embedded-runtime sidecar with the kubeconfig Secret `vc-<vcluster>`,
+//! the embedded runtime as a v2 plugin (`install-plugin`), an image's v2 init container
+//! (`cp -r /plugin /plugins/<name>`, as vCluster's chart does) and the legacy v1 sidecar
+//! (`VCLUSTER_PLUGIN_ADDRESS` / `VCLUSTER_PLUGIN_NAME`, as the chart's
+//! `vcluster.legacyPlugins.containers` renders them).
+
+use k8s_openapi::api::core::v1::{Container, EnvVar, SecretVolumeSource, Volume, VolumeMount};
+use kube::ResourceExt;
+use vcp_crds::{PluginVersion, VClusterPlugin};
+
+use super::identity::Refusal;
+
+/// Name of the emptyDir volume shared by the v2 init containers and `syncer`.
+pub const PLUGINS_VOLUME: &str = "plugins";
+/// Mount path of [`PLUGINS_VOLUME`].
+pub const PLUGINS_MOUNT_PATH: &str = "/plugins";
+/// Binary of the embedded runtime inside the runtime image.
+pub const RUNTIME_BINARY: &str = "vcluster-plugin-syncer";
+/// Volume (a Secret volume of `vc-<vcluster>`) shared by every embedded-runtime sidecar.
+pub const VCLUSTER_KUBECONFIG_VOLUME: &str = "vcp-vcluster-kubeconfig";
+/// Mount path of [`VCLUSTER_KUBECONFIG_VOLUME`] in the embedded-runtime sidecars.
+pub const VCLUSTER_KUBECONFIG_DIR: &str = "/var/run/vcp/vcluster";
+/// Key of the vCluster's kubeconfig in its Secret `vc-<vcluster>` (and so the file name under
+/// [`VCLUSTER_KUBECONFIG_DIR`]).
+pub const VCLUSTER_KUBECONFIG_KEY: &str = "config";
+/// Port of the first v1 plugin; the i-th (0-based) v1 plugin listens on `14000 + i`.
+pub const V1_BASE_PORT: u32 = 14000;
+/// `Ready` reason of a v1 plugin whose `spec.config` cannot be rendered as YAML.
+pub const REASON_INVALID_CONFIG: &str = "InvalidConfig";
+
+/// How a plugin runs inside the vCluster pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PluginKind {
+    /// No `image` (and no explicit `version: v2`): the embedded runtime as a sidecar
+    /// container.
+    Embedded,
+    /// No `image` + `version: v2`: the embedded runtime copied into `/plugins/<name>` by an
+    /// init container and started by vCluster's syncer as a v2 plugin.
+    EmbeddedV2,
+    /// `image` + `version: v1`: a legacy gRPC sidecar.
+    V1,
+    /// `image` + `version: v2` (default): an init container copying the plugin to `/plugins`.
+    V2,
+}
+
+impl PluginKind {
+    /// Whether the plugin is run by this project's embedded runtime (sidecar or v2).
+    pub fn is_embedded(self) -> bool {
+        matches!(self, PluginKind::Embedded | PluginKind::EmbeddedV2)
+    }
+}
+
+/// How `plugin` runs. For the embedded runtime `version` defaults to the sidecar; only an
+/// explicit `version: v2` makes it a v2 plugin (`v1` is the sidecar too).
+pub fn plugin_kind(plugin: &VClusterPlugin) -> PluginKind {
+    match (&plugin.spec.image, plugin.spec.version.unwrap_or_default()) {
+        (None, PluginVersion::V2) if plugin.spec.version.is_some() => PluginKind::EmbeddedV2,
+        (None, _) => PluginKind::Embedded,
+        (Some(_), PluginVersion::V1) => PluginKind::V1,
+        (Some(_), PluginVersion::V2) => PluginKind::V2,
+    }
+}
+
+/// The Secret volume holding the vCluster's kubeconfig: vCluster writes it to the host Secret
+/// `vc-<vcluster>` (key [`VCLUSTER_KUBECONFIG_KEY`]).
+pub fn vcluster_kubeconfig_volume(vcluster: &str) -> Volume {
+    Volume {
+        name: VCLUSTER_KUBECONFIG_VOLUME.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(format!("vc-{vcluster}")),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn vcluster_kubeconfig_mount() -> VolumeMount {
+    VolumeMount {
+        name: VCLUSTER_KUBECONFIG_VOLUME.into(),
+        mount_path: VCLUSTER_KUBECONFIG_DIR.into(),
+        read_only: Some(true),
+        ..Default::default()
+    }
+}
+
+pub(super) fn plugins_mount() -> VolumeMount {
+    VolumeMount {
+        name: PLUGINS_VOLUME.into(),
+        mount_path: PLUGINS_MOUNT_PATH.into(),
+        ..Default::default()
+    }
+}
+
+/// The container fields every kind of plugin copies from its spec.
+fn base_container(plugin: &VClusterPlugin, image: &str) -> Container {
+    let spec = &plugin.spec;
+    Container {
+        name: plugin.name_any(),
+        image: Some(image.to_string()),
+        image_pull_policy: spec.image_pull_policy.map(|p| p.as_str().to_string()),
+        command: spec.command.clone(),
+        args: spec.args.clone(),
+        env: spec.env.clone().filter(|e| !e.is_empty()),
+        env_from: spec.env_from.clone().filter(|e| !e.is_empty()),
+        resources: spec.resources.clone(),
+        security_context: spec.security_context.clone(),
+        volume_mounts: spec.volume_mounts.clone().filter(|m| !m.is_empty()),
+        ..Default::default()
+    }
+}
+
+/// The embedded-runtime sidecar: `vcluster-plugin-syncer --plugin <name> --namespace <ns>
+/// --vcluster <vcluster> --virtual-kubeconfig /var/run/vcp/vcluster/config` (spec `command` /
+/// `args`, when given, replace these), with the vCluster's kubeconfig Secret mounted
+/// read-only at [`VCLUSTER_KUBECONFIG_DIR`] (before the spec's own `volumeMounts`; a spec
+/// mount at the same path is dropped, as a mount path can be used only once).
+pub fn embedded_container(plugin: &VClusterPlugin, runtime_image: &str) -> Container {
+    let mut c = base_container(plugin, runtime_image);
+    let mut mounts = c.volume_mounts.take().unwrap_or_default();
+    mounts.retain(|m| m.mount_path != VCLUSTER_KUBECONFIG_DIR);
+    mounts.insert(0, vcluster_kubeconfig_mount());
+    c.volume_mounts = Some(mounts);
+    if c.command.is_none() {
+        c.command = Some(vec![RUNTIME_BINARY.to_string()]);
+    }
+    if c.args.is_none() {
+        c.args = Some(vec![
+            "--plugin".into(),
+            plugin.name_any(),
+            "--namespace".into(),
+            plugin.namespace().unwrap_or_default(),
+            "--vcluster".into(),
+            plugin.spec.vcluster.name.clone(),
+            "--virtual-kubeconfig".into(),
+            format!("{VCLUSTER_KUBECONFIG_DIR}/{VCLUSTER_KUBECONFIG_KEY}"),
+        ]);
+    }
+    c
+}
+
+/// The legacy v1 sidecar listening on `localhost:<port>`: env `VCLUSTER_PLUGIN_ADDRESS` and
+/// `VCLUSTER_PLUGIN_NAME` first, then `spec.env`, as vCluster's chart renders it
+/// (`vcluster.legacyPlugins.containers`), then `PLUGIN_CONFIG` from `spec.config` rendered as
+/// YAML (the chart has no such env: a deliberate difference, see tests/tests/chart_oracle.rs).
+///
+/// # Errors
+/// A [`Refusal`] with [`REASON_INVALID_CONFIG`] when `spec.config` cannot be rendered.
+pub fn v1_container(plugin: &VClusterPlugin, port: u32) -> Result<Container, Refusal> {
+    let mut c = base_container(plugin, plugin.spec.image.as_deref().unwrap_or_default());
+    let own = |name: &str, value: String| EnvVar {
+        name: name.into(),
+        value: Some(value),
+        ..Default::default()
+    };
+    let mut env = vec![
+        own("VCLUSTER_PLUGIN_ADDRESS", format!("localhost:{port}")),
+        own("VCLUSTER_PLUGIN_NAME", plugin.name_any()),
+    ];
+    env.extend(c.env.take().unwrap_or_default().into_iter().filter(|e| {
+        !matches!(
+            e.name.as_str(),
+            "VCLUSTER_PLUGIN_ADDRESS" | "VCLUSTER_PLUGIN_NAME" | "PLUGIN_CONFIG"
+        )
+    }));
+    let mut push = |name: &str, value: String| env.push(own(name, value));
+    if let Some(config) = &plugin.spec.config {
+        let yaml = serde_yaml::to_string(config).map_err(|e| Refusal {
+            reason: REASON_INVALID_CONFIG,
+            message: format!("spec.config cannot be rendered as YAML for PLUGIN_CONFIG: {e}"),
+        })?;
+        push("PLUGIN_CONFIG", yaml);
+    }
+    c.env = Some(env);
+    Ok(c)
+}
+
+/// The v2 init container: `sh -c "cp -r /plugin /plugins/<name>"` (as the vCluster chart
+/// does; spec `command` / `args` replace it), with `plugins` mounted at `/plugins`.
+pub fn v2_init_container(plugin: &VClusterPlugin) -> Container {
+    let mut c = base_container(plugin, plugin.spec.image.as_deref().unwrap_or_default());
+    if c.command.is_none() && c.args.is_none() {
+        c.command = Some(vec!["sh".into()]);
+        c.args = Some(vec![
+            "-c".into(),
+            format!("cp -r /plugin {PLUGINS_MOUNT_PATH}/{}", plugin.name_any()),
+        ]);
+    }
+    let mut mounts = c.volume_mounts.take().unwrap_or_default();
+    mounts.retain(|m| m.mount_path != PLUGINS_MOUNT_PATH);
+    mounts.insert(0, plugins_mount());
+    c.volume_mounts = Some(mounts);
+    c
+}
+
+/// The init container of the embedded runtime as a v2 plugin: `vcluster-plugin-syncer
+/// install-plugin /plugins/<name>` from the runtime image (the runtime copies itself to
+/// `/plugins/<name>/plugin`, where vCluster's syncer finds and starts it; spec `command` /
+/// `args` replace it), with `plugins` mounted at `/plugins`.
+pub fn embedded_v2_init_container(plugin: &VClusterPlugin, runtime_image: &str) -> Container {
+    let mut c = base_container(plugin, runtime_image);
+    if c.command.is_none() && c.args.is_none() {
+        c.command = Some(vec![
+            RUNTIME_BINARY.to_string(),
+            "install-plugin".into(),
+            format!("{PLUGINS_MOUNT_PATH}/{}", plugin.name_any()),
+        ]);
+    }
+    let mut mounts = c.volume_mounts.take().unwrap_or_default();
+    mounts.retain(|m| m.mount_path != PLUGINS_MOUNT_PATH);
+    mounts.insert(0, plugins_mount());
+    c.volume_mounts = Some(mounts);
+    c
+}

@@ -1,0 +1,239 @@
+//! The apply body of one workload: the entries of every plugin installed into it, merged in
+//! install order, and the conflicts among them.
+//!
+//! DESIGN.md ("Operator contract"): one field manager, entries added and removed by name so
+//! Helm- or Argo CD-owned fields are never touched; conflicts are reported, never fought (a
+//! container name someone else uses, a type an older plugin already syncs: `Conflict` on the
+//! newer one).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{Container, EmptyDirVolumeSource, Volume};
+use kube::ResourceExt;
+use serde_json::{Map, Value, json};
+use vcp_crds::{FINALIZER, VClusterPlugin};
+
+use super::containers::{
+    PLUGINS_VOLUME, PluginKind, V1_BASE_PORT, VCLUSTER_KUBECONFIG_VOLUME, embedded_container,
+    embedded_v2_init_container, plugin_kind, plugins_mount, v1_container, v2_init_container,
+    vcluster_kubeconfig_volume,
+};
+use super::converge::{item_key, owned_entries, to_value};
+use super::identity::{Refusal, SYNCER_CONTAINER, Workload, vcluster_identity};
+
+/// `Ready` reason of a plugin whose container name is taken by a container the operator did
+/// not add.
+pub const REASON_CONFLICT: &str = "Conflict";
+
+/// Result of [`plan`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkloadPlan {
+    /// The server-side-apply body (a partial StatefulSet or Deployment).
+    pub patch: Value,
+    /// Names of the plugins whose entries are in [`WorkloadPlan::patch`].
+    pub installed: BTreeSet<String>,
+    /// Plugins left out, by name, with the reason.
+    pub refused: BTreeMap<String, Refusal>,
+}
+
+/// Whether `plugin` is installed into the vCluster `vcluster` of `namespace`: it targets it,
+/// carries the operator's finalizer (so its removal is guaranteed to run the cleanup) and is
+/// not being deleted.
+pub fn contributes(plugin: &VClusterPlugin, namespace: &str, vcluster: &str) -> bool {
+    plugin.namespace().as_deref() == Some(namespace)
+        && plugin.spec.vcluster.name == vcluster
+        && plugin.metadata.deletion_timestamp.is_none()
+        && plugin.finalizers().iter().any(|f| f == FINALIZER)
+}
+
+/// `plugins` in the order [`plan`] installs them: by creationTimestamp, then name (so that v1
+/// ports stay stable, and the older of two conflicting plugins wins).
+pub fn install_order<'a>(plugins: &[&'a VClusterPlugin]) -> Vec<&'a VClusterPlugin> {
+    let mut sorted: Vec<&VClusterPlugin> = plugins.to_vec();
+    sorted.sort_by(|a, b| {
+        (a.metadata.creation_timestamp.as_ref(), a.name_any())
+            .cmp(&(b.metadata.creation_timestamp.as_ref(), b.name_any()))
+    });
+    sorted
+}
+
+/// Computes the apply body of `workload` holding the entries of every plugin in `plugins`
+/// (callers pass those for which [`contributes`] holds; order does not matter: plugins are
+/// ordered by creation time, then name, so that v1 ports stay stable).
+///
+/// `runtime_image` is the image of the embedded runtime (the operator's `--runtime-image`).
+pub fn plan(workload: &Workload, plugins: &[&VClusterPlugin], runtime_image: &str) -> WorkloadPlan {
+    let sorted = install_order(plugins);
+
+    let owned = owned_entries(&workload.managed_fields);
+    // Not a vCluster: every plugin is refused, and the body (no `spec`) takes out whatever
+    // the operator added earlier (nothing at all when it owns nothing: no write).
+    let not_a_vcluster = vcluster_identity(workload).err();
+
+    let mut containers: Vec<Container> = Vec::new();
+    let mut init_containers: Vec<Container> = Vec::new();
+    let mut installed = BTreeSet::new();
+    let mut refused = BTreeMap::new();
+    let mut v1_index = 0u32;
+    // (group, kind) → the installed plugin syncing it.
+    let mut synced_by: BTreeMap<(String, String), String> = BTreeMap::new();
+
+    for plugin in sorted {
+        let name = plugin.name_any();
+        if let Some(refusal) = &not_a_vcluster {
+            refused.insert(name, refusal.clone());
+            continue;
+        }
+        if let Some(refusal) = name_conflict(workload, &owned, &name) {
+            refused.insert(name, refusal);
+            continue;
+        }
+        if let Some(refusal) = synced_type_conflict(workload, &synced_by, plugin) {
+            refused.insert(name, refusal);
+            continue;
+        }
+        match plugin_kind(plugin) {
+            PluginKind::Embedded => containers.push(embedded_container(plugin, runtime_image)),
+            PluginKind::V1 => match v1_container(plugin, V1_BASE_PORT + v1_index) {
+                Ok(c) => {
+                    v1_index += 1;
+                    containers.push(c);
+                }
+                Err(refusal) => {
+                    refused.insert(name, refusal);
+                    continue;
+                }
+            },
+            kind @ (PluginKind::V2 | PluginKind::EmbeddedV2) => {
+                init_containers.push(if kind == PluginKind::EmbeddedV2 {
+                    embedded_v2_init_container(plugin, runtime_image)
+                } else {
+                    v2_init_container(plugin)
+                });
+            }
+        }
+        for t in &plugin.spec.synced_types {
+            synced_by
+                .entry(synced_type_key(&t.api_version, &t.kind))
+                .or_insert_with(|| name.clone());
+        }
+        installed.insert(name);
+    }
+
+    let mut volumes = Vec::new();
+    if containers.iter().any(|c| {
+        c.volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.name == VCLUSTER_KUBECONFIG_VOLUME)
+    }) {
+        volumes.push(vcluster_kubeconfig_volume(&workload.name));
+    }
+    if !init_containers.is_empty() {
+        // The shared entries, exactly once, whatever the number of v2 plugins.
+        containers.insert(
+            0,
+            Container {
+                name: SYNCER_CONTAINER.into(),
+                volume_mounts: Some(vec![plugins_mount()]),
+                ..Default::default()
+            },
+        );
+        volumes.push(Volume {
+            name: PLUGINS_VOLUME.into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        });
+    }
+
+    let mut pod_spec = Map::new();
+    if !containers.is_empty() {
+        pod_spec.insert("containers".into(), to_value(&containers));
+    }
+    if !init_containers.is_empty() {
+        pod_spec.insert("initContainers".into(), to_value(&init_containers));
+    }
+    if !volumes.is_empty() {
+        pod_spec.insert("volumes".into(), to_value(&volumes));
+    }
+
+    let mut patch = json!({
+        "apiVersion": "apps/v1",
+        "kind": workload.kind_str(),
+        "metadata": { "name": workload.name, "namespace": workload.namespace },
+    });
+    if !pod_spec.is_empty() {
+        patch["spec"] = json!({ "template": { "spec": Value::Object(pod_spec) } });
+    }
+    WorkloadPlan {
+        patch,
+        installed,
+        refused,
+    }
+}
+
+/// A plugin's container name is taken when a container or init container of that name exists
+/// whose `image` the operator does not own (so someone else added it, such as `syncer`).
+fn name_conflict(workload: &Workload, owned: &Value, name: &str) -> Option<Refusal> {
+    let spec = &workload.pod_spec;
+    let none = Vec::new();
+    for (list, entries) in [
+        ("containers", &spec.containers),
+        (
+            "initContainers",
+            spec.init_containers.as_ref().unwrap_or(&none),
+        ),
+    ] {
+        if entries.iter().any(|c| c.name == name) {
+            let ours = owned
+                .pointer(&format!("/f:{list}"))
+                .and_then(|l| l.get(item_key("name", name)))
+                .is_some_and(|item| item.get("f:image").is_some());
+            if !ours {
+                return Some(Refusal {
+                    reason: REASON_CONFLICT,
+                    message: format!(
+                        "{} {}/{} already has a {} named `{name}` that vcluster-plugin-operator did not add; rename the VClusterPlugin",
+                        workload.kind_str(),
+                        workload.namespace,
+                        workload.name,
+                        if list == "containers" {
+                            "container"
+                        } else {
+                            "init container"
+                        },
+                    ),
+                });
+            }
+        }
+    }
+    None
+}
+
+fn synced_type_key(api_version: &str, kind: &str) -> (String, String) {
+    let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
+    (group.to_string(), kind.to_string())
+}
+
+/// A plugin syncing a type that an older installed plugin (in `synced_by`) already syncs.
+fn synced_type_conflict(
+    workload: &Workload,
+    synced_by: &BTreeMap<(String, String), String>,
+    plugin: &VClusterPlugin,
+) -> Option<Refusal> {
+    plugin
+        .spec
+        .synced_types
+        .iter()
+        .enumerate()
+        .find_map(|(i, t)| {
+            let owner = synced_by.get(&synced_type_key(&t.api_version, &t.kind))?;
+            Some(Refusal {
+                reason: REASON_CONFLICT,
+                message: format!(
+                    "spec.syncedTypes[{i}] ({} {}) is already synced by the older VClusterPlugin `{owner}` in vCluster {}/{}; two plugins syncing one type would fight over the same host objects: remove the type from one of them",
+                    t.api_version, t.kind, workload.namespace, workload.name
+                ),
+            })
+        })
+}
