@@ -1,5 +1,16 @@
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, Subject};
+use kube::ResourceExt;
+use serde_json::Value;
+use vcp_crds::{
+    Hook, HookEvent, PLUGIN_NAME_LABEL, PLUGIN_NAMESPACE_LABEL, PluginRbac, RoleRules,
+    SyncDirection, SyncedType, VClusterPlugin, VClusterPluginSpec, VClusterRef,
+};
+
+use super::objects::RBAC_GROUP;
+use super::rules::{HOOK_VERBS, READ_VERBS, WRITE_VERBS, rule};
 use super::*;
-use vcp_crds::{Hook, PluginRbac, RoleRules, SyncedType, VClusterPluginSpec, VClusterRef};
 
 fn plugin(image: Option<&str>) -> VClusterPlugin {
     let mut p = VClusterPlugin::new(
