@@ -1,5 +1,14 @@
-use super::*;
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    FieldsV1, ManagedFieldsEntry, ObjectMeta, OwnerReference,
+};
+use kube::api::DynamicObject;
 use serde_json::json;
+use sha2::{Digest, Sha256};
+use vcp_crds::RUNTIME_FIELD_MANAGER;
+
+use super::*;
 
 #[test]
 fn slim_for_cache_keeps_only_the_runtime_owned_labels() {
