@@ -377,23 +377,12 @@ pub fn admitted_resource(kind: &str, explicit: Option<&str>) -> String {
     explicit.map_or_else(|| guess_plural(kind), str::to_string)
 }
 
-/// Kubernetes' guess of a kind's plural, the one the admission policy makes:
-/// `k8s.io/apimachinery/pkg/api/meta.UnsafeGuessKindToResource` — the lower-cased kind,
-/// unchanged when it ends in `endpoints`, else `es` appended after a final `s`, a final `y`
-/// made `ies`, otherwise `s` appended (`Car` → `cars`, `Ingress` → `ingresses`,
-/// `NetworkPolicy` → `networkpolicies`). A CRD may declare any other plural.
-pub fn guess_plural(kind: &str) -> String {
-    let singular = kind.to_ascii_lowercase();
-    if singular.ends_with("endpoints") {
-        singular
-    } else if singular.ends_with('s') {
-        format!("{singular}es")
-    } else if let Some(stem) = singular.strip_suffix('y') {
-        format!("{stem}ies")
-    } else {
-        format!("{singular}s")
-    }
-}
+/// Kubernetes' guess of a kind's plural, the one the admission policy makes
+/// (`k8s.io/apimachinery/pkg/api/meta.UnsafeGuessKindToResource`; `Car` → `cars`, `Ingress` →
+/// `ingresses`, `NetworkPolicy` → `networkpolicies`; a CRD may declare any other plural). One
+/// definition, [`vcp_crds::admission_plural`], serves the CRD's admission rules and the
+/// operator alike.
+pub use vcp_crds::admission_plural as guess_plural;
 
 /// The operator's re-check of admission: for every synced type and every hook on physical
 /// events that the host serves (`plurals`), the resource admission checked
