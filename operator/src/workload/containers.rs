@@ -94,6 +94,15 @@ pub(super) fn plugins_mount() -> VolumeMount {
     }
 }
 
+/// Puts the operator's `mount` first in `c`'s mounts, dropping a spec mount at the same path
+/// (a mount path can be used only once in a container).
+fn mount_first(c: &mut Container, mount: VolumeMount) {
+    let mut mounts = c.volume_mounts.take().unwrap_or_default();
+    mounts.retain(|m| m.mount_path != mount.mount_path);
+    mounts.insert(0, mount);
+    c.volume_mounts = Some(mounts);
+}
+
 /// The container fields every kind of plugin copies from its spec.
 fn base_container(plugin: &VClusterPlugin, image: &str) -> Container {
     let spec = &plugin.spec;
@@ -119,10 +128,7 @@ fn base_container(plugin: &VClusterPlugin, image: &str) -> Container {
 /// mount at the same path is dropped, as a mount path can be used only once).
 pub fn embedded_container(plugin: &VClusterPlugin, runtime_image: &str) -> Container {
     let mut c = base_container(plugin, runtime_image);
-    let mut mounts = c.volume_mounts.take().unwrap_or_default();
-    mounts.retain(|m| m.mount_path != VCLUSTER_KUBECONFIG_DIR);
-    mounts.insert(0, vcluster_kubeconfig_mount());
-    c.volume_mounts = Some(mounts);
+    mount_first(&mut c, vcluster_kubeconfig_mount());
     if c.command.is_none() {
         c.command = Some(vec![RUNTIME_BINARY.to_string()]);
     }
@@ -188,10 +194,7 @@ pub fn v2_init_container(plugin: &VClusterPlugin) -> Container {
             format!("cp -r /plugin {PLUGINS_MOUNT_PATH}/{}", plugin.name_any()),
         ]);
     }
-    let mut mounts = c.volume_mounts.take().unwrap_or_default();
-    mounts.retain(|m| m.mount_path != PLUGINS_MOUNT_PATH);
-    mounts.insert(0, plugins_mount());
-    c.volume_mounts = Some(mounts);
+    mount_first(&mut c, plugins_mount());
     c
 }
 
@@ -208,9 +211,6 @@ pub fn embedded_v2_init_container(plugin: &VClusterPlugin, runtime_image: &str) 
             format!("{PLUGINS_MOUNT_PATH}/{}", plugin.name_any()),
         ]);
     }
-    let mut mounts = c.volume_mounts.take().unwrap_or_default();
-    mounts.retain(|m| m.mount_path != PLUGINS_MOUNT_PATH);
-    mounts.insert(0, plugins_mount());
-    c.volume_mounts = Some(mounts);
+    mount_first(&mut c, plugins_mount());
     c
 }

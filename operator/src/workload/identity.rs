@@ -10,9 +10,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::PodSpec;
+use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
-use kube::ResourceExt;
+use kube::{Resource, ResourceExt};
 
 /// Name of the vCluster chart's main container, into which `/plugins` is mounted for v2 plugins.
 pub const SYNCER_CONTAINER: &str = "syncer";
@@ -74,38 +74,35 @@ impl Workload {
     /// The workload view of a StatefulSet.
     pub fn from_statefulset(sts: &StatefulSet) -> Self {
         let template = sts.spec.as_ref().map(|s| &s.template);
-        Workload {
-            kind: Some(WorkloadKind::StatefulSet),
-            name: sts.name_any(),
-            namespace: sts.namespace().unwrap_or_default(),
-            labels: sts.labels().clone(),
-            template_labels: template
-                .and_then(|t| t.metadata.as_ref())
-                .and_then(|m| m.labels.clone())
-                .unwrap_or_default(),
-            pod_spec: template.and_then(|t| t.spec.clone()).unwrap_or_default(),
-            managed_fields: sts.metadata.managed_fields.clone().unwrap_or_default(),
-            uid: sts.metadata.uid.clone(),
-            generation: sts.metadata.generation,
-        }
+        Self::from_object(WorkloadKind::StatefulSet, sts, template)
     }
 
     /// The workload view of a Deployment.
     pub fn from_deployment(deploy: &Deployment) -> Self {
         let template = deploy.spec.as_ref().map(|s| &s.template);
+        Self::from_object(WorkloadKind::Deployment, deploy, template)
+    }
+
+    /// The workload view of `obj`, a StatefulSet or Deployment (`kind`) with pod template
+    /// `template`: both kinds carry the same metadata and a `spec.template`.
+    fn from_object<K: Resource>(
+        kind: WorkloadKind,
+        obj: &K,
+        template: Option<&PodTemplateSpec>,
+    ) -> Self {
         Workload {
-            kind: Some(WorkloadKind::Deployment),
-            name: deploy.name_any(),
-            namespace: deploy.namespace().unwrap_or_default(),
-            labels: deploy.labels().clone(),
+            kind: Some(kind),
+            name: obj.name_any(),
+            namespace: obj.namespace().unwrap_or_default(),
+            labels: obj.labels().clone(),
             template_labels: template
                 .and_then(|t| t.metadata.as_ref())
                 .and_then(|m| m.labels.clone())
                 .unwrap_or_default(),
             pod_spec: template.and_then(|t| t.spec.clone()).unwrap_or_default(),
-            managed_fields: deploy.metadata.managed_fields.clone().unwrap_or_default(),
-            uid: deploy.metadata.uid.clone(),
-            generation: deploy.metadata.generation,
+            managed_fields: obj.meta().managed_fields.clone().unwrap_or_default(),
+            uid: obj.meta().uid.clone(),
+            generation: obj.meta().generation,
         }
     }
 
