@@ -25,6 +25,14 @@ use crate::patch::{guarded_merge_patch, to_json};
 use crate::stats::TypeStats;
 use crate::translate::NamespacedTranslator;
 
+/// How often every synced object is reconciled again by default (5 minutes), in a plugin's
+/// [`RegisterContext`] and in the declarative runtime's configuration alike.
+pub const DEFAULT_RESYNC_PERIOD: Duration = Duration::from_secs(300);
+
+/// Concurrent workers per synced type by default (4), in a plugin's [`RegisterContext`] and in
+/// the declarative runtime's configuration alike.
+pub const DEFAULT_WORKERS: usize = 4;
+
 /// An object type a [`Syncer`](crate::sdk::Syncer) can sync: any kube [`Resource`] (typed like the tutorial's `Car`
 /// or `k8s_openapi`'s `Pod`, or [`kube::api::DynamicObject`]) that serializes to its JSON form.
 pub trait SyncObject:
@@ -89,8 +97,8 @@ impl RegisterContext {
             virtual_,
             host_namespace: host_namespace.into(),
             vcluster: vcluster.into(),
-            resync_period: Duration::from_secs(300),
-            workers: 4,
+            resync_period: DEFAULT_RESYNC_PERIOD,
+            workers: DEFAULT_WORKERS,
             owner_uid: None,
         }
     }

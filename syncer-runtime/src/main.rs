@@ -31,6 +31,7 @@ use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
 use vcp_crds::VClusterPlugin;
 use vcp_syncer_runtime::hooks::declarative_hooks;
+use vcp_syncer_runtime::runtime::{DEFAULT_RESYNC_PERIOD, DEFAULT_WORKERS};
 use vcp_syncer_runtime::sdk::client_from;
 use vcp_syncer_runtime::v2::{self, HookTable, Session};
 use vcp_syncer_runtime::{Config, Error, PodSync, run};
@@ -67,10 +68,10 @@ struct Args {
     #[arg(long, value_enum, default_value_t = PodSyncArg::Hooks)]
     pod_sync: PodSyncArg,
     /// Concurrent workers per synced type.
-    #[arg(long, env = "VCLUSTER_PLUGIN_WORKERS", default_value_t = 4)]
+    #[arg(long, env = "VCLUSTER_PLUGIN_WORKERS", default_value_t = DEFAULT_WORKERS)]
     workers: usize,
     /// Seconds between full resyncs of every synced object.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = DEFAULT_RESYNC_PERIOD.as_secs())]
     resync_seconds: u64,
 }
 

@@ -30,6 +30,7 @@ use vcp_crds::{
     VClusterPluginSpec,
 };
 
+pub use crate::context::{DEFAULT_RESYNC_PERIOD, DEFAULT_WORKERS};
 use crate::context::{RegisterContext, SyncContext, vcluster_owner_uid};
 use crate::controller::{self, ConflictReporter};
 use crate::error::Error;
@@ -103,9 +104,9 @@ impl Config {
             plugin: plugin.into(),
             vcluster: None,
             pod_sync: PodSync::Hooks,
-            resync_period: Duration::from_secs(300),
+            resync_period: DEFAULT_RESYNC_PERIOD,
             status_interval: Duration::from_secs(2),
-            workers: 4,
+            workers: DEFAULT_WORKERS,
             hook_table: None,
         }
     }
