@@ -24,6 +24,8 @@ pub mod handshake;
 pub mod mutate;
 pub mod proto;
 pub mod server;
+#[cfg(test)]
+mod test_hooks;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 

@@ -109,31 +109,8 @@ pub fn mutate(
 mod tests {
     use super::*;
     use crate::hooks::HookPoint;
+    use crate::v2::test_hooks::PodHook;
     use serde_json::json;
-
-    /// The tutorial's pod hook: `created-by-plugin=pod-hook` on physical create and update.
-    struct PodHook;
-    impl ClientHook for PodHook {
-        fn name(&self) -> &str {
-            "pod-hook"
-        }
-        fn api_version(&self) -> &str {
-            "v1"
-        }
-        fn kind(&self) -> &str {
-            "Pod"
-        }
-        fn handles(&self, point: HookPoint) -> bool {
-            matches!(point, HookPoint::CreatePhysical | HookPoint::UpdatePhysical)
-        }
-        fn mutate_create_physical(&self, mut obj: Value) -> Result<Value, HookError> {
-            obj["metadata"]["labels"]["created-by-plugin"] = json!("pod-hook");
-            Ok(obj)
-        }
-        fn mutate_update_physical(&self, obj: Value) -> Result<Value, HookError> {
-            self.mutate_create_physical(obj)
-        }
-    }
 
     struct Refuse;
     impl ClientHook for Refuse {
@@ -167,7 +144,13 @@ mod tests {
     }
 
     fn hooks() -> Vec<Arc<dyn ClientHook>> {
-        vec![Arc::new(PodHook), Arc::new(Refuse)]
+        vec![
+            Arc::new(PodHook(&[
+                HookPoint::CreatePhysical,
+                HookPoint::UpdatePhysical,
+            ])),
+            Arc::new(Refuse),
+        ]
     }
 
     #[test]

@@ -1,35 +1,15 @@
 use super::*;
-use crate::hooks::HookError;
 use crate::hooks::HookPoint;
 use crate::v2::proto::goplugin::grpc_controller_client::GRPCControllerClient;
 use crate::v2::proto::goplugin::grpc_stdio_client::GRPCStdioClient;
 use crate::v2::proto::pluginv2::plugin_client::PluginClient;
+use crate::v2::test_hooks::PodHook;
 use base64::Engine;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tonic::transport::Channel;
 
 const KUBECONFIG: &str = "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:1\nusers:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n";
-
-struct PodHook;
-impl ClientHook for PodHook {
-    fn name(&self) -> &str {
-        "pod-hook"
-    }
-    fn api_version(&self) -> &str {
-        "v1"
-    }
-    fn kind(&self) -> &str {
-        "Pod"
-    }
-    fn handles(&self, point: HookPoint) -> bool {
-        point == HookPoint::CreatePhysical
-    }
-    fn mutate_create_physical(&self, mut obj: Value) -> Result<Value, HookError> {
-        obj["metadata"]["labels"]["created-by-plugin"] = json!("pod-hook");
-        Ok(obj)
-    }
-}
 
 fn init_config() -> String {
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
@@ -151,7 +131,7 @@ async fn serves_the_calls_in_vclusters_order() {
     assert_eq!(second.code(), tonic::Code::FailedPrecondition);
 
     session.ready(Arc::new(HookTable::new(vec![
-        Arc::new(PodHook) as Arc<dyn ClientHook>
+        Arc::new(PodHook(&[HookPoint::CreatePhysical])) as Arc<dyn ClientHook>,
     ])));
     initialize.await.unwrap().expect("Initialize answered");
     let config = client
