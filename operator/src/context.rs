@@ -28,7 +28,7 @@ pub struct Context {
     /// apply body from all plugins of a vCluster).
     pub plugins: Store<VClusterPlugin>,
     /// Reconcile metrics and readiness.
-    pub telemetry: Arc<crate::Telemetry>,
+    pub telemetry: Arc<crate::telemetry::Telemetry>,
     /// Watch caches of workloads and RBAC objects (the install path reads these, not the API
     /// server; see [`crate::cache`]).
     pub caches: Caches,

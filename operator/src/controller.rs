@@ -37,10 +37,11 @@ use tracing::{debug, warn};
 use vcp_crds::{FINALIZER, PLUGIN_NAME_LABEL, VClusterPlugin};
 
 use crate::cache::{Caches, Discovery, WrittenWorkloads};
+use crate::config::Config;
 use crate::context::{Context, WorkloadLocks};
 use crate::error::{Error, Result};
 use crate::judge::Verdicts;
-use crate::{Config, cleanup, finalizer, install};
+use crate::{cleanup, finalizer, install};
 
 /// Name under which the operator reports Events.
 pub const CONTROLLER_NAME: &str = "vcluster-plugin-operator";

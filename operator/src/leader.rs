@@ -18,49 +18,13 @@ use kube_lease_manager::LeaseManagerBuilder;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use crate::config::Config;
+pub use crate::config::{
+    DEFAULT_LEASE_DURATION_SECONDS, DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE, LeaderElection,
+};
+use crate::controller;
 use crate::error::{Error, Result};
 use crate::telemetry::Telemetry;
-use crate::{Config, controller};
-
-/// Default name of the Lease.
-pub const DEFAULT_LEASE_NAME: &str = "vcluster-plugin-operator";
-/// Default namespace of the Lease when `POD_NAMESPACE` is unset.
-pub const DEFAULT_LEASE_NAMESPACE: &str = "vcp-system";
-/// Default lease duration, seconds.
-pub const DEFAULT_LEASE_DURATION_SECONDS: u64 = 15;
-
-/// Which Lease to compete for, and as whom.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LeaderElection {
-    /// Name of the Lease (`--lease-name`).
-    pub lease_name: String,
-    /// Namespace of the Lease (`--lease-namespace`; the operator needs get/create/patch on
-    /// Leases there, see `config/rbac/leader_election_role.yaml`).
-    pub namespace: String,
-    /// This replica's identity in the Lease's `holderIdentity` (the pod name); unique per
-    /// replica.
-    pub identity: String,
-    /// Seconds a Lease stays valid after its last renewal (`--lease-duration`, at least 2).
-    pub duration_seconds: u64,
-}
-
-impl LeaderElection {
-    /// The defaults for `identity`: Lease [`DEFAULT_LEASE_NAME`] in [`DEFAULT_LEASE_NAMESPACE`],
-    /// [`DEFAULT_LEASE_DURATION_SECONDS`].
-    pub fn new(identity: impl Into<String>) -> Self {
-        LeaderElection {
-            lease_name: DEFAULT_LEASE_NAME.into(),
-            namespace: DEFAULT_LEASE_NAMESPACE.into(),
-            identity: identity.into(),
-            duration_seconds: DEFAULT_LEASE_DURATION_SECONDS,
-        }
-    }
-
-    /// Seconds before expiry at which the holder renews.
-    pub fn grace_seconds(&self) -> u64 {
-        (self.duration_seconds / 3).max(1)
-    }
-}
 
 /// Runs the controller whenever this replica holds the Lease, until `shutdown` completes.
 ///

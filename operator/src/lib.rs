@@ -17,6 +17,7 @@
 //! | which RBAC rules a plugin may grant, what its container may ask for (`PolicyDenied`) | [`policy`] |
 //! | each plugin's part judged by server-side dry runs before the apply, the namespace's Pod Security level (`InvalidWorkload`, `PolicyDenied`) | [`judge`] |
 //! | watches, mappers, reconcile, retries | [`controller`] |
+//! | how to run the operator, its defaults | [`Config`] |
 //! | state shared by reconciles, one lock per workload | [`context`] |
 //! | watch caches the install path reads, discovery cache | [`cache`] |
 //! | `vcluster-plugin-operator import`: Helm values (`plugin:` / `plugins:`) to VClusterPlugins | [`import`] |
@@ -27,6 +28,7 @@
 
 pub mod cache;
 pub mod cleanup;
+mod config;
 pub mod context;
 pub mod controller;
 pub mod error;
@@ -45,55 +47,11 @@ pub mod workload;
 pub mod writes;
 
 use std::future::Future;
-use std::sync::Arc;
 
+pub use config::{Config, default_runtime_image};
 pub use error::Error;
 pub use leader::LeaderElection;
 pub use telemetry::Telemetry;
-
-/// The embedded runtime's image at this crate's version:
-/// `ghcr.io/vcp-dev/vcluster-plugin-operator:<version>` (one image holds both binaries).
-pub fn default_runtime_image() -> String {
-    format!(
-        "ghcr.io/vcp-dev/vcluster-plugin-operator:{}",
-        env!("CARGO_PKG_VERSION")
-    )
-}
-
-/// How to run the operator.
-#[derive(Clone)]
-pub struct Config {
-    /// Client with the operator's identity (RBAC: `config/rbac/`).
-    pub client: kube::Client,
-    /// Image of the embedded-runtime sidecar; default [`default_runtime_image`].
-    pub runtime_image: String,
-    /// Reconciles running at once (0: unbounded); default 4.
-    pub concurrency: u16,
-    /// `reportingInstance` of the Events (such as the pod name); default: none.
-    pub instance: Option<String>,
-    /// Which RBAC rules a plugin may grant; default [`policy::Policy::default`] (DESIGN.md).
-    pub policy: policy::Policy,
-    /// Leader election: only the holder of the Lease reconciles; default: none (this replica
-    /// always reconciles).
-    pub leader_election: Option<LeaderElection>,
-    /// Metrics and readiness, shared with [`http::serve`]; default: fresh.
-    pub telemetry: Arc<Telemetry>,
-}
-
-impl Config {
-    /// The defaults, with `client`.
-    pub fn new(client: kube::Client) -> Self {
-        Config {
-            client,
-            runtime_image: default_runtime_image(),
-            concurrency: 4,
-            instance: None,
-            policy: policy::Policy::default(),
-            leader_election: None,
-            telemetry: Arc::new(Telemetry::new()),
-        }
-    }
-}
 
 /// Runs the operator until the returned future is dropped.
 ///

@@ -1,0 +1,92 @@
+//! How to run the operator ([`Config`]) and its defaults, with the settings of leader election
+//! ([`LeaderElection`], run by [`crate::leader`]); re-exported at the crate root and in
+//! [`crate::leader`].
+
+use std::sync::Arc;
+
+use crate::policy::Policy;
+use crate::telemetry::Telemetry;
+
+/// The embedded runtime's image at this crate's version:
+/// `ghcr.io/vcp-dev/vcluster-plugin-operator:<version>` (one image holds both binaries).
+pub fn default_runtime_image() -> String {
+    format!(
+        "ghcr.io/vcp-dev/vcluster-plugin-operator:{}",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+/// How to run the operator.
+#[derive(Clone)]
+pub struct Config {
+    /// Client with the operator's identity (RBAC: `config/rbac/`).
+    pub client: kube::Client,
+    /// Image of the embedded-runtime sidecar; default [`default_runtime_image`].
+    pub runtime_image: String,
+    /// Reconciles running at once (0: unbounded); default 4.
+    pub concurrency: u16,
+    /// `reportingInstance` of the Events (such as the pod name); default: none.
+    pub instance: Option<String>,
+    /// Which RBAC rules a plugin may grant; default [`Policy::default`] (DESIGN.md).
+    pub policy: Policy,
+    /// Leader election: only the holder of the Lease reconciles; default: none (this replica
+    /// always reconciles).
+    pub leader_election: Option<LeaderElection>,
+    /// Metrics and readiness, shared with [`http::serve`](crate::http::serve); default: fresh.
+    pub telemetry: Arc<Telemetry>,
+}
+
+impl Config {
+    /// The defaults, with `client`.
+    pub fn new(client: kube::Client) -> Self {
+        Config {
+            client,
+            runtime_image: default_runtime_image(),
+            concurrency: 4,
+            instance: None,
+            policy: Policy::default(),
+            leader_election: None,
+            telemetry: Arc::new(Telemetry::new()),
+        }
+    }
+}
+
+/// Default name of the Lease.
+pub const DEFAULT_LEASE_NAME: &str = "vcluster-plugin-operator";
+/// Default namespace of the Lease when `POD_NAMESPACE` is unset.
+pub const DEFAULT_LEASE_NAMESPACE: &str = "vcp-system";
+/// Default lease duration, seconds.
+pub const DEFAULT_LEASE_DURATION_SECONDS: u64 = 15;
+
+/// Which Lease to compete for, and as whom.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaderElection {
+    /// Name of the Lease (`--lease-name`).
+    pub lease_name: String,
+    /// Namespace of the Lease (`--lease-namespace`; the operator needs get/create/patch on
+    /// Leases there, see `config/rbac/leader_election_role.yaml`).
+    pub namespace: String,
+    /// This replica's identity in the Lease's `holderIdentity` (the pod name); unique per
+    /// replica.
+    pub identity: String,
+    /// Seconds a Lease stays valid after its last renewal (`--lease-duration`, at least 2).
+    pub duration_seconds: u64,
+}
+
+impl LeaderElection {
+    /// The defaults for `identity`: Lease [`DEFAULT_LEASE_NAME`] in [`DEFAULT_LEASE_NAMESPACE`],
+    /// [`DEFAULT_LEASE_DURATION_SECONDS`].
+    pub fn new(identity: impl Into<String>) -> Self {
+        LeaderElection {
+            lease_name: DEFAULT_LEASE_NAME.into(),
+            namespace: DEFAULT_LEASE_NAMESPACE.into(),
+            identity: identity.into(),
+            duration_seconds: DEFAULT_LEASE_DURATION_SECONDS,
+        }
+    }
+
+    /// Seconds before expiry at which the holder renews.
+    pub fn grace_seconds(&self) -> u64 {
+        (self.duration_seconds / 3).max(1)
+    }
+}
