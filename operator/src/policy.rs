@@ -62,7 +62,9 @@ use vcp_crds::{HookEvent, VClusterPlugin};
 use crate::rbac::{self, Plurals};
 
 pub mod containers;
+mod denial;
 pub use containers::ContainerPolicy;
+pub use denial::Denial;
 
 /// `Ready` reason of a plugin whose rules the policy refuses.
 pub const REASON_POLICY_DENIED: &str = "PolicyDenied";
@@ -183,28 +185,6 @@ pub enum Scope {
     Namespaced,
     /// In a ClusterRole: cluster-wide.
     Cluster,
-}
-
-/// A refusal: the rule, where it comes from, and the policy field that refuses it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Denial {
-    /// Where the rule comes from, such as `spec.rbac.clusterRole.extraRules[1]`.
-    pub source: String,
-    /// Why, naming the policy field, such as `verb "create" in a cluster-scoped rule
-    /// (policy clusterScoped.allowedVerbs: get, list, watch)`.
-    pub reason: String,
-    /// The rule, rendered compactly.
-    pub rule: String,
-}
-
-impl Denial {
-    /// The condition message: `<source> <rule> is refused by the operator policy: <reason>`.
-    pub fn message(&self) -> String {
-        format!(
-            "{} {} is refused by the operator policy: {}",
-            self.source, self.rule, self.reason
-        )
-    }
 }
 
 /// A rule as `{apiGroups: [..], resources: [..], verbs: [..]}` (plus resourceNames /

@@ -51,7 +51,7 @@ use k8s_openapi::api::core::v1::SecurityContext;
 use serde::{Deserialize, Serialize};
 use vcp_crds::VClusterPlugin;
 
-use super::Denial;
+use super::denial::Denial;
 use crate::workload::{PLUGINS_VOLUME, VCLUSTER_KUBECONFIG_VOLUME};
 
 /// What a plugin's container may ask for; every field optional in the policy file, the
