@@ -153,7 +153,7 @@ pub enum Error {
 
     /// vCluster's v2 plugin protocol failed.
     #[error(transparent)]
-    PluginProtocol(#[from] crate::v2::ProtocolError),
+    PluginProtocol(#[from] crate::v2::contract::ProtocolError),
 
     /// A kubeconfig could not be loaded (binary only).
     #[error("cannot load the {cluster} kubeconfig {path}: {message}")]

@@ -20,7 +20,7 @@ use kube::config::Kubeconfig;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
-use super::ProtocolError;
+use super::contract::ProtocolError;
 use crate::hooks::{ClientHook, HookPoint};
 
 /// Every hook point, in the order vCluster's hook types are listed in its plugin SDK

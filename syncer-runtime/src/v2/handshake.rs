@@ -17,8 +17,10 @@
 
 use std::path::PathBuf;
 
-use super::ProtocolError;
-use super::{APP_PROTOCOL_VERSION, CORE_PROTOCOL_VERSION, MAGIC_COOKIE_KEY, MAGIC_COOKIE_VALUE};
+use super::contract::{
+    APP_PROTOCOL_VERSION, CORE_PROTOCOL_VERSION, MAGIC_COOKIE_KEY, MAGIC_COOKIE_VALUE,
+    ProtocolError,
+};
 
 /// The environment variables of the handshake, as the host set them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -42,6 +42,7 @@ use tonic::{Request, Response, Status};
 use tracing::{debug, info, warn};
 
 use super::config::{InitConfig, PluginConfig};
+use super::contract::{GRPC_HEALTH_SERVICE, PLUGIN_CONFIG_ENV, ProtocolError};
 use super::handshake::{HandshakeEnv, handshake_line};
 use super::mutate::{MutateError, mutate};
 use super::proto::goplugin::grpc_controller_server::{GRPCController, GRPCControllerServer};
@@ -51,7 +52,6 @@ use super::proto::{
     Empty, GetPluginConfigRequest, GetPluginConfigResponse, InitializeRequest, InitializeResponse,
     MutateRequest, MutateResponse, SetLeaderRequest, SetLeaderResponse, StdioChannel, StdioData,
 };
-use super::{GRPC_HEALTH_SERVICE, ProtocolError};
 use crate::hooks::ClientHook;
 
 /// How often the parent process is checked (go-plugin has no parent-death signal: a
@@ -388,7 +388,7 @@ impl Session {
     /// before `Initialize`, or the init config is invalid (then also returned to vCluster as
     /// the `Initialize` error).
     pub async fn serve() -> Result<Self, ProtocolError> {
-        let plugin_config = std::env::var(super::PLUGIN_CONFIG_ENV).ok();
+        let plugin_config = std::env::var(PLUGIN_CONFIG_ENV).ok();
         Self::serve_inner(HandshakeEnv::from_env(), plugin_config, true, |line| {
             use std::io::Write;
             let mut stdout = std::io::stdout().lock();
