@@ -9,7 +9,7 @@ use kube::api::{Api, DynamicObject, PostParams};
 
 use crate::control_plane::{Cluster, ControlPlane, Identity, repo_root};
 use crate::fixtures::{apply_yaml, create_namespace};
-use crate::wait_for;
+use crate::wait::wait_for;
 
 /// Folder of the kustomize overlay that installs `config/admission` for the tests: the same
 /// policies, the operator's bounded to the static-token user `vcp-operator`.

@@ -14,7 +14,8 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
-use crate::fixtures::TEST_FIELD_MANAGER;
+/// Field manager of the writes the test support itself makes (fixtures, namespaces, CRDs).
+pub const TEST_FIELD_MANAGER: &str = "vcp-tests";
 
 /// Which of the two API servers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -16,8 +16,9 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::{Discovery, Scope};
 use serde::Deserialize as _;
 
+pub use crate::control_plane::TEST_FIELD_MANAGER;
 use crate::control_plane::repo_root;
-use crate::wait_for;
+use crate::wait::wait_for;
 
 /// The paths `scripts/oracles build` prints (`NAME=PATH`: `HELM`, `VCLUSTER_CHART`,
 /// `TRANSLATE_ORACLE`, `PLUGIN_LOADER`), built or found once per test binary.
@@ -105,9 +106,6 @@ pub fn vcluster_workload_with(namespace: &str, values: &str) -> String {
         .collect();
     docs.join("---\n")
 }
-
-/// Field manager of the writes the test support itself makes (fixtures, namespaces, CRDs).
-pub const TEST_FIELD_MANAGER: &str = "vcp-tests";
 
 /// Installs the committed CRDs (`crds/*.yaml`) by server-side apply and waits until each is
 /// Established.

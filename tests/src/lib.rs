@@ -17,8 +17,8 @@
 //! Modules: [`admission`] (the trust model's admission policies and tenant identities),
 //! [`control_plane`] (the processes and clients), [`audit`] (who wrote what, from the
 //! audit logs), [`fixtures`] (vCluster's chart rendered by helm, CRDs, namespaces, YAML), [`plugins`] (the
-//! shared operator and `VClusterPlugin` helpers). Their items are re-exported at the crate
-//! root.
+//! shared operator and `VClusterPlugin` helpers), [`wait`] (polling until a condition holds).
+//! Their items are re-exported at the crate root.
 //!
 //! [`image`] builds the container image without a container engine: it replays the Dockerfile.
 
@@ -28,9 +28,7 @@ pub mod control_plane;
 pub mod fixtures;
 pub mod image;
 pub mod plugins;
-
-use std::future::Future;
-use std::time::{Duration, Instant};
+pub mod wait;
 
 pub use admission::{
     ADMISSION_OVERLAY, TENANT_RBAC, bind_tenant_rights, install_admission_policies,
@@ -45,36 +43,4 @@ pub use plugins::{
     condition, create_plugin, delete_plugin, poll_event, poll_ready, start_shared_operator,
     start_shared_operator_with_policy, wait_event, wait_ready,
 };
-
-/// Polls `check` every 100 ms until it returns `Some`, and returns that value.
-///
-/// # Panics
-/// When `timeout` passes first.
-pub async fn wait_for<T, F, Fut>(timeout: Duration, check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    poll_for(timeout, check)
-        .await
-        .unwrap_or_else(|| panic!("condition not met within {timeout:?}"))
-}
-
-/// Polls `check` every 100 ms until it returns `Some`, and returns that value; `None` once
-/// `timeout` has passed (for a test that collects failures instead of panicking on the first).
-pub async fn poll_for<T, F, Fut>(timeout: Duration, mut check: F) -> Option<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(value) = check().await {
-            return Some(value);
-        }
-        if Instant::now() > deadline {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+pub use wait::{poll_for, wait_for};

@@ -14,7 +14,7 @@ use vcp_crds::VClusterPlugin;
 use crate::admission::install_admission_policies;
 use crate::control_plane::{Cluster, ControlPlane, Identity};
 use crate::fixtures::{apply_yaml_file, install_crds};
-use crate::{poll_for, wait_for};
+use crate::wait::{poll_for, wait_for};
 
 /// Installs the CRDs, the operator's RBAC (`config/rbac/role.yaml` plus the binding of the
 /// static-token user `vcp-operator`) and the admission policies of the trust model
