@@ -14,7 +14,8 @@
 //! A reconcile of a plugin that is not being deleted runs [`crate::install::install`], which
 //! adds the finalizer and installs in the same reconcile. A plugin being deleted that carries
 //! the finalizer runs [`crate::cleanup::cleanup`], then the finalizer is removed
-//! ([`crate::finalizer::remove_finalizer`]); one without it is left alone.
+//! ([`crate::finalizer::remove_finalizer`]); one without it is left alone. (Why not
+//! kube-runtime's `finalizer` helper: see [`crate::finalizer`].)
 //!
 //! Reads: the install path reads the workload, the RBAC objects and the namespace's Roles and
 //! RoleBindings from watch caches ([`crate::cache`]) and the plurals of synced types from a

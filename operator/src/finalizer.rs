@@ -6,9 +6,13 @@
 //! overwritten and the finalizer is never added twice (the API server does not deduplicate).
 //!
 //! kube-runtime's `finalizer` helper is not used: it ends the reconcile that adds the finalizer
-//! (installing only in the next one) and adds it only to the object being reconciled, while
-//! [`crate::install`] adds it and installs in the same reconcile, and adds it to the sibling
-//! plugins of the vCluster too, so that the workload is applied once with all of them.
+//! (`Action::await_change()`, installing only in the next one) and adds it only to the object
+//! being reconciled, while [`crate::install`] adds it and installs in the same reconcile, and
+//! adds it to the sibling plugins of the vCluster too, so that the workload is applied once
+//! with all of them (an apply body holds only plugins carrying the finalizer,
+//! [`crate::workload::contributes`]); and where the helper fails the reconcile when its `test`
+//! finds a stale copy, [`with_finalizer`] reads the plugin again. The patches themselves are
+//! the helper's (`test` + `add`, `test` + `remove` at the finalizer's index).
 
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
