@@ -32,7 +32,7 @@ use serde_json::Value;
 use vcp_crds::VClusterPlugin;
 use vcp_tests::{
     Cluster, ControlPlane, Identity, apply_yaml, apply_yaml_file, bind_tenant_rights,
-    create_namespace, poll_for, repo_root, wait_for,
+    create_namespace, poll_for, repo_root,
 };
 
 const NS: &str = "attacks";
@@ -274,20 +274,7 @@ async fn every_attack_is_refused_and_nothing_is_written() {
         &["apply", "-n", NS, "-f", &good.to_string_lossy()],
     );
     assert!(ok, "the good plugin is refused: {out}");
-    wait_for(TIMEOUT, || {
-        let plugins = plugins.clone();
-        async move {
-            let p = plugins.get("good").await.ok()?;
-            let status = p.status?;
-            (status.observed_generation == p.metadata.generation
-                && status
-                    .conditions
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "True"))
-            .then_some(())
-        }
-    })
-    .await;
+    vcp_tests::wait_ready(&admin, NS, "good", "True", None, TIMEOUT).await;
     // Let the good plugin's own writes (workload, RBAC, status, and the no-op re-apply its
     // workload change triggers) settle before counting starts. The sleep can only make this
     // test fail (a late write of the good plugin counted), never pass: that nothing was written

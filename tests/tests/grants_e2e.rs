@@ -266,20 +266,7 @@ async fn the_bound_account_can_do_what_the_plugin_declares_and_nothing_more() {
         .await
         .expect("fixtures");
     let plugins = Api::<VClusterPlugin>::namespaced(admin.clone(), NS);
-    wait_for(TIMEOUT, || {
-        let plugins = plugins.clone();
-        async move {
-            let p = plugins.get("grants").await.ok()?;
-            let status = p.status?;
-            (status.observed_generation == p.metadata.generation
-                && status
-                    .conditions
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "True"))
-            .then_some(())
-        }
-    })
-    .await;
+    vcp_tests::wait_ready(&admin, NS, "grants", "True", None, TIMEOUT).await;
 
     // The account the operator bound: the subject of the plugin's RoleBinding.
     let binding = Api::<RoleBinding>::namespaced(admin.clone(), NS)

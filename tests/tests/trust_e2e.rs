@@ -17,7 +17,6 @@
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, Role, RoleBinding, Subject};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams};
@@ -61,29 +60,6 @@ async fn wait_ready(
         }
     })
     .await
-}
-
-/// Waits for the Event with `reason` the operator publishes on plugin `name` right after its
-/// status write (the last step of a reconcile): the evidence that the operator looked.
-async fn wait_event(admin: &Client, ns: &str, name: &str, reason: &str) {
-    let events = Api::<Event>::namespaced(admin.clone(), ns);
-    wait_for(TIMEOUT, || {
-        let events = events.clone();
-        async move {
-            events
-                .list(&ListParams::default())
-                .await
-                .ok()?
-                .items
-                .iter()
-                .any(|e| {
-                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-                        && e.reason.as_deref() == Some(reason)
-                })
-                .then_some(())
-        }
-    })
-    .await;
 }
 
 /// The operator's writes (audit log) to workloads and RBAC objects of namespace `ns`: the
@@ -203,7 +179,8 @@ spec:
             message.starts_with(&format!("{what} is not a vCluster: ")),
             "{name}: {message}"
         );
-        wait_event(&admin, NS, name, "NotAVCluster").await;
+        // The Event the operator publishes right after its status write: the evidence that it looked.
+        vcp_tests::wait_event(&admin, NS, name, "NotAVCluster", TIMEOUT).await;
         let p = plugins.get(name).await.unwrap();
         let status = p.status.unwrap();
         assert_eq!(status.phase, Some(vcp_crds::Phase::Failed), "{name}");
@@ -323,7 +300,8 @@ async fn a_narrowing_policy_stops_a_type_synced_by_kind_through_its_plural() {
         message.contains("resource \"secrets\" (policy forbiddenResources: secrets)"),
         "{message}"
     );
-    wait_event(&admin, NS, "secret-syncer", "PolicyDenied").await;
+    // The Event the operator publishes right after its status write: the evidence that it looked.
+    vcp_tests::wait_event(&admin, NS, "secret-syncer", "PolicyDenied", TIMEOUT).await;
     assert_eq!(operator_writes_in(NS), Vec::<(String, String)>::new());
     assert_eq!(
         sts.get("my-vcluster").await.unwrap().resource_version(),
@@ -386,7 +364,8 @@ subjects:
     let message = wait_ready(&plugins, "patcher", "False", "SharedVClusterRole").await;
     assert!(message.contains("Role vc-my-vcluster"), "{message}");
     assert!(message.contains("User jane"), "{message}");
-    wait_event(&admin, NS, "patcher", "SharedVClusterRole").await;
+    // The Event the operator publishes right after its status write: the evidence that it looked.
+    vcp_tests::wait_event(&admin, NS, "patcher", "SharedVClusterRole", TIMEOUT).await;
     assert_eq!(operator_writes_in(NS), Vec::<(String, String)>::new());
     let role_after = roles.get("vc-my-vcluster").await.unwrap();
     assert_eq!(
@@ -424,7 +403,8 @@ async fn a_cluster_scoped_kind_is_refused_from_discoverys_scope() {
         message.starts_with("spec.syncedTypes[1] (v1 Namespace) is cluster-scoped"),
         "{message}"
     );
-    wait_event(&admin, NS, "namespace-syncer", "ClusterScopedType").await;
+    // The Event the operator publishes right after its status write: the evidence that it looked.
+    vcp_tests::wait_event(&admin, NS, "namespace-syncer", "ClusterScopedType", TIMEOUT).await;
     assert_eq!(operator_writes_in(NS), Vec::<(String, String)>::new());
 }
 
@@ -486,7 +466,8 @@ async fn a_plural_admission_could_not_guess_is_refused_unless_resource_names_it(
     );
     assert!(message.contains("\"people\""), "{message}");
     assert!(message.contains("\"persons\""), "{message}");
-    wait_event(&admin, NS, "people-syncer", "PolicyDenied").await;
+    // The Event the operator publishes right after its status write: the evidence that it looked.
+    vcp_tests::wait_event(&admin, NS, "people-syncer", "PolicyDenied", TIMEOUT).await;
     assert_eq!(operator_writes_in(NS), Vec::<(String, String)>::new());
 
     // Named explicitly, admission checks `people`: installed, and the Role grants it.
