@@ -211,7 +211,11 @@ fn plugin_of_labels<K: Resource>(obj: K) -> Option<ObjectRef<VClusterPlugin>> {
 pub async fn reconcile(plugin: Arc<VClusterPlugin>, ctx: Arc<Context>) -> Result<Action> {
     let started = std::time::Instant::now();
     let telemetry = ctx.telemetry.clone();
+    let namespace = plugin.namespace().unwrap_or_default();
+    let name = plugin.name_any();
+    let resource_version = plugin.resource_version().unwrap_or_default();
     let result = reconcile_inner(plugin, ctx).await;
+    telemetry.observe_reconcile_of(&namespace, &name, &resource_version);
     telemetry.observe_reconcile(
         started.elapsed(),
         result.as_ref().err().map(Error::metric_reason),

@@ -8,10 +8,18 @@
 //! - `vcp_reconcile_duration_seconds`: histogram of the time one reconcile took;
 //! - `vcp_leader`: 1 while this replica holds the Lease (or runs without leader election).
 //!
+//! Per plugin, in memory only (not a metric: one series per object would be unbounded):
+//! [`Telemetry::reconciled`] tells how many reconciles of a `VClusterPlugin` finished and the
+//! `metadata.resourceVersion` the last one read, so a caller can show that the operator looked
+//! at a given version of the object (the end-to-end tests do, before they assert that a
+//! reconcile wrote nothing).
+//!
 //! Readiness: the replica is ready once it knows its leader state (it joined the election, or
 //! runs without one) and, while it leads, once its controller started and the API server
 //! answered a list of VClusterPlugins with the operator's identity.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -45,6 +53,17 @@ pub struct Telemetry {
     election_known: AtomicBool,
     leading: AtomicBool,
     synced: AtomicBool,
+    per_plugin: Mutex<HashMap<(String, String), Reconciled>>,
+}
+
+/// What [`Telemetry::reconciled`] knows of one `VClusterPlugin`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reconciled {
+    /// Reconciles of the plugin that finished (both results) since this replica started.
+    pub count: u64,
+    /// `metadata.resourceVersion` of the plugin as the last finished reconcile read it (empty
+    /// when the object carried none).
+    pub resource_version: String,
 }
 
 impl std::fmt::Debug for Telemetry {
@@ -100,7 +119,30 @@ impl Telemetry {
             election_known: AtomicBool::new(false),
             leading: AtomicBool::new(false),
             synced: AtomicBool::new(false),
+            per_plugin: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Records that a reconcile of the plugin `namespace/name`, read at `resource_version`,
+    /// finished (whatever its result; [`Telemetry::observe_reconcile`] counts results).
+    pub fn observe_reconcile_of(&self, namespace: &str, name: &str, resource_version: &str) {
+        if let Ok(mut per_plugin) = self.per_plugin.lock() {
+            let mark = per_plugin
+                .entry((namespace.to_string(), name.to_string()))
+                .or_default();
+            mark.count += 1;
+            resource_version.clone_into(&mut mark.resource_version);
+        }
+    }
+
+    /// Reconciles of the plugin `namespace/name` finished so far and the resourceVersion the
+    /// last one read; `None` before the first.
+    pub fn reconciled(&self, namespace: &str, name: &str) -> Option<Reconciled> {
+        self.per_plugin
+            .lock()
+            .ok()?
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
     }
 
     /// Records one finished reconcile: `error` is `None` on success, else its reason label.
@@ -160,6 +202,24 @@ impl Telemetry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn remembers_each_plugins_reconciles_and_the_version_read() {
+        let t = Telemetry::new();
+        assert_eq!(t.reconciled("ns", "a"), None);
+        t.observe_reconcile_of("ns", "a", "10");
+        t.observe_reconcile_of("ns", "b", "11");
+        t.observe_reconcile_of("ns", "a", "12");
+        assert_eq!(
+            t.reconciled("ns", "a"),
+            Some(Reconciled {
+                count: 2,
+                resource_version: "12".into()
+            })
+        );
+        assert_eq!(t.reconciled("ns", "b").map(|r| r.count), Some(1));
+        assert_eq!(t.reconciled("other", "a"), None);
+    }
 
     #[test]
     fn counts_by_result_and_reason_and_reports_readiness() {

@@ -1,13 +1,13 @@
 //! The shared operator of a test binary, and helpers for `VClusterPlugin`s: create one, wait
 //! for its `Ready` condition, delete it and wait until it is gone, wait for an Event about it.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use vcp_crds::VClusterPlugin;
 
@@ -66,6 +66,7 @@ pub async fn start_shared_operator_with_policy(
                         .client(Cluster::Host, Identity::Operator)
                         .await;
                     let mut config = vcluster_plugin_operator::Config::new(client);
+                    config.telemetry = operator_telemetry().clone();
                     config.runtime_image = runtime_image.into();
                     config.policy = policy;
                     vcluster_plugin_operator::run(config)
@@ -76,6 +77,68 @@ pub async fn start_shared_operator_with_policy(
         });
     }
     admin
+}
+
+/// The telemetry of this test binary's shared operator ([`start_shared_operator`]): its
+/// reconcile counters, such as [`Telemetry::reconciled`](vcluster_plugin_operator::Telemetry::reconciled)
+/// per plugin.
+pub fn operator_telemetry() -> &'static Arc<vcluster_plugin_operator::Telemetry> {
+    static TELEMETRY: OnceLock<Arc<vcluster_plugin_operator::Telemetry>> = OnceLock::new();
+    TELEMETRY.get_or_init(|| Arc::new(vcluster_plugin_operator::Telemetry::new()))
+}
+
+/// Reconciles of the plugin `ns/name` the shared operator finished so far (0 before the first).
+pub fn operator_reconciles(ns: &str, name: &str) -> u64 {
+    operator_telemetry()
+        .reconciled(ns, name)
+        .map_or(0, |r| r.count)
+}
+
+/// Waits until the shared operator has finished a reconcile of the plugin `ns/name` that is
+/// its `(after + 1)`-th or later and read the plugin at `resource_version` — the evidence that
+/// the operator looked at the object after a trigger, before a test asserts what that look
+/// wrote. Returns the plugin's reconcile count then.
+///
+/// # Panics
+/// When no such reconcile finishes within `timeout`.
+pub async fn wait_operator_reconciled(
+    ns: &str,
+    name: &str,
+    resource_version: &str,
+    after: u64,
+    timeout: Duration,
+) -> u64 {
+    poll_for(timeout, || async move {
+        let seen = operator_telemetry().reconciled(ns, name)?;
+        (seen.count > after && seen.resource_version == resource_version).then_some(seen.count)
+    })
+    .await
+    .unwrap_or_else(|| {
+        panic!(
+            "the operator did not reconcile {ns}/{name} at resourceVersion {resource_version} \
+             after its reconcile #{after} within {timeout:?} (last: {:?})",
+            operator_telemetry().reconciled(ns, name)
+        )
+    })
+}
+
+/// Triggers a reconcile of the plugin `ns/name` by the shared operator and waits until it has
+/// finished: sets the annotation `e2e.vcp.dev/poke` to a fresh value (a change that is not in
+/// `spec`, so a converged plugin must answer it with zero writes) and waits
+/// ([`wait_operator_reconciled`]) for a reconcile that read the poked object. Returns the
+/// plugin's reconcile count then.
+///
+/// # Panics
+/// When the plugin cannot be annotated, or no such reconcile finishes within `timeout`.
+pub async fn poke_plugin(admin: &Client, ns: &str, name: &str, timeout: Duration) -> u64 {
+    let before = operator_reconciles(ns, name);
+    let poke = json!({"metadata": {"annotations": {"e2e.vcp.dev/poke": format!("{before}-{:?}", std::time::SystemTime::now())}}});
+    let poked = Api::<VClusterPlugin>::namespaced(admin.clone(), ns)
+        .patch(name, &PatchParams::default(), &Patch::Merge(&poke))
+        .await
+        .unwrap_or_else(|e| panic!("poke VClusterPlugin {ns}/{name}: {e}"));
+    let rv = poked.metadata.resource_version.unwrap_or_default();
+    wait_operator_reconciled(ns, name, &rv, before, timeout).await
 }
 
 /// Creates the VClusterPlugin `name` in `ns` with `spec` (JSON, as in a manifest) and returns

@@ -198,7 +198,18 @@ async fn embedded_plugin_install_converge_and_clean_removal() {
         .expect("ClusterRoleBinding");
 
     // Converged: poking the plugin and the StatefulSet triggers reconciles that write nothing.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Evidence first: the operator finished a reconcile of the plugin as it is now (its Ready
+    // status written), then one of each poke, before the audit log is compared.
+    let plugins = Api::<VClusterPlugin>::namespaced(admin.clone(), ns);
+    let current = plugins.get("car-syncer").await.expect("plugin");
+    let settled = vcp_tests::wait_operator_reconciled(
+        ns,
+        "car-syncer",
+        &current.resource_version().unwrap_or_default(),
+        0,
+        TIMEOUT,
+    )
+    .await;
     let before = operator_writes(ns);
     assert!(
         before
@@ -206,11 +217,16 @@ async fn embedded_plugin_install_converge_and_clean_removal() {
             .any(|(verb, uri)| verb == "patch" && uri.contains("statefulsets/my-vcluster")),
         "the audit log shows the install: {before:?}"
     );
+    let started = std::time::Instant::now();
     let touch = json!({ "metadata": { "annotations": { "e2e/touched": "1" } } });
-    Api::<VClusterPlugin>::namespaced(admin.clone(), ns)
+    let touched = plugins
         .patch("car-syncer", &PatchParams::default(), &Patch::Merge(&touch))
         .await
         .expect("touch plugin");
+    let touched_rv = touched.resource_version().unwrap_or_default();
+    let after_plugin_touch =
+        vcp_tests::wait_operator_reconciled(ns, "car-syncer", &touched_rv, settled, TIMEOUT)
+            .await;
     Api::<StatefulSet>::namespaced(admin.clone(), ns)
         .patch(
             "my-vcluster",
@@ -219,12 +235,26 @@ async fn embedded_plugin_install_converge_and_clean_removal() {
         )
         .await
         .expect("touch StatefulSet");
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(
-        operator_writes(ns),
-        before,
-        "a converged plugin must cost zero writes"
+    let after_sts_touch = vcp_tests::wait_operator_reconciled(
+        ns,
+        "car-syncer",
+        &touched_rv,
+        after_plugin_touch,
+        TIMEOUT,
+    )
+    .await;
+    let writes = operator_writes(ns);
+    let new_writes = &writes[before.len().min(writes.len())..];
+    println!(
+        "converged plugin: poked the plugin and its StatefulSet; the operator reconciled it {} \
+         times after the pokes (reconcile #{settled} -> #{after_sts_touch}, {:.1} s); operator \
+         writes in {ns}: {} before, {} after, new: {new_writes:?}",
+        after_sts_touch - settled,
+        started.elapsed().as_secs_f64(),
+        before.len(),
+        writes.len(),
     );
+    assert_eq!(writes, before, "a converged plugin must cost zero writes");
 
     // Delete: the pod template is the original again and the operator owns nothing.
     delete_plugin(&admin, ns, "car-syncer", TIMEOUT).await;

@@ -47,6 +47,19 @@ subjects:
   - { kind: ServiceAccount, name: vc-my-vcluster, namespace: rbac-patch-mode }
 "#;
 
+/// Write requests of the operator (audit log) in namespace `ns` whose URI contains `part`.
+fn operator_writes_to(ns: &str, part: &str) -> Vec<(String, String)> {
+    vcp_tests::audited_writes(
+        vcp_tests::ControlPlane::shared(),
+        vcp_tests::Cluster::Host,
+        vcp_tests::Identity::Operator.user(),
+    )
+    .expect("audit log")
+    .into_iter()
+    .filter(|(_, uri)| uri.contains(&format!("/namespaces/{ns}/")) && uri.contains(part))
+    .collect()
+}
+
 /// The parts of the Role that must come back exactly: rules, labels, annotations.
 fn restorable(r: &Role) -> Value {
     json!({
@@ -124,8 +137,22 @@ spec:
         "no dedicated Role in PatchVClusterRoles mode"
     );
 
-    // Converged: another reconcile does not touch the Role.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Converged: another reconcile does not touch the Role. Evidence first: the operator
+    // finished a reconcile of the poked plugin; then neither the Role's resourceVersion nor the
+    // audit log (a no-op patch keeps the resourceVersion, but is a write) shows a write.
+    let role_writes_before = operator_writes_to(NS, "/roles/vc-my-vcluster");
+    let reconciles = vcp_tests::poke_plugin(&admin, NS, "car-syncer", TIMEOUT).await;
+    let role_writes_after = operator_writes_to(NS, "/roles/vc-my-vcluster");
+    println!(
+        "PatchVClusterRoles converged: poked the plugin, the operator finished reconcile \
+         #{reconciles} of it; operator writes to Role vc-my-vcluster: {} before, {} after",
+        role_writes_before.len(),
+        role_writes_after.len()
+    );
+    assert_eq!(
+        role_writes_after, role_writes_before,
+        "a converged plugin's reconcile wrote the vCluster's Role"
+    );
     assert_eq!(
         roles
             .get("vc-my-vcluster")
@@ -238,8 +265,21 @@ spec:
     )
     .await;
     wait_event(&admin, NS, "no-role", "VClusterRoleNotFound", TIMEOUT).await;
-    // Let any write that would follow the status land before comparing.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Evidence that the operator looked again after its refusal (status and Event written):
+    // a reconcile of the poked plugin finished; then nothing of the vCluster was written.
+    let reconciles = vcp_tests::poke_plugin(&admin, NS, "no-role", TIMEOUT).await;
+    let writes = operator_writes_to(NS, "");
+    let workload_or_rbac: Vec<_> = writes
+        .iter()
+        .filter(|(_, uri)| !uri.contains("/vclusterplugins/") && !uri.contains("/events"))
+        .collect();
+    println!(
+        "refused plugin (VClusterRoleNotFound): {reconciles} reconciles finished; operator \
+         writes in {NS}: {} in all, {} to the workload or RBAC",
+        writes.len(),
+        workload_or_rbac.len()
+    );
+    assert!(workload_or_rbac.is_empty(), "{workload_or_rbac:?}");
     assert_eq!(
         sts.get("my-vcluster").await.unwrap().resource_version(),
         sts_before,
@@ -271,6 +311,7 @@ async fn an_installed_plugin_edited_into_a_denied_one_loses_its_container_and_rb
         .expect("vCluster");
     let roles = Api::<Role>::namespaced(admin.clone(), NS);
     let bindings = Api::<RoleBinding>::namespaced(admin.clone(), NS);
+    let chart_role_before = roles.get("vc-my-vcluster").await.unwrap();
     let plugin = |extra: &str| {
         format!(
             r#"
@@ -351,7 +392,27 @@ spec:
         }
     })
     .await;
-    // The chart's Role is untouched and the plugin can still be deleted.
+    // The plugin can still be deleted, and the chart's Role was never touched (a Dedicated
+    // plugin has its own Role): the operator's last act, removing the finalizer, is over once
+    // the plugin is gone, and neither the Role nor the audit log shows a write of it.
     delete_plugin(&admin, NS, "later-denied", TIMEOUT).await;
     assert_eq!(containers(&admin, NS).await, ["syncer"]);
+    let chart_role_after = roles.get("vc-my-vcluster").await.unwrap();
+    let chart_role_writes = operator_writes_to(NS, "/roles/vc-my-vcluster");
+    println!(
+        "Dedicated plugin installed, denied, deleted: operator writes to the chart's Role \
+         vc-my-vcluster: {}; its resourceVersion {:?} -> {:?}",
+        chart_role_writes.len(),
+        chart_role_before.resource_version(),
+        chart_role_after.resource_version()
+    );
+    assert_eq!(chart_role_writes, Vec::<(String, String)>::new());
+    assert_eq!(
+        restorable(&chart_role_after),
+        restorable(&chart_role_before)
+    );
+    assert_eq!(
+        chart_role_after.resource_version(),
+        chart_role_before.resource_version()
+    );
 }
