@@ -40,8 +40,8 @@ pub use fixtures::{
     oracle_paths, render_vcluster_chart, string_map, vcluster_workload, vcluster_workload_with,
 };
 pub use plugins::{
-    condition, create_plugin, delete_plugin, operator_reconciles, operator_telemetry, poke_plugin, poll_event,
-    poll_ready, start_shared_operator, start_shared_operator_with_policy, wait_event,
+    condition, create_plugin, delete_plugin, operator_reconciles, operator_telemetry, poke_plugin,
+    poll_event, poll_ready, start_shared_operator, start_shared_operator_with_policy, wait_event,
     wait_operator_reconciled, wait_ready,
 };
 pub use wait::{poll_for, wait_for};

@@ -18,7 +18,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::rbac::v1::{ClusterRole, Role};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use vcp_crds::VClusterPlugin;
@@ -153,8 +153,19 @@ async fn versions(admin: &Client) -> BTreeMap<String, String> {
             r.resource_version().unwrap(),
         );
     }
+    for r in Api::<RoleBinding>::namespaced(admin.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .expect("RoleBindings")
+    {
+        out.insert(
+            format!("RoleBinding/{}", r.name_any()),
+            r.resource_version().unwrap(),
+        );
+    }
+    let ours = ListParams::default().labels(&format!("{}={NS}", vcp_crds::PLUGIN_NAMESPACE_LABEL));
     for r in Api::<ClusterRole>::all(admin.clone())
-        .list(&ListParams::default().labels(&format!("{}={NS}", vcp_crds::PLUGIN_NAMESPACE_LABEL)))
+        .list(&ours)
         .await
         .expect("ClusterRoles")
     {
@@ -163,7 +174,38 @@ async fn versions(admin: &Client) -> BTreeMap<String, String> {
             r.resource_version().unwrap(),
         );
     }
+    for r in Api::<ClusterRoleBinding>::all(admin.clone())
+        .list(&ours)
+        .await
+        .expect("ClusterRoleBindings")
+    {
+        out.insert(
+            format!("ClusterRoleBinding/{}", r.name_any()),
+            r.resource_version().unwrap(),
+        );
+    }
     out
+}
+
+/// The operator's write requests (audit log) to the workload and RBAC of the test's vCluster:
+/// everything in [`NS`] or named `vcp:<NS>:…` except its plugins (status, finalizer), Events
+/// and dry runs (`dryRun=All`: the operator's admission probes, which persist nothing). A no-op
+/// patch keeps an object's resourceVersion but is listed here.
+fn operator_workload_and_rbac_writes() -> Vec<(String, String)> {
+    vcp_tests::audited_writes(
+        ControlPlane::shared(),
+        Cluster::Host,
+        Identity::Operator.user(),
+    )
+    .expect("audit log")
+    .into_iter()
+    .filter(|(_, uri)| {
+        (uri.contains(&format!("/namespaces/{NS}/")) || uri.contains(&format!("vcp:{NS}:")))
+            && !uri.contains("/vclusterplugins/")
+            && !uri.contains("/events")
+            && !uri.contains("dryRun=All")
+    })
+    .collect()
 }
 
 #[tokio::test]
@@ -179,13 +221,18 @@ async fn every_invalid_manifest_is_refused_or_reported_and_nothing_is_written() 
     .expect("vCluster fixtures");
     let plugins = Api::<VClusterPlugin>::namespaced(admin.clone(), NS);
     wait_ready(&admin, NS, "baseline", "True", None, TIMEOUT).await;
-    // Let the baseline settle (its RBAC and status are written after the workload).
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The baseline has settled once the operator finished a reconcile of it after a poke (its
+    // RBAC and status are written after the workload, in earlier reconciles).
+    vcp_tests::poke_plugin(&admin, NS, "baseline", TIMEOUT).await;
     let before = versions(&admin).await;
-    assert!(
-        before.contains_key("Role/vcp-plugin-baseline"),
-        "{before:?}"
-    );
+    let writes_before = operator_workload_and_rbac_writes();
+    for kind in ["Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"] {
+        assert!(
+            before.contains_key(&format!("{kind}/vcp-plugin-baseline"))
+                || before.contains_key(&format!("{kind}/vcp:{NS}:baseline")),
+            "the baseline's {kind} is watched: {before:?}"
+        );
+    }
 
     let dir = repo_root().join("tests/fixtures/invalid");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -270,6 +317,31 @@ async fn every_invalid_manifest_is_refused_or_reported_and_nothing_is_written() 
         if after != before {
             failures.push(format!("{file}: written: {before:?} -> {after:?}"));
         }
+    }
+    // Evidence that the operator looked after the last fixture: a reconcile of the poked
+    // baseline finished; then no write of the workload or RBAC by the operator in the whole run
+    // (also no no-op patch, which the resourceVersions above would not show).
+    let reconciles = vcp_tests::poke_plugin(&admin, NS, "baseline", TIMEOUT).await;
+    let writes_after = operator_workload_and_rbac_writes();
+    let final_versions = versions(&admin).await;
+    println!(
+        "invalid corpus: {} fixtures; {} objects watched (StatefulSet, Roles, RoleBindings, \
+         ClusterRoles, ClusterRoleBindings), {} changed; operator writes to the workload or RBAC: \
+         {} before, {} after; baseline reconciled {reconciles} times",
+        files.len(),
+        before.len(),
+        before
+            .iter()
+            .filter(|(k, v)| final_versions.get(*k) != Some(*v))
+            .count(),
+        writes_before.len(),
+        writes_after.len(),
+    );
+    if writes_after != writes_before {
+        failures.push(format!(
+            "operator writes to the workload or RBAC during the corpus: {:?}",
+            &writes_after[writes_before.len().min(writes_after.len())..]
+        ));
     }
     // The baseline still works.
     let baseline = plugins.get("baseline").await.unwrap();

@@ -225,8 +225,7 @@ async fn embedded_plugin_install_converge_and_clean_removal() {
         .expect("touch plugin");
     let touched_rv = touched.resource_version().unwrap_or_default();
     let after_plugin_touch =
-        vcp_tests::wait_operator_reconciled(ns, "car-syncer", &touched_rv, settled, TIMEOUT)
-            .await;
+        vcp_tests::wait_operator_reconciled(ns, "car-syncer", &touched_rv, settled, TIMEOUT).await;
     Api::<StatefulSet>::namespaced(admin.clone(), ns)
         .patch(
             "my-vcluster",
