@@ -23,6 +23,7 @@
 //! | `vcluster-plugin-operator import`: Helm values (`plugin:` / `plugins:`) to VClusterPlugins | [`import`] |
 //! | leader election on a Lease | [`leader`] |
 //! | metrics, health and readiness | [`telemetry`], served by [`http`] |
+//! | test-only fault point: abort after the n-th write (`VCP_FAULT_ABORT_AFTER_WRITES`) | [`fault`] |
 //!
 //! Tests and the binary start the operator with [`run`] (or [`run_until`]) and a [`Config`].
 
@@ -32,6 +33,7 @@ mod config;
 pub mod context;
 pub mod controller;
 pub mod error;
+pub mod fault;
 pub mod finalizer;
 pub mod http;
 pub mod import;

@@ -16,7 +16,9 @@ use clap::{Parser, Subcommand};
 use futures::FutureExt;
 use tracing_subscriber::EnvFilter;
 use vcluster_plugin_operator::operations::OperationsArgs;
-use vcluster_plugin_operator::{Config, default_runtime_image, http, import, run_until};
+use vcluster_plugin_operator::{
+    Config, default_runtime_image, fault, http as operator_http, import, run_until,
+};
 
 /// Command line of the operator.
 #[derive(Debug, Parser)]
@@ -189,7 +191,7 @@ async fn run_controller(args: RunArgs) -> ExitCode {
         .with_env_filter(EnvFilter::try_new(&args.log).unwrap_or_else(|_| EnvFilter::new("info")))
         .init();
 
-    let client = match kube::Client::try_default().await {
+    let client = match client().await {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(error = %e, "cannot build a Kubernetes client (in-cluster config or $KUBECONFIG)");
@@ -212,14 +214,14 @@ async fn run_controller(args: RunArgs) -> ExitCode {
     config.leader_election = args.operations.leader_election();
 
     let shutdown = shutdown_signal().boxed().shared();
-    let listener = match http::bind(args.operations.metrics_bind_address).await {
+    let listener = match operator_http::bind(args.operations.metrics_bind_address).await {
         Ok(l) => l,
         Err(e) => {
             tracing::error!(error = %e, "cannot start the HTTP server");
             return std::process::ExitCode::FAILURE;
         }
     };
-    tokio::spawn(http::serve(
+    tokio::spawn(operator_http::serve(
         listener,
         config.telemetry.clone(),
         shutdown.clone(),
@@ -236,6 +238,31 @@ async fn run_controller(args: RunArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The operator's client: the in-cluster configuration or `$KUBECONFIG`; its `User-Agent` is
+/// `vcluster-plugin-operator/<version>`, followed by `/<POD_NAME>` when set, so an API server's
+/// audit log tells replicas apart; with the test-only fault point of
+/// [`vcluster_plugin_operator::fault`] (inert unless `VCP_FAULT_ABORT_AFTER_WRITES` is set).
+async fn client() -> Result<kube::Client, String> {
+    let mut config = kube::Config::infer().await.map_err(|e| e.to_string())?;
+    let agent = match std::env::var("POD_NAME") {
+        Ok(pod) if !pod.is_empty() => {
+            format!(
+                "vcluster-plugin-operator/{}/{pod}",
+                env!("CARGO_PKG_VERSION")
+            )
+        }
+        _ => format!("vcluster-plugin-operator/{}", env!("CARGO_PKG_VERSION")),
+    };
+    if let Ok(value) = http::HeaderValue::from_str(&agent) {
+        config.headers.push((http::header::USER_AGENT, value));
+    }
+    let fault = fault::AbortAfterWrites::from_env()?;
+    Ok(kube::client::ClientBuilder::try_from(config)
+        .map_err(|e| e.to_string())?
+        .with_layer(&fault)
+        .build())
 }
 
 /// Completes on SIGTERM (Kubernetes stopping the pod) or Ctrl-C.

@@ -17,7 +17,8 @@
 //! Modules: [`admission`] (the trust model's admission policies and tenant identities),
 //! [`control_plane`] (the processes and clients), [`audit`] (who wrote what, from the
 //! audit logs), [`fixtures`] (vCluster's chart rendered by helm, CRDs, namespaces, YAML), [`plugins`] (the
-//! shared operator and `VClusterPlugin` helpers), [`wait`] (polling until a condition holds).
+//! shared operator and `VClusterPlugin` helpers), [`process`] (the workspace's binaries as
+//! processes: the operator binary a test can kill), [`wait`] (polling until a condition holds).
 //! Their items are re-exported at the crate root.
 //!
 //! [`image`] builds the container image without a container engine: it replays the Dockerfile.
@@ -28,6 +29,7 @@ pub mod control_plane;
 pub mod fixtures;
 pub mod image;
 pub mod plugins;
+pub mod process;
 pub mod wait;
 
 pub use admission::{
@@ -44,4 +46,5 @@ pub use plugins::{
     poll_event, poll_ready, start_shared_operator, start_shared_operator_with_policy, wait_event,
     wait_operator_reconciled, wait_ready,
 };
+pub use process::{OperatorOptions, OperatorProcess, exit_signal, http_get, workspace_binary};
 pub use wait::{poll_for, wait_for};
