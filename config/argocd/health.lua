@@ -1,9 +1,15 @@
--- Argo CD health check for vcp.dev/VClusterPlugin (Lua 5.1, as Argo CD runs it).
---   Healthy      Ready=True at the current generation.
+-- Argo CD health check for vcp.dev/VClusterPlugin (Lua 5.1, as Argo CD runs it). The same
+-- table as the operator's Ready / PHASE (README, "Status and condition reasons"):
+--   Healthy      Ready=True at the current generation, and RuntimeHealthy is True or not
+--                reported (a plugin with an image reports none).
 --   Progressing  no status yet; the operator has not observed the current generation; phase
---                Pending (such as a vCluster that does not exist yet) or Installing; being
+--                Pending (such as a vCluster that does not exist yet) or Installing (the
+--                runtime is starting: RuntimeHealthy=False Starting, or Unknown); being
 --                removed; Ready missing, Unknown or set for an older generation.
---   Degraded     Ready=False: the condition's reason and message say why.
+--   Degraded     Ready=False (phase Failed: the install is refused; phase Degraded: the
+--                runtime reports TypeUnavailable, SyncErrors or HostObjectConflict), or
+--                RuntimeHealthy=False for such a reason while Ready still says True: the
+--                condition's reason and message say why.
 local hs = {}
 
 local function describe(condition, fallback)
@@ -27,10 +33,13 @@ if obj.status == nil then
 end
 
 local ready = nil
+local runtime = nil
 if obj.status.conditions ~= nil then
   for _, condition in ipairs(obj.status.conditions) do
     if condition.type == "Ready" then
       ready = condition
+    elseif condition.type == "RuntimeHealthy" then
+      runtime = condition
     end
   end
 end
@@ -70,6 +79,17 @@ if generation ~= nil and ready.observedGeneration ~= nil and ready.observedGener
   hs.status = "Progressing"
   hs.message = "The Ready condition is for generation " .. tostring(ready.observedGeneration) ..
     ", not yet for " .. tostring(generation)
+  return hs
+end
+
+if ready.status == "True" and runtime ~= nil and runtime.status ~= "True" then
+  -- The runtime's report is newer than the operator's last reconcile.
+  if runtime.status == "False" and runtime.reason ~= "Starting" then
+    hs.status = "Degraded"
+  else
+    hs.status = "Progressing"
+  end
+  hs.message = describe(runtime, "The runtime is not healthy")
   return hs
 end
 

@@ -8,6 +8,27 @@
 //! map-list keyed by `type`, so [`apply_body`] never includes the runtime's fields and never
 //! removes them. [`needs_write`] compares desired and live so that a converged object gets no
 //! status write.
+//!
+//! `Ready` and `phase` combine the operator's install with the runtime's `RuntimeHealthy`
+//! ([`runtime_health`]; the README's "Status and condition reasons" and "Argo CD" hold the
+//! same table, and `config/argocd/health.lua` gives Argo CD the same answer):
+//!
+//! | install | `RuntimeHealthy` | `Ready` (reason) | phase | Argo CD |
+//! | --- | --- | --- | --- | --- |
+//! | being deleted | any | `False` (`Terminating`) | `Terminating` | `Progressing` |
+//! | vCluster missing | any | `False` (`VClusterNotFound`) | `Pending` | `Progressing` |
+//! | refused | any | `False` (the refusal's reason) | `Failed` | `Degraded` |
+//! | done | not reported | `True` (`Installed`) | `Ready` | `Healthy` |
+//! | done | `True` | `True` (`Installed`) | `Ready` | `Healthy` |
+//! | done | `False`, `Starting`, or `Unknown` | `False` (the runtime's reason) | `Installing` | `Progressing` |
+//! | done | `False`, any other reason (`TypeUnavailable`, `SyncErrors`, `HostObjectConflict`) | `False` (the runtime's reason and message) | `Degraded` | `Degraded` |
+//!
+//! "Not reported" is `Ready=True` on purpose: a plugin with an `image` (a vcluster-sdk plugin)
+//! never writes `RuntimeHealthy`, and the embedded runtime writes `Starting` within seconds of
+//! its start. The operator re-reconciles on every change of the VClusterPlugin, status
+//! included (its main watch has no predicate), so a new `RuntimeHealthy` is reflected in
+//! `Ready` at once; a reconcile that changes nothing writes nothing ([`needs_write`]), so the
+//! operator's own status write ends the loop.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{Resource, ResourceExt};
@@ -17,8 +38,8 @@ use vcp_crds::{Phase, VClusterPlugin, VClusterPluginStatus, WorkloadRef};
 // The condition types and reasons are shared with the runtime and defined in `vcp_crds`;
 // re-exported here for the operator's other modules.
 pub use vcp_crds::{
-    RBAC_READY, READY, REASON_INSTALLED, REASON_TERMINATING, REASON_VCLUSTER_NOT_FOUND,
-    WORKLOAD_PATCHED,
+    RBAC_READY, READY, REASON_INSTALLED, REASON_STARTING, REASON_TERMINATING,
+    REASON_VCLUSTER_NOT_FOUND, RUNTIME_HEALTHY, WORKLOAD_PATCHED,
 };
 
 /// The conditions the operator owns; every other type (`RuntimeHealthy`) is the runtime's.
@@ -63,6 +84,54 @@ pub struct Outcome {
     pub terminating: bool,
 }
 
+/// What the runtime's `RuntimeHealthy` condition says about an installed plugin (see the
+/// module docs for how it combines into `Ready` and `phase`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RuntimeHealth {
+    /// No `RuntimeHealthy` condition: no runtime reports (an `image` plugin), or not yet.
+    NotReported,
+    /// `RuntimeHealthy=True`.
+    Healthy,
+    /// `RuntimeHealthy=False` with reason `Starting`, or `Unknown`: the runtime is listing.
+    Starting {
+        /// The condition's reason.
+        reason: String,
+        /// The condition's message.
+        message: String,
+    },
+    /// `RuntimeHealthy=False` with any other reason: objects are not in sync.
+    Unhealthy {
+        /// The condition's reason (`TypeUnavailable`, `SyncErrors`, `HostObjectConflict`).
+        reason: String,
+        /// The condition's message.
+        message: String,
+    },
+}
+
+/// Reads `RuntimeHealthy` from `status` (the runtime writes it under its own field manager).
+pub fn runtime_health(status: Option<&VClusterPluginStatus>) -> RuntimeHealth {
+    let Some(c) = status.and_then(|s| s.conditions.iter().find(|c| c.type_ == RUNTIME_HEALTHY))
+    else {
+        return RuntimeHealth::NotReported;
+    };
+    let reason = if c.reason.is_empty() {
+        "RuntimeUnhealthy".to_string()
+    } else {
+        c.reason.clone()
+    };
+    match c.status.as_str() {
+        "True" => RuntimeHealth::Healthy,
+        "False" if reason != REASON_STARTING => RuntimeHealth::Unhealthy {
+            reason,
+            message: c.message.clone(),
+        },
+        _ => RuntimeHealth::Starting {
+            reason,
+            message: c.message.clone(),
+        },
+    }
+}
+
 /// A condition of `type_` for generation `generation`, keeping `lastTransitionTime` from
 /// `previous` when the status did not change, `now` otherwise.
 pub fn condition(
@@ -81,8 +150,10 @@ pub fn condition(
 
 /// The operator-owned status of `plugin` for `outcome` (runtime fields left empty).
 ///
-/// Phase: `Terminating` while deleting; `Ready` when both checks hold; `Pending` when the
-/// vCluster does not exist yet (it is installed once it appears); `Failed` otherwise.
+/// Phase: `Terminating` while deleting; `Pending` when the vCluster does not exist yet (it is
+/// installed once it appears); `Failed` when the install is refused; once installed, `Ready`,
+/// `Installing` or `Degraded` after the runtime's `RuntimeHealthy` (the table in the module
+/// docs).
 pub fn desired(plugin: &VClusterPlugin, outcome: &Outcome, now: &Time) -> VClusterPluginStatus {
     let generation = plugin.meta().generation;
     let previous = |t: &str| {
@@ -100,11 +171,21 @@ pub fn desired(plugin: &VClusterPlugin, outcome: &Outcome, now: &Time) -> VClust
             (_, failed) => failed.clone(),
         }
     };
-    let phase = match &ready {
-        _ if outcome.terminating => Phase::Terminating,
-        Check::Ok => Phase::Ready,
-        Check::Failed { reason, .. } if reason == REASON_VCLUSTER_NOT_FOUND => Phase::Pending,
-        Check::Failed { .. } => Phase::Failed,
+    let (ready, phase) = match ready {
+        _ if outcome.terminating => (ready, Phase::Terminating),
+        Check::Ok => match runtime_health(plugin.status.as_ref()) {
+            RuntimeHealth::NotReported | RuntimeHealth::Healthy => (Check::Ok, Phase::Ready),
+            RuntimeHealth::Starting { reason, message } => {
+                (Check::failed(reason, message), Phase::Installing)
+            }
+            RuntimeHealth::Unhealthy { reason, message } => {
+                (Check::failed(reason, message), Phase::Degraded)
+            }
+        },
+        Check::Failed { ref reason, .. } if reason == REASON_VCLUSTER_NOT_FOUND => {
+            (ready, Phase::Pending)
+        }
+        Check::Failed { .. } => (ready, Phase::Failed),
     };
     VClusterPluginStatus {
         observed_generation: generation,
@@ -296,8 +377,8 @@ mod tests {
         let mut live = desired(&p, &installed(), &t(1));
         live.conditions.push(Condition {
             type_: "RuntimeHealthy".into(),
-            status: "False".into(),
-            reason: "Crashing".into(),
+            status: "True".into(),
+            reason: "Syncing".into(),
             message: String::new(),
             observed_generation: None,
             last_transition_time: t(5),
@@ -318,6 +399,121 @@ mod tests {
         assert_eq!(types, OPERATOR_CONDITIONS);
         assert_eq!(body["kind"], "VClusterPlugin");
         assert_eq!(body["metadata"]["namespace"], "ns");
+    }
+
+    fn runtime_says(p: &mut VClusterPlugin, status: &str, reason: &str, message: &str) {
+        let mut s = p.status.clone().unwrap_or_default();
+        s.conditions.retain(|c| c.type_ != "RuntimeHealthy");
+        s.conditions.push(Condition {
+            type_: "RuntimeHealthy".into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+            observed_generation: Some(3),
+            last_transition_time: t(5),
+        });
+        p.status = Some(s);
+    }
+
+    #[test]
+    fn runtime_health_combines_into_ready_and_phase() {
+        // (RuntimeHealthy status, reason) -> (Ready, Ready's reason, phase): the module's table.
+        let table = [
+            ("True", "Syncing", "True", "Installed", Phase::Ready),
+            ("False", "Starting", "False", "Starting", Phase::Installing),
+            (
+                "Unknown",
+                "Starting",
+                "False",
+                "Starting",
+                Phase::Installing,
+            ),
+            (
+                "False",
+                "TypeUnavailable",
+                "False",
+                "TypeUnavailable",
+                Phase::Degraded,
+            ),
+            (
+                "False",
+                "SyncErrors",
+                "False",
+                "SyncErrors",
+                Phase::Degraded,
+            ),
+            (
+                "False",
+                "HostObjectConflict",
+                "False",
+                "HostObjectConflict",
+                Phase::Degraded,
+            ),
+        ];
+        for (status, reason, ready, ready_reason, phase) in table {
+            let mut p = plugin();
+            runtime_says(&mut p, status, reason, "the runtime's words");
+            let s = desired(&p, &installed(), &t(9));
+            assert_eq!(s.phase, Some(phase), "{status} {reason}");
+            let c = cond(&s, READY);
+            assert_eq!(
+                (c.status.as_str(), c.reason.as_str()),
+                (ready, ready_reason)
+            );
+            if ready == "False" {
+                assert_eq!(c.message, "the runtime's words");
+            }
+            // the operator's own checks stay what the install found
+            assert_eq!(cond(&s, WORKLOAD_PATCHED).status, "True");
+            assert_eq!(cond(&s, RBAC_READY).status, "True");
+        }
+        // not reported (an image plugin, or before the runtime's first report): installed
+        let s = desired(&plugin(), &installed(), &t(9));
+        assert_eq!(
+            (s.phase, cond(&s, READY).status.as_str()),
+            (Some(Phase::Ready), "True")
+        );
+    }
+
+    #[test]
+    fn runtime_health_does_not_hide_install_failures_or_deletion() {
+        let mut p = plugin();
+        runtime_says(&mut p, "True", "Syncing", "");
+        let s = desired(&p, &not_found(), &t(9));
+        assert_eq!(s.phase, Some(Phase::Pending));
+        let mut o = installed();
+        o.rbac = Check::failed("PolicyDenied", "no");
+        runtime_says(&mut p, "False", "SyncErrors", "x");
+        let s = desired(&p, &o, &t(9));
+        assert_eq!(
+            (s.phase, cond(&s, READY).reason.as_str()),
+            (Some(Phase::Failed), "PolicyDenied")
+        );
+        o = installed();
+        o.terminating = true;
+        let s = desired(&p, &o, &t(9));
+        assert_eq!(s.phase, Some(Phase::Terminating));
+    }
+
+    #[test]
+    fn a_runtime_change_is_one_write_then_none() {
+        let mut p = plugin();
+        p.status = Some(desired(&p, &installed(), &t(1)));
+        runtime_says(&mut p, "False", "TypeUnavailable", "no Car");
+        let degraded = desired(&p, &installed(), &t(2));
+        assert!(needs_write(p.status.as_ref(), &degraded));
+        // the operator's write lands (conditions merged by type): the next reconcile is quiet
+        let mut live = p.status.clone().unwrap();
+        for c in &degraded.conditions {
+            live.conditions.retain(|l| l.type_ != c.type_);
+            live.conditions.push(c.clone());
+        }
+        live.phase = degraded.phase;
+        p.status = Some(live);
+        assert!(!needs_write(
+            p.status.as_ref(),
+            &desired(&p, &installed(), &t(3))
+        ));
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! | --- | --- | --- |
 //! | `TypeUnavailable` | `False` | a type cannot be discovered or watched (messages joined by `; `) |
 //! | `SyncErrors` | `False` | objects failed to sync and are retried |
+//! | `HostObjectConflict` | `False` | a host object of a synced object's name is not managed by this vCluster: it is left untouched, so that object is not synced (counted in `syncedObjects[].conflicts`) |
 //! | `Starting` | `False` | a type is not listed yet |
 //! | `Syncing` | `True` | otherwise |
 //!
@@ -25,8 +26,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::Resource;
 use serde_json::{Value, json};
 use vcp_crds::{
-    REASON_STARTING, REASON_SYNC_ERRORS, REASON_SYNCING, REASON_TYPE_UNAVAILABLE, RUNTIME_HEALTHY,
-    SyncedObjects, VClusterPlugin,
+    REASON_HOST_OBJECT_CONFLICT, REASON_STARTING, REASON_SYNC_ERRORS, REASON_SYNCING,
+    REASON_TYPE_UNAVAILABLE, RUNTIME_HEALTHY, SyncedObjects, VClusterPlugin,
 };
 
 use crate::stats::TypeSummary;
@@ -59,6 +60,7 @@ pub fn desired(
     let all: Vec<&TypeSummary> = types.iter().chain(pod_hooks).collect();
     let synced_total: i64 = types.iter().map(|s| s.in_sync).sum();
     let failed: i64 = all.iter().map(|s| s.failed).sum();
+    let conflicts: i64 = all.iter().map(|s| s.conflicts).sum();
     let type_errors: Vec<&str> = all.iter().filter_map(|s| s.type_error.as_deref()).collect();
     let not_ready: Vec<String> = all
         .iter()
@@ -73,6 +75,15 @@ pub fn desired(
             REASON_SYNC_ERRORS,
             format!(
                 "{failed} object(s) failed to sync and are being retried; see the runtime's logs"
+            ),
+        )
+    } else if conflicts > 0 {
+        (
+            false,
+            REASON_HOST_OBJECT_CONFLICT,
+            format!(
+                "{conflicts} object(s) not synced: a host object of the same name is not managed \
+                 by this vCluster and is left untouched (see the HostObjectConflict Events)"
             ),
         )
     } else if !not_ready.is_empty() {
@@ -161,10 +172,15 @@ mod tests {
         let mut cars = summary("Car", 3);
         cars.conflicts = 1;
         let trucks = summary("Truck", 2);
-        let s = desired(&[cars, trucks], None, Some(4));
-        assert!(s.healthy);
-        assert_eq!(s.reason, "Syncing");
-        assert_eq!(s.message, "5 object(s) in sync across 2 type(s)");
+        let s = desired(&[cars.clone(), trucks.clone()], None, Some(4));
+        // a conflict means an object is not synced: not healthy (README, "Status")
+        assert!(!s.healthy);
+        assert_eq!(s.reason, "HostObjectConflict");
+        assert_eq!(
+            s.message,
+            "1 object(s) not synced: a host object of the same name is not managed by this \
+             vCluster and is left untouched (see the HostObjectConflict Events)"
+        );
         assert_eq!(s.synced_total, 5);
         assert_eq!(s.observed_generation, Some(4));
         assert_eq!(
@@ -174,6 +190,11 @@ mod tests {
                 {"apiVersion": "example.loft.sh/v1", "kind": "Truck", "count": 2}
             ])
         );
+        cars.conflicts = 0;
+        let s = desired(&[cars, trucks], None, Some(4));
+        assert!(s.healthy);
+        assert_eq!(s.reason, "Syncing");
+        assert_eq!(s.message, "5 object(s) in sync across 2 type(s)");
     }
 
     #[test]
@@ -190,12 +211,20 @@ mod tests {
         assert_eq!((s.healthy, s.reason), (false, "TypeUnavailable"));
         assert_eq!(s.message, "boats are not served");
 
-        let s = desired(&[failing.clone(), listing.clone()], None, None);
+        let mut conflicting = summary("Van", 1);
+        conflicting.conflicts = 1;
+        let s = desired(
+            &[failing.clone(), listing.clone(), conflicting.clone()],
+            None,
+            None,
+        );
         assert_eq!((s.healthy, s.reason), (false, "SyncErrors"));
         assert_eq!(
             s.message,
             "2 object(s) failed to sync and are being retried; see the runtime's logs"
         );
+        let s = desired(&[listing.clone(), conflicting], None, None);
+        assert_eq!((s.healthy, s.reason), (false, "HostObjectConflict"));
 
         let s = desired(&[summary("Car", 1), listing], None, None);
         assert_eq!((s.healthy, s.reason), (false, "Starting"));

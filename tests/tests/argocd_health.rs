@@ -120,7 +120,7 @@ const CASES: &[(&str, &str, &str)] = &[
     (
         "installing.yaml",
         "Progressing",
-        "Installing: patching StatefulSet my-vcluster",
+        "Starting: listing example.loft.sh/v1 Car",
     ),
     (
         "pending-vcluster-not-found.yaml",
@@ -155,7 +155,12 @@ const CASES: &[(&str, &str, &str)] = &[
     (
         "degraded-runtime.yaml",
         "Degraded",
-        "RuntimeUnhealthy: cannot list cars.example.loft.sh in the virtual cluster: forbidden",
+        "TypeUnavailable: cannot list cars.example.loft.sh in the virtual cluster: forbidden",
+    ),
+    (
+        "runtime-newer-than-ready.yaml",
+        "Degraded",
+        "HostObjectConflict: 1 object(s) not synced",
     ),
 ];
 

@@ -600,6 +600,28 @@ async fn unmanaged_host_object_is_never_touched() {
         }
     })
     .await;
+    // a conflict means an object is not synced: RuntimeHealthy=False while it lasts
+    let unhealthy = wait_for(TIMEOUT, || {
+        let plugins = plugins.clone();
+        async move {
+            let status = plugins.get("car-plugin").await.ok()?.status?;
+            status
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "RuntimeHealthy" && c.reason == "HostObjectConflict")
+        }
+    })
+    .await;
+    assert_eq!(unhealthy.status, "False");
+    assert!(
+        unhealthy.message.starts_with("1 object(s) not synced"),
+        "{}",
+        unhealthy.message
+    );
+    println!(
+        "conflict: RuntimeHealthy=False reason HostObjectConflict: {}",
+        unhealthy.message
+    );
     // reported as a Warning Event on the VClusterPlugin too
     let event = vcp_tests::wait_event(
         &w.host,
@@ -630,6 +652,19 @@ async fn unmanaged_host_object_is_never_touched() {
         .expect("delete");
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(w.host_cars().get_opt(host_name).await.unwrap().is_some());
+    // the conflict is gone with its virtual object: healthy again
+    wait_for(TIMEOUT, || {
+        let plugins = plugins.clone();
+        async move {
+            let status = plugins.get("car-plugin").await.ok()?.status?;
+            status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "RuntimeHealthy" && c.status == "True")
+                .then_some(())
+        }
+    })
+    .await;
 }
 
 #[tokio::test]
