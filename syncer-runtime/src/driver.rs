@@ -268,7 +268,9 @@ async fn process<R: Reconcile>(
 ) {
     let stats = reconciler.stats();
     let id = key.to_string();
-    match reconciler.reconcile(key).await {
+    let result = reconciler.reconcile(key).await;
+    stats.count_reconcile(&id);
+    match result {
         Ok(outcome) => {
             queue.forget(key);
             if outcome == Some(Outcome::Conflict) && stats.outcome(&id) != Some(Outcome::Conflict) {

@@ -86,6 +86,9 @@ pub struct Config {
     /// syncers start from a spec, emptied while the `VClusterPlugin` is gone, so that
     /// vCluster's `Mutate` calls apply the current spec.
     pub hook_table: Option<Arc<crate::v2::HookTable>>,
+    /// Counts every finished reconcile per object, across spec changes (default: fresh); the
+    /// caller may keep a clone to read it.
+    pub reconciles: Arc<crate::stats::ReconcileLog>,
 }
 
 impl Config {
@@ -108,6 +111,7 @@ impl Config {
             status_interval: Duration::from_secs(2),
             workers: DEFAULT_WORKERS,
             hook_table: None,
+            reconciles: Arc::default(),
         }
     }
 }
@@ -290,7 +294,10 @@ impl Generation {
             });
         }
         for synced in synced_types {
-            let stats = Arc::new(TypeStats::new(&synced.api_version, &synced.kind));
+            let stats = Arc::new(
+                TypeStats::new(&synced.api_version, &synced.kind)
+                    .with_log(config.reconciles.clone()),
+            );
             generation.types.push(stats.clone());
             generation.tasks.spawn(run_type(
                 config.clone(),
@@ -302,7 +309,7 @@ impl Generation {
             ));
         }
         if config.pod_sync == PodSync::Hooks && !physical_pod_hooks(&spec.hooks).is_empty() {
-            let stats = Arc::new(TypeStats::new("v1", "Pod"));
+            let stats = Arc::new(TypeStats::new("v1", "Pod").with_log(config.reconciles.clone()));
             generation.pod_hooks = Some(stats.clone());
             generation.tasks.spawn(run_pod_hooks(PodHookOptions {
                 host: config.host.clone(),

@@ -37,11 +37,43 @@ pub struct TypeSummary {
     pub ready: bool,
 }
 
+/// How many reconciles of each object finished, per kind, over the whole life of a runtime
+/// (across spec changes, which restart the syncers): `(kind, namespace/name) → count`, and
+/// in all. In memory only; [`Config::reconciles`](crate::Config::reconciles) shares it with
+/// the caller, so a test can show that the runtime looked at an object after a change before
+/// it asserts that nothing was written.
+#[derive(Debug, Default)]
+pub struct ReconcileLog {
+    counts: Mutex<HashMap<(String, String), u64>>,
+}
+
+impl ReconcileLog {
+    /// Counts one finished reconcile (whatever its result) of `key` (`namespace/name`: the
+    /// virtual object's for synced types, the host pod's for pod hooks) of `kind`.
+    pub fn count(&self, kind: &str, key: &str) {
+        if let Ok(mut counts) = self.counts.lock() {
+            *counts
+                .entry((kind.to_string(), key.to_string()))
+                .or_default() += 1;
+        }
+    }
+
+    /// Finished reconciles of `key` of `kind` so far (0 before the first).
+    pub fn reconciles(&self, kind: &str, key: &str) -> u64 {
+        self.counts
+            .lock()
+            .ok()
+            .and_then(|counts| counts.get(&(kind.to_string(), key.to_string())).copied())
+            .unwrap_or(0)
+    }
+}
+
 /// Sync statistics of one type, shared between a syncer and the status reporter.
 #[derive(Debug, Default)]
 pub struct TypeStats {
     api_version: String,
     kind: String,
+    log: Option<std::sync::Arc<ReconcileLog>>,
     outcomes: Mutex<HashMap<String, Outcome>>,
     type_error: Mutex<Option<String>>,
     ready: std::sync::atomic::AtomicBool,
@@ -55,6 +87,20 @@ impl TypeStats {
             api_version: api_version.into(),
             kind: kind.into(),
             ..Self::default()
+        }
+    }
+
+    /// These statistics, also counting each finished reconcile in `log`.
+    #[must_use]
+    pub fn with_log(mut self, log: std::sync::Arc<ReconcileLog>) -> Self {
+        self.log = Some(log);
+        self
+    }
+
+    /// Counts one finished reconcile of `key` in the [`ReconcileLog`], if any.
+    pub fn count_reconcile(&self, key: &str) {
+        if let Some(log) = &self.log {
+            log.count(&self.kind, key);
         }
     }
 
@@ -130,5 +176,24 @@ impl TypeStats {
             }
         }
         summary
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconciles_are_counted_per_kind_and_key_in_the_shared_log() {
+        let log = std::sync::Arc::new(ReconcileLog::default());
+        let cars = TypeStats::new("example.loft.sh/v1", "Car").with_log(log.clone());
+        let pods = TypeStats::new("v1", "Pod").with_log(log.clone());
+        cars.count_reconcile("a/audi");
+        cars.count_reconcile("a/audi");
+        pods.count_reconcile("a/audi");
+        TypeStats::new("v1", "Pod").count_reconcile("a/audi"); // no log: not counted
+        assert_eq!(log.reconciles("Car", "a/audi"), 2);
+        assert_eq!(log.reconciles("Pod", "a/audi"), 1);
+        assert_eq!(log.reconciles("Car", "a/bmw"), 0);
     }
 }

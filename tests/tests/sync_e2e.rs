@@ -63,6 +63,8 @@ struct World {
     vcluster: String,
     selector: String,
     runtime: tokio::task::JoinHandle<Result<(), vcp_syncer_runtime::Error>>,
+    /// The runtime's count of finished reconciles per object ([`Config::reconciles`]).
+    reconciles: std::sync::Arc<vcp_syncer_runtime::stats::ReconcileLog>,
 }
 
 impl Drop for World {
@@ -188,6 +190,7 @@ async fn world_with(
     let mut config = Config::new(host_syncer, virtual_syncer, &host_ns, "car-plugin");
     config.status_interval = Duration::from_millis(300);
     config.pod_sync = pod_sync;
+    let reconciles = config.reconciles.clone();
     let runtime = tokio::spawn(run(config));
     World {
         host,
@@ -196,10 +199,44 @@ async fn world_with(
         vcluster,
         selector: test.to_string(),
         runtime,
+        reconciles,
     }
 }
 
 impl World {
+    /// Waits until the runtime has finished a reconcile of `key` (`namespace/name`) of `kind`
+    /// beyond its `after`-th — the evidence that it looked after a change — and returns the
+    /// count then.
+    async fn wait_reconciled(&self, kind: &str, key: &str, after: u64) -> u64 {
+        let log = self.reconciles.clone();
+        vcp_tests::poll_for(TIMEOUT, || {
+            let log = log.clone();
+            async move { Some(log.reconciles(kind, key)).filter(|n| *n > after) }
+        })
+        .await
+        .unwrap_or_else(|| {
+            panic!(
+                "the runtime did not reconcile {kind} {key} after its reconcile #{after} within {TIMEOUT:?}"
+            )
+        })
+    }
+
+    /// The runtime's (`vcp-syncer`'s) write requests on the host, from the audit log, whose
+    /// URI is in this test's host namespace and contains `part`.
+    fn runtime_writes(&self, part: &str) -> Vec<(String, String)> {
+        vcp_tests::audited_writes(
+            ControlPlane::shared(),
+            Cluster::Host,
+            Identity::Syncer.user(),
+        )
+        .expect("audit log")
+        .into_iter()
+        .filter(|(_, uri)| {
+            uri.contains(&format!("/namespaces/{}/", self.host_ns)) && uri.contains(part)
+        })
+        .collect()
+    }
+
     fn virtual_cars(&self, ns: &str) -> Api<DynamicObject> {
         Api::namespaced_with(self.virtual_.clone(), ns, &cars_resource())
     }
@@ -427,15 +464,32 @@ async fn cars_sync_create_update_delete_across_namespaces() {
     w.host_car_where(audi_host_name, |car| car.data["spec"]["seats"] == json!(2))
         .await;
 
-    // in sync: no further writes (the resourceVersion stays)
-    let settled = w.host_car_where(audi_host_name, |_| true).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // in sync: no further writes. The trigger is a label only the host has (kept, like
+    // vCluster keeps keys added on the host): the runtime reconciles the Car again, and once
+    // that reconcile finished, the audit log shows no write of the host copy since the trigger
+    // (the resourceVersion stays at the trigger's).
+    let before = w.reconciles.reconciles("Car", "cars-team-a/audi");
+    let writes_before = w.runtime_writes(&format!("/cars/{audi_host_name}"));
+    let poked = host_cars
+        .patch(
+            audi_host_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"e2e-host-only": "poke"}}})),
+        )
+        .await
+        .expect("poke the host copy");
+    let after = w.wait_reconciled("Car", "cars-team-a/audi", before).await;
+    let writes_after = w.runtime_writes(&format!("/cars/{audi_host_name}"));
     let later = host_cars.get(audi_host_name).await.expect("host audi");
-    assert_eq!(
-        later.resource_version(),
-        settled.resource_version(),
-        "no write when nothing differs"
+    println!(
+        "in sync: runtime reconciled cars-team-a/audi {} more time(s) after a host-only label; \
+         its writes of the host copy: {} before, {} after",
+        after - before,
+        writes_before.len(),
+        writes_after.len()
     );
+    assert_eq!(writes_after, writes_before, "no write when nothing differs");
+    assert_eq!(later.resource_version(), poked.resource_version());
 
     // status set on the host is copied up (syncStatus)
     host_cars
@@ -645,13 +699,29 @@ async fn unmanaged_host_object_is_never_touched() {
     assert_eq!(after.resource_version(), foreign.resource_version());
     assert_eq!(after.data["spec"], json!({"type": "Foreign"}));
 
-    // deleting the virtual car does not delete the foreign host object either
+    // deleting the virtual car does not delete the foreign host object either: once the
+    // runtime reconciled the deleted key, the audit log shows no write of it at all
+    let before = w.reconciles.reconciles("Car", "conflict-a/taken");
     w.virtual_cars("conflict-a")
         .delete("taken", &DeleteParams::default())
         .await
         .expect("delete");
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert!(w.host_cars().get_opt(host_name).await.unwrap().is_some());
+    let after = w.wait_reconciled("Car", "conflict-a/taken", before).await;
+    let writes = w.runtime_writes(&format!("/cars/{host_name}"));
+    println!(
+        "foreign host Car: runtime reconciled conflict-a/taken {} time(s) after the virtual \
+         delete; its writes of {host_name}: {}",
+        after - before,
+        writes.len()
+    );
+    assert_eq!(writes, Vec::<(String, String)>::new());
+    let kept = w
+        .host_cars()
+        .get_opt(host_name)
+        .await
+        .unwrap()
+        .expect("kept");
+    assert_eq!(kept.resource_version(), foreign.resource_version());
     // the conflict is gone with its virtual object: healthy again
     wait_for(TIMEOUT, || {
         let plugins = plugins.clone();
@@ -714,13 +784,47 @@ async fn pod_hook_labels_host_pods_of_the_vcluster() {
             ("created-by-plugin", "pod-hook"),
         ])
     );
-    // idempotent: no further write once applied
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // idempotent: no further write once applied. The trigger is a label the hook does not
+    // manage: once the runtime reconciled the pod again, the audit log shows no write since.
+    let key = format!("{}/synced-pod", w.host_ns);
+    let before = w.reconciles.reconciles("Pod", &key);
+    let writes_before = w.runtime_writes("/pods/synced-pod");
+    assert_eq!(
+        writes_before.len(),
+        1,
+        "one write applied the hook: {writes_before:?}"
+    );
+    let poked = pods
+        .patch(
+            "synced-pod",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"e2e-poke": "1"}}})),
+        )
+        .await
+        .expect("poke the pod");
+    let after = w.wait_reconciled("Pod", &key, before).await;
+    let writes_after = w.runtime_writes("/pods/synced-pod");
     let later = pods.get("synced-pod").await.expect("pod");
-    assert_eq!(later.resource_version(), hooked.resource_version());
+    println!(
+        "pod hook applied: runtime reconciled {key} {} more time(s) after a label change; its \
+         writes of the pod: {} before, {} after; of other-pod: {}",
+        after - before,
+        writes_before.len(),
+        writes_after.len(),
+        w.runtime_writes("/pods/other-pod").len()
+    );
+    assert_eq!(
+        writes_after, writes_before,
+        "no write once the hook is applied"
+    );
+    assert_eq!(later.resource_version(), poked.resource_version());
     // a pod of no vCluster is not touched
     let other = pods.get("other-pod").await.expect("other pod");
     assert_eq!(other.labels(), &string_map([("app", "web")]));
+    assert_eq!(
+        w.runtime_writes("/pods/other-pod"),
+        Vec::<(String, String)>::new()
+    );
 
     // a label removed on the host is put back (UpdatePhysical)
     pods.patch(
@@ -807,11 +911,32 @@ async fn terminating_virtual_object_and_offline_changes() {
         async move { api.get_opt(held_host).await.ok()?.is_none().then_some(()) }
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // not resurrected while terminating: the trigger is a label on the terminating virtual
+    // Car; once the runtime reconciled it, the audit log shows only the first create
+    let before = w.reconciles.reconciles("Car", "offline-a/held");
+    cars.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"e2e-poke": "1"}}})),
+    )
+    .await
+    .expect("poke the terminating car");
+    let after = w.wait_reconciled("Car", "offline-a/held", before).await;
+    let creates = w
+        .runtime_writes("/cars")
+        .into_iter()
+        .filter(|(verb, _)| verb == "create")
+        .count();
+    println!(
+        "terminating virtual Car: runtime reconciled offline-a/held {} more time(s) after a \
+         label change; host creates by the runtime so far: {creates}",
+        after - before
+    );
     assert!(
         host_cars.get_opt(held_host).await.unwrap().is_none(),
         "not resurrected while terminating"
     );
+    assert_eq!(creates, 1, "only the first create of {held_host}");
     let virtual_held = cars.get("held").await.expect("still terminating");
     assert!(virtual_held.metadata.deletion_timestamp.is_some());
 
