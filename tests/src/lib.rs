@@ -18,7 +18,8 @@
 //! [`control_plane`] (the processes and clients), [`audit`] (who wrote what, from the
 //! audit logs), [`fixtures`] (vCluster's chart rendered by helm, CRDs, namespaces, YAML), [`plugins`] (the
 //! shared operator and `VClusterPlugin` helpers), [`process`] (the workspace's binaries as
-//! processes: the operator binary a test can kill), [`wait`] (polling until a condition holds).
+//! processes: the operator binary a test can kill), [`proxy`] (a TCP proxy a test can pause:
+//! a network partition), [`wait`] (polling until a condition holds).
 //! Their items are re-exported at the crate root.
 //!
 //! [`image`] builds the container image without a container engine: it replays the Dockerfile.
@@ -30,6 +31,7 @@ pub mod fixtures;
 pub mod image;
 pub mod plugins;
 pub mod process;
+pub mod proxy;
 pub mod wait;
 
 pub use admission::{
@@ -47,4 +49,5 @@ pub use plugins::{
     wait_operator_reconciled, wait_ready,
 };
 pub use process::{OperatorOptions, OperatorProcess, exit_signal, http_get, workspace_binary};
+pub use proxy::{TcpProxy, kubeconfig_server};
 pub use wait::{poll_for, wait_for};

@@ -1,0 +1,388 @@
+//! A stolen or lost Lease (issue 12, item 3), with two replicas of the operator binary as
+//! processes (`replica-a`, `replica-b`: distinct Lease identities, and distinct `User-Agent`s,
+//! which the audit log records) on one Lease of 4 s:
+//!
+//! - stolen: the Lease's holder is overwritten with a third identity while `replica-a` leads;
+//!   `replica-a` stops within its renew deadline, nobody writes while the thief holds the
+//!   Lease, and once it has expired one replica leads again and converges a change made
+//!   meanwhile;
+//! - lost: `replica-a` reaches the API server through a TCP proxy ([`vcp_tests::TcpProxy`])
+//!   that the test pauses (a partition: the process keeps running); `replica-a` stops before
+//!   its Lease can expire, `replica-b` takes over and converges a change, and when the proxy
+//!   forwards again `replica-a` writes nothing.
+//!
+//! In both, the operator's writes in the test's namespace, in audit-log order, never go back
+//! from the new leader to the old one: no two replicas write in the same interval.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+use vcp_crds::VClusterPlugin;
+use vcp_tests::{
+    AuditedWrite, Cluster, ControlPlane, Identity, OperatorOptions, OperatorProcess, TcpProxy,
+    wait_for,
+};
+
+/// Lease duration of the replicas, seconds.
+const LEASE: u64 = 4;
+/// Where the holder must have renewed by: kube-lease-manager renews `grace` (a third of the
+/// duration) before expiry, so a holder that has not renewed `LEASE - grace` after its last
+/// renewal is late.
+const RENEW_DEADLINE: Duration = Duration::from_secs(LEASE - LEASE / 3);
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The tests start operators on one control plane: one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn setup() -> Client {
+    static DONE: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    let cp = ControlPlane::shared();
+    let admin = cp.client(Cluster::Host, Identity::Admin).await;
+    DONE.get_or_init(|| async {
+        vcp_tests::install_crds(&admin).await;
+        vcp_tests::create_namespace(&admin, "vcp-system").await;
+        for file in [
+            "config/rbac/role.yaml",
+            "config/rbac/test-user-binding.yaml",
+            "config/rbac/leader_election_role.yaml",
+            "config/rbac/test-user-leader-election-binding.yaml",
+        ] {
+            vcp_tests::apply_yaml_file(&admin, file, None)
+                .await
+                .unwrap_or_else(|e| panic!("apply {file}: {e:#}"));
+        }
+    })
+    .await;
+    admin
+}
+
+fn replica(name: &str, lease: &str, kubeconfig: std::path::PathBuf) -> OperatorProcess {
+    OperatorProcess::start(
+        name,
+        ControlPlane::shared().dir(),
+        &OperatorOptions {
+            kubeconfig,
+            runtime_image: "vcp-test/runtime:lease".into(),
+            abort_after_writes: None,
+            stop_after_writes: None,
+            leader_election: Some(("vcp-system".into(), lease.into(), LEASE)),
+        },
+    )
+}
+
+fn agent(replica: &str) -> String {
+    format!(
+        "vcluster-plugin-operator/{}/{replica}",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+/// The replica's `vcp_leader` gauge (1 while its controller runs); `None` when it does not
+/// answer.
+async fn leading(op: &OperatorProcess) -> Option<bool> {
+    let (_, body) = op.get("/metrics").await?;
+    body.lines()
+        .find_map(|l| l.strip_prefix("vcp_leader "))
+        .map(|v| v.trim() == "1")
+}
+
+async fn wait_leading(op: &OperatorProcess, want: bool, timeout: Duration) -> Option<()> {
+    vcp_tests::poll_for(timeout, || async {
+        (leading(op).await? == want).then_some(())
+    })
+    .await
+}
+
+/// The operator's writes in namespace `ns` (Leases and dry runs left out), in order.
+fn writes(ns: &str) -> Vec<AuditedWrite> {
+    vcp_tests::audited_write_events(ControlPlane::shared(), Cluster::Host)
+        .expect("audit log")
+        .into_iter()
+        .filter(|w| w.user == Identity::Operator.user())
+        .filter(|w| !w.uri.contains("dryRun="))
+        .filter(|w| w.uri.contains(&format!("/namespaces/{ns}/")))
+        .collect()
+}
+
+/// The replicas whose writes follow one another in `writes`, each run of writes by one
+/// replica counted once (`[a, a, b, b]` is `[a, b]`).
+fn writers_in_turn(writes: &[AuditedWrite]) -> Vec<String> {
+    let mut turns: Vec<String> = Vec::new();
+    for w in writes {
+        if turns.last() != Some(&w.user_agent) {
+            turns.push(w.user_agent.clone());
+        }
+    }
+    turns
+}
+
+async fn prepare(admin: &Client, ns: &str) {
+    vcp_tests::create_namespace(admin, ns).await;
+    vcp_tests::apply_yaml(admin, &vcp_tests::vcluster_workload(ns), Some(ns))
+        .await
+        .expect("create the vCluster's workload as its chart renders it");
+    vcp_tests::create_plugin(
+        admin,
+        ns,
+        "v2",
+        json!({
+            "vcluster": { "name": "my-vcluster" },
+            "version": "v2",
+            "image": "example.com/plugin:1",
+        }),
+    )
+    .await;
+}
+
+/// Sets the plugin's image to `example.com/plugin:<tag>`.
+async fn change(admin: &Client, ns: &str, tag: u32) {
+    Api::<VClusterPlugin>::namespaced(admin.clone(), ns)
+        .patch(
+            "v2",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "image": format!("example.com/plugin:{tag}") } })),
+        )
+        .await
+        .expect("change the plugin's image");
+}
+
+/// Waits until the StatefulSet's v2 init container has `example.com/plugin:<tag>`.
+async fn converged(admin: &Client, ns: &str, tag: u32, timeout: Duration) {
+    let sts = Api::<StatefulSet>::namespaced(admin.clone(), ns);
+    let want = format!("example.com/plugin:{tag}");
+    wait_for(timeout, || {
+        let sts = sts.clone();
+        let want = want.clone();
+        async move {
+            let live = sts.get("my-vcluster").await.ok()?;
+            let image = live
+                .spec?
+                .template
+                .spec?
+                .init_containers?
+                .into_iter()
+                .find(|c| c.name == "v2")?
+                .image?;
+            (image == want).then_some(())
+        }
+    })
+    .await;
+}
+
+async fn holder(admin: &Client, lease: &str) -> Option<String> {
+    Api::<Lease>::namespaced(admin.clone(), "vcp-system")
+        .get_opt(lease)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec?.holder_identity)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stolen_lease_stops_the_old_leader_and_one_replica_leads_again() {
+    let _serial = SERIAL.lock().await;
+    let admin = setup().await;
+    let cp = ControlPlane::shared();
+    let (ns, lease) = ("lease-stolen", "lease-stolen");
+    let kubeconfig = cp.kubeconfig(Cluster::Host, Identity::Operator);
+    let a = replica("replica-a", lease, kubeconfig.clone());
+    wait_leading(&a, true, TIMEOUT)
+        .await
+        .expect("replica-a leads");
+    let b = replica("replica-b", lease, kubeconfig);
+    wait_for(TIMEOUT, || async {
+        (b.get("/readyz").await?.0 == 200).then_some(())
+    })
+    .await;
+    assert_eq!(leading(&b).await, Some(false), "replica-b stands by");
+    prepare(&admin, ns).await;
+    converged(&admin, ns, 1, TIMEOUT).await;
+
+    // The theft: a third identity takes the Lease, freshly renewed, for LEASE seconds.
+    let stolen_at = SystemTime::now();
+    let theft = Instant::now();
+    Api::<Lease>::namespaced(admin.clone(), "vcp-system")
+        .patch(
+            lease,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": {
+                "holderIdentity": "thief",
+                "acquireTime": MicroTime(k8s_openapi::jiff::Timestamp::now()),
+                "renewTime": MicroTime(k8s_openapi::jiff::Timestamp::now()),
+                "leaseDurationSeconds": LEASE,
+            }})),
+        )
+        .await
+        .expect("steal the Lease");
+    wait_leading(&a, false, TIMEOUT)
+        .await
+        .expect("replica-a stops leading");
+    let stopped = theft.elapsed();
+    let before_change = writes(ns).len();
+    change(&admin, ns, 2).await;
+    converged(&admin, ns, 2, TIMEOUT).await;
+    let resumed = theft.elapsed();
+    let new_leader = holder(&admin, lease).await.expect("a holder");
+
+    let all = writes(ns);
+    let after_theft: Vec<&AuditedWrite> =
+        all.iter().filter(|w| w.received_at >= stolen_at).collect();
+    let first_after = after_theft
+        .first()
+        .map(|w| w.received_at.duration_since(stolen_at).unwrap_or_default());
+    println!(
+        "stolen Lease: replica-a stopped {:.2} s after the theft (renew deadline {:?}); change \
+         converged {:.1} s after it by {new_leader}; {} writes before the change, {} after the \
+         theft, the first {first_after:?} after it; writers in turn {:?}",
+        stopped.as_secs_f64(),
+        RENEW_DEADLINE,
+        resumed.as_secs_f64(),
+        before_change,
+        after_theft.len(),
+        writers_in_turn(&all)
+    );
+    assert!(
+        stopped <= RENEW_DEADLINE,
+        "replica-a stopped {stopped:?} after the theft, later than its renew deadline"
+    );
+    assert!(
+        ["replica-a", "replica-b"].contains(&new_leader.as_str()),
+        "a replica leads again: {new_leader}"
+    );
+    assert!(
+        first_after.is_some_and(|t| t >= Duration::from_secs(LEASE)),
+        "nobody writes while the thief's Lease is valid: first write {first_after:?} after \
+         the theft"
+    );
+    assert!(
+        after_theft
+            .iter()
+            .all(|w| w.user_agent == agent(&new_leader)),
+        "only the new leader writes after the theft: {:?}",
+        after_theft
+            .iter()
+            .map(|w| (&w.user_agent, &w.uri))
+            .collect::<Vec<_>>()
+    );
+    let turns = writers_in_turn(&all);
+    assert!(turns.len() <= 2, "writers in turn {turns:?}");
+    assert_eq!(turns.first(), Some(&agent("replica-a")));
+    tokio::task::spawn_blocking(move || {
+        a.terminate(TIMEOUT);
+        b.terminate(TIMEOUT);
+    })
+    .await
+    .expect("stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_from_the_api_server_stops_before_its_lease_expires() {
+    let _serial = SERIAL.lock().await;
+    let admin = setup().await;
+    let cp = ControlPlane::shared();
+    let (ns, lease) = ("lease-cut", "lease-cut");
+    let direct = cp.kubeconfig(Cluster::Host, Identity::Operator);
+    let proxy = TcpProxy::start(vcp_tests::kubeconfig_server(&direct).expect("server"))
+        .await
+        .expect("start the proxy");
+    let through_proxy = proxy
+        .kubeconfig(&direct, cp.dir().join("kubeconfig-host-operator-proxied"))
+        .expect("proxied kubeconfig");
+    let a = replica("replica-a", lease, through_proxy);
+    wait_leading(&a, true, TIMEOUT)
+        .await
+        .expect("replica-a leads");
+    let b = replica("replica-b", lease, direct);
+    wait_for(TIMEOUT, || async {
+        (b.get("/readyz").await?.0 == 200).then_some(())
+    })
+    .await;
+    assert_eq!(leading(&b).await, Some(false), "replica-b stands by");
+    prepare(&admin, ns).await;
+    converged(&admin, ns, 1, TIMEOUT).await;
+    let a_writes = writes(ns).len();
+    assert!(a_writes > 0, "replica-a installed the plugin");
+
+    // The partition: replica-a's requests go nowhere, the process keeps running.
+    let cut_at = SystemTime::now();
+    let cut = Instant::now();
+    proxy.pause();
+    let stopped = wait_leading(&a, false, Duration::from_secs(3 * LEASE)).await;
+    let stopped_after = cut.elapsed();
+    assert!(
+        stopped.is_some(),
+        "replica-a, cut off, still runs its controller {stopped_after:?} after the cut (its \
+         Lease expired after at most {LEASE} s)"
+    );
+    wait_leading(&b, true, TIMEOUT)
+        .await
+        .expect("replica-b takes over");
+    let took_over = cut.elapsed();
+    change(&admin, ns, 2).await;
+    converged(&admin, ns, 2, TIMEOUT).await;
+
+    // The partition heals: what replica-a held is dropped, new connections go through.
+    proxy.drop_connections();
+    proxy.resume();
+    let healed = Instant::now();
+    change(&admin, ns, 3).await;
+    converged(&admin, ns, 3, TIMEOUT).await;
+    // replica-a has read the Lease again (its log says whose it is) and stays a standby.
+    let log = a.log.clone();
+    wait_for(TIMEOUT, || {
+        let log = log.clone();
+        async move {
+            let text = std::fs::read_to_string(&log).ok()?;
+            text.lines()
+                .any(|l| l.contains("the Lease is readable again") && l.contains("replica-b"))
+                .then_some(())
+        }
+    })
+    .await;
+    assert_eq!(leading(&a).await, Some(false), "replica-a stays a standby");
+    change(&admin, ns, 4).await;
+    converged(&admin, ns, 4, TIMEOUT).await;
+
+    let all = writes(ns);
+    let after_cut: Vec<&AuditedWrite> = all.iter().filter(|w| w.received_at >= cut_at).collect();
+    println!(
+        "cut-off leader: replica-a stopped {:.2} s after the cut (Lease {LEASE} s), replica-b \
+         led {:.2} s after it; {a_writes} writes by replica-a before, {} after the cut (all by \
+         replica-b expected); replica-a re-read the Lease {:.2} s after the heal; writers in \
+         turn {:?}",
+        stopped_after.as_secs_f64(),
+        took_over.as_secs_f64(),
+        after_cut.len(),
+        healed.elapsed().as_secs_f64(),
+        writers_in_turn(&all)
+    );
+    assert!(
+        stopped_after < Duration::from_secs(LEASE),
+        "replica-a stopped {stopped_after:?} after the cut: not before its Lease could expire"
+    );
+    assert!(!after_cut.is_empty(), "replica-b converged the changes");
+    assert!(
+        after_cut.iter().all(|w| w.user_agent == agent("replica-b")),
+        "only replica-b writes after the cut: {:?}",
+        after_cut
+            .iter()
+            .map(|w| (&w.user_agent, &w.uri))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        writers_in_turn(&all),
+        [agent("replica-a"), agent("replica-b")],
+        "no two replicas write in the same interval"
+    );
+    tokio::task::spawn_blocking(move || {
+        a.terminate(TIMEOUT);
+        b.terminate(TIMEOUT);
+    })
+    .await
+    .expect("stop");
+}
