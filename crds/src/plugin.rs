@@ -49,6 +49,11 @@ pub const REASON_SYNC_ERRORS: &str = "SyncErrors";
 /// of a translated name that the vCluster does not manage (or a virtual object in the way of a
 /// `FromHost` copy).
 pub const REASON_HOST_OBJECT_CONFLICT: &str = "HostObjectConflict";
+/// Reason of the `Warning` Event the runtime publishes on the `VClusterPlugin`, once per pod
+/// and set of fields, when pod hooks would change fields of an existing host pod that the API
+/// server refuses to change (Kubernetes' `ValidatePodUpdate`): those changes are skipped, the
+/// labels and annotations still written.
+pub const REASON_IMMUTABLE_POD_FIELDS: &str = "ImmutablePodFields";
 
 /// A condition of `type_` as the operator and the runtime write it: status `True` when `holds`,
 /// else `False`; `lastTransitionTime` kept from `previous` (the condition as last written) when

@@ -290,6 +290,12 @@ impl<K: SyncObject> SyncContext<K> {
         } else {
             desired
         };
+        // An existing pod refuses most spec changes: write what it accepts, report the rest once.
+        let desired = if self.translator.api_version() == "v1" && self.translator.kind() == "Pod" {
+            crate::pods::existing_pod_update(&self.stats, &current, desired)
+        } else {
+            desired
+        };
         let Some(patch) = guarded_merge_patch(&current, &desired, host_obj.resource_version())
         else {
             return Ok(());

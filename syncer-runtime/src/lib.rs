@@ -11,6 +11,7 @@
 //!   one driver of watches, compact caches, work queue and workers that every syncer uses;
 //! - [`syncer`]: the `Syncer` trait and the declarative syncer of one `syncedTypes[]` entry;
 //! - [`from_host`]: host-to-virtual (`FromHost`) syncing;
+//! - [`pod_update`]: what a hook may change on an existing pod (pure);
 //! - [`pods`]: physical pod hooks on the host pods a vCluster made (`--pod-sync=hooks`);
 //! - [`v2`]: vCluster's v2 plugin protocol (go-plugin + gRPC `pluginv2.Plugin`), spoken by
 //!   [`sdk::Plugin`] and the runtime binary when vCluster starts them from `/plugins`;
@@ -28,6 +29,7 @@ pub mod from_host;
 pub mod hooks;
 pub mod patch;
 mod plugin;
+pub mod pod_update;
 pub mod pods;
 mod queue;
 pub mod runtime;

@@ -8,20 +8,26 @@
 //! (idempotent); a write is a merge patch of exactly the changed fields, guarded by the cached
 //! `resourceVersion`. The watch, cache (pods kept without `managedFields`), queue and retries
 //! are the runtime's one driver (`driver.rs`).
+//!
+//! The pods exist already, so a hook's change of a field Kubernetes does not let change on an
+//! existing pod (`spec.nodeName`, a container's name, ...) is left out and reported once
+//! ([`existing_pod_update`]); the rest of the hook (labels, annotations) is applied.
 
 use std::sync::Arc;
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
-use tracing::info;
-use vcp_crds::{Hook, HookEvent, RUNTIME_FIELD_MANAGER};
+use serde_json::Value;
+use tracing::{info, warn};
+use vcp_crds::{Hook, HookEvent, REASON_IMMUTABLE_POD_FIELDS, RUNTIME_FIELD_MANAGER};
 
 use crate::cache::Cache;
 use crate::driver::{self, ObjectKey, Reconcile, Settings, Side, Watch};
 use crate::error::Error;
 use crate::hooks::{HookPoint, Hooks};
 use crate::patch::{guarded_merge_patch, to_json};
+use crate::pod_update::mutable_update;
 use crate::stats::{Outcome, TypeStats};
 use crate::translate::MANAGED_BY_LABEL;
 
@@ -39,6 +45,35 @@ pub struct PodHookOptions {
     pub hooks: Hooks,
     /// Statistics (objects = hooked pods) shared with the status reporter.
     pub stats: Arc<TypeStats>,
+}
+
+/// What of `desired` (the existing host pod `current` after the hooks) the API server accepts
+/// ([`mutable_update`]): when the hooks change fields it refuses to change on an existing pod,
+/// those changes are left out, with one log line and one `Warning` Event
+/// ([`REASON_IMMUTABLE_POD_FIELDS`]) per pod and set of fields, so the labels and annotations
+/// are still written and no refused update is ever sent.
+pub fn existing_pod_update(stats: &TypeStats, current: &Value, desired: Value) -> Value {
+    let update = mutable_update(current, &desired);
+    if update.skipped.is_empty() {
+        return desired;
+    }
+    let namespace = current["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or_default();
+    let name = current["metadata"]["name"].as_str().unwrap_or_default();
+    let uid = current["metadata"]["uid"].as_str().unwrap_or_default();
+    let fields = update.skipped.join(", ");
+    let note = format!(
+        "the pod hooks change fields of host pod {namespace}/{name} that Kubernetes does not allow to change on an existing pod ({fields}); those changes are skipped, its labels and annotations are still synced"
+    );
+    if stats.warn_once(
+        &format!("{REASON_IMMUTABLE_POD_FIELDS}/{namespace}/{name}/{uid}/{fields}"),
+        REASON_IMMUTABLE_POD_FIELDS,
+        note.clone(),
+    ) {
+        warn!(pod = %format!("{namespace}/{name}"), skipped = %fields, "{note}");
+    }
+    update.desired
 }
 
 /// The hooks of `hooks` that apply to host pods: `apiVersion: v1`, `kind: Pod`, events
@@ -138,6 +173,7 @@ impl Reconcile for PodHooks {
         let current = to_json(&pod, name)?;
         let desired = hooks.apply(HookPoint::CreatePhysical, current.clone())?;
         let desired = hooks.apply(HookPoint::UpdatePhysical, desired)?;
+        let desired = existing_pod_update(&self.opts.stats, &current, desired);
         let Some(patch) = guarded_merge_patch(&current, &desired, pod.resource_version()) else {
             return Ok(Some(Outcome::InSync));
         };

@@ -37,7 +37,7 @@ use crate::error::Error;
 use crate::from_host::{self, FromHostOptions};
 use crate::hooks::{ClientHook, Hooks, declarative_hooks};
 use crate::pods::{PodHookOptions, physical_pod_hooks, run_pod_hooks};
-use crate::stats::TypeStats;
+use crate::stats::{TypeStats, WarningSink};
 use crate::status::{self, RuntimeStatus};
 use crate::syncer::DeclarativeSyncer;
 use crate::translate::NamespacedTranslator;
@@ -142,9 +142,17 @@ pub async fn run(config: Config) -> Result<(), Error> {
             name: config.plugin.clone(),
         })?;
     let config = Arc::new(config);
-    let (conflict_tx, mut conflicts) = tokio::sync::mpsc::unbounded_channel::<String>();
-    let on_conflict: ConflictReporter = Arc::new(move |message| {
-        let _ = conflict_tx.send(message);
+    // Warning Events on the VClusterPlugin: `(reason, note)`.
+    let (warning_tx, mut warnings) =
+        tokio::sync::mpsc::unbounded_channel::<(&'static str, String)>();
+    let on_conflict: ConflictReporter = {
+        let warning_tx = warning_tx.clone();
+        Arc::new(move |message| {
+            let _ = warning_tx.send((REASON_HOST_OBJECT_CONFLICT, message));
+        })
+    };
+    let on_warning: WarningSink = Arc::new(move |reason, note| {
+        let _ = warning_tx.send((reason, note));
     });
     let recorder = Recorder::new(
         config.host.clone(),
@@ -154,7 +162,12 @@ pub async fn run(config: Config) -> Result<(), Error> {
         },
     );
     let mut plugin_ref = plugin.object_ref(&());
-    let mut running = Some(Generation::start(&config, &plugin, on_conflict.clone())?);
+    let mut running = Some(Generation::start(
+        &config,
+        &plugin,
+        on_conflict.clone(),
+        on_warning.clone(),
+    )?);
     let mut reporter = Reporter::new(api.clone(), &config.plugin);
 
     let events = watcher(
@@ -175,7 +188,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
                         info!(plugin = %config.plugin, "VClusterPlugin spec changed, restarting syncers");
                         running = None;
                         plugin_ref = plugin.object_ref(&());
-                        match Generation::start(&config, &plugin, on_conflict.clone()) {
+                        match Generation::start(&config, &plugin, on_conflict.clone(), on_warning.clone()) {
                             Ok(generation) => running = Some(generation),
                             Err(error) => error!(%error, "cannot start the syncers of the new spec"),
                         }
@@ -199,10 +212,10 @@ pub async fn run(config: Config) -> Result<(), Error> {
                 Ok(Err(error)) => error!(%error, "a syncer stopped"),
                 Err(error) => error!(%error, "a syncer task failed"),
             },
-            Some(message) = conflicts.recv() => {
+            Some((reason, message)) = warnings.recv() => {
                 let event = Event {
                     type_: EventType::Warning,
-                    reason: REASON_HOST_OBJECT_CONFLICT.into(),
+                    reason: reason.into(),
                     note: Some(message.chars().take(1000).collect()),
                     action: "Sync".into(),
                     secondary: None,
@@ -255,6 +268,7 @@ impl Generation {
         config: &Arc<Config>,
         plugin: &VClusterPlugin,
         on_conflict: ConflictReporter,
+        on_warning: WarningSink,
     ) -> Result<Self, Error> {
         let spec = plugin.spec.clone();
         let vcluster = config
@@ -296,7 +310,8 @@ impl Generation {
         for synced in synced_types {
             let stats = Arc::new(
                 TypeStats::new(&synced.api_version, &synced.kind)
-                    .with_log(config.reconciles.clone()),
+                    .with_log(config.reconciles.clone())
+                    .with_warnings(on_warning.clone()),
             );
             generation.types.push(stats.clone());
             generation.tasks.spawn(run_type(
@@ -309,7 +324,11 @@ impl Generation {
             ));
         }
         if config.pod_sync == PodSync::Hooks && !physical_pod_hooks(&spec.hooks).is_empty() {
-            let stats = Arc::new(TypeStats::new("v1", "Pod").with_log(config.reconciles.clone()));
+            let stats = Arc::new(
+                TypeStats::new("v1", "Pod")
+                    .with_log(config.reconciles.clone())
+                    .with_warnings(on_warning.clone()),
+            );
             generation.pod_hooks = Some(stats.clone());
             generation.tasks.spawn(run_pod_hooks(PodHookOptions {
                 host: config.host.clone(),

@@ -68,16 +68,32 @@ impl ReconcileLog {
     }
 }
 
+/// Where [`TypeStats::warn_once`] sends a `Warning` Event: `(reason, note)`; the runtime
+/// publishes it on the `VClusterPlugin`.
+pub type WarningSink = std::sync::Arc<dyn Fn(&'static str, String) + Send + Sync>;
+
 /// Sync statistics of one type, shared between a syncer and the status reporter.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct TypeStats {
     api_version: String,
     kind: String,
     log: Option<std::sync::Arc<ReconcileLog>>,
+    warnings: Option<WarningSink>,
+    warned: Mutex<std::collections::HashSet<String>>,
     outcomes: Mutex<HashMap<String, Outcome>>,
     type_error: Mutex<Option<String>>,
     ready: std::sync::atomic::AtomicBool,
     writes: AtomicU64,
+}
+
+impl std::fmt::Debug for TypeStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TypeStats")
+            .field("api_version", &self.api_version)
+            .field("kind", &self.kind)
+            .field("writes", &self.writes())
+            .finish_non_exhaustive()
+    }
 }
 
 impl TypeStats {
@@ -95,6 +111,28 @@ impl TypeStats {
     pub fn with_log(mut self, log: std::sync::Arc<ReconcileLog>) -> Self {
         self.log = Some(log);
         self
+    }
+
+    /// These statistics, sending [`TypeStats::warn_once`]'s warnings to `sink`.
+    #[must_use]
+    pub fn with_warnings(mut self, sink: WarningSink) -> Self {
+        self.warnings = Some(sink);
+        self
+    }
+
+    /// Sends the warning `reason` / `note` to the [`WarningSink`] the first time `key` is
+    /// given (later calls with the same `key` do nothing, so a condition found on every sync is
+    /// reported once); returns whether it was the first time.
+    pub fn warn_once(&self, key: &str, reason: &'static str, note: String) -> bool {
+        let first = self
+            .warned
+            .lock()
+            .map(|mut warned| warned.insert(key.to_string()))
+            .unwrap_or(false);
+        if first && let Some(sink) = &self.warnings {
+            sink(reason, note);
+        }
+        first
     }
 
     /// Counts one finished reconcile of `key` in the [`ReconcileLog`], if any.

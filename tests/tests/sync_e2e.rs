@@ -1323,6 +1323,130 @@ async fn pod_sync_full_syncs_pods_and_their_status() {
     .await;
 }
 
+/// An `UpdatePhysical` pod hook whose JSON patch renames a container — a field Kubernetes does
+/// not let change on an existing pod (`ValidatePodUpdate`) — with `--pod-sync=full`: the
+/// runtime leaves that change out and says so once (a `Warning` Event `ImmutablePodFields` and a
+/// log line), never sends the refused update, and keeps syncing the labels.
+#[tokio::test]
+async fn pod_hook_on_an_immutable_field_is_skipped_once_and_labels_keep_syncing() {
+    let mut spec = default_spec("immut");
+    spec["hooks"] = json!([{
+        "name": "rename-container", "apiVersion": "v1", "kind": "Pod",
+        "events": ["UpdatePhysical"],
+        "labels": {"hooked": "yes"},
+        "jsonPatch": [{"op": "replace", "path": "/spec/containers/0/name", "value": "renamed"}]
+    }]);
+    let w = world_with("immut", &["immut-a"], spec, PodSync::Full).await;
+    let host_pods =
+        Api::<DynamicObject>::namespaced_with(w.host.clone(), &w.host_ns, &pods_resource());
+    let virtual_pod = |labels: Value| {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "immut-a", "labels": labels},
+            "spec": {"automountServiceAccountToken": false,
+                     "containers": [{"name": "c", "image": "registry.invalid/web:1"}]}
+        })
+    };
+    apply(
+        &w.virtual_,
+        &pods_resource(),
+        Some("immut-a"),
+        virtual_pod(json!({"app": "web"})),
+    )
+    .await;
+    let host_name = "web-x-immut-a-x-vc-immut";
+    let started = std::time::Instant::now();
+    // the hook's label arrives (UpdatePhysical), its container rename does not
+    let hooked = wait_for(TIMEOUT, || {
+        let api = host_pods.clone();
+        async move {
+            let pod = api.get_opt(host_name).await.ok()??;
+            (pod.labels().get("hooked").map(String::as_str) == Some("yes")).then_some(pod)
+        }
+    })
+    .await;
+    assert_eq!(hooked.data["spec"]["containers"][0]["name"], json!("c"));
+    let event = vcp_tests::wait_event(
+        &w.host,
+        &w.host_ns,
+        "car-plugin",
+        vcp_crds::REASON_IMMUTABLE_POD_FIELDS,
+        TIMEOUT,
+    )
+    .await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    let note = event.note.clone().unwrap_or_default();
+    assert!(
+        note.contains(host_name) && note.contains("/spec/containers/0/name"),
+        "{note}"
+    );
+
+    // several more syncs of the pod: each label change on the virtual pod reaches the host pod
+    let key = "immut-a/web";
+    let first = w.reconciles.reconciles("Pod", key);
+    for round in 1..=3 {
+        let before = w.reconciles.reconciles("Pod", key);
+        apply(
+            &w.virtual_,
+            &pods_resource(),
+            Some("immut-a"),
+            virtual_pod(json!({"app": "web", "round": round.to_string()})),
+        )
+        .await;
+        let round_label = round.to_string();
+        wait_for(TIMEOUT, || {
+            let api = host_pods.clone();
+            let round_label = round_label.clone();
+            async move {
+                let pod = api.get(host_name).await.ok()?;
+                (pod.labels().get("round") == Some(&round_label)
+                    && pod.labels().get("hooked").map(String::as_str) == Some("yes"))
+                .then_some(())
+            }
+        })
+        .await;
+        w.wait_reconciled("Pod", key, before).await;
+    }
+    let syncs = w.reconciles.reconciles("Pod", key) - first;
+
+    // exactly one Event, never repeated; no update refused by the API server
+    let events: Vec<_> =
+        Api::<k8s_openapi::api::events::v1::Event>::namespaced(w.host.clone(), &w.host_ns)
+            .list(&Default::default())
+            .await
+            .expect("events")
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(vcp_crds::REASON_IMMUTABLE_POD_FIELDS))
+            .collect();
+    let repeats: i32 = events
+        .iter()
+        .map(|e| e.series.as_ref().map_or(0, |s| s.count))
+        .sum();
+    let writes: Vec<_> = vcp_tests::audited_write_events(ControlPlane::shared(), Cluster::Host)
+        .expect("audit log")
+        .into_iter()
+        .filter(|w| {
+            w.user == Identity::Syncer.user() && w.uri.contains(&format!("/pods/{host_name}"))
+        })
+        .collect();
+    let refused = writes.iter().filter(|w| w.code >= 400).count();
+    println!(
+        "fault: UpdatePhysical hook renames spec.containers[0].name (immutable on a pod); {syncs} \
+         syncs of the pod after the warning, {} ImmutablePodFields Event(s) (series count \
+         {repeats}), runtime writes of the host pod: {} ({refused} refused), {:.1} s",
+        events.len(),
+        writes.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(syncs >= 3, "the runtime synced the pod {syncs} times");
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(repeats, 0, "{events:?}");
+    assert_eq!(refused, 0, "{writes:?}");
+    let last = host_pods.get(host_name).await.expect("host pod");
+    assert_eq!(last.data["spec"]["containers"][0]["name"], json!("c"));
+}
+
 /// A CRD `widgets.e2e.vcp.test` whose `spec` has the given schema.
 fn widget_crd(spec_schema: Value) -> Value {
     json!({
