@@ -286,8 +286,13 @@ pub struct SyncedType {
     /// Copy the host object's `.status` up to the virtual object.
     #[serde(default)]
     pub sync_status: bool,
-    /// Only source objects matching this label selector are synced.
+    /// Only source objects matching this label selector are synced (`matchLabels` and
+    /// `matchExpressions` with `In`, `NotIn`, `Exists`, `DoesNotExist`, checked like
+    /// Kubernetes checks a selector). An object that stops matching (relabelled, or the
+    /// selector narrowed) is treated as vCluster treats an object leaving a sync selector: its
+    /// copy is deleted, with a log line and an Event `SelectorNoLongerMatches`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::schema::label_selector")]
     pub selector: Option<LabelSelector>,
 }
 

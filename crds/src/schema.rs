@@ -82,6 +82,55 @@ pub fn annotations_map(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
+/// Most values of one `matchExpressions` entry of a selector (bounds CEL cost).
+pub const MAX_SELECTOR_VALUES: u32 = 64;
+
+/// A label selector (`syncedTypes[].selector`), checked as Kubernetes checks one
+/// (`ValidateLabelSelector` in `k8s.io/apimachinery/pkg/apis/meta/v1/validation`): `matchLabels`
+/// keys are label keys ([`KEY_PATTERN`]) and values label values ([`LABEL_VALUE_PATTERN`]);
+/// a `matchExpressions` entry has a label key, an operator among `In`, `NotIn`, `Exists`,
+/// `DoesNotExist`, at least one value for `In` / `NotIn` and none for `Exists` /
+/// `DoesNotExist`, each value a label value. So `kubectl apply` refuses a selector the
+/// runtime could not use.
+pub fn label_selector(_: &mut SchemaGenerator) -> Schema {
+    let value =
+        serde_json::json!({ "type": "string", "maxLength": 63, "pattern": LABEL_VALUE_PATTERN });
+    json_schema!({
+        "type": "object",
+        "description": "Only source objects matching this label selector are synced (a standard label selector: matchLabels and matchExpressions, ANDed). Objects that stop matching (relabelled, or the selector narrowed) are treated as vCluster treats an object that leaves a sync selector: the copy is deleted, with a log line and an Event.",
+        "properties": {
+            "matchLabels": {
+                "type": "object",
+                "description": "Labels the object must carry with these values.",
+                "maxProperties": MAX_KEYS,
+                "additionalProperties": value,
+                "x-kubernetes-validations": [{
+                    "rule": format!("self.all(k, size(k) <= 317 && k.matches('{}'))", KEY_PATTERN.replace('\\', "\\\\")),
+                    "message": "every matchLabels key must be a label key: an optional DNS subdomain prefix and '/', then a name of at most 63 alphanumerics, '-', '_' or '.', alphanumeric at both ends",
+                }],
+            },
+            "matchExpressions": {
+                "type": "array",
+                "description": "Requirements on the object's labels.",
+                "maxItems": MAX_KEYS,
+                "items": {
+                    "type": "object",
+                    "required": ["key", "operator"],
+                    "properties": {
+                        "key": { "type": "string", "maxLength": 317, "pattern": KEY_PATTERN, "description": "The label key." },
+                        "operator": { "type": "string", "enum": ["In", "NotIn", "Exists", "DoesNotExist"], "description": "In, NotIn, Exists or DoesNotExist." },
+                        "values": { "type": "array", "maxItems": MAX_SELECTOR_VALUES, "items": value, "description": "At least one for In and NotIn; none for Exists and DoesNotExist." },
+                    },
+                    "x-kubernetes-validations": [{
+                        "rule": "self.operator in ['In', 'NotIn'] ? (has(self.values) && size(self.values) > 0) : (!has(self.values) || size(self.values) == 0)",
+                        "message": "operators In and NotIn need at least one value; Exists and DoesNotExist take no values",
+                    }],
+                },
+            },
+        },
+    })
+}
+
 /// Label / annotation keys to remove: each as [`KEY_PATTERN`], no duplicates.
 pub fn key_list(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
