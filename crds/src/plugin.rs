@@ -54,6 +54,11 @@ pub const REASON_HOST_OBJECT_CONFLICT: &str = "HostObjectConflict";
 /// server refuses to change (Kubernetes' `ValidatePodUpdate`): those changes are skipped, the
 /// labels and annotations still written.
 pub const REASON_IMMUTABLE_POD_FIELDS: &str = "ImmutablePodFields";
+/// Reason of the `Normal` Event the runtime publishes on the `VClusterPlugin` when it deleted a
+/// host copy because its virtual object no longer matches `syncedTypes[].selector`
+/// (relabelled, or the selector narrowed), as vCluster deletes the copy of an object that
+/// leaves a sync selector.
+pub const REASON_SELECTOR_NO_LONGER_MATCHES: &str = "SelectorNoLongerMatches";
 
 /// A condition of `type_` as the operator and the runtime write it: status `True` when `holds`,
 /// else `False`; `lastTransitionTime` kept from `previous` (the condition as last written) when

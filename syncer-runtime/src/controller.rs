@@ -16,7 +16,17 @@
 //! | exists | exists, ours | [`Syncer::sync`] (patch only what differs, `UpdatePhysical` hooks) |
 //! | missing / terminating | exists, ours | [`Syncer::sync_to_virtual`] (delete host) |
 //! | exists | exists, ours, other `object-uid` | delete host, then [`Syncer::sync_to_host`] |
+//! | exists, no longer matching the selector | exists, ours | as missing: delete host, and say so |
 //! | any | exists, not ours | never touched; counted as a conflict, reported once |
+//!
+//! A virtual object that stops matching [`Syncer::selector`] (relabelled, or the selector
+//! narrowed) drops out of the filtered watch like a deleted one, and its host copy is deleted:
+//! vCluster v0.30.0 does the same for a synced type with a selector (such as
+//! `sync.fromHost.ingressClasses.selector`, `pkg/controllers/resources/ingressclasses/syncer.go`:
+//! a copy whose source no longer matches is deleted with the log line "delete ... because ...
+//! does not match the selector"). Here the deletion is logged, counted
+//! ([`TypeStats::deselected`]) and published as a `Normal` Event `SelectorNoLongerMatches` on
+//! the `VClusterPlugin`; relabelled back in, the object is synced again (a new host copy).
 //!
 //! A failed reconcile is retried with per-key exponential backoff (200 ms … 30 s); 409
 //! conflicts (a stale cache) are retried the same way without a warning. After both caches
@@ -32,6 +42,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kube::api::Api;
+use kube::core::SelectorExt;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use tracing::info;
@@ -45,6 +56,7 @@ use crate::hooks::{HookPoint, Hooks};
 use crate::stats::{Outcome, TypeStats};
 use crate::syncer::Syncer;
 use crate::translate::UID_ANNOTATION;
+use vcp_crds::REASON_SELECTOR_NO_LONGER_MATCHES;
 
 /// How a controller runs.
 #[derive(Clone)]
@@ -194,8 +206,12 @@ impl<S: Syncer> Reconcile for Controller<S> {
         match (virtual_obj, host_obj) {
             (None, Some(host)) if ours => {
                 if host.meta().deletion_timestamp.is_none() {
+                    let deselected = self.deselected(key).await?;
                     let host = hooked(hooks, HookPoint::GetPhysical, host)?;
                     self.syncer.sync_to_virtual(&self.ctx, &host).await?;
+                    if let Some(selector) = deselected {
+                        self.report_deselected(key, &host_name, &selector);
+                    }
                 }
                 Ok(None)
             }
@@ -237,6 +253,48 @@ impl<S: Syncer> Reconcile for Controller<S> {
 }
 
 impl<S: Syncer> Controller<S> {
+    /// The selector (as text) when the virtual object `key` exists, is not being deleted and
+    /// no longer matches [`Syncer::selector`] (relabelled, or the selector narrowed): the
+    /// watch, filtered by the selector, no longer shows it. Read from the API server (the
+    /// cache cannot tell it from a deleted object); `None` when there is no selector or the
+    /// object is gone.
+    async fn deselected(&self, key: &ObjectKey) -> Result<Option<String>, Error> {
+        let Some(selector) = self.syncer.selector() else {
+            return Ok(None);
+        };
+        let current = self
+            .ctx
+            .virtual_api(&key.namespace)
+            .get_opt(&key.name)
+            .await
+            .map_err(|e| {
+                Error::kube(
+                    format!("get virtual {} {key}", self.ctx.translator().kind()),
+                    e,
+                )
+            })?;
+        Ok(current
+            .filter(|obj| {
+                obj.meta().deletion_timestamp.is_none() && !selector.matches(obj.labels())
+            })
+            .map(|_| selector.to_string()))
+    }
+
+    /// Says that the host copy `host_name` of the virtual object `key` was deleted because the
+    /// object left the selector `selector`: a log line, the type's counter
+    /// ([`TypeStats::deselected`]) and an Event `SelectorNoLongerMatches` on the plugin.
+    fn report_deselected(&self, key: &ObjectKey, host_name: &str, selector: &str) {
+        let stats = self.ctx.stats();
+        let count = stats.count_deselected();
+        let kind = self.ctx.translator().kind();
+        let note = format!(
+            "virtual {kind} {key} no longer matches the selector {selector:?}: its host copy {}/{host_name} was deleted, as vCluster deletes the copy of an object that leaves a sync selector; labelled back in, it is synced again ({count} host cop(ies) deleted for the selector since the syncer started)",
+            self.ctx.host_namespace(),
+        );
+        info!(object = %key, host = %host_name, %selector, deselected = count, "{note}");
+        stats.notice(REASON_SELECTOR_NO_LONGER_MATCHES, note);
+    }
+
     fn key_of_host(&self, obj: &S::Object) -> Option<ObjectKey> {
         if let Some((namespace, name)) = self.ctx.translator().virtual_key(obj.meta()) {
             return Some(ObjectKey { namespace, name });

@@ -37,7 +37,7 @@ use crate::error::Error;
 use crate::from_host::{self, FromHostOptions};
 use crate::hooks::{ClientHook, Hooks, declarative_hooks};
 use crate::pods::{PodHookOptions, physical_pod_hooks, run_pod_hooks};
-use crate::stats::{TypeStats, WarningSink};
+use crate::stats::{EventSink, Severity, TypeStats};
 use crate::status::{self, RuntimeStatus};
 use crate::syncer::DeclarativeSyncer;
 use crate::translate::NamespacedTranslator;
@@ -142,17 +142,17 @@ pub async fn run(config: Config) -> Result<(), Error> {
             name: config.plugin.clone(),
         })?;
     let config = Arc::new(config);
-    // Warning Events on the VClusterPlugin: `(reason, note)`.
+    // Events on the VClusterPlugin: `(type, reason, note)`.
     let (warning_tx, mut warnings) =
-        tokio::sync::mpsc::unbounded_channel::<(&'static str, String)>();
+        tokio::sync::mpsc::unbounded_channel::<(Severity, &'static str, String)>();
     let on_conflict: ConflictReporter = {
         let warning_tx = warning_tx.clone();
         Arc::new(move |message| {
-            let _ = warning_tx.send((REASON_HOST_OBJECT_CONFLICT, message));
+            let _ = warning_tx.send((Severity::Warning, REASON_HOST_OBJECT_CONFLICT, message));
         })
     };
-    let on_warning: WarningSink = Arc::new(move |reason, note| {
-        let _ = warning_tx.send((reason, note));
+    let on_warning: EventSink = Arc::new(move |severity, reason, note| {
+        let _ = warning_tx.send((severity, reason, note));
     });
     let recorder = Recorder::new(
         config.host.clone(),
@@ -212,9 +212,12 @@ pub async fn run(config: Config) -> Result<(), Error> {
                 Ok(Err(error)) => error!(%error, "a syncer stopped"),
                 Err(error) => error!(%error, "a syncer task failed"),
             },
-            Some((reason, message)) = warnings.recv() => {
+            Some((severity, reason, message)) = warnings.recv() => {
                 let event = Event {
-                    type_: EventType::Warning,
+                    type_: match severity {
+                        Severity::Normal => EventType::Normal,
+                        Severity::Warning => EventType::Warning,
+                    },
                     reason: reason.into(),
                     note: Some(message.chars().take(1000).collect()),
                     action: "Sync".into(),
@@ -268,7 +271,7 @@ impl Generation {
         config: &Arc<Config>,
         plugin: &VClusterPlugin,
         on_conflict: ConflictReporter,
-        on_warning: WarningSink,
+        on_warning: EventSink,
     ) -> Result<Self, Error> {
         let spec = plugin.spec.clone();
         let vcluster = config

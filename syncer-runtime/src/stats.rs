@@ -68,9 +68,18 @@ impl ReconcileLog {
     }
 }
 
-/// Where [`TypeStats::warn_once`] sends a `Warning` Event: `(reason, note)`; the runtime
-/// publishes it on the `VClusterPlugin`.
-pub type WarningSink = std::sync::Arc<dyn Fn(&'static str, String) + Send + Sync>;
+/// Type of an Event sent to an [`EventSink`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Severity {
+    /// A `Normal` Event: something done on purpose that a user may want to know.
+    Normal,
+    /// A `Warning` Event: something that needs a user's attention.
+    Warning,
+}
+
+/// Where [`TypeStats::warn_once`] and [`TypeStats::notice`] send an Event: `(type, reason,
+/// note)`; the runtime publishes it on the `VClusterPlugin`.
+pub type EventSink = std::sync::Arc<dyn Fn(Severity, &'static str, String) + Send + Sync>;
 
 /// Sync statistics of one type, shared between a syncer and the status reporter.
 #[derive(Default)]
@@ -78,7 +87,8 @@ pub struct TypeStats {
     api_version: String,
     kind: String,
     log: Option<std::sync::Arc<ReconcileLog>>,
-    warnings: Option<WarningSink>,
+    warnings: Option<EventSink>,
+    deselected: AtomicU64,
     warned: Mutex<std::collections::HashSet<String>>,
     outcomes: Mutex<HashMap<String, Outcome>>,
     type_error: Mutex<Option<String>>,
@@ -113,14 +123,34 @@ impl TypeStats {
         self
     }
 
-    /// These statistics, sending [`TypeStats::warn_once`]'s warnings to `sink`.
+    /// These statistics, sending [`TypeStats::warn_once`]'s and [`TypeStats::notice`]'s
+    /// Events to `sink`.
     #[must_use]
-    pub fn with_warnings(mut self, sink: WarningSink) -> Self {
+    pub fn with_warnings(mut self, sink: EventSink) -> Self {
         self.warnings = Some(sink);
         self
     }
 
-    /// Sends the warning `reason` / `note` to the [`WarningSink`] the first time `key` is
+    /// Sends a `Normal` Event `reason` / `note` to the [`EventSink`], if any.
+    pub fn notice(&self, reason: &'static str, note: String) {
+        if let Some(sink) = &self.warnings {
+            sink(Severity::Normal, reason, note);
+        }
+    }
+
+    /// Counts one host copy deleted because its virtual object no longer matches the type's
+    /// selector; returns the count so far.
+    pub fn count_deselected(&self) -> u64 {
+        self.deselected.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Host copies deleted so far because their virtual objects no longer match the type's
+    /// selector (relabelled, or the selector narrowed).
+    pub fn deselected(&self) -> u64 {
+        self.deselected.load(Ordering::Relaxed)
+    }
+
+    /// Sends the warning `reason` / `note` to the [`EventSink`] the first time `key` is
     /// given (later calls with the same `key` do nothing, so a condition found on every sync is
     /// reported once); returns whether it was the first time.
     pub fn warn_once(&self, key: &str, reason: &'static str, note: String) -> bool {
@@ -130,7 +160,7 @@ impl TypeStats {
             .map(|mut warned| warned.insert(key.to_string()))
             .unwrap_or(false);
         if first && let Some(sink) = &self.warnings {
-            sink(reason, note);
+            sink(Severity::Warning, reason, note);
         }
         first
     }

@@ -1323,6 +1323,199 @@ async fn pod_sync_full_syncs_pods_and_their_status() {
     .await;
 }
 
+/// `syncedTypes[].selector` changes, as vCluster v0.30.0 treats an object that leaves a sync
+/// selector (`pkg/controllers/resources/ingressclasses/syncer.go`: the copy of a source that no
+/// longer matches is deleted, with a log line saying why): a virtual Car relabelled out of the
+/// selector, or left out by a narrowed selector (`matchLabels` and `matchExpressions` with
+/// `In`, `NotIn`, `Exists`, `DoesNotExist`), loses its host copy and the runtime says so (a
+/// `Normal` Event `SelectorNoLongerMatches` naming the object, a log line, a counter); the
+/// virtual Car is never touched, the Cars that still match are not rewritten, and a Car
+/// labelled back in is synced again.
+#[tokio::test]
+async fn selector_changes_delete_the_host_copies_that_left_it_and_say_so() {
+    let test = "selsync";
+    let ns = "selsync-a";
+    let selector =
+        |expressions: Value| json!({"matchLabels": {"e2e": test}, "matchExpressions": expressions});
+    let mut spec = default_spec(test);
+    spec["syncedTypes"][0]["selector"] =
+        selector(json!([{"key": "tier", "operator": "In", "values": ["gold", "silver"]}]));
+    let w = world_with(test, &[ns], spec, PodSync::Hooks).await;
+    let started = std::time::Instant::now();
+    let host = |name: &str| format!("{name}-x-{ns}-x-vc-{test}");
+    let car = |name: &'static str, labels: Value| {
+        let w = &w;
+        async move {
+            w.put_car(ns, name, labels, json!({}), json!({"type": "Audi"}))
+                .await
+        }
+    };
+    car("gold", json!({"tier": "gold"})).await;
+    car("silver", json!({"tier": "silver"})).await;
+    car("team", json!({"tier": "gold", "team": "x"})).await;
+    car("bronze", json!({"tier": "bronze"})).await;
+    for name in ["gold", "silver", "team"] {
+        w.host_car_where(&host(name), |_| true).await;
+    }
+    let host_cars = w.host_cars();
+    let gone = |name: String| {
+        let api = host_cars.clone();
+        async move {
+            wait_for(TIMEOUT, || {
+                let api = api.clone();
+                let name = name.clone();
+                async move { api.get_opt(&name).await.ok()?.is_none().then_some(()) }
+            })
+            .await;
+        }
+    };
+    let events = || async {
+        Api::<k8s_openapi::api::events::v1::Event>::namespaced(w.host.clone(), &w.host_ns)
+            .list(&Default::default())
+            .await
+            .expect("events")
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(vcp_crds::REASON_SELECTOR_NO_LONGER_MATCHES))
+            .map(|e| {
+                // kube's Recorder folds repeats of one reason on one object into a series
+                let count = e.series.as_ref().map_or(1, |s| s.count);
+                (
+                    e.type_.unwrap_or_default(),
+                    e.note.unwrap_or_default(),
+                    count,
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let total = |found: &[(String, String, i32)]| found.iter().map(|e| e.2).sum::<i32>();
+    let wait_events = |n: i32| async move {
+        vcp_tests::poll_for(TIMEOUT, || async move {
+            let found = events().await;
+            (total(&found) >= n).then_some(found)
+        })
+        .await
+        .unwrap_or_else(|| panic!("fewer than {n} SelectorNoLongerMatches Events"))
+    };
+    // bronze never matched: never copied
+    assert!(host_cars.get_opt(&host("bronze")).await.unwrap().is_none());
+
+    // 1. relabelled out (In no longer holds): the host copy goes, an Event names the Car
+    let silver_before = w
+        .virtual_cars(ns)
+        .get("silver")
+        .await
+        .expect("virtual silver");
+    car("silver", json!({"tier": "bronze"})).await;
+    gone(host("silver")).await;
+    let found = wait_events(1).await;
+    assert_eq!(total(&found), 1, "{found:?}");
+    assert_eq!(found[0].0, "Normal");
+    assert!(
+        found[0].1.contains(&format!("{ns}/silver ")) && found[0].1.contains(&host("silver")),
+        "{found:?}"
+    );
+    let silver_after = w
+        .virtual_cars(ns)
+        .get("silver")
+        .await
+        .expect("virtual silver");
+    assert_eq!(
+        silver_after.uid(),
+        silver_before.uid(),
+        "the virtual Car stays"
+    );
+
+    // 2. labelled back in: synced again, a new host copy
+    car("silver", json!({"tier": "silver"})).await;
+    w.host_car_where(&host("silver"), |c| {
+        c.labels().get("tier").map(String::as_str) == Some("silver")
+    })
+    .await;
+
+    // 3. the selector narrowed (In gold, and DoesNotExist team): silver and team go, gold stays
+    //    and is not rewritten
+    let gold_writes = w.runtime_writes(&format!("/cars/{}", host("gold")));
+    let gold_reconciles = w.reconciles.reconciles("Car", &format!("{ns}/gold"));
+    let plugins: Api<VClusterPlugin> = Api::namespaced(w.host.clone(), &w.host_ns);
+    let narrow = |expressions: Value| {
+        let plugins = plugins.clone();
+        let mut types = default_spec(test)["syncedTypes"].clone();
+        types[0]["selector"] = selector(expressions);
+        async move {
+            plugins
+                .patch(
+                    "car-plugin",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"syncedTypes": types}})),
+                )
+                .await
+                .expect("change the selector");
+        }
+    };
+    narrow(json!([
+        {"key": "tier", "operator": "In", "values": ["gold"]},
+        {"key": "team", "operator": "DoesNotExist"}
+    ]))
+    .await;
+    gone(host("silver")).await;
+    gone(host("team")).await;
+    w.wait_reconciled("Car", &format!("{ns}/gold"), gold_reconciles)
+        .await;
+    assert!(host_cars.get_opt(&host("gold")).await.unwrap().is_some());
+    assert_eq!(
+        w.runtime_writes(&format!("/cars/{}", host("gold"))),
+        gold_writes,
+        "a Car that still matches is not rewritten"
+    );
+    let found = wait_events(3).await;
+
+    // 4. NotIn and Exists: only the Car with a team that is not bronze matches
+    narrow(json!([
+        {"key": "tier", "operator": "NotIn", "values": ["bronze"]},
+        {"key": "team", "operator": "Exists"}
+    ]))
+    .await;
+    gone(host("gold")).await;
+    w.host_car_where(&host("team"), |_| true).await;
+    let found_all = wait_events(4).await;
+    for name in ["silver", "bronze"] {
+        assert!(
+            host_cars.get_opt(&host(name)).await.unwrap().is_none(),
+            "{name}"
+        );
+    }
+    // every virtual Car is still there
+    let virtual_names: Vec<String> = w
+        .virtual_cars(ns)
+        .list(&Default::default())
+        .await
+        .expect("virtual cars")
+        .items
+        .iter()
+        .map(|c| c.name_any())
+        .collect();
+    assert_eq!(virtual_names, ["bronze", "gold", "silver", "team"]);
+    let deletes = w
+        .runtime_writes("/cars/")
+        .into_iter()
+        .filter(|(verb, _)| verb == "delete")
+        .count();
+    println!(
+        "selector changes: relabelled out 1, narrowed (In + DoesNotExist) 2, narrowed (NotIn + \
+         Exists) 1; host copies deleted by the runtime: {deletes}; SelectorNoLongerMatches \
+         Events (with their series count): {} after step 3, {} in all; virtual Cars kept: {}; \
+         {:.1} s",
+        total(&found),
+        total(&found_all),
+        virtual_names.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(total(&found), 3, "{found:?}");
+    assert_eq!(total(&found_all), 4, "{found_all:?}");
+    assert_eq!(deletes, 4);
+}
+
 /// An `UpdatePhysical` pod hook whose JSON patch renames a container — a field Kubernetes does
 /// not let change on an existing pod (`ValidatePodUpdate`) — with `--pod-sync=full`: the
 /// runtime leaves that change out and says so once (a `Warning` Event `ImmutablePodFields` and a
