@@ -82,6 +82,9 @@ pub struct RegisterContext {
     /// `None` (the default of [`RegisterContext::new`]): no ownerReference; see
     /// [`RegisterContext::with_vcluster_owner`].
     pub owner_uid: Option<String>,
+    /// The longest delay between two attempts of a failing watch (default 30 s; see
+    /// [`crate::retry`]).
+    pub retry_max: Duration,
 }
 
 impl RegisterContext {
@@ -100,6 +103,7 @@ impl RegisterContext {
             resync_period: DEFAULT_RESYNC_PERIOD,
             workers: DEFAULT_WORKERS,
             owner_uid: None,
+            retry_max: crate::retry::DEFAULT_RETRY_MAX,
         }
     }
 

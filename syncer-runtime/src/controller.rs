@@ -19,6 +19,9 @@
 //! | exists, no longer matching the selector | exists, ours | as missing: delete host, and say so |
 //! | any | exists, not ours | never touched; counted as a conflict, reported once |
 //!
+//! Except when the virtual type itself vanished (its CRD deleted): then host copies are kept,
+//! and adopted by the re-created objects of the same names ([`crate::vanish`]).
+//!
 //! A virtual object that stops matching [`Syncer::selector`] (relabelled, or the selector
 //! narrowed) drops out of the filtered watch like a deleted one, and its host copy is deleted:
 //! vCluster v0.30.0 does the same for a synced type with a selector (such as
@@ -56,6 +59,7 @@ use crate::hooks::{HookPoint, Hooks};
 use crate::stats::{Outcome, TypeStats};
 use crate::syncer::Syncer;
 use crate::translate::UID_ANNOTATION;
+use crate::vanish::TypeGuard;
 use vcp_crds::REASON_SELECTOR_NO_LONGER_MATCHES;
 
 /// How a controller runs.
@@ -67,6 +71,8 @@ pub struct Options {
     pub resync_period: Duration,
     /// Told about host objects of a translated name that this vCluster does not manage.
     pub on_conflict: Option<ConflictReporter>,
+    /// The longest delay between two attempts of a failing watch ([`crate::retry`]).
+    pub retry_max: Duration,
 }
 
 impl From<&RegisterContext> for Options {
@@ -75,6 +81,7 @@ impl From<&RegisterContext> for Options {
             workers: ctx.workers.max(1),
             resync_period: ctx.resync_period,
             on_conflict: None,
+            retry_max: ctx.retry_max,
         }
     }
 }
@@ -87,6 +94,8 @@ struct Controller<S: Syncer> {
     /// Host name → virtual key of every known virtual object, to find the virtual object of a
     /// host object this vCluster does not manage (conflicts).
     host_index: Mutex<HashMap<String, ObjectKey>>,
+    /// Keeps host copies when the virtual type vanishes ([`crate::vanish`]).
+    guard: TypeGuard,
 }
 
 /// Runs `syncer` until the future is dropped: watches both sides and reconciles every object.
@@ -118,7 +127,14 @@ pub async fn run<S: Syncer>(
             config: watcher::Config::default(),
         },
     ];
+    let guard = TypeGuard::new(
+        ctx.virtual_client().clone(),
+        &S::Object::group(&dt),
+        &S::Object::version(&dt),
+        &S::Object::plural(&dt),
+    );
     let controller = Controller {
+        guard,
         virtual_store: Cache::new(),
         host_store: Cache::new(),
         host_index: Mutex::new(HashMap::new()),
@@ -129,6 +145,7 @@ pub async fn run<S: Syncer>(
         workers: options.workers,
         resync_period: Some(options.resync_period),
         on_conflict: options.on_conflict,
+        retry_max: options.retry_max,
     };
     driver::run(controller, watches, settings).await;
     Ok(())
@@ -206,6 +223,10 @@ impl<S: Syncer> Reconcile for Controller<S> {
         match (virtual_obj, host_obj) {
             (None, Some(host)) if ours => {
                 if host.meta().deletion_timestamp.is_none() {
+                    // never because the type vanished (crate::vanish)
+                    if !self.guard.may_delete(key, self.ctx.stats()).await? {
+                        return Ok(None);
+                    }
                     let deselected = self.deselected(key).await?;
                     let host = hooked(hooks, HookPoint::GetPhysical, host)?;
                     self.syncer.sync_to_virtual(&self.ctx, &host).await?;
@@ -223,7 +244,7 @@ impl<S: Syncer> Reconcile for Controller<S> {
             (Some(virtual_obj), Some(host)) => {
                 let virtual_obj = hooked(hooks, HookPoint::GetVirtual, virtual_obj)?;
                 let host_uid = host.annotations().get(UID_ANNOTATION).cloned();
-                if host_uid != virtual_obj.meta().uid {
+                if host_uid != virtual_obj.meta().uid && !self.guard.adopt(key, self.ctx.stats()) {
                     info!(object = %key, host = %host_name, "host copy belongs to an earlier object of the same name, replacing it");
                     self.ctx.delete_host(&host).await?;
                     self.syncer.sync_to_host(&self.ctx, &virtual_obj).await?;

@@ -9,9 +9,11 @@
 //!   `managedFields`: [`slim_for_cache`]) and pushes the keys its events touch; after every
 //!   (re-)listing, and every `resync_period`, every key is pushed
 //!   ([`Reconcile::all_keys`]), so changes made while a watch was down converge;
-//! - a watch that fails is retried with backoff and its error is the type's error in the
-//!   statistics (`RuntimeHealthy=False, reason=TypeUnavailable`) until that watch delivers an
-//!   event again;
+//! - a watch that fails is retried after a capped exponential delay ([`crate::retry`]: 500 ms
+//!   doubling up to `retry_max`, reset only by a delivered object or listing, not by the
+//!   `Init` the watcher emits before each attempt; each failure is logged with `retry_in_ms`)
+//!   and its error is the type's error in the statistics (`RuntimeHealthy=False,
+//!   reason=TypeUnavailable`) until that watch delivers an event again;
 //! - once every cache is listed, `workers` workers reconcile keys concurrently, one key never
 //!   on two workers at once ([`crate::queue`]); a failed reconcile is retried with per-key
 //!   exponential backoff (200 ms … 30 s), a 409 (stale cache) without a warning; a key whose
@@ -34,6 +36,7 @@ use crate::cache::Cache;
 use crate::context::SyncObject;
 use crate::error::Error;
 use crate::queue::{WorkQueue, WorkReceiver, work_queue};
+use crate::retry::Retry;
 use crate::stats::{Outcome, TypeStats};
 use crate::translate::slim_for_cache;
 
@@ -96,6 +99,8 @@ pub(crate) struct Settings {
     pub resync_period: Option<Duration>,
     /// Told about each new conflict.
     pub on_conflict: Option<ConflictReporter>,
+    /// The longest delay between two attempts of a failing watch ([`crate::retry`]).
+    pub retry_max: Duration,
 }
 
 /// What a syncer tells the driver (see the module docs).
@@ -148,7 +153,7 @@ pub(crate) async fn run<R: Reconcile>(
     let watching = futures::future::join_all(
         watches
             .into_iter()
-            .map(|w| watch(&reconciler, w, &queue, &errors)),
+            .map(|w| watch(&reconciler, w, &queue, &errors, settings.retry_max)),
     );
     let resync = async {
         let Some(period) = settings.resync_period else {
@@ -200,29 +205,42 @@ async fn watch<R: Reconcile>(
     watch: Watch<R::Object>,
     queue: &WorkQueue<ObjectKey>,
     errors: &WatchErrors,
+    retry_max: Duration,
 ) {
     let side = watch.side;
     let cache = reconciler.cache(side);
-    let events = watcher(watch.api, watch.config)
-        .default_backoff()
-        .modify(|obj| slim_for_cache(obj.meta_mut()));
+    // No `default_backoff()`: it resets on the `Init` the watcher emits before every list, so
+    // a list that keeps failing was retried every ~0.8 s; the delay is ours (module docs).
+    let events = watcher(watch.api, watch.config).modify(|obj| slim_for_cache(obj.meta_mut()));
     let mut events = std::pin::pin!(events);
+    let mut retry = Retry::new(retry_max);
     while let Some(event) = events.next().await {
         let event = match event {
             Ok(event) => event,
             Err(error) => {
                 let stats = reconciler.stats();
-                let message = format!(
+                let detail = format!(
                     "watching {} {} on the {} API server failed: {error}",
                     stats.api_version(),
                     stats.kind(),
                     side.cluster()
                 );
-                warn!(%message, "watch failed, retrying with backoff");
-                errors.set(side, Some(message), stats);
+                let delay = retry.next_delay();
+                warn!(
+                    error = %detail,
+                    kind = %stats.kind(),
+                    cluster = side.cluster(),
+                    retry_in_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                    "watch failed, retrying with backoff"
+                );
+                errors.set(side, Some(detail), stats);
+                tokio::time::sleep(delay).await;
                 continue;
             }
         };
+        if !matches!(event, watcher::Event::Init) {
+            retry.reset();
+        }
         cache.apply(&event);
         let key = match &event {
             watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => {
@@ -274,10 +292,10 @@ async fn process<R: Reconcile>(
         Ok(outcome) => {
             queue.forget(key);
             if outcome == Some(Outcome::Conflict) && stats.outcome(&id) != Some(Outcome::Conflict) {
-                let message = reconciler.conflict_message(key);
-                warn!(%message, "conflict");
+                let conflict = reconciler.conflict_message(key);
+                warn!(%conflict, "conflict");
                 if let Some(report) = on_conflict {
-                    report(message);
+                    report(conflict);
                 }
             }
             if outcome == Some(Outcome::Pending) {

@@ -69,6 +69,8 @@ pub struct FromHostOptions {
     pub resync_period: Duration,
     /// Told once about each virtual object of a copied name that the runtime did not make.
     pub on_conflict: Option<ConflictReporter>,
+    /// The longest delay between two attempts of a failing watch ([`crate::retry`]).
+    pub retry_max: Duration,
 }
 
 /// The keys are the host objects' `(host namespace, name)`; the virtual copy has the same name.
@@ -106,6 +108,7 @@ pub async fn run(opts: FromHostOptions) -> Result<(), Error> {
         workers: 1,
         resync_period: Some(opts.resync_period),
         on_conflict: opts.on_conflict.clone(),
+        retry_max: opts.retry_max,
     };
     let from_host = FromHost {
         translator: FromHostTranslator::new(

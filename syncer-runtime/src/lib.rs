@@ -32,6 +32,7 @@ mod plugin;
 pub mod pod_update;
 pub mod pods;
 mod queue;
+pub mod retry;
 pub mod runtime;
 pub mod sdk;
 pub mod stats;
@@ -39,6 +40,7 @@ pub mod status;
 pub mod syncer;
 pub mod translate;
 pub mod v2;
+mod vanish;
 
 pub use error::Error;
 pub use runtime::{Config, PodSync, run};

@@ -73,6 +73,10 @@ struct Args {
     /// Seconds between full resyncs of every synced object.
     #[arg(long, default_value_t = DEFAULT_RESYNC_PERIOD.as_secs())]
     resync_seconds: u64,
+    /// Longest delay, in seconds, between two attempts of a failing watch or of a synced type
+    /// that is not served (the delay starts at 0.5 s and doubles).
+    #[arg(long, env = "VCLUSTER_PLUGIN_RETRY_MAX_SECONDS", default_value_t = vcp_syncer_runtime::retry::DEFAULT_RETRY_MAX.as_secs())]
+    retry_max_seconds: u64,
 }
 
 /// `vcluster-plugin-syncer install-plugin DIR`.
@@ -144,6 +148,7 @@ async fn main_inner(args: Args) -> Result<(), Error> {
     config.vcluster = args.vcluster;
     config.workers = args.workers.max(1);
     config.resync_period = std::time::Duration::from_secs(args.resync_seconds.max(1));
+    config.retry_max = std::time::Duration::from_secs(args.retry_max_seconds.max(1));
     config.pod_sync = match args.pod_sync {
         PodSyncArg::Hooks => PodSync::Hooks,
         PodSyncArg::Full => PodSync::Full,

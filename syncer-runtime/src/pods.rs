@@ -117,6 +117,7 @@ pub async fn run_pod_hooks(opts: PodHookOptions) -> Result<(), Error> {
         workers: 1,
         resync_period: None,
         on_conflict: None,
+        retry_max: crate::retry::DEFAULT_RETRY_MAX,
     };
     let pods = PodHooks {
         api,

@@ -37,6 +37,7 @@ use crate::error::Error;
 use crate::from_host::{self, FromHostOptions};
 use crate::hooks::{ClientHook, Hooks, declarative_hooks};
 use crate::pods::{PodHookOptions, physical_pod_hooks, run_pod_hooks};
+use crate::retry::Retry;
 use crate::stats::{EventSink, Severity, TypeStats};
 use crate::status::{self, RuntimeStatus};
 use crate::syncer::DeclarativeSyncer;
@@ -82,6 +83,9 @@ pub struct Config {
     pub status_interval: Duration,
     /// Concurrent workers per synced type (default 4).
     pub workers: usize,
+    /// The longest delay between two attempts of a failing watch or of a synced type that is
+    /// not served (default 30 s; [`crate::retry`]).
+    pub retry_max: Duration,
     /// A v2 plugin's hooks ([`PodSync::Mutate`]): set to the declared hooks whenever the
     /// syncers start from a spec, emptied while the `VClusterPlugin` is gone, so that
     /// vCluster's `Mutate` calls apply the current spec.
@@ -110,6 +114,7 @@ impl Config {
             resync_period: DEFAULT_RESYNC_PERIOD,
             status_interval: Duration::from_secs(2),
             workers: DEFAULT_WORKERS,
+            retry_max: crate::retry::DEFAULT_RETRY_MAX,
             hook_table: None,
             reconciles: Arc::default(),
         }
@@ -375,15 +380,20 @@ async fn run_type(
             return Err(error);
         }
     };
-    let mut delay = Duration::from_millis(500);
+    let mut retry = Retry::new(config.retry_max);
     let (resource, status_subresource) = loop {
         match resolve(&config, &synced).await {
             Ok(resolved) => break resolved,
             Err(error) => {
-                warn!(%error, "synced type not available yet, retrying");
+                let delay = retry.next_delay();
+                warn!(
+                    %error,
+                    kind = %synced.kind,
+                    retry_in_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                    "synced type not available yet, retrying"
+                );
                 stats.set_type_error(Some(error.to_string()));
                 tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(30));
             }
         }
     };
@@ -403,6 +413,7 @@ async fn run_type(
             stats,
             resync_period: config.resync_period,
             on_conflict: Some(on_conflict),
+            retry_max: config.retry_max,
         })
         .await;
     }
@@ -433,6 +444,7 @@ async fn run_type(
         resync_period: config.resync_period,
         workers: config.workers,
         owner_uid,
+        retry_max: config.retry_max,
     };
     let mut options = controller::Options::from(&register);
     options.on_conflict = Some(on_conflict);
