@@ -138,6 +138,44 @@ impl ControlPlane {
         control_plane_script(&["restart", cluster.as_str()], &self.dir, &[])
     }
 
+    /// Stops etcd and starts it again on the same port with the same data folder
+    /// (`scripts/control-plane restart etcd`), returning once it answers `/health`. Both API
+    /// servers lose their storage meanwhile (requests fail, watches end) and reconnect on
+    /// their own; every object survives. Blocks the calling thread (typically 1–10 s).
+    ///
+    /// # Errors
+    /// When the script fails: its output is in the error.
+    pub fn restart_etcd(&self) -> anyhow::Result<()> {
+        control_plane_script(&["restart", "etcd"], &self.dir, &[])
+    }
+
+    /// Compacts etcd at its current revision with etcd's own API (`scripts/control-plane
+    /// compact`: its gRPC gateway's `/v3/kv/range` for the revision, then `/v3/kv/compaction`
+    /// with `physical: true`), and returns that revision: from then on, a watch or list from
+    /// an older revision is answered `410 Gone` by etcd.
+    ///
+    /// # Errors
+    /// When the script fails or prints no revision.
+    pub fn compact_etcd(&self) -> anyhow::Result<u64> {
+        let out = Command::new(repo_root().join("scripts/control-plane"))
+            .arg("compact")
+            .arg("--dir")
+            .arg(&self.dir)
+            .output()
+            .context("run scripts/control-plane compact")?;
+        if !out.status.success() {
+            bail!(
+                "scripts/control-plane compact failed ({}):\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .context("the revision scripts/control-plane compact printed")
+    }
+
     /// Starts Kubernetes' garbage collector for the host cluster (`scripts/control-plane gc`:
     /// kube-controller-manager, built from the same pinned Kubernetes module as kube-apiserver,
     /// with only its `garbagecollector` controller), once per control plane, returning when its

@@ -3,6 +3,13 @@
 //! - either API server restarts (`scripts/control-plane restart`) while 1,000 Cars are
 //!   syncing, while Cars are deleted and updated: everything converges, with no duplicate host
 //!   object, no lost delete, and every host object created exactly once;
+//! - etcd restarts (same port and data folder), and, apart, etcd is compacted at its current
+//!   revision with etcd's own API and both API servers restarted, so that every watch must
+//!   resume from a revision etcd no longer holds (410 Gone, re-list) (issue 12, item 1); both
+//!   with the operator running, which must converge a plugin change made after the fault, and
+//!   with the fault shown to have taken effect (the test's writes held while etcd was away; the
+//!   runtime's watches answered 410). Every scenario also waits for the plugin's
+//!   `status.syncedObjects` to report the 900 survivors (no status stuck);
 //! - a host object that changes between the runtime's cache read and its
 //!   resourceVersion-guarded patch gets a real 409, which is retried after the backoff, without
 //!   a warning, and converges.
@@ -13,7 +20,7 @@
 //! apart from the test's (`admin`) in the audit logs.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -106,9 +113,14 @@ where
 {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
-        match op().await {
+        let began = Instant::now();
+        let result = op().await;
+        let took = u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX);
+        SLOWEST_TEST_WRITE_MS.fetch_max(took, Ordering::Relaxed);
+        match result {
             Ok(value) => return value,
             Err(error) if Instant::now() < deadline => {
+                REFUSED_TEST_WRITES.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(%what, %error, "retrying");
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
@@ -116,6 +128,14 @@ where
         }
     }
 }
+
+/// Tries of the test's own writes that failed (and were retried by [`persist`]) so far: a fault
+/// that the API servers felt shows here.
+static REFUSED_TEST_WRITES: AtomicUsize = AtomicUsize::new(0);
+
+/// The longest single try of the test's own writes since the last reset, milliseconds: an API
+/// server waiting for etcd shows here.
+static SLOWEST_TEST_WRITE_MS: AtomicU64 = AtomicU64::new(0);
 
 fn is_status(error: &kube::Error, code: u16) -> bool {
     matches!(error, kube::Error::Api(s) if s.code == code)
@@ -136,17 +156,125 @@ fn updated(i: usize) -> bool {
     i % 10 == 7
 }
 
+/// What a scenario does to the control plane once half of the Cars exist.
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    /// Restart that cluster's kube-apiserver (`scripts/control-plane restart host|virtual`).
+    ApiServer(Cluster),
+    /// Restart etcd, same port and data folder: both API servers lose their storage.
+    Etcd,
+    /// Compact etcd at its current revision (etcd's own API), then restart both API servers:
+    /// every watch then has to resume from a revision etcd no longer holds (and that the
+    /// restarted servers' watch caches do not hold either) and is answered 410 Gone. (A
+    /// compaction alone expires no watch: an API server serves watches from its watch cache,
+    /// whose own etcd watch is past the compacted revision; tried, 0 410s.)
+    Compaction,
+}
+
+impl Fault {
+    /// Injects the fault (blocking); a description of what was done.
+    fn inject(self, cp: &ControlPlane) -> anyhow::Result<String> {
+        match self {
+            Fault::ApiServer(cluster) => {
+                cp.restart(cluster).map(|()| format!("{cluster:?} restart"))
+            }
+            Fault::Etcd => cp.restart_etcd().map(|()| "etcd restart".to_string()),
+            Fault::Compaction => {
+                let revision = cp.compact_etcd()?;
+                cp.restart(Cluster::Host)?;
+                cp.restart(Cluster::Virtual)?;
+                Ok(format!(
+                    "etcd compacted at revision {revision}, then both API servers restarted"
+                ))
+            }
+        }
+    }
+
+    /// Whether the scenario also runs the operator (installing the plugin into a vCluster's
+    /// workload) and checks that it converges a change made after the fault.
+    fn with_operator(self) -> bool {
+        !matches!(self, Fault::ApiServer(_))
+    }
+}
+
+/// The operator, in-process as `vcp-operator` with its RBAC, on `cp`'s host cluster.
+async fn start_operator(cp: &ControlPlane, host: &Client) -> tokio::task::JoinHandle<()> {
+    for file in [
+        "config/rbac/role.yaml",
+        "config/rbac/test-user-binding.yaml",
+    ] {
+        vcp_tests::apply_yaml_file(host, file, None)
+            .await
+            .unwrap_or_else(|e| panic!("apply {file}: {e:#}"));
+    }
+    let mut config =
+        vcluster_plugin_operator::Config::new(cp.client(Cluster::Host, Identity::Operator).await);
+    config.runtime_image = "vcp-test/runtime:faults".into();
+    tokio::spawn(async move {
+        vcluster_plugin_operator::run(config)
+            .await
+            .expect("operator stopped");
+    })
+}
+
+/// Watch failures the runtime logged (its `watch failed, retrying with backoff` warnings)
+/// whose message says 410 (Gone / Expired / too old resource version), so far.
+fn watch_410s() -> usize {
+    warnings()
+        .lock()
+        .expect("warnings")
+        .iter()
+        .filter(|w| {
+            w.contains("watch failed")
+                && ["410", "Expired", "too old", "Gone"]
+                    .iter()
+                    .any(|m| w.contains(m))
+        })
+        .count()
+}
+
+/// The runtime's watch failures logged so far (any cause), for the report.
+fn watch_failures() -> Vec<String> {
+    warnings()
+        .lock()
+        .expect("warnings")
+        .iter()
+        .filter(|w| w.contains("watch failed"))
+        .cloned()
+        .collect()
+}
+
 /// One restart scenario on `cp`: the declarative runtime syncs Cars labelled `e2e=<tag>` into
 /// host namespace `vc-<tag>`; 1,000 Cars are created, the `restart` API server is restarted
 /// half-way, 100 Cars are deleted and 100 updated; then the host must hold exactly the copies
 /// of the surviving Cars, each created once.
-async fn restart_scenario(cp: &Arc<ControlPlane>, restart: Cluster, tag: &str) {
+async fn restart_scenario(cp: &Arc<ControlPlane>, restart: Fault, tag: &str) {
     let started = Instant::now();
     let host = cp.client(Cluster::Host, Identity::Admin).await;
     let virtual_ = cp.client(Cluster::Virtual, Identity::Admin).await;
     let host_ns = format!("vc-{tag}");
-    let vcluster = format!("vc-{tag}");
+    // With the operator: the vCluster's workload as its chart renders it (release
+    // `my-vcluster`), which the operator installs the plugin into.
+    let vcluster = if restart.with_operator() {
+        "my-vcluster".to_string()
+    } else {
+        format!("vc-{tag}")
+    };
     vcp_tests::create_namespace(&host, &host_ns).await;
+    let operator = if restart.with_operator() {
+        vcp_tests::apply_yaml(
+            &host,
+            &vcp_tests::vcluster_workload(&host_ns),
+            Some(&host_ns),
+        )
+        .await
+        .expect("create the vCluster's workload");
+        Some(start_operator(cp, &host).await)
+    } else {
+        None
+    };
+    let sts_api: Api<k8s_openapi::api::apps::v1::StatefulSet> =
+        Api::namespaced(host.clone(), &host_ns);
     for n in 0..NAMESPACES {
         vcp_tests::create_namespace(&virtual_, &format!("{tag}-{n}")).await;
     }
@@ -221,10 +349,14 @@ async fn restart_scenario(cp: &Arc<ControlPlane>, restart: Cluster, tag: &str) {
         .await
         .map(|l| l.items.len())
         .unwrap_or_default();
+    let warnings_before = watch_410s();
+    let failures_before = watch_failures().len();
+    let refused_before = REFUSED_TEST_WRITES.load(Ordering::Relaxed);
+    SLOWEST_TEST_WRITE_MS.store(0, Ordering::Relaxed);
     let restart_began = Instant::now();
     let restarting = {
         let cp = cp.clone();
-        tokio::task::spawn_blocking(move || cp.restart(restart))
+        tokio::task::spawn_blocking(move || restart.inject(&cp))
     };
     creates.await.expect("creates");
 
@@ -258,11 +390,22 @@ async fn restart_scenario(cp: &Arc<ControlPlane>, restart: Cluster, tag: &str) {
         .collect::<Vec<()>>()
         .await;
     let writes_done = restart_began.elapsed();
-    restarting
+    let injected = restarting
         .await
         .expect("restart task")
-        .unwrap_or_else(|e| panic!("restart the {restart:?} API server: {e:#}"));
+        .unwrap_or_else(|e| panic!("inject {restart:?}: {e:#}"));
     let restart_took = restart_began.elapsed();
+    // The operator converges a change made after the fault: its watches resumed.
+    if operator.is_some() {
+        plugins
+            .patch(
+                "cars",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"env": [{"name": "E2E_FAULT", "value": tag}]}})),
+            )
+            .await
+            .expect("change the plugin after the fault");
+    }
 
     // The virtual side holds exactly the survivors, with the updates.
     let mut survivors: BTreeMap<String, Car> = BTreeMap::new();
@@ -357,6 +500,76 @@ async fn restart_scenario(cp: &Arc<ControlPlane>, restart: Cluster, tag: &str) {
     }
     let converged = converge_began.elapsed();
 
+    // No status stuck: the runtime reports every survivor synced.
+    let status_began = Instant::now();
+    let reported = vcp_tests::poll_for(CONVERGE, || {
+        let plugins = plugins.clone();
+        async move {
+            let p = plugins.get("cars").await.ok()?;
+            let count = p
+                .status?
+                .synced_objects
+                .iter()
+                .find(|o| o.kind == "Car")?
+                .count;
+            (count == 900).then_some(count)
+        }
+    })
+    .await;
+    let status_reported = status_began.elapsed();
+    assert_eq!(
+        reported,
+        Some(900),
+        "{restart:?}: status.syncedObjects[Car].count equals the 900 survivors: {:?}",
+        plugins.get("cars").await.ok().and_then(|p| p.status)
+    );
+    let operator_converged = if operator.is_some() {
+        let began = Instant::now();
+        let tag = tag.to_string();
+        vcp_tests::wait_for(CONVERGE, || {
+            let sts_api = sts_api.clone();
+            let tag = tag.clone();
+            let vcluster = vcluster.clone();
+            async move {
+                let sts = sts_api.get(&vcluster).await.ok()?;
+                let has = sts.spec?.template.spec?.containers.iter().any(|c| {
+                    c.env
+                        .iter()
+                        .flatten()
+                        .any(|e| e.name == "E2E_FAULT" && e.value.as_deref() == Some(tag.as_str()))
+                });
+                has.then_some(())
+            }
+        })
+        .await;
+        Some(began.elapsed())
+    } else {
+        None
+    };
+    let relists = watch_410s() - warnings_before;
+    let failures: Vec<String> = watch_failures().split_off(failures_before);
+    eprintln!(
+        "{restart:?}: {} watch failures logged by the runtime since the fault began, the last \
+         ones: {:?}",
+        failures.len(),
+        failures.iter().rev().take(3).collect::<Vec<_>>()
+    );
+    let refused_tries = REFUSED_TEST_WRITES.load(Ordering::Relaxed) - refused_before;
+    let slowest = Duration::from_millis(SLOWEST_TEST_WRITE_MS.load(Ordering::Relaxed));
+    match restart {
+        Fault::Compaction => assert!(
+            relists > 0,
+            "the compaction took effect: the runtime's watches got 410 and re-listed"
+        ),
+        // The API servers hold requests while etcd is away (they are not refused): the
+        // slowest write of the test since the fault began waited for etcd's return.
+        Fault::Etcd => assert!(
+            slowest >= Duration::from_secs(1),
+            "the etcd restart took effect: the test's slowest write took only {slowest:?}"
+        ),
+        Fault::ApiServer(_) => {}
+    }
+
     // The audit log (appended to across a host restart): each survivor's host copy was created
     // exactly once by the runtime, and no Car was created twice.
     let creates: Vec<AuditedWrite> = vcp_tests::audited_write_events(cp, Cluster::Host)
@@ -379,15 +592,27 @@ async fn restart_scenario(cp: &Arc<ControlPlane>, restart: Cluster, tag: &str) {
         twice.is_empty(),
         "host Cars created more than once: {twice:?}"
     );
+    // A create the API server answered with a server error (such as 504 while etcd
+    // restarted) may still have been stored: the host copy then exists with the live virtual
+    // uid (checked above), and that one create is the survivor's, as long as no other create
+    // landed (no 201 at all: no duplicate).
+    let mut unanswered: BTreeMap<&str, usize> = BTreeMap::new();
+    for w in creates.iter().filter(|w| w.code >= 500) {
+        *unanswered.entry(w.object_name.as_str()).or_default() += 1;
+    }
     let never: Vec<_> = expected_names
         .iter()
-        .filter(|n| !created_once.contains_key(n.as_str()))
+        .filter(|n| !created_once.contains_key(n.as_str()) && !unanswered.contains_key(n.as_str()))
         .take(5)
         .collect();
     assert!(
         never.is_empty(),
         "survivors without an audited create: {never:?}"
     );
+    let stored_without_201: Vec<_> = expected_names
+        .iter()
+        .filter(|n| !created_once.contains_key(n.as_str()))
+        .collect();
     let scenario_names: BTreeSet<String> = (0..CARS)
         .map(|i| {
             let (ns, name) = car_at(tag, i);
@@ -410,11 +635,18 @@ async fn restart_scenario(cp: &Arc<ControlPlane>, restart: Cluster, tag: &str) {
     }
     assert!(!runtime.is_finished(), "the runtime stopped");
     runtime.abort();
+    if let Some(operator) = operator {
+        assert!(!operator.is_finished(), "the operator stopped");
+        operator.abort();
+    }
     eprintln!(
-        "{restart:?} restart scenario: {} host copies when the restart began; deletes and \
-         updates done {writes_done:?} after it began; restart took {restart_took:?}; converged \
-         {converged:?} after that; {} creates (201) and refused creates by code {refused:?} by \
-         the runtime; {:?} in all",
+        "{restart:?} scenario ({injected}): {} host copies when the fault began; deletes and \
+         updates done {writes_done:?} after it began; the fault took {restart_took:?}; host \
+         converged {converged:?} after that; syncedObjects 900 {status_reported:?} after \
+         that; operator converged a change {operator_converged:?} after that; {relists} watch \
+         410s logged by the runtime; {refused_tries} failed tries of the test's writes, the slowest {slowest:?}; survivors whose \
+         only create was answered 5xx (stored nonetheless) {stored_without_201:?}; {} creates (201) and refused creates by code {refused:?} \
+         by the runtime; {:?} in all",
         host_copies_at_restart,
         created_once.len(),
         started.elapsed()
@@ -437,11 +669,42 @@ async fn api_server_restarts_during_a_1000_car_sync_converge() {
             .len()
     };
     let before = (audit_lines(Cluster::Host), audit_lines(Cluster::Virtual));
-    restart_scenario(&cp, Cluster::Host, "faults-host").await;
-    restart_scenario(&cp, Cluster::Virtual, "faults-virtual").await;
+    restart_scenario(&cp, Fault::ApiServer(Cluster::Host), "faults-host").await;
+    restart_scenario(&cp, Fault::ApiServer(Cluster::Virtual), "faults-virtual").await;
     // Both audit logs kept what came before their restart (appended, not rotated away).
     assert!(audit_lines(Cluster::Host) > before.0 + 1_800);
     assert!(audit_lines(Cluster::Virtual) > before.1 + 2_000);
+}
+
+/// etcd restarts while 1,000 Cars sync, with the operator running: the runtime and the operator
+/// resume, every survivor is created once on the host, and the status reports them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_restart_during_a_1000_car_sync_converges() {
+    let _serial = SERIAL.lock().await;
+    let _ = warnings();
+    let cp = Arc::new(ControlPlane::start().expect("start a control plane of this test's own"));
+    for cluster in [Cluster::Host, Cluster::Virtual] {
+        let client = cp.client(cluster, Identity::Admin).await;
+        vcp_tests::install_crds(&client).await;
+        syncer_is_cluster_admin(&client).await;
+    }
+    restart_scenario(&cp, Fault::Etcd, "faults-etcd").await;
+}
+
+/// etcd is compacted at its current revision while 1,000 Cars sync (with creates, updates and
+/// deletes), with the operator running: the runtime's watches get 410 Gone and re-list, and
+/// everything converges as without the fault.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_compaction_during_a_1000_car_sync_converges() {
+    let _serial = SERIAL.lock().await;
+    let _ = warnings();
+    let cp = Arc::new(ControlPlane::start().expect("start a control plane of this test's own"));
+    for cluster in [Cluster::Host, Cluster::Virtual] {
+        let client = cp.client(cluster, Identity::Admin).await;
+        vcp_tests::install_crds(&client).await;
+        syncer_is_cluster_admin(&client).await;
+    }
+    restart_scenario(&cp, Fault::Compaction, "faults-compact").await;
 }
 
 /// Touches a host Car from outside the runtime the first time the runtime is about to patch
