@@ -1640,6 +1640,97 @@ async fn pod_hook_on_an_immutable_field_is_skipped_once_and_labels_keep_syncing(
     assert_eq!(last.data["spec"]["containers"][0]["name"], json!("c"));
 }
 
+/// The same beside a vCluster (`--pod-sync=hooks`, the default), where the host pods exist
+/// before any hook runs: a pod hook that sets `spec.nodeName` and a label gets its label onto
+/// the vCluster's host pod, the `nodeName` change is left out and reported once, and no update
+/// is refused, over several syncs of the pod.
+#[tokio::test]
+async fn pod_hook_on_an_immutable_field_beside_a_vcluster_is_skipped_once() {
+    let mut spec = default_spec("immuthooks");
+    spec["hooks"] = json!([{
+        "name": "pin-node", "apiVersion": "v1", "kind": "Pod",
+        "events": ["CreatePhysical", "UpdatePhysical"],
+        "labels": {"hooked": "yes"},
+        "jsonPatch": [{"op": "add", "path": "/spec/nodeName", "value": "node-1"}]
+    }]);
+    let w = world_with("immuthooks", &[], spec, PodSync::Hooks).await;
+    let pods = Api::<DynamicObject>::namespaced_with(w.host.clone(), &w.host_ns, &pods_resource());
+    let pod = |labels: Value| {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "synced-pod", "namespace": w.host_ns, "labels": labels},
+            "spec": {"automountServiceAccountToken": false,
+                     "containers": [{"name": "c", "image": "registry.invalid/none:1"}]}
+        })
+    };
+    let managed = json!({"vcluster.loft.sh/managed-by": w.vcluster});
+    apply(&w.host, &pods_resource(), Some(&w.host_ns), pod(managed.clone())).await;
+    wait_for(TIMEOUT, || {
+        let pods = pods.clone();
+        async move {
+            let pod = pods.get("synced-pod").await.ok()?;
+            (pod.labels().get("hooked").map(String::as_str) == Some("yes")).then_some(())
+        }
+    })
+    .await;
+    let event = vcp_tests::wait_event(
+        &w.host,
+        &w.host_ns,
+        "car-plugin",
+        vcp_crds::REASON_IMMUTABLE_POD_FIELDS,
+        TIMEOUT,
+    )
+    .await;
+    assert!(
+        event.note.as_deref().unwrap_or_default().contains("/spec/nodeName"),
+        "{:?}",
+        event.note
+    );
+    let key = format!("{}/synced-pod", w.host_ns);
+    let first = w.reconciles.reconciles("Pod", &key);
+    for round in 1..=3 {
+        let before = w.reconciles.reconciles("Pod", &key);
+        let mut labels = managed.clone();
+        labels["round"] = json!(round.to_string());
+        labels["hooked"] = json!("yes");
+        apply(&w.host, &pods_resource(), Some(&w.host_ns), pod(labels)).await;
+        w.wait_reconciled("Pod", &key, before).await;
+    }
+    let syncs = w.reconciles.reconciles("Pod", &key) - first;
+    let events: Vec<_> = Api::<k8s_openapi::api::events::v1::Event>::namespaced(
+        w.host.clone(),
+        &w.host_ns,
+    )
+    .list(&Default::default())
+    .await
+    .expect("events")
+    .items
+    .into_iter()
+    .filter(|e| e.reason.as_deref() == Some(vcp_crds::REASON_IMMUTABLE_POD_FIELDS))
+    .collect();
+    let writes: Vec<_> = vcp_tests::audited_write_events(ControlPlane::shared(), Cluster::Host)
+        .expect("audit log")
+        .into_iter()
+        .filter(|w| w.user == Identity::Syncer.user() && w.uri.contains("/pods/synced-pod"))
+        .collect();
+    let refused = writes.iter().filter(|w| w.code >= 400).count();
+    let last = pods.get("synced-pod").await.expect("pod");
+    println!(
+        "fault: pod hook adds spec.nodeName to existing host pods (--pod-sync=hooks); {syncs} \
+         syncs after the warning, {} ImmutablePodFields Event(s) (series {:?}), runtime writes \
+         of the pod: {} ({refused} refused)",
+        events.len(),
+        events.iter().map(|e| e.series.as_ref().map(|s| s.count)).collect::<Vec<_>>(),
+        writes.len()
+    );
+    assert!(syncs >= 3, "{syncs}");
+    assert_eq!(events.len(), 1);
+    assert!(events[0].series.is_none(), "{events:?}");
+    assert_eq!(refused, 0, "{writes:?}");
+    assert_eq!(last.data["spec"].get("nodeName"), None);
+    assert_eq!(last.labels().get("hooked").map(String::as_str), Some("yes"));
+}
+
 /// A CRD `widgets.e2e.vcp.test` whose `spec` has the given schema.
 fn widget_crd(spec_schema: Value) -> Value {
     json!({
