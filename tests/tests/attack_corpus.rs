@@ -276,11 +276,11 @@ async fn every_attack_is_refused_and_nothing_is_written() {
     assert!(ok, "the good plugin is refused: {out}");
     vcp_tests::wait_ready(&admin, NS, "good", "True", None, TIMEOUT).await;
     // Let the good plugin's own writes (workload, RBAC, status, and the no-op re-apply its
-    // workload change triggers) settle before counting starts. The sleep can only make this
-    // test fail (a late write of the good plugin counted), never pass: that nothing was written
-    // is asserted below only after the operator is shown to have looked at every attack (its
-    // Ready=False for each fixture's generation, and its status writes in the audit log).
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // workload change triggers) settle before counting starts: a reconcile of the poked good
+    // plugin finished after them. That nothing was written is asserted below only after the
+    // operator is shown to have looked at every attack (its Ready=False for each fixture's
+    // generation, and its status writes in the audit log).
+    vcp_tests::poke_plugin(&admin, NS, "good", TIMEOUT).await;
     let container_before = good_container(&admin).await;
     let since = SystemTime::now();
 

@@ -260,7 +260,8 @@ async fn a_bad_plugin_blocks_neither_the_install_nor_the_deletion_of_another() {
     // Converged with refused plugins: a change of the good plugin that does not change the
     // workload body (a new RBAC rule) is reconciled (new observedGeneration, Role written) and
     // costs no dry run.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Settled first: a reconcile of the poked good plugin finished after its install.
+    vcp_tests::poke_plugin(&admin, ns, "good", TIMEOUT).await;
     let dry_runs = |w: &[(String, String)]| w.iter().filter(|(_, u)| is_dry_run(u)).count();
     let before = operator_writes(ns);
     assert!(dry_runs(&before) > 0, "the plugins were judged: {before:?}");
@@ -285,8 +286,15 @@ async fn a_bad_plugin_blocks_neither_the_install_nor_the_deletion_of_another() {
         }
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The reconciles that follow the status write have finished too: one of the poked plugin.
+    let reconciles = vcp_tests::poke_plugin(&admin, ns, "good", TIMEOUT).await;
     let after = operator_writes(ns);
+    println!(
+        "converged with refused plugins: good reconciled {reconciles} times; operator dry runs \
+         in {ns}: {} before the change, {} after",
+        dry_runs(&before),
+        dry_runs(&after)
+    );
     assert!(
         after[before.len()..]
             .iter()

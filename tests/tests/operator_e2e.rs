@@ -500,8 +500,8 @@ async fn unknown_type_is_installed_once_its_crd_is_served() {
         "a refused plugin leaves the workload untouched"
     );
     // Let the reconciles the refusal's own writes (status, Event) trigger pass, so only the
-    // recheck can notice the CRD.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // recheck can notice the CRD: a reconcile of the poked plugin finished after them.
+    vcp_tests::poke_plugin(&admin, ns, "gadgets", TIMEOUT).await;
 
     vcp_tests::apply_yaml(
         &admin,
