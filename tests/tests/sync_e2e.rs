@@ -1664,7 +1664,13 @@ async fn pod_hook_on_an_immutable_field_beside_a_vcluster_is_skipped_once() {
         })
     };
     let managed = json!({"vcluster.loft.sh/managed-by": w.vcluster});
-    apply(&w.host, &pods_resource(), Some(&w.host_ns), pod(managed.clone())).await;
+    apply(
+        &w.host,
+        &pods_resource(),
+        Some(&w.host_ns),
+        pod(managed.clone()),
+    )
+    .await;
     wait_for(TIMEOUT, || {
         let pods = pods.clone();
         async move {
@@ -1682,7 +1688,11 @@ async fn pod_hook_on_an_immutable_field_beside_a_vcluster_is_skipped_once() {
     )
     .await;
     assert!(
-        event.note.as_deref().unwrap_or_default().contains("/spec/nodeName"),
+        event
+            .note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("/spec/nodeName"),
         "{:?}",
         event.note
     );
@@ -1697,17 +1707,15 @@ async fn pod_hook_on_an_immutable_field_beside_a_vcluster_is_skipped_once() {
         w.wait_reconciled("Pod", &key, before).await;
     }
     let syncs = w.reconciles.reconciles("Pod", &key) - first;
-    let events: Vec<_> = Api::<k8s_openapi::api::events::v1::Event>::namespaced(
-        w.host.clone(),
-        &w.host_ns,
-    )
-    .list(&Default::default())
-    .await
-    .expect("events")
-    .items
-    .into_iter()
-    .filter(|e| e.reason.as_deref() == Some(vcp_crds::REASON_IMMUTABLE_POD_FIELDS))
-    .collect();
+    let events: Vec<_> =
+        Api::<k8s_openapi::api::events::v1::Event>::namespaced(w.host.clone(), &w.host_ns)
+            .list(&Default::default())
+            .await
+            .expect("events")
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(vcp_crds::REASON_IMMUTABLE_POD_FIELDS))
+            .collect();
     let writes: Vec<_> = vcp_tests::audited_write_events(ControlPlane::shared(), Cluster::Host)
         .expect("audit log")
         .into_iter()
@@ -1720,7 +1728,10 @@ async fn pod_hook_on_an_immutable_field_beside_a_vcluster_is_skipped_once() {
          syncs after the warning, {} ImmutablePodFields Event(s) (series {:?}), runtime writes \
          of the pod: {} ({refused} refused)",
         events.len(),
-        events.iter().map(|e| e.series.as_ref().map(|s| s.count)).collect::<Vec<_>>(),
+        events
+            .iter()
+            .map(|e| e.series.as_ref().map(|s| s.count))
+            .collect::<Vec<_>>(),
         writes.len()
     );
     assert!(syncs >= 3, "{syncs}");
