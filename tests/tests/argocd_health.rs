@@ -1,5 +1,8 @@
 //! config/argocd: the VClusterPlugin health check, run by a real Lua 5.1 interpreter (the
-//! dialect Argo CD runs) against status fixtures for each outcome; the argocd-cm snippet
+//! dialect) and by gopher-lua with only the libraries Argo CD opens (the engine Argo CD embeds,
+//! tests/argocd-lua) against the statuses the real operator and runtime wrote
+//! (tests/fixtures/argocd, captured by tests/tests/argocd_states_e2e.rs) and the transient
+//! states made from them; the expected health is the README's table. The argocd-cm snippet
 //! embeds that same Lua; the example Application ignores the operator's fields on the
 //! vCluster's StatefulSet.
 
@@ -7,6 +10,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use serde_json::{Value, json};
 use vcp_tests::repo_root;
 
 const HEALTH_KEY: &str = "resource.customizations.health.vcp.dev_VClusterPlugin";
@@ -71,15 +75,11 @@ fn lua() -> PathBuf {
     found.expect("lua5.1 is not installed: run scripts/setup (apt-get install lua5.1)")
 }
 
-/// Runs `health_lua` on the object in `fixture` (YAML) with tests/fixtures/argocd/harness.lua:
+/// Runs `health_lua` on `object` with Lua 5.1 and tests/fixtures/argocd/harness.lua:
 /// returns (status, message).
-fn run_health_check(health_lua: &Path, fixture: &Path) -> (String, String) {
-    let yaml = std::fs::read_to_string(fixture)
-        .unwrap_or_else(|e| panic!("read {}: {e}", fixture.display()));
-    let object: serde_json::Value =
-        serde_yaml::from_str(&yaml).unwrap_or_else(|e| panic!("parse {}: {e}", fixture.display()));
+fn run_lua51(health_lua: &Path, object: &Value, case: &str) -> (String, String) {
     let mut chunk = String::from("return ");
-    lua_literal(&object, &mut chunk);
+    lua_literal(object, &mut chunk);
     chunk.push('\n');
 
     let mut child = Command::new(lua())
@@ -100,8 +100,7 @@ fn run_health_check(health_lua: &Path, fixture: &Path) -> (String, String) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "lua5.1 failed on {}: {}{stdout}",
-        fixture.display(),
+        "lua5.1 failed on {case}: {}{stdout}",
         String::from_utf8_lossy(&out.stderr)
     );
     let mut lines = stdout.lines();
@@ -110,83 +109,204 @@ fn run_health_check(health_lua: &Path, fixture: &Path) -> (String, String) {
     (status, message)
 }
 
-/// (fixture, expected health status, text the message must contain)
+/// Runs `health_lua` on `object` in gopher-lua as Argo CD does (tests/argocd-lua, built by
+/// `scripts/oracles build` as `ARGOCD_LUA`): returns (status, message).
+fn run_gopher_lua(health_lua: &Path, object: &Value, case: &str) -> (String, String) {
+    let driver = vcp_tests::oracle_paths()
+        .get("ARGOCD_LUA")
+        .expect("scripts/oracles build prints ARGOCD_LUA");
+    let mut child = Command::new(driver)
+        .arg(health_lua)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run argocd-lua");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(object.to_string().as_bytes())
+        .expect("write the object");
+    let out = child.wait_with_output().expect("wait for argocd-lua");
+    assert!(
+        out.status.success(),
+        "gopher-lua failed on {case}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let health: Value = serde_json::from_slice(&out.stdout).expect("argocd-lua prints JSON");
+    let text = |k: &str| health[k].as_str().unwrap_or_default().to_string();
+    (text("status"), text("message"))
+}
+
+/// A captured fixture (tests/tests/argocd_states_e2e.rs writes them from the real operator and
+/// runtime) as the JSON object Argo CD reads.
+fn captured(file: &str) -> Value {
+    let path = fixtures().join(file);
+    let yaml = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {file}: {e}"));
+    // A real VClusterPlugin, as the API server would hand it to Argo CD.
+    let _: vcp_crds::VClusterPlugin =
+        serde_yaml::from_str(&yaml).unwrap_or_else(|e| panic!("{file}: {e}"));
+    serde_yaml::from_str(&yaml).unwrap_or_else(|e| panic!("{file}: {e}"))
+}
+
+fn condition_of(object: &Value, type_: &str) -> Value {
+    object["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == type_))
+        .cloned()
+        .unwrap_or_else(|| panic!("no {type_} condition"))
+}
+
+fn set_condition(object: &mut Value, condition: Value) {
+    let conditions = object["status"]["conditions"]
+        .as_array_mut()
+        .expect("conditions");
+    conditions.retain(|c| c["type"] != condition["type"]);
+    conditions.push(condition);
+}
+
+/// A transient state, made from a captured one (the operator or runtime writes it only between
+/// two reconciles, too briefly to capture): the name, what it is made from, how.
+type Derived = (&'static str, &'static str, fn(&mut Value));
+
+/// The transient states.
+const DERIVED: &[Derived] = &[
+    ("no status yet", "ready.yaml", |o| {
+        o.as_object_mut().expect("object").remove("status");
+    }),
+    ("a new generation not yet observed", "ready.yaml", |o| {
+        o["metadata"]["generation"] = json!(2);
+    }),
+    (
+        "observed, but Ready still for the older generation",
+        "ready.yaml",
+        |o| {
+            o["metadata"]["generation"] = json!(2);
+            o["status"]["observedGeneration"] = json!(2);
+        },
+    ),
+    (
+        "the runtime reports a conflict the operator has not reconciled yet",
+        "ready.yaml",
+        |o| {
+            let conflict = condition_of(
+                &captured("degraded-host-object-conflict.yaml"),
+                "RuntimeHealthy",
+            );
+            set_condition(o, conflict);
+        },
+    ),
+    (
+        "the runtime restarts (Starting) before the operator reconciles",
+        "ready.yaml",
+        |o| {
+            let mut starting = condition_of(o, "RuntimeHealthy");
+            starting["status"] = json!("False");
+            starting["reason"] = json!("Starting");
+            starting["message"] = json!("listing example.loft.sh/v1 Car");
+            set_condition(o, starting);
+        },
+    ),
+];
+
+/// (case: a captured fixture or a derived state, expected health, text the message must
+/// contain). The expected health is the README's table ("Argo CD", "Status and condition
+/// reasons"), not the script's output.
 const CASES: &[(&str, &str, &str)] = &[
+    ("ready.yaml", "Healthy", "Installed"),
     (
-        "no-status.yaml",
-        "Progressing",
-        "Waiting for vcluster-plugin-operator",
+        "degraded-host-object-conflict.yaml",
+        "Degraded",
+        "HostObjectConflict: 1 object(s) not synced",
     ),
     (
-        "installing.yaml",
-        "Progressing",
-        "Starting: listing example.loft.sh/v1 Car",
-    ),
-    (
-        "pending-vcluster-not-found.yaml",
-        "Progressing",
-        "VClusterNotFound: no StatefulSet or Deployment my-vcluster",
-    ),
-    (
-        "generation-lags.yaml",
-        "Progressing",
-        "observe generation 3 (observed: 2)",
-    ),
-    (
-        "ready-condition-stale.yaml",
-        "Progressing",
-        "Ready condition is for generation 2, not yet for 3",
+        "degraded-type-unavailable.yaml",
+        "Degraded",
+        "TypeUnavailable: the CustomResourceDefinition cars.example.loft.sh in the virtual cluster is being deleted",
     ),
     (
         "terminating.yaml",
         "Progressing",
-        "Terminating: removing sidecar car-sync",
+        "Terminating: the VClusterPlugin is being deleted",
     ),
     (
-        "ready.yaml",
-        "Healthy",
-        "Installed: installed into StatefulSet my-vcluster",
+        "pending-vcluster-not-found.yaml",
+        "Progressing",
+        "VClusterNotFound: no StatefulSet or Deployment named my-vcluster",
     ),
     (
-        "failed-conflict.yaml",
+        "failed-policy-denied.yaml",
         "Degraded",
-        "Conflict: container car-sync in StatefulSet my-vcluster belongs to plugin other-plugin",
+        "PolicyDenied: spec.rbac.role.extraRules[0]",
     ),
     (
-        "degraded-runtime.yaml",
-        "Degraded",
-        "TypeUnavailable: cannot list cars.example.loft.sh in the virtual cluster: forbidden",
+        "no status yet",
+        "Progressing",
+        "Waiting for vcluster-plugin-operator",
     ),
     (
-        "runtime-newer-than-ready.yaml",
+        "a new generation not yet observed",
+        "Progressing",
+        "observe generation 2 (observed: 1)",
+    ),
+    (
+        "observed, but Ready still for the older generation",
+        "Progressing",
+        "Ready condition is for generation 1, not yet for 2",
+    ),
+    (
+        "the runtime reports a conflict the operator has not reconciled yet",
         "Degraded",
         "HostObjectConflict: 1 object(s) not synced",
     ),
+    (
+        "the runtime restarts (Starting) before the operator reconciles",
+        "Progressing",
+        "Starting: listing example.loft.sh/v1 Car",
+    ),
 ];
 
-#[test]
-fn health_lua_gives_each_outcome_on_its_fixture() {
-    let health = repo_root().join("config/argocd/health.lua");
-    for (fixture, status, message) in CASES {
-        let path = fixtures().join(fixture);
-        // The fixtures are real VClusterPlugins, as the API server would hand them to Argo CD.
-        let yaml = std::fs::read_to_string(&path).expect("read fixture");
-        let _: vcp_crds::VClusterPlugin =
-            serde_yaml::from_str(&yaml).unwrap_or_else(|e| panic!("{fixture}: {e}"));
+fn object_of(case: &str) -> Value {
+    if case.ends_with(".yaml") {
+        return captured(case);
+    }
+    let (_, from, derive) = DERIVED
+        .iter()
+        .find(|d| d.0 == case)
+        .unwrap_or_else(|| panic!("no derived state {case:?}"));
+    let mut object = captured(from);
+    derive(&mut object);
+    object
+}
 
-        let (got_status, got_message) = run_health_check(&health, &path);
-        assert_eq!(&got_status, status, "{fixture}: message {got_message:?}");
-        assert!(
-            got_message.contains(message),
-            "{fixture}: message {got_message:?} lacks {message:?}"
-        );
+#[test]
+fn health_lua_gives_each_outcome_in_both_engines() {
+    let health = repo_root().join("config/argocd/health.lua");
+    for (case, status, message) in CASES {
+        let object = object_of(case);
+        for (engine, (got_status, got_message)) in [
+            ("Lua 5.1", run_lua51(&health, &object, case)),
+            ("gopher-lua", run_gopher_lua(&health, &object, case)),
+        ] {
+            assert_eq!(
+                &got_status, status,
+                "{case} ({engine}): message {got_message:?}"
+            );
+            assert!(
+                got_message.contains(message),
+                "{case} ({engine}): message {got_message:?} lacks {message:?}"
+            );
+        }
+        println!("{case}: {status} in Lua 5.1 and gopher-lua");
     }
 
-    // Every fixture is a case, and every outcome is covered.
+    // Every captured fixture and every derived state is a case, and every outcome is covered.
     let mut files: Vec<String> = std::fs::read_dir(fixtures())
         .expect("read fixtures")
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
         .filter(|f| f.ends_with(".yaml"))
+        .chain(DERIVED.iter().map(|d| d.0.to_string()))
         .collect();
     files.sort();
     let mut cased: Vec<String> = CASES.iter().map(|c| c.0.to_string()).collect();
@@ -195,6 +315,67 @@ fn health_lua_gives_each_outcome_on_its_fixture() {
     for outcome in ["Healthy", "Progressing", "Degraded"] {
         assert!(CASES.iter().any(|c| c.1 == outcome), "no {outcome} case");
     }
+}
+
+#[test]
+fn gopher_lua_opens_only_what_argo_cd_opens() {
+    // Argo CD opens package, base, table and a safe os (time, date) for health scripts: the
+    // string library, io and the rest of os are not there.
+    let dir = tempfile_dir();
+    for (script, allowed) in [
+        (
+            "return {status = tostring(#{1, 2}) == \"2\" and \"Healthy\" or \"Degraded\"}",
+            true,
+        ),
+        (
+            "local t = {} table.insert(t, 1) return {status = \"Healthy\"}",
+            true,
+        ),
+        ("local n = os.time() return {status = \"Healthy\"}", true),
+        (
+            "local s = string.format(\"%d\", 1) return {status = \"Healthy\"}",
+            false,
+        ),
+        ("io.write(\"x\") return {status = \"Healthy\"}", false),
+        ("os.exit(1) return {status = \"Healthy\"}", false),
+        (
+            "local m = math.floor(1.5) return {status = \"Healthy\"}",
+            false,
+        ),
+    ] {
+        let path = dir.join("probe.lua");
+        std::fs::write(&path, script).expect("write probe");
+        let driver = vcp_tests::oracle_paths()
+            .get("ARGOCD_LUA")
+            .expect("ARGOCD_LUA");
+        let mut child = Command::new(driver)
+            .arg(&path)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run argocd-lua");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(b"{}")
+            .expect("write");
+        let out = child.wait_with_output().expect("wait");
+        assert_eq!(
+            out.status.success(),
+            allowed,
+            "{script}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+fn tempfile_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("vcp-argocd-lua-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
 }
 
 #[test]

@@ -1,0 +1,354 @@
+//! The inputs of the Argo CD health check (tests/fixtures/argocd/*.yaml), captured from what the
+//! real operator and runtime write (issue 12, item 4): the operator (shared, in-process) installs
+//! plugins into vCluster's own chart, the runtime runs with the service account the operator
+//! bound, and the VClusterPlugin is read at each state:
+//!
+//! | fixture | how the state is reached |
+//! | --- | --- |
+//! | `ready.yaml` | installed, the runtime syncing one Car |
+//! | `degraded-host-object-conflict.yaml` | a host Car of a synced Car's name that the vCluster does not manage |
+//! | `degraded-type-unavailable.yaml` | the Car CRD deleted in the virtual cluster |
+//! | `terminating.yaml` | deleted while a finalizer of the test's holds it (the operator's own is gone) |
+//! | `pending-vcluster-not-found.yaml` | a plugin for a vCluster that does not exist |
+//! | `failed-policy-denied.yaml` | a plugin asking for a wildcard rule |
+//!
+//! Each state's shape (phase, `Ready` and `RuntimeHealthy` status and reason, every condition
+//! type, being deleted or not, the generation observed) must equal the committed fixture's, so
+//! a change of what the operator or runtime writes fails here until the fixtures are recorded
+//! again: `VCP_RECORD_ARGOCD_FIXTURES=1 cargo test -p vcp-tests --test argocd_states_e2e`
+//! (uids, resource versions, managed fields and times are normalized away). The expected Argo
+//! CD health of each fixture is in tests/tests/argocd_health.rs, from the README's table.
+
+use std::time::Duration;
+
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
+};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use vcp_crds::VClusterPlugin;
+use vcp_tests::{Cluster, ControlPlane, Identity, TEST_FIELD_MANAGER, apply_yaml, wait_for};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+const FIXED_TIME: &str = "2026-01-01T00:00:00Z";
+const HOLD: &str = "e2e.vcp.test/hold";
+
+fn plugin(name: &str, extra: &str) -> String {
+    format!(
+        r"
+---
+apiVersion: vcp.dev/v1alpha1
+kind: VClusterPlugin
+metadata: {{ name: {name} }}
+spec:
+  vcluster: {{ name: my-vcluster }}
+  syncedTypes:
+    - {{ apiVersion: example.loft.sh/v1, kind: Car }}
+{extra}"
+    )
+}
+
+fn cars() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("example.loft.sh", "v1", "Car"),
+        "cars",
+    )
+}
+
+/// The object as Argo CD would get it, without what differs from run to run.
+fn normalized(plugin: &VClusterPlugin) -> Value {
+    let mut v = serde_json::to_value(plugin).expect("plugin as JSON");
+    let meta = v["metadata"].as_object_mut().expect("metadata");
+    for key in ["uid", "resourceVersion", "managedFields", "annotations"] {
+        meta.remove(key);
+    }
+    meta.insert("creationTimestamp".into(), json!(FIXED_TIME));
+    if meta.contains_key("deletionTimestamp") {
+        meta.insert("deletionTimestamp".into(), json!(FIXED_TIME));
+    }
+    if let Some(conditions) = v["status"]["conditions"].as_array_mut() {
+        conditions.sort_by_key(|c| c["type"].as_str().unwrap_or_default().to_string());
+        for c in conditions {
+            c["lastTransitionTime"] = json!(FIXED_TIME);
+        }
+    }
+    v
+}
+
+/// What must not change without re-recording: phase, the status and reason of `Ready` and
+/// `RuntimeHealthy`, the condition types, deletion, and whether the operator observed the
+/// current generation.
+fn shape(v: &Value) -> Value {
+    let condition = |t: &str| {
+        v["status"]["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == t))
+            .map(|c| json!([c["status"], c["reason"]]))
+            .unwrap_or(Value::Null)
+    };
+    let types: Vec<&Value> = v["status"]["conditions"]
+        .as_array()
+        .map(|cs| cs.iter().map(|c| &c["type"]).collect())
+        .unwrap_or_default();
+    json!({
+        "phase": v["status"]["phase"],
+        "Ready": condition("Ready"),
+        "RuntimeHealthy": condition("RuntimeHealthy"),
+        "conditionTypes": types,
+        "deleting": v["metadata"].get("deletionTimestamp").is_some(),
+        "observedCurrentGeneration": v["status"]["observedGeneration"] == v["metadata"]["generation"],
+    })
+}
+
+/// Compares the captured `plugin` with the committed fixture `file` (or records it).
+fn check_fixture(file: &str, what: &str, plugin: &VClusterPlugin) {
+    let path = vcp_tests::repo_root()
+        .join("tests/fixtures/argocd")
+        .join(file);
+    let captured = normalized(plugin);
+    if std::env::var_os("VCP_RECORD_ARGOCD_FIXTURES").is_some() {
+        let yaml = serde_yaml::to_string(&captured).expect("YAML");
+        let text = format!(
+            "# Captured by tests/tests/argocd_states_e2e.rs from the real operator and runtime: \
+             {what}.\n# Re-record: VCP_RECORD_ARGOCD_FIXTURES=1 cargo test -p vcp-tests --test \
+             argocd_states_e2e\n{yaml}"
+        );
+        std::fs::write(&path, text).expect("write fixture");
+        println!("recorded {file}");
+        return;
+    }
+    let text =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let committed: Value = serde_yaml::from_str(&text).expect("fixture YAML");
+    assert_eq!(
+        shape(&captured),
+        shape(&committed),
+        "{file}: what the operator and runtime write ({what}) no longer matches the committed \
+         fixture; re-record with VCP_RECORD_ARGOCD_FIXTURES=1 cargo test -p vcp-tests --test \
+         argocd_states_e2e and check tests/tests/argocd_health.rs"
+    );
+    println!("{file}: {what}: {}", shape(&captured));
+}
+
+/// Waits until the plugin satisfies `check`; returns it.
+async fn plugin_where(
+    admin: &Client,
+    ns: &str,
+    name: &str,
+    check: impl Fn(&VClusterPlugin) -> bool,
+) -> VClusterPlugin {
+    let api = Api::<VClusterPlugin>::namespaced(admin.clone(), ns);
+    wait_for(TIMEOUT, || {
+        let api = api.clone();
+        let check = &check;
+        async move { api.get(name).await.ok().filter(check) }
+    })
+    .await
+}
+
+fn has(p: &VClusterPlugin, type_: &str, status: &str, reason: &str) -> bool {
+    vcp_tests::condition(p, type_).is_some_and(|c| c.status == status && c.reason == reason)
+}
+
+fn phase(p: &VClusterPlugin) -> String {
+    p.status
+        .as_ref()
+        .and_then(|s| s.phase)
+        .map(|p| format!("{p:?}"))
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_health_inputs_are_what_operator_and_runtime_write() {
+    let admin = vcp_tests::start_shared_operator("vcp-test/runtime:argocd").await;
+    let cp = ControlPlane::shared();
+    let virtual_ = cp.client(Cluster::Virtual, Identity::Admin).await;
+    vcp_tests::install_crds(&virtual_).await;
+    vcp_tests::create_namespace(&virtual_, "team").await;
+
+    // A vCluster (the chart's own objects) with one embedded-runtime plugin.
+    let ns = "argocd-health";
+    vcp_tests::create_namespace(&admin, ns).await;
+    let workload = vcp_tests::vcluster_workload(ns);
+    apply_yaml(
+        &admin,
+        &format!("{workload}{}", plugin("car-sync", "")),
+        Some(ns),
+    )
+    .await
+    .expect("vCluster and plugin");
+    vcp_tests::wait_ready(&admin, ns, "car-sync", "True", None, TIMEOUT).await;
+
+    // The runtime, with the token of the service account the operator bound.
+    let account = cp
+        .service_account_client(Cluster::Host, ns, "vc-my-vcluster")
+        .await
+        .expect("a token of the vCluster's service account");
+    let mut config = vcp_syncer_runtime::Config::new(account, virtual_.clone(), ns, "car-sync");
+    config.status_interval = Duration::from_millis(300);
+    let runtime = tokio::spawn(vcp_syncer_runtime::run(config));
+    let virtual_cars = Api::<DynamicObject>::namespaced_with(virtual_.clone(), "team", &cars());
+    let put_car = |name: &'static str| {
+        let virtual_cars = virtual_cars.clone();
+        async move {
+            let car: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "example.loft.sh/v1", "kind": "Car",
+                "metadata": {"name": name, "namespace": "team"},
+                "spec": {"type": "Audi"}
+            }))
+            .expect("car");
+            virtual_cars
+                .patch(
+                    name,
+                    &PatchParams::apply(TEST_FIELD_MANAGER).force(),
+                    &Patch::Apply(&car),
+                )
+                .await
+                .expect("virtual Car");
+        }
+    };
+    put_car("beetle").await;
+    let ready = plugin_where(&admin, ns, "car-sync", |p| {
+        has(p, "RuntimeHealthy", "True", "Syncing")
+            && has(p, "Ready", "True", "Installed")
+            && phase(p) == "Ready"
+            && p.status.as_ref().and_then(|s| s.synced_total) == Some(1)
+    })
+    .await;
+    check_fixture("ready.yaml", "installed, the runtime syncing 1 Car", &ready);
+
+    // A host Car in the way of a synced one.
+    let host_cars = Api::<DynamicObject>::namespaced_with(admin.clone(), ns, &cars());
+    let foreign: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "example.loft.sh/v1", "kind": "Car",
+        "metadata": {"name": "taken-x-team-x-my-vcluster", "namespace": ns},
+        "spec": {"type": "Foreign"}
+    }))
+    .expect("foreign car");
+    host_cars
+        .patch(
+            "taken-x-team-x-my-vcluster",
+            &PatchParams::apply(TEST_FIELD_MANAGER).force(),
+            &Patch::Apply(&foreign),
+        )
+        .await
+        .expect("foreign host Car");
+    put_car("taken").await;
+    let conflict = plugin_where(&admin, ns, "car-sync", |p| {
+        has(p, "Ready", "False", "HostObjectConflict") && phase(p) == "Degraded"
+    })
+    .await;
+    check_fixture(
+        "degraded-host-object-conflict.yaml",
+        "a host Car of a synced Car's name that the vCluster does not manage",
+        &conflict,
+    );
+    virtual_cars
+        .delete("taken", &DeleteParams::default())
+        .await
+        .expect("delete the conflicting Car");
+    plugin_where(&admin, ns, "car-sync", |p| {
+        has(p, "Ready", "True", "Installed") && phase(p) == "Ready"
+    })
+    .await;
+    println!("conflict resolved: Ready=True again");
+
+    // The Car CRD goes away in the virtual cluster.
+    let crds = Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(virtual_.clone());
+    crds.delete("cars.example.loft.sh", &DeleteParams::default())
+        .await
+        .expect("delete the virtual Car CRD");
+    let unavailable = plugin_where(&admin, ns, "car-sync", |p| {
+        has(p, "Ready", "False", "TypeUnavailable") && phase(p) == "Degraded"
+    })
+    .await;
+    check_fixture(
+        "degraded-type-unavailable.yaml",
+        "the Car CRD deleted in the virtual cluster",
+        &unavailable,
+    );
+    vcp_tests::install_crds(&virtual_).await;
+    put_car("beetle").await;
+    plugin_where(&admin, ns, "car-sync", |p| {
+        has(p, "Ready", "True", "Installed") && has(p, "RuntimeHealthy", "True", "Syncing")
+    })
+    .await;
+    println!("the Car CRD back: Ready=True again");
+    runtime.abort();
+    let _ = runtime.await;
+
+    // Deleted, held by a finalizer of the test's after the operator removed its own.
+    let plugins = Api::<VClusterPlugin>::namespaced(admin.clone(), ns);
+    plugins
+        .patch(
+            "car-sync",
+            &PatchParams::default(),
+            &Patch::Json::<()>(
+                serde_json::from_value(json!([
+                    {"op": "add", "path": "/metadata/finalizers/-", "value": HOLD}
+                ]))
+                .expect("patch"),
+            ),
+        )
+        .await
+        .expect("add the test's finalizer");
+    plugins
+        .delete("car-sync", &DeleteParams::default())
+        .await
+        .expect("delete the plugin");
+    let terminating = plugin_where(&admin, ns, "car-sync", |p| {
+        p.finalizers() == [HOLD.to_string()] && phase(p) == "Terminating"
+    })
+    .await;
+    check_fixture(
+        "terminating.yaml",
+        "deleted; the operator's cleanup done, a finalizer of the test's left",
+        &terminating,
+    );
+    plugins
+        .patch(
+            "car-sync",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("remove the test's finalizer");
+
+    // A plugin for a vCluster that does not exist.
+    let ns = "argocd-pending";
+    vcp_tests::create_namespace(&admin, ns).await;
+    apply_yaml(&admin, &plugin("car-sync", ""), Some(ns))
+        .await
+        .expect("plugin");
+    let pending = plugin_where(&admin, ns, "car-sync", |p| {
+        has(p, "Ready", "False", "VClusterNotFound") && phase(p) == "Pending"
+    })
+    .await;
+    check_fixture(
+        "pending-vcluster-not-found.yaml",
+        "a plugin for a vCluster that does not exist",
+        &pending,
+    );
+
+    // A plugin the operator policy refuses.
+    let ns = "argocd-denied";
+    vcp_tests::create_namespace(&admin, ns).await;
+    let workload = vcp_tests::vcluster_workload(ns);
+    let extra = "  rbac:\n    role:\n      extraRules:\n        - { apiGroups: [\"\"], resources: [\"*\"], verbs: [get] }\n";
+    apply_yaml(
+        &admin,
+        &format!("{workload}{}", plugin("car-sync", extra)),
+        Some(ns),
+    )
+    .await
+    .expect("vCluster and plugin");
+    let denied = plugin_where(&admin, ns, "car-sync", |p| {
+        has(p, "Ready", "False", "PolicyDenied") && phase(p) == "Failed"
+    })
+    .await;
+    check_fixture(
+        "failed-policy-denied.yaml",
+        "a plugin asking for a wildcard rule",
+        &denied,
+    );
+}
