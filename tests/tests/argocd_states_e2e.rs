@@ -216,6 +216,18 @@ async fn the_health_inputs_are_what_operator_and_runtime_write() {
     })
     .await;
     check_fixture("ready.yaml", "installed, the runtime syncing 1 Car", &ready);
+    let status_writes = || {
+        vcp_tests::audited_write_events(cp, Cluster::Host)
+            .expect("audit log")
+            .into_iter()
+            .filter(|w| {
+                w.user == Identity::Operator.user()
+                    && w.uri
+                        .contains(&format!("/namespaces/{ns}/vclusterplugins/car-sync/status"))
+            })
+            .count()
+    };
+    let writes_when_ready = status_writes();
 
     // A host Car in the way of a synced one.
     let host_cars = Api::<DynamicObject>::namespaced_with(admin.clone(), ns, &cars());
@@ -242,6 +254,18 @@ async fn the_health_inputs_are_what_operator_and_runtime_write() {
         "degraded-host-object-conflict.yaml",
         "a host Car of a synced Car's name that the vCluster does not manage",
         &conflict,
+    );
+    // The runtime's report was reconciled into one status write; the reconciles that follow
+    // (its own write's watch event, two pokes) write nothing: no loop.
+    vcp_tests::poke_plugin(&admin, ns, "car-sync", TIMEOUT).await;
+    vcp_tests::poke_plugin(&admin, ns, "car-sync", TIMEOUT).await;
+    let writes = status_writes() - writes_when_ready;
+    assert_eq!(
+        writes, 1,
+        "operator status writes from Ready to Degraded and two reconciles after"
+    );
+    println!(
+        "RuntimeHealthy=False HostObjectConflict -> Ready=False, Degraded: 1 operator status write, 0 in the 2 reconciles after"
     );
     virtual_cars
         .delete("taken", &DeleteParams::default())
