@@ -10,9 +10,12 @@
 //! base `config/crd` (kustomize reads no file outside a kustomization's folder), once more in
 //! `config/crd/` ([`CRD_DIRS`]); the crate's test `crd_yaml` fails when either copy differs from
 //! [`crd_yaml`]'s output (run it with `VCP_BLESS=1` to rewrite the files).
+//!
+//! Shared by both binaries besides the types: [`fault`], their test-only fault point.
 
 pub mod admission;
 pub mod car;
+pub mod fault;
 pub mod plugin;
 mod schema;
 

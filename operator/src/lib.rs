@@ -33,7 +33,6 @@ mod config;
 pub mod context;
 pub mod controller;
 pub mod error;
-pub mod fault;
 pub mod finalizer;
 pub mod http;
 pub mod import;
@@ -47,6 +46,9 @@ pub mod status;
 pub mod telemetry;
 pub mod workload;
 pub mod writes;
+
+/// The test-only fault point of the binary's client (shared with the runtime's binary).
+pub use vcp_crds::fault;
 
 use std::future::Future;
 

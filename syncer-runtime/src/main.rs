@@ -32,7 +32,7 @@ use tracing_subscriber::EnvFilter;
 use vcp_crds::VClusterPlugin;
 use vcp_syncer_runtime::hooks::declarative_hooks;
 use vcp_syncer_runtime::runtime::{DEFAULT_RESYNC_PERIOD, DEFAULT_WORKERS};
-use vcp_syncer_runtime::sdk::client_from;
+use vcp_syncer_runtime::sdk::client_with_fault;
 use vcp_syncer_runtime::v2::{self, HookTable, Session};
 use vcp_syncer_runtime::{Config, Error, PodSync, run};
 
@@ -137,8 +137,16 @@ async fn shutdown_signal() {
 }
 
 async fn main_inner(args: Args) -> Result<(), Error> {
-    let (host, host_namespace) = client_from("host", args.host_kubeconfig).await?;
-    let (virtual_, _) = client_from("virtual", Some(args.virtual_kubeconfig)).await?;
+    // The test-only fault point (vcp_crds::fault), inert unless its variables are set; one
+    // count of writes for both clients.
+    let fault =
+        vcp_crds::fault::AbortAfterWrites::from_env().map_err(|message| Error::Kubeconfig {
+            cluster: "host",
+            path: vcp_crds::fault::ABORT_AFTER_WRITES_ENV.into(),
+            message,
+        })?;
+    let (host, host_namespace) = client_with_fault("host", args.host_kubeconfig, &fault).await?;
+    let (virtual_, _) = client_with_fault("virtual", Some(args.virtual_kubeconfig), &fault).await?;
     let mut config = Config::new(
         host,
         virtual_,

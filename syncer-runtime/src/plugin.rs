@@ -13,6 +13,7 @@ use futures::future::BoxFuture;
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tracing::{info, warn};
+use vcp_crds::fault::AbortAfterWrites;
 
 use crate::context::{RegisterContext, SyncContext};
 use crate::controller;
@@ -250,6 +251,25 @@ pub async fn client_from(
     cluster: &'static str,
     path: Option<PathBuf>,
 ) -> Result<(Client, String), Error> {
+    client_with_fault(
+        cluster,
+        path,
+        &AbortAfterWrites::new(None, vcp_crds::fault::FaultAction::Abort),
+    )
+    .await
+}
+
+/// [`client_from`] with the test-only fault point `fault` ([`vcp_crds::fault`]) on top of
+/// kube's default stack; the binary passes the one its environment asks for, the same to both
+/// of its clients (one count of writes for the process).
+///
+/// # Errors
+/// [`Error::Kubeconfig`].
+pub async fn client_with_fault(
+    cluster: &'static str,
+    path: Option<PathBuf>,
+    fault: &AbortAfterWrites,
+) -> Result<(Client, String), Error> {
     let failed = |message: String| Error::Kubeconfig {
         cluster,
         path: path
@@ -269,6 +289,9 @@ pub async fn client_from(
             .map_err(|e| failed(e.to_string()))?,
     };
     let namespace = config.default_namespace.clone();
-    let client = Client::try_from(config).map_err(|e| failed(e.to_string()))?;
+    let client = kube::client::ClientBuilder::try_from(config)
+        .map_err(|e| failed(e.to_string()))?
+        .with_layer(fault)
+        .build();
     Ok((client, namespace))
 }

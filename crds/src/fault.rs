@@ -1,8 +1,9 @@
-//! **Test-only fault point**: the process dies (or freezes) right after its n-th write.
+//! **Test-only fault point** of both binaries (`vcluster-plugin-operator`,
+//! `vcluster-plugin-syncer`): the process dies (or freezes) right after its n-th write.
 //!
 //! When the environment variable [`ABORT_AFTER_WRITES_ENV`] (`VCP_FAULT_ABORT_AFTER_WRITES`)
-//! holds a positive integer `n` at start-up, the binary's client ([`AbortAfterWrites`], a tower
-//! layer on every request the operator sends) calls [`std::process::abort`] as soon as the
+//! holds a positive integer `n` at start-up, the binary's clients ([`AbortAfterWrites`], a tower
+//! layer on every request the process sends, one count for all its clients) call [`std::process::abort`] as soon as the
 //! API server has answered the n-th *write* with a 2xx status, before the operator sees the
 //! answer. `abort` raises `SIGABRT`: like `SIGKILL`, no destructor, no graceful shutdown and no
 //! Lease release runs, so the process dies exactly between two writes, which is what
@@ -14,6 +15,10 @@
 //! A write is a `POST`, `PUT`, `PATCH` or `DELETE` that is not a dry run (`dryRun=` in the
 //! query) and not to a `coordination.k8s.io` Lease (Lease renewals depend on time, not on the
 //! work done). Events count: they are writes too.
+//!
+//! With [`WRITES_MATCHING_ENV`] (`VCP_FAULT_WRITES_MATCHING=<text>`) only writes whose request
+//! path contains `<text>` count (such as `/apis/example.loft.sh/`: the runtime dies right after its first host
+//! Car create, before any status report that could count it).
 //!
 //! Unset (the default, and always in production), the layer does nothing but pass requests
 //! through. An unparsable value is an error at start-up, never silently ignored.
@@ -31,6 +36,9 @@ pub const ABORT_AFTER_WRITES_ENV: &str = "VCP_FAULT_ABORT_AFTER_WRITES";
 /// The environment variable read once at start-up: stop (`SIGSTOP`) after this many writes.
 pub const STOP_AFTER_WRITES_ENV: &str = "VCP_FAULT_STOP_AFTER_WRITES";
 
+/// The environment variable read once at start-up: only writes whose path contains it count.
+pub const WRITES_MATCHING_ENV: &str = "VCP_FAULT_WRITES_MATCHING";
+
 /// What happens at the fault point.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FaultAction {
@@ -47,6 +55,8 @@ pub struct AbortAfterWrites {
     /// Writes left before the abort; `None`: never abort.
     left: Option<Arc<AtomicU64>>,
     action: FaultAction,
+    /// Only writes whose path contains this count; `None`: all.
+    matching: Option<Arc<str>>,
 }
 
 impl AbortAfterWrites {
@@ -55,7 +65,14 @@ impl AbortAfterWrites {
         AbortAfterWrites {
             left: n.filter(|n| *n > 0).map(|n| Arc::new(AtomicU64::new(n))),
             action,
+            matching: None,
         }
+    }
+
+    /// Counts only the writes whose request path contains `text`.
+    pub fn matching(mut self, text: Option<String>) -> Self {
+        self.matching = text.filter(|t| !t.is_empty()).map(Arc::from);
+        self
     }
 
     /// The layer [`ABORT_AFTER_WRITES_ENV`] or [`STOP_AFTER_WRITES_ENV`] asks for: inert when
@@ -72,13 +89,16 @@ impl AbortAfterWrites {
                 .map_err(|_| format!("{name}={v:?} is not a number of writes")),
             _ => Ok(None),
         };
-        match (read(ABORT_AFTER_WRITES_ENV)?, read(STOP_AFTER_WRITES_ENV)?) {
-            (Some(_), Some(_)) => Err(format!(
-                "set {ABORT_AFTER_WRITES_ENV} or {STOP_AFTER_WRITES_ENV}, not both"
-            )),
-            (Some(n), None) => Ok(AbortAfterWrites::new(Some(n), FaultAction::Abort)),
-            (None, n) => Ok(AbortAfterWrites::new(n, FaultAction::Stop)),
-        }
+        let layer = match (read(ABORT_AFTER_WRITES_ENV)?, read(STOP_AFTER_WRITES_ENV)?) {
+            (Some(_), Some(_)) => {
+                return Err(format!(
+                    "set {ABORT_AFTER_WRITES_ENV} or {STOP_AFTER_WRITES_ENV}, not both"
+                ));
+            }
+            (Some(n), None) => AbortAfterWrites::new(Some(n), FaultAction::Abort),
+            (None, n) => AbortAfterWrites::new(n, FaultAction::Stop),
+        };
+        Ok(layer.matching(std::env::var(WRITES_MATCHING_ENV).ok()))
     }
 }
 
@@ -101,6 +121,7 @@ impl<S> tower::Layer<S> for AbortAfterWrites {
             inner,
             left: self.left.clone(),
             action: self.action,
+            matching: self.matching.clone(),
         }
     }
 }
@@ -111,6 +132,7 @@ pub struct AbortAfterWritesService<S> {
     inner: S,
     left: Option<Arc<AtomicU64>>,
     action: FaultAction,
+    matching: Option<Arc<str>>,
 }
 
 impl<S, ReqBody, ResBody> tower::Service<Request<ReqBody>> for AbortAfterWritesService<S>
@@ -130,7 +152,12 @@ where
         let counted = self
             .left
             .clone()
-            .filter(|_| is_write(req.method(), req.uri()));
+            .filter(|_| is_write(req.method(), req.uri()))
+            .filter(|_| {
+                self.matching
+                    .as_deref()
+                    .is_none_or(|m| req.uri().path().contains(m))
+            });
         let answer = self.inner.call(req);
         let action = self.action;
         Box::pin(async move {
