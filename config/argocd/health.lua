@@ -4,8 +4,9 @@
 --                reported (a plugin with an image reports none).
 --   Progressing  no status yet; the operator has not observed the current generation; phase
 --                Pending (such as a vCluster that does not exist yet) or Installing (the
---                runtime is starting: RuntimeHealthy=False Starting, or Unknown); being
---                removed; Ready missing, Unknown or set for an older generation.
+--                runtime is starting: RuntimeHealthy=False Starting, or Unknown, or reported
+--                for an older generation); being removed; Ready missing, Unknown or set for an
+--                older generation.
 --   Degraded     Ready=False (phase Failed: the install is refused; phase Degraded: the
 --                runtime reports TypeUnavailable, SyncErrors or HostObjectConflict), or
 --                RuntimeHealthy=False for such a reason while Ready still says True: the
@@ -79,6 +80,14 @@ if generation ~= nil and ready.observedGeneration ~= nil and ready.observedGener
   hs.status = "Progressing"
   hs.message = "The Ready condition is for generation " .. tostring(ready.observedGeneration) ..
     ", not yet for " .. tostring(generation)
+  return hs
+end
+
+if ready.status == "True" and runtime ~= nil and generation ~= nil and
+    runtime.observedGeneration ~= nil and runtime.observedGeneration < generation then
+  hs.status = "Progressing"
+  hs.message = "RuntimeUpdating: the runtime reports generation " ..
+    tostring(runtime.observedGeneration) .. ", not yet " .. tostring(generation)
   return hs
 end
 

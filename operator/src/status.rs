@@ -21,6 +21,7 @@
 //! | done | not reported | `True` (`Installed`) | `Ready` | `Healthy` |
 //! | done | `True` | `True` (`Installed`) | `Ready` | `Healthy` |
 //! | done | `False`, `Starting`, or `Unknown` | `False` (the runtime's reason) | `Installing` | `Progressing` |
+//! | done | any, for an older generation | `False` (`RuntimeUpdating`) | `Installing` | `Progressing` |
 //! | done | `False`, any other reason (`TypeUnavailable`, `SyncErrors`, `HostObjectConflict`) | `False` (the runtime's reason and message) | `Degraded` | `Degraded` |
 //!
 //! "Not reported" is `Ready=True` on purpose: a plugin with an `image` (a vcluster-sdk plugin)
@@ -108,12 +109,31 @@ pub enum RuntimeHealth {
     },
 }
 
-/// Reads `RuntimeHealthy` from `status` (the runtime writes it under its own field manager).
-pub fn runtime_health(status: Option<&VClusterPluginStatus>) -> RuntimeHealth {
+/// `Ready`'s reason while `RuntimeHealthy` was reported for an older generation of the spec:
+/// the runtime has not yet started the syncers of the current one.
+pub const REASON_RUNTIME_UPDATING: &str = "RuntimeUpdating";
+
+/// Reads `RuntimeHealthy` from `status` (the runtime writes it under its own field manager) for
+/// the plugin's current `generation`: a report for an older generation is
+/// [`RuntimeHealth::Starting`] with reason [`REASON_RUNTIME_UPDATING`], whatever it says.
+pub fn runtime_health(
+    status: Option<&VClusterPluginStatus>,
+    generation: Option<i64>,
+) -> RuntimeHealth {
     let Some(c) = status.and_then(|s| s.conditions.iter().find(|c| c.type_ == RUNTIME_HEALTHY))
     else {
         return RuntimeHealth::NotReported;
     };
+    if let (Some(reported), Some(current)) = (c.observed_generation, generation)
+        && reported < current
+    {
+        return RuntimeHealth::Starting {
+            reason: REASON_RUNTIME_UPDATING.to_string(),
+            message: format!(
+                "the runtime reports generation {reported}, not yet {current} (it restarts its syncers on a spec change)"
+            ),
+        };
+    }
     let reason = if c.reason.is_empty() {
         "RuntimeUnhealthy".to_string()
     } else {
@@ -173,7 +193,7 @@ pub fn desired(plugin: &VClusterPlugin, outcome: &Outcome, now: &Time) -> VClust
     };
     let (ready, phase) = match ready {
         _ if outcome.terminating => (ready, Phase::Terminating),
-        Check::Ok => match runtime_health(plugin.status.as_ref()) {
+        Check::Ok => match runtime_health(plugin.status.as_ref(), generation) {
             RuntimeHealth::NotReported | RuntimeHealth::Healthy => (Check::Ok, Phase::Ready),
             RuntimeHealth::Starting { reason, message } => {
                 (Check::failed(reason, message), Phase::Installing)
@@ -467,6 +487,17 @@ mod tests {
             assert_eq!(cond(&s, WORKLOAD_PATCHED).status, "True");
             assert_eq!(cond(&s, RBAC_READY).status, "True");
         }
+        // reported for an older generation: whatever it says, the new spec is not running yet
+        let mut p = plugin();
+        runtime_says(&mut p, "True", "Syncing", "");
+        p.metadata.generation = Some(4);
+        let s = desired(&p, &installed(), &t(9));
+        assert_eq!(s.phase, Some(Phase::Installing));
+        assert_eq!(cond(&s, READY).reason, "RuntimeUpdating");
+        assert_eq!(
+            cond(&s, READY).message,
+            "the runtime reports generation 3, not yet 4 (it restarts its syncers on a spec change)"
+        );
         // not reported (an image plugin, or before the runtime's first report): installed
         let s = desired(&plugin(), &installed(), &t(9));
         assert_eq!(

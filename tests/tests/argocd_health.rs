@@ -198,6 +198,17 @@ const DERIVED: &[Derived] = &[
         },
     ),
     (
+        "a new generation the runtime has not reported yet",
+        "ready.yaml",
+        |o| {
+            o["metadata"]["generation"] = json!(2);
+            o["status"]["observedGeneration"] = json!(2);
+            let mut ready = condition_of(o, "Ready");
+            ready["observedGeneration"] = json!(2);
+            set_condition(o, ready);
+        },
+    ),
+    (
         "the runtime restarts (Starting) before the operator reconciles",
         "ready.yaml",
         |o| {
@@ -224,6 +235,11 @@ const CASES: &[(&str, &str, &str)] = &[
         "degraded-type-unavailable.yaml",
         "Degraded",
         "TypeUnavailable: the CustomResourceDefinition cars.example.loft.sh in the virtual cluster is being deleted",
+    ),
+    (
+        "installing-runtime-updating.yaml",
+        "Progressing",
+        "RuntimeUpdating: the runtime reports generation 1, not yet 2",
     ),
     (
         "terminating.yaml",
@@ -259,6 +275,11 @@ const CASES: &[(&str, &str, &str)] = &[
         "the runtime reports a conflict the operator has not reconciled yet",
         "Degraded",
         "HostObjectConflict: 1 object(s) not synced",
+    ),
+    (
+        "a new generation the runtime has not reported yet",
+        "Progressing",
+        "RuntimeUpdating: the runtime reports generation 1, not yet 2",
     ),
     (
         "the runtime restarts (Starting) before the operator reconciles",

@@ -8,6 +8,7 @@
 //! | `ready.yaml` | installed, the runtime syncing one Car |
 //! | `degraded-host-object-conflict.yaml` | a host Car of a synced Car's name that the vCluster does not manage |
 //! | `degraded-type-unavailable.yaml` | the Car CRD deleted in the virtual cluster |
+//! | `installing-runtime-updating.yaml` | a new spec while the runtime is stopped |
 //! | `terminating.yaml` | deleted while a finalizer of the test's holds it (the operator's own is gone) |
 //! | `pending-vcluster-not-found.yaml` | a plugin for a vCluster that does not exist |
 //! | `failed-policy-denied.yaml` | a plugin asking for a wildcard rule |
@@ -301,8 +302,34 @@ async fn the_health_inputs_are_what_operator_and_runtime_write() {
     runtime.abort();
     let _ = runtime.await;
 
-    // Deleted, held by a finalizer of the test's after the operator removed its own.
+    // A new spec while the runtime is not running: it has not reported the new generation.
     let plugins = Api::<VClusterPlugin>::namespaced(admin.clone(), ns);
+    plugins
+        .patch(
+            "car-sync",
+            &PatchParams::apply(TEST_FIELD_MANAGER),
+            &Patch::Apply(json!({
+                "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
+                "metadata": {"name": "car-sync", "namespace": ns},
+                "spec": {
+                    "vcluster": {"name": "my-vcluster"},
+                    "syncedTypes": [{"apiVersion": "example.loft.sh/v1", "kind": "Car", "syncStatus": true}]
+                }
+            })),
+        )
+        .await
+        .expect("change the plugin's spec");
+    let updating = plugin_where(&admin, ns, "car-sync", |p| {
+        has(p, "Ready", "False", "RuntimeUpdating") && phase(p) == "Installing"
+    })
+    .await;
+    check_fixture(
+        "installing-runtime-updating.yaml",
+        "a new spec the runtime has not reported yet (it is not running)",
+        &updating,
+    );
+
+    // Deleted, held by a finalizer of the test's after the operator removed its own.
     plugins
         .patch(
             "car-sync",
