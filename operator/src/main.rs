@@ -1,6 +1,7 @@
 //! `vcluster-plugin-operator`: runs the VClusterPlugin controller with the in-cluster
 //! configuration or `$KUBECONFIG`; JSON logs on stderr; serves /metrics, /healthz and /readyz;
-//! optional leader election (`--leader-elect`); stops gracefully on SIGTERM / Ctrl-C.
+//! optional leader election (`--leader-elect`); stops gracefully on SIGTERM / Ctrl-C (and
+//! exits anyway when the graceful stop has not finished 10 s later).
 //!
 //! Subcommands:
 //! - none, or `run`: the controller (flags: [`RunArgs`]);
@@ -228,17 +229,43 @@ async fn run_controller(args: RunArgs) -> ExitCode {
     ));
 
     tracing::info!(runtime_image = %config.runtime_image, leader_election = ?config.leader_election, "starting vcluster-plugin-operator");
-    match run_until(config, shutdown).await {
-        Ok(()) => {
-            tracing::info!("stopped");
-            ExitCode::SUCCESS
+    // A graceful stop that does not finish within SHUTDOWN_DEADLINE of the signal ends anyway:
+    // kube-runtime holds its applier until the plugin cache is ready, and its graceful
+    // shutdown waits for the applier, so a signal that came before the caches filled (the API
+    // server slow or unreachable at start-up) was never answered
+    // (tests/tests/operator_lease.rs). Exiting mid-reconcile is safe: every write boundary
+    // survives a kill (tests/tests/operator_kill.rs).
+    let deadline = {
+        let shutdown = shutdown.clone();
+        async move {
+            shutdown.await;
+            tokio::time::sleep(SHUTDOWN_DEADLINE).await;
         }
-        Err(e) => {
-            tracing::error!(error = %e, "operator failed");
+    };
+    tokio::select! {
+        result = run_until(config, shutdown) => match result {
+            Ok(()) => {
+                tracing::info!("stopped");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "operator failed");
+                ExitCode::FAILURE
+            }
+        },
+        () = deadline => {
+            tracing::error!(
+                "the graceful stop did not finish within {} s of the signal; exiting",
+                SHUTDOWN_DEADLINE.as_secs()
+            );
             ExitCode::FAILURE
         }
     }
 }
+
+/// How long a graceful stop may take after SIGTERM / Ctrl-C before the process exits anyway
+/// (well within Kubernetes' default 30 s termination grace period).
+const SHUTDOWN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The operator's client: the in-cluster configuration or `$KUBECONFIG`; its `User-Agent` is
 /// `vcluster-plugin-operator/<version>`, followed by `/<POD_NAME>` when set, so an API server's

@@ -386,3 +386,67 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_its_lease_expires() {
     .await
     .expect("stop");
 }
+
+/// SIGTERM while the operator cannot reach the API server (its caches never fill): it still
+/// stops, within its shutdown deadline, instead of waiting forever for caches a stopping
+/// controller no longer fills (seen: a SIGTERM in the first ~50 ms after start was never
+/// answered; kube-runtime holds the applier "until store is ready", and the graceful shutdown
+/// waits for the applier).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_while_the_api_server_is_unreachable_stops_the_operator() {
+    let _serial = SERIAL.lock().await;
+    setup().await;
+    let cp = ControlPlane::shared();
+    let direct = cp.kubeconfig(Cluster::Host, Identity::Operator);
+    let proxy = TcpProxy::start(vcp_tests::kubeconfig_server(&direct).expect("server"))
+        .await
+        .expect("start the proxy");
+    proxy.pause();
+    let through_proxy = proxy
+        .kubeconfig(
+            &direct,
+            cp.dir().join("kubeconfig-host-operator-unreachable"),
+        )
+        .expect("proxied kubeconfig");
+    let op = OperatorProcess::start(
+        "unreachable",
+        cp.dir(),
+        &OperatorOptions {
+            kubeconfig: through_proxy,
+            runtime_image: "vcp-test/runtime:lease".into(),
+            abort_after_writes: None,
+            stop_after_writes: None,
+            leader_election: None,
+        },
+    );
+    // Up (its HTTP server answers) but not ready: the caches cannot fill.
+    wait_for(TIMEOUT, || async { op.get("/healthz").await.map(|_| ()) }).await;
+    assert_eq!(
+        op.get("/readyz").await.map(|(code, _)| code),
+        Some(503),
+        "not ready while the API server is unreachable"
+    );
+    let log = op.log.clone();
+    op.signal("TERM");
+    let sent = Instant::now();
+    let (status, took) = tokio::task::spawn_blocking(move || {
+        let mut op = op;
+        let status = op.wait_exit(Duration::from_secs(30));
+        (status, sent.elapsed())
+    })
+    .await
+    .expect("wait");
+    println!(
+        "SIGTERM with the API server unreachable: exited {status:?} {:.1} s after it",
+        took.as_secs_f64()
+    );
+    assert!(
+        status.is_some(),
+        "the operator still runs 30 s after SIGTERM; log {}",
+        log.display()
+    );
+    assert!(
+        took < Duration::from_secs(15),
+        "stopped only after {took:?}"
+    );
+}
