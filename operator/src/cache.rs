@@ -1,7 +1,27 @@
 //! What the operator reads without asking the API server on every reconcile: watch caches of
-//! the objects it reads (workloads, Roles, RoleBindings, its labelled ClusterRoles and
-//! ClusterRoleBindings), the workloads it wrote itself (until the cache has caught up), and
-//! the plurals API discovery returned.
+//! the objects it reads (vCluster workloads, its own labelled Roles, RoleBindings,
+//! ClusterRoles and ClusterRoleBindings), the workloads it wrote itself (until the cache has
+//! caught up), and the plurals API discovery returned.
+//!
+//! The caches follow the vClusters and the plugins, not the cluster: every watch carries a
+//! label selector, so the operator's memory does not grow with the StatefulSets, Deployments,
+//! Roles and RoleBindings of the cluster that are not a vCluster or made for a plugin
+//! (`vcp_operator_cached_objects{kind}` counts what each cache holds, [`crate::telemetry`]):
+//! - StatefulSets and Deployments labelled `app=vcluster` ([`VCLUSTER_APP_LABEL`]), the chart
+//!   label a vCluster's workload must carry anyway ([`crate::workload::vcluster_identity`]).
+//!   A plugin whose target is not in that cache costs one direct GET of the StatefulSet and
+//!   one of the Deployment per reconcile ([`workload`]): a workload without the label is then
+//!   still found and refused with `NotAVCluster` (not `VClusterNotFound`), as before. A
+//!   workload that gains the label enters the watch (an event: its plugins are reconciled); one
+//!   that loses it leaves the watch as a delete event, which triggers its plugins the same way;
+//! - Roles and RoleBindings labelled [`PLUGIN_NAME_LABEL`]: the plugins' own objects (the only
+//!   ones `crate::writes::apply_rbac` reads). `rbac.mode: PatchVClusterRoles` needs the other
+//!   Roles and RoleBindings of the vCluster's namespace (the Role bound to its service account,
+//!   every binding of that Role for `SharedVClusterRole`, the Roles carrying a plugin's added
+//!   rules): those are listed from the API server in that one namespace when needed
+//!   (`crate::install`: one list of each per reconcile of a plugin in that mode, or of a plugin
+//!   whose spec changed since its status was written, which may have left that mode);
+//! - ClusterRoles and ClusterRoleBindings labelled [`PLUGIN_NAME_LABEL`].
 //!
 //! A cache may lag behind the API server. The rules that keep a lag from causing a wrong
 //! write (DESIGN.md, "Operator contract"):
@@ -18,10 +38,10 @@
 
 use std::collections::HashMap;
 use std::fmt::Debug;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::Api;
@@ -34,7 +54,8 @@ use vcp_crds::{OPERATOR_FIELD_MANAGER, PLUGIN_NAME_LABEL, VClusterPlugin};
 
 use crate::error::{Error, Result};
 use crate::rbac::{self, Plurals, Served};
-use crate::workload::Workload;
+use crate::telemetry::Telemetry;
+use crate::workload::{VCLUSTER_APP_LABEL, VCLUSTER_APP_VALUE, Workload};
 
 /// How long a discovered plural is trusted before it is discovered again (a CRD deleted or
 /// recreated with another plural is noticed within this time). A type that is not served is
@@ -47,13 +68,15 @@ pub const PLURAL_TTL: Duration = Duration::from_secs(60);
 /// ([`crate::controller::run_until`]).
 #[derive(Clone)]
 pub struct Caches {
-    /// Every StatefulSet; `managedFields` reduced to the operator's own entries.
+    /// StatefulSets labelled `app=vcluster`; `managedFields` reduced to the operator's own
+    /// entries.
     pub statefulsets: Store<StatefulSet>,
-    /// Every Deployment; `managedFields` reduced to the operator's own entries.
+    /// Deployments labelled `app=vcluster`; `managedFields` reduced to the operator's own
+    /// entries.
     pub deployments: Store<Deployment>,
-    /// Every Role, without `managedFields`.
+    /// Roles labelled [`PLUGIN_NAME_LABEL`], without `managedFields`.
     pub roles: Store<Role>,
-    /// Every RoleBinding, without `managedFields`.
+    /// RoleBindings labelled [`PLUGIN_NAME_LABEL`], without `managedFields`.
     pub role_bindings: Store<RoleBinding>,
     /// ClusterRoles labelled [`PLUGIN_NAME_LABEL`], without `managedFields`.
     pub cluster_roles: Store<ClusterRole>,
@@ -92,13 +115,14 @@ pub type Reflected<K> = std::pin::Pin<Box<dyn Stream<Item = Result<K, watcher::E
 
 /// The streams feeding [`Caches`], in the same order as its fields.
 pub struct CacheStreams {
-    /// StatefulSet events.
+    /// Events of StatefulSets labelled `app=vcluster` (one that loses the label comes as a
+    /// delete).
     pub statefulsets: Reflected<StatefulSet>,
-    /// Deployment events.
+    /// Events of Deployments labelled `app=vcluster` (likewise).
     pub deployments: Reflected<Deployment>,
-    /// Role events.
+    /// Labelled Role events.
     pub roles: Reflected<Role>,
-    /// RoleBinding events.
+    /// Labelled RoleBinding events.
     pub role_bindings: Reflected<RoleBinding>,
     /// Labelled ClusterRole events.
     pub cluster_roles: Reflected<ClusterRole>,
@@ -107,16 +131,26 @@ pub struct CacheStreams {
 }
 
 /// A reflector on `api`: the store and the stream that fills it (the store fills only while
-/// the stream is polled). `strip` trims each object before it is stored.
-fn reflect<K>(api: Api<K>, wc: watcher::Config, strip: fn(&mut K)) -> (Store<K>, Reflected<K>)
+/// the stream is polled). `strip` trims each object before it is stored. After each event
+/// the store's size is set as `vcp_operator_cached_objects{kind=<K's kind>}` in `telemetry`.
+fn reflect<K>(
+    api: Api<K>,
+    wc: watcher::Config,
+    strip: fn(&mut K),
+    telemetry: &Arc<Telemetry>,
+) -> (Store<K>, Reflected<K>)
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     let (reader, writer) = reflector::store();
+    let kind = K::kind(&()).to_string();
+    let counted = reader.clone();
+    let telemetry = telemetry.clone();
     let stream = watcher(api, wc)
         .default_backoff()
         .modify(strip)
         .reflect(writer)
+        .inspect(move |_| telemetry.set_cached_objects(&kind, counted.len()))
         .touched_objects();
     (reader, Box::pin(stream))
 }
@@ -136,40 +170,50 @@ fn keep_own_managed_fields<K: Resource>(obj: &mut K) {
 
 impl Caches {
     /// The caches and the streams that fill them, watching with `client` (the operator's
-    /// identity: list/watch on each type, `config/rbac/role.yaml`).
-    pub fn new(client: &Client) -> (Self, CacheStreams) {
+    /// identity: list/watch on each type, `config/rbac/role.yaml`), each with its label
+    /// selector (module docs); the size of each cache is reported in `telemetry`.
+    pub fn new(client: &Client, telemetry: &Arc<Telemetry>) -> (Self, CacheStreams) {
         // Consistent lists, as for the controller's own watch (see `controller::run_until`).
         let wc = watcher::Config::default();
         let labelled = wc.clone().labels(PLUGIN_NAME_LABEL);
+        let vclusters = wc
+            .clone()
+            .labels(&format!("{VCLUSTER_APP_LABEL}={VCLUSTER_APP_VALUE}"));
         let (statefulsets, sts) = reflect(
             Api::<StatefulSet>::all(client.clone()),
-            wc.clone(),
+            vclusters.clone(),
             keep_own_managed_fields,
+            telemetry,
         );
         let (deployments, deploy) = reflect(
             Api::<Deployment>::all(client.clone()),
-            wc.clone(),
+            vclusters,
             keep_own_managed_fields,
+            telemetry,
         );
         let (roles, role) = reflect(
             Api::<Role>::all(client.clone()),
-            wc.clone(),
+            labelled.clone(),
             drop_managed_fields,
+            telemetry,
         );
         let (role_bindings, rb) = reflect(
             Api::<RoleBinding>::all(client.clone()),
-            wc,
+            labelled.clone(),
             drop_managed_fields,
+            telemetry,
         );
         let (cluster_roles, cr) = reflect(
             Api::<ClusterRole>::all(client.clone()),
             labelled.clone(),
             drop_managed_fields,
+            telemetry,
         );
         let (cluster_role_bindings, crb) = reflect(
             Api::<ClusterRoleBinding>::all(client.clone()),
             labelled,
             drop_managed_fields,
+            telemetry,
         );
         (
             Caches {
@@ -236,19 +280,9 @@ impl Caches {
             .map_err(closed)
     }
 
-    /// The cached Roles of `namespace`.
+    /// The cached (labelled [`PLUGIN_NAME_LABEL`]) Roles of `namespace`.
     pub fn roles_in(&self, namespace: &str) -> Vec<Role> {
         self.roles
-            .state()
-            .iter()
-            .filter(|r| r.metadata.namespace.as_deref() == Some(namespace))
-            .map(|r| (**r).clone())
-            .collect()
-    }
-
-    /// The cached RoleBindings of `namespace`.
-    pub fn role_bindings_in(&self, namespace: &str) -> Vec<RoleBinding> {
-        self.role_bindings
             .state()
             .iter()
             .filter(|r| r.metadata.namespace.as_deref() == Some(namespace))
@@ -346,21 +380,35 @@ impl WrittenWorkloads {
 
 /// The workload of the vCluster `name` in `namespace` from the watch caches (the StatefulSet,
 /// else the Deployment), or the operator's own last write of it when that is newer.
-pub fn workload(
+///
+/// The caches hold only workloads labelled `app=vcluster` (module docs): on a miss the
+/// StatefulSet, else the Deployment, is read from the API server
+/// ([`crate::writes::fetch_workload`]: at most two GETs), so that a workload without the
+/// chart's labels is still found (and refused as `NotAVCluster`), and `None` means that
+/// neither exists.
+///
+/// # Errors
+/// API errors of the direct reads other than 404.
+pub async fn workload(
+    client: &Client,
     caches: &Caches,
     written: &WrittenWorkloads,
     namespace: &str,
     name: &str,
-) -> Option<Workload> {
+) -> Result<Option<Workload>> {
     let key = ObjectRef::new(name).within(namespace);
     if let Some(sts) = caches.statefulsets.get(&key) {
-        return Some(written.newest(seen(&*sts), Workload::from_statefulset(&sts)));
+        return Ok(Some(
+            written.newest(seen(&*sts), Workload::from_statefulset(&sts)),
+        ));
     }
     let key = ObjectRef::new(name).within(namespace);
-    caches
-        .deployments
-        .get(&key)
-        .map(|d| written.newest(seen(&*d), Workload::from_deployment(&d)))
+    if let Some(d) = caches.deployments.get(&key) {
+        return Ok(Some(
+            written.newest(seen(&*d), Workload::from_deployment(&d)),
+        ));
+    }
+    crate::writes::fetch_workload(client, namespace, name).await
 }
 
 /// Plurals and scopes found by API discovery, by `(apiVersion, kind)`, each trusted for

@@ -17,9 +17,10 @@
 //! ([`crate::finalizer::remove_finalizer`]); one without it is left alone. (Why not
 //! kube-runtime's `finalizer` helper: see [`crate::finalizer`].)
 //!
-//! Reads: the install path reads the workload, the RBAC objects and the namespace's Roles and
-//! RoleBindings from watch caches ([`crate::cache`]) and the plurals of synced types from a
-//! discovery cache, so a converged plugin costs no request at all. The same watches trigger
+//! Reads: the install path reads the vCluster workload and the plugin's own RBAC objects from
+//! label-selected watch caches ([`crate::cache`]) and the plurals of synced types from a
+//! discovery cache, so a converged plugin in `rbac.mode: Dedicated` costs no request at all
+//! (what costs direct reads: see [`crate::cache`]). The same watches trigger
 //! reconciles (of the plugins targeting a changed workload; of the plugin whose RBAC object
 //! changed), debounced by [`DEBOUNCE`].
 
@@ -74,7 +75,7 @@ pub async fn run_until(
     let wc = watcher::Config::default();
     let controller = Controller::new(Api::<VClusterPlugin>::all(client.clone()), wc.clone());
     let store = controller.store();
-    let (caches, streams) = Caches::new(&client);
+    let (caches, streams) = Caches::new(&client, &config.telemetry);
     let context = Arc::new(Context {
         client: client.clone(),
         runtime_image: config.runtime_image.clone(),

@@ -39,7 +39,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
@@ -47,7 +47,7 @@ use kube::{Client, ResourceExt};
 use tracing::info;
 use vcp_crds::{FINALIZER, OPERATOR_FIELD_MANAGER, VClusterPlugin, WorkloadRef};
 
-use crate::cache::{self, Caches};
+use crate::cache;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::finalizer::with_finalizer;
@@ -94,7 +94,15 @@ pub async fn install(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
         return Ok(Action::await_change());
     }
     let plugin = &with_finalizer(ctx, &latest).await?;
-    let Some(wl) = cache::workload(&ctx.caches, &ctx.written, &namespace, &vcluster) else {
+    let Some(wl) = cache::workload(
+        &ctx.client,
+        &ctx.caches,
+        &ctx.written,
+        &namespace,
+        &vcluster,
+    )
+    .await?
+    else {
         drop(guard);
         let missing = Check::failed(
             status::REASON_VCLUSTER_NOT_FOUND,
@@ -154,7 +162,7 @@ pub async fn install(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
                 .vcluster_role
                 .as_ref()
                 .map(|(role, rules)| (role.as_str(), rules.as_slice()));
-            let roles = ctx.caches.roles_in(&namespace);
+            let roles = roles_to_sync(ctx, plugin, &facts).await?;
             sync_vcluster_roles(&ctx.client, plugin, target, roles).await?;
             (Check::Ok, Check::Ok)
         }
@@ -163,7 +171,7 @@ pub async fn install(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
             // its own Role / RoleBinding / ClusterRole / ClusterRoleBinding and the rules it
             // appended to the vCluster's Roles (reads only when there is nothing to remove).
             apply_rbac(ctx, plugin, DesiredRbac::default()).await?;
-            let roles = ctx.caches.roles_in(&namespace);
+            let roles = roles_to_sync(ctx, plugin, &facts).await?;
             sync_vcluster_roles(&ctx.client, plugin, None, roles).await?;
             (refused.clone(), refused)
         }
@@ -179,6 +187,32 @@ pub async fn install(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
     };
     write_status(plugin, &outcome, ctx).await?;
     Ok(Action::requeue(next_reconcile(&outcome.rbac)))
+}
+
+/// The Roles of the plugin's namespace that [`sync_vcluster_roles`] must look at: all of them
+/// (those [`ClusterFacts::read`] listed, else listed now) when the plugin uses
+/// `rbac.mode: PatchVClusterRoles` or its spec changed since the status was last written
+/// (`status.observedGeneration`: it may have left that mode, and its added rules must come
+/// out); else the cached ones (labelled as made for a plugin, [`crate::cache`]), for a plugin
+/// that has been in `rbac.mode: Dedicated` since its status was written has no rules in any
+/// other Role.
+///
+/// # Errors
+/// The API server's answer to the list.
+async fn roles_to_sync(
+    ctx: &Context,
+    plugin: &VClusterPlugin,
+    facts: &ClusterFacts,
+) -> Result<Vec<Role>> {
+    let namespace = plugin.namespace().unwrap_or_default();
+    if let Some(roles) = &facts.roles {
+        return Ok(roles.clone());
+    }
+    let observed = plugin.status.as_ref().and_then(|s| s.observed_generation);
+    if rbac::patches_vcluster_roles(plugin) || observed != plugin.metadata.generation {
+        return list_roles(&ctx.client, &namespace).await;
+    }
+    Ok(ctx.caches.roles_in(&namespace))
 }
 
 /// The plugins of `accepted` (all those of `wl` that policy and cluster state let in) whose
@@ -272,8 +306,10 @@ pub fn candidates(
 ///   `UnknownType`, a cluster-scoped one with `ClusterScopedType`; the policy judges the rules
 ///   derived with these plurals;
 /// - when some plugin uses `rbac.mode: PatchVClusterRoles`, the Role bound to the vCluster's
-///   service account ([`find_vcluster_role`]); none is refused with `VClusterRoleNotFound`,
-///   one bound to anyone else too with `SharedVClusterRole`.
+///   service account ([`find_vcluster_role`], from the namespace's Roles and RoleBindings
+///   listed from the API server: the watch caches hold only the plugins' own); none is
+///   refused with `VClusterRoleNotFound`, one bound to anyone else too with
+///   `SharedVClusterRole`.
 ///
 /// Every reconcile of a workload judges all its plugins from these facts, so they agree on
 /// which plugins are installed (DESIGN.md: a refusal "leaves the workload untouched").
@@ -287,15 +323,19 @@ pub struct ClusterFacts {
     /// The vCluster Role `PatchVClusterRoles` appends to, or why there is none; `None` when
     /// no plugin read with [`ClusterFacts::read`] uses that mode.
     pub vcluster_role: Option<std::result::Result<String, Refusal>>,
+    /// Every Role of the vCluster's namespace as listed to find the vCluster Role; `None`
+    /// when not listed (no plugin uses `PatchVClusterRoles`, or not a vCluster).
+    pub roles: Option<Vec<Role>>,
 }
 
 impl ClusterFacts {
     /// Reads the facts `plugins` (all of the vCluster whose workload is `wl`) depend on: the
-    /// workload's identity, plurals from [`Context::discovery`], Roles and RoleBindings from
-    /// [`Context::caches`]. Not a vCluster: nothing is read.
+    /// workload's identity, plurals from [`Context::discovery`], and, when some plugin uses
+    /// `rbac.mode: PatchVClusterRoles`, the namespace's Roles and RoleBindings from the API
+    /// server (one list of each). Not a vCluster: nothing is read.
     ///
     /// # Errors
-    /// Discovery failures other than "not served".
+    /// Discovery failures other than "not served"; the API server's answers to the lists.
     pub async fn read(ctx: &Context, wl: &Workload, plugins: &[&VClusterPlugin]) -> Result<Self> {
         let service_account = workload::vcluster_identity(wl);
         let Ok(sa) = &service_account else {
@@ -303,18 +343,23 @@ impl ClusterFacts {
                 service_account,
                 plurals: Plurals::new(),
                 vcluster_role: None,
+                roles: None,
             });
         };
         let plurals = ctx.discovery.plurals_of(&ctx.client, plugins).await?;
-        let vcluster_role = if plugins.iter().any(|p| rbac::patches_vcluster_roles(p)) {
-            Some(find_vcluster_role(&ctx.caches, &wl.namespace, &wl.name, sa))
+        let (vcluster_role, roles) = if plugins.iter().any(|p| rbac::patches_vcluster_roles(p)) {
+            let roles = list_roles(&ctx.client, &wl.namespace).await?;
+            let bindings = list_role_bindings(&ctx.client, &wl.namespace).await?;
+            let found = find_vcluster_role(&bindings, &roles, &wl.namespace, &wl.name, sa);
+            (Some(found), Some(roles))
         } else {
-            None
+            (None, None)
         };
         Ok(Self {
             service_account,
             plurals,
             vcluster_role,
+            roles,
         })
     }
 
@@ -386,21 +431,21 @@ impl ClusterFacts {
 
 /// The Role `rbac.mode: PatchVClusterRoles` appends to in `namespace`: the one a RoleBinding
 /// binds to the vCluster's service account `service_account` ([`rbac::target_role`]), when it
-/// exists and no RoleBinding binds it to anyone else ([`rbac::other_subjects`]); all read from
-/// `caches`.
+/// exists and no RoleBinding binds it to anyone else ([`rbac::other_subjects`]); `bindings`
+/// and `roles` are every RoleBinding and Role of `namespace`.
 ///
 /// Returns a [`Refusal`] with [`rbac::REASON_NO_VCLUSTER_ROLE`] when no Role is bound to the
 /// service account, or the bound Role does not exist; with [`rbac::REASON_SHARED_ROLE`] when
 /// the Role is bound to other subjects too (appending would widen them).
 pub fn find_vcluster_role(
-    caches: &Caches,
+    bindings: &[RoleBinding],
+    roles: &[Role],
     namespace: &str,
     vcluster: &str,
     service_account: &str,
 ) -> std::result::Result<String, Refusal> {
-    let bindings = caches.role_bindings_in(namespace);
     let sa = service_account;
-    let Some(target) = rbac::target_role(&bindings, namespace, vcluster, sa) else {
+    let Some(target) = rbac::target_role(bindings, namespace, vcluster, sa) else {
         return Err(Refusal {
             reason: rbac::REASON_NO_VCLUSTER_ROLE,
             message: format!(
@@ -408,10 +453,9 @@ pub fn find_vcluster_role(
             ),
         });
     };
-    let exists = caches
-        .roles
-        .get(&ObjectRef::new(&target).within(namespace))
-        .is_some();
+    let exists = roles
+        .iter()
+        .any(|r| r.metadata.namespace.as_deref() == Some(namespace) && r.name_any() == target);
     if !exists {
         return Err(Refusal {
             reason: rbac::REASON_NO_VCLUSTER_ROLE,
@@ -420,7 +464,7 @@ pub fn find_vcluster_role(
             ),
         });
     }
-    let others = rbac::other_subjects(&bindings, namespace, &target, sa);
+    let others = rbac::other_subjects(bindings, namespace, &target, sa);
     if !others.is_empty() {
         return Err(Refusal {
             reason: rbac::REASON_SHARED_ROLE,
@@ -433,7 +477,8 @@ pub fn find_vcluster_role(
     Ok(target)
 }
 
-/// Every Role of `namespace`, read from the API server (the finalizer path).
+/// Every Role of `namespace`, read from the API server (the finalizer path, and
+/// `rbac.mode: PatchVClusterRoles`: [`ClusterFacts::read`], [`roles_to_sync`]).
 ///
 /// # Errors
 /// The API server's answer to the list.
@@ -442,6 +487,18 @@ pub async fn list_roles(client: &Client, namespace: &str) -> Result<Vec<Role>> {
         .list(&ListParams::default())
         .await
         .map_err(|e| Error::kube(format!("list Roles in {namespace}"), e))?
+        .items)
+}
+
+/// Every RoleBinding of `namespace`, read from the API server ([`ClusterFacts::read`]).
+///
+/// # Errors
+/// The API server's answer to the list.
+pub async fn list_role_bindings(client: &Client, namespace: &str) -> Result<Vec<RoleBinding>> {
+    Ok(Api::<RoleBinding>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| Error::kube(format!("list RoleBindings in {namespace}"), e))?
         .items)
 }
 

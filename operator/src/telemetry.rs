@@ -6,7 +6,10 @@
 //! - `vcp_reconcile_errors_total{reason}`: failed reconciles by reason (the API server's
 //!   status reason such as `Conflict` or `Forbidden`, else the error's kind);
 //! - `vcp_reconcile_duration_seconds`: histogram of the time one reconcile took;
-//! - `vcp_leader`: 1 while this replica holds the Lease (or runs without leader election).
+//! - `vcp_leader`: 1 while this replica holds the Lease (or runs without leader election);
+//! - `vcp_operator_cached_objects{kind}`: objects held by each watch cache of the install path
+//!   (`kind` is the Kubernetes kind: `StatefulSet`, `Deployment`, `Role`, `RoleBinding`,
+//!   `ClusterRole`, `ClusterRoleBinding`; [`crate::cache`] says which objects each holds).
 //!
 //! Per plugin, in memory only (not a metric: one series per object would be unbounded):
 //! [`Telemetry::reconciled`] tells how many reconciles of a `VClusterPlugin` finished and the
@@ -42,6 +45,12 @@ struct ReasonLabel {
     reason: String,
 }
 
+/// Label of `vcp_operator_cached_objects`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: String,
+}
+
 /// Metrics and health state of one operator replica; share it between the controller
 /// ([`crate::Config::telemetry`]) and the HTTP server ([`crate::http::serve`]).
 pub struct Telemetry {
@@ -50,6 +59,7 @@ pub struct Telemetry {
     errors: Family<ReasonLabel, Counter>,
     duration: Histogram,
     leader: Gauge,
+    cached: Family<KindLabel, Gauge>,
     election_known: AtomicBool,
     leading: AtomicBool,
     synced: AtomicBool,
@@ -110,12 +120,19 @@ impl Telemetry {
             "1 while this replica holds the leader Lease (or runs without leader election)",
             leader.clone(),
         );
+        let cached = Family::<KindLabel, Gauge>::default();
+        registry.register(
+            "vcp_operator_cached_objects",
+            "Objects held by the operator's watch cache of each kind",
+            cached.clone(),
+        );
         Telemetry {
             registry,
             reconciles,
             errors,
             duration,
             leader,
+            cached,
             election_known: AtomicBool::new(false),
             leading: AtomicBool::new(false),
             synced: AtomicBool::new(false),
@@ -153,6 +170,21 @@ impl Telemetry {
         if let Some(reason) = error {
             self.errors.get_or_create(&ReasonLabel { reason }).inc();
         }
+    }
+
+    /// Sets `vcp_operator_cached_objects{kind}`: the watch cache of `kind` holds `count`
+    /// objects.
+    pub fn set_cached_objects(&self, kind: &str, count: usize) {
+        self.cached
+            .get_or_create(&KindLabel { kind: kind.into() })
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    /// The value of `vcp_operator_cached_objects{kind}` (0 before the cache's first event).
+    pub fn cached_objects(&self, kind: &str) -> i64 {
+        self.cached
+            .get_or_create(&KindLabel { kind: kind.into() })
+            .get()
     }
 
     /// Reconciles finished so far (both results).
@@ -238,6 +270,8 @@ mod tests {
         t.set_synced(true);
         assert!(t.is_ready());
 
+        t.set_cached_objects("StatefulSet", 3);
+        assert_eq!(t.cached_objects("StatefulSet"), 3);
         t.observe_reconcile(Duration::from_millis(3), None);
         t.observe_reconcile(Duration::from_millis(30), Some("Conflict".into()));
         assert_eq!(t.reconciles(), 2);
@@ -248,6 +282,7 @@ mod tests {
             "vcp_reconcile_errors_total{reason=\"Conflict\"} 1",
             "vcp_reconcile_duration_seconds_count 2",
             "vcp_leader 1",
+            "vcp_operator_cached_objects{kind=\"StatefulSet\"} 3",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

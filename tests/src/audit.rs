@@ -1,6 +1,6 @@
 //! The API servers' audit logs (`audit-{host,virtual}.log` in [`ControlPlane::dir`]; policy:
 //! `tests/control-plane/audit-policy.yaml`): which writes who made, so that a test can show
-//! that a component made a write, or none.
+//! that a component made a write, or none; and which lists and watches the operator made.
 
 use anyhow::Context as _;
 
@@ -70,7 +70,9 @@ pub fn audited_write_events(
 ) -> anyhow::Result<Vec<AuditedWrite>> {
     let mut writes = Vec::new();
     for event in audit_events(cp, cluster)? {
-        if event["stage"] != "ResponseComplete" {
+        let write = ["create", "update", "patch", "delete", "deletecollection"]
+            .contains(&event["verb"].as_str().unwrap_or_default());
+        if event["stage"] != "ResponseComplete" || !write {
             continue;
         }
         let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
@@ -92,4 +94,36 @@ pub fn audited_write_events(
         });
     }
     Ok(writes)
+}
+
+/// The request URIs of the `list` and `watch` requests `user` made on `cluster` (the audit
+/// policy logs them for the operator's user, `vcp-operator`, on StatefulSets, Deployments and
+/// the RBAC kinds), one per request as it started (a watch is logged when its response starts),
+/// in order: `(verb, request URI)`.
+///
+/// # Errors
+/// When the audit log cannot be read or a complete line is not JSON.
+pub fn audited_reads(
+    cp: &ControlPlane,
+    cluster: Cluster,
+    user: &str,
+) -> anyhow::Result<Vec<(String, String)>> {
+    Ok(audit_events(cp, cluster)?
+        .into_iter()
+        .filter(|e| {
+            let verb = e["verb"].as_str().unwrap_or_default();
+            let first_stage = if verb == "watch" {
+                "ResponseStarted"
+            } else {
+                "ResponseComplete"
+            };
+            e["stage"] == first_stage
+                && e["user"]["username"] == user
+                && (verb == "list" || verb == "watch")
+        })
+        .map(|e| {
+            let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+            (s(&e["verb"]), s(&e["requestURI"]))
+        })
+        .collect())
 }

@@ -37,7 +37,7 @@ pub mod wait;
 pub use admission::{
     ADMISSION_OVERLAY, TENANT_RBAC, bind_tenant_rights, install_admission_policies,
 };
-pub use audit::{AuditedWrite, audited_write_events, audited_writes};
+pub use audit::{AuditedWrite, audited_reads, audited_write_events, audited_writes};
 pub use control_plane::{Cluster, ControlPlane, Identity, config_from, repo_root};
 pub use fixtures::{
     TEST_FIELD_MANAGER, apply_yaml, apply_yaml_file, create_namespace, create_yaml, install_crds,
