@@ -5,10 +5,15 @@
 //! `version: v2` image plugin (different container names, different synced types: no
 //! Conflict). It measures, in one run:
 //!
+//! 0. **a busy cluster**: before anything else, objects that belong to no vCluster and no
+//!    plugin (no `app=vcluster` label) in 50 other namespaces: 1,000 StatefulSets, 1,000
+//!    Deployments, 2,500 Roles and 2,500 RoleBindings, created 32 at a time
+//!    (`BENCH_UNRELATED=0` leaves them out);
 //! 1. **operator**: the time from the moment all 400 VClusterPlugins are applied until all are
-//!    `Ready=True` for their generation (the operator, in-process under the `vcp-operator`
-//!    identity with `config/rbac`, is started right after the apply), and its write requests
-//!    (audit log, user `vcp-operator`);
+//!    `Ready=True` for their generation (the operator binary, as a process of its own under
+//!    the `vcp-operator` identity with `config/rbac`, is started right after the apply), its
+//!    write requests (audit log, user `vcp-operator`), and its peak resident set size
+//!    (`VmHWM` of `/proc/<pid>/status`, read before it is stopped);
 //! 2. **no-op resync**: the operator restarted on the converged state, until it has reconciled
 //!    every plugin (its reconcile counter), then quiet for a while: its write requests (must be 0);
 //! 3. **floor**: the same final writes — finalizer, one StatefulSet apply per vCluster with both
@@ -18,12 +23,13 @@
 //!    the operator's identity at the operator's concurrency, against a fresh equivalent set of
 //!    vClusters and plugins; the floor's reads happen before its clock starts.
 //!
-//! Last line: `operator_ready_ratio=<operator time / floor time> noop_writes=<n>`.
-//! `BENCH_VCLUSTERS` (default 200) and `BENCH_CONCURRENCY` (default: the operator's default)
-//! change the scale.
+//! Last line: `operator_ready_ratio=<operator time / floor time> noop_writes=<n>
+//! operator_peak_rss_mib=<the larger peak of the two operator processes, MiB>`.
+//! `BENCH_VCLUSTERS` (default 200), `BENCH_UNRELATED` (default 1) and `BENCH_CONCURRENCY`
+//! (default: the operator's default) change the scale. The operator binary is built with the
+//! profile of this example (`scripts/bench`: release, or `BENCH_PROFILE=dev`).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
@@ -37,11 +43,10 @@ use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
 use vcluster_plugin_operator::status::{self, Check, Outcome};
-use vcluster_plugin_operator::{Config, Telemetry, controller, rbac, workload};
+use vcluster_plugin_operator::{Config, controller, rbac, workload};
 use vcp_crds::{FINALIZER, OPERATOR_FIELD_MANAGER, VClusterPlugin, WorkloadRef};
-use vcp_tests::{AuditedWrite, Cluster, ControlPlane, Identity};
+use vcp_tests::{AuditedWrite, Cluster, ControlPlane, Identity, OperatorOptions, OperatorProcess};
 
 const RUNTIME_IMAGE: &str = "vcp-bench/runtime:bench";
 const VC: &str = "vc";
@@ -49,6 +54,14 @@ const SET_LABEL: &str = "vcp-bench/set";
 /// Concurrency of the bench's own set-up requests (namespaces, workloads, plugins).
 const SETUP_CONCURRENCY: usize = 8;
 const TIMEOUT: Duration = Duration::from_secs(900);
+/// Namespaces of the unrelated objects.
+const UNRELATED_NAMESPACES: usize = 50;
+/// Unrelated StatefulSets and Deployments, each, per namespace (1,000 of each in all).
+const UNRELATED_WORKLOADS: usize = 20;
+/// Unrelated Roles and RoleBindings, each, per namespace (2,500 of each in all).
+const UNRELATED_RBAC: usize = 50;
+/// Concurrency of the unrelated objects' creates.
+const UNRELATED_CONCURRENCY: usize = 32;
 
 fn progress(start: Instant, msg: impl AsRef<str>) {
     println!("[{:7.1}s] {}", start.elapsed().as_secs_f64(), msg.as_ref());
@@ -101,6 +114,127 @@ async fn create_vcluster(admin: &Client, set: &str, i: usize) -> anyhow::Result<
             &sts,
         )
         .await?;
+    Ok(())
+}
+
+/// One unrelated object to create.
+enum Unrelated {
+    StatefulSet(String, Box<StatefulSet>),
+    Deployment(String, Box<k8s_openapi::api::apps::v1::Deployment>),
+    Role(String, Box<Role>),
+    RoleBinding(String, Box<RoleBinding>),
+}
+
+/// A pod template the size of a small real application's (labels, env, probes, resources).
+fn app_template(app: &str, i: usize) -> Value {
+    json!({
+        "metadata": { "labels": { "app": app, "tier": "backend", "instance": format!("{app}-{i}") } },
+        "spec": { "containers": [{
+            "name": app, "image": format!("registry.example.com/{app}:1.{i}"),
+            "args": ["--port=8080", "--log-level=info", "--config=/etc/app/config.yaml"],
+            "env": (0..8).map(|k| json!({ "name": format!("SETTING_{k}"), "value": format!("value-{k}-{i}") })).collect::<Vec<_>>(),
+            "ports": [{ "name": "http", "containerPort": 8080 }],
+            "readinessProbe": { "httpGet": { "path": "/ready", "port": 8080 } },
+            "resources": { "requests": { "cpu": "100m", "memory": "128Mi" } },
+        }] },
+    })
+}
+
+/// The unrelated objects of namespace `n`.
+fn unrelated(n: usize) -> anyhow::Result<Vec<Unrelated>> {
+    let ns = format!("other-{n:02}");
+    let mut out = Vec::new();
+    for i in 0..UNRELATED_WORKLOADS {
+        let name = format!("db-{i}");
+        out.push(Unrelated::StatefulSet(
+            ns.clone(),
+            Box::new(serde_json::from_value(json!({
+                "metadata": { "name": name, "labels": { "app": "postgres" } },
+                "spec": {
+                    "serviceName": name,
+                    "selector": { "matchLabels": { "app": "postgres", "instance": format!("postgres-{i}") } },
+                    "template": app_template("postgres", i),
+                },
+            }))?),
+        ));
+        let name = format!("web-{i}");
+        out.push(Unrelated::Deployment(
+            ns.clone(),
+            Box::new(serde_json::from_value(json!({
+                "metadata": { "name": name, "labels": { "app": "web" } },
+                "spec": {
+                    "selector": { "matchLabels": { "app": "web", "instance": format!("web-{i}") } },
+                    "template": app_template("web", i),
+                },
+            }))?),
+        ));
+    }
+    for i in 0..UNRELATED_RBAC {
+        let name = format!("reader-{i}");
+        out.push(Unrelated::Role(
+            ns.clone(),
+            Box::new(serde_json::from_value(json!({
+                "metadata": { "name": name, "labels": { "team": "apps" } },
+                "rules": [
+                    { "apiGroups": [""], "resources": ["configmaps", "services"], "verbs": ["get", "list", "watch"] },
+                    { "apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get"] },
+                ],
+            }))?),
+        ));
+        out.push(Unrelated::RoleBinding(
+            ns.clone(),
+            Box::new(serde_json::from_value(json!({
+                "metadata": { "name": name, "labels": { "team": "apps" } },
+                "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name },
+                "subjects": [{ "kind": "ServiceAccount", "name": format!("app-{i}"), "namespace": ns }],
+            }))?),
+        ));
+    }
+    Ok(out)
+}
+
+/// Creates the unrelated objects (phase 0), `UNRELATED_CONCURRENCY` at a time.
+async fn create_unrelated(admin: &Client, start: Instant) -> anyhow::Result<()> {
+    let mut all = Vec::new();
+    for n in 0..UNRELATED_NAMESPACES {
+        vcp_tests::create_namespace(admin, &format!("other-{n:02}")).await;
+        all.extend(unrelated(n)?);
+    }
+    let count = all.len();
+    let pp = PostParams::default();
+    let results: Vec<anyhow::Result<()>> = stream::iter(all)
+        .map(|o| {
+            let pp = pp.clone();
+            async move {
+                match o {
+                    Unrelated::StatefulSet(ns, x) => Api::namespaced(admin.clone(), &ns)
+                        .create(&pp, &*x)
+                        .await
+                        .map(|_| ())?,
+                    Unrelated::Deployment(ns, x) => Api::namespaced(admin.clone(), &ns)
+                        .create(&pp, &*x)
+                        .await
+                        .map(|_| ())?,
+                    Unrelated::Role(ns, x) => Api::namespaced(admin.clone(), &ns)
+                        .create(&pp, &*x)
+                        .await
+                        .map(|_| ())?,
+                    Unrelated::RoleBinding(ns, x) => Api::namespaced(admin.clone(), &ns)
+                        .create(&pp, &*x)
+                        .await
+                        .map(|_| ())?,
+                }
+                Ok(())
+            }
+        })
+        .buffer_unordered(UNRELATED_CONCURRENCY)
+        .collect()
+        .await;
+    results.into_iter().collect::<anyhow::Result<()>>()?;
+    progress(
+        start,
+        format!("{count} unrelated objects created in {UNRELATED_NAMESPACES} namespaces"),
+    );
     Ok(())
 }
 
@@ -192,41 +326,44 @@ async fn wait_all_ready(
     }
 }
 
-/// An in-process operator under the `vcp-operator` identity.
-struct Operator {
-    telemetry: Arc<Telemetry>,
-    stop: oneshot::Sender<()>,
-    done: tokio::task::JoinHandle<()>,
-}
+/// The operator binary as a process of its own under the `vcp-operator` identity.
+struct Operator(OperatorProcess);
 
 impl Operator {
-    async fn start(cp: &ControlPlane, concurrency: u16) -> anyhow::Result<Operator> {
-        let client = Client::try_from(cp.config(Cluster::Host, Identity::Operator).await?)?;
-        let telemetry = Arc::new(Telemetry::new());
-        let mut config = Config::new(client);
-        config.runtime_image = RUNTIME_IMAGE.into();
-        config.concurrency = concurrency;
-        config.telemetry = telemetry.clone();
-        let (stop, stop_rx) = oneshot::channel::<()>();
-        let done = tokio::spawn(async move {
-            vcluster_plugin_operator::run_until(config, async {
-                let _ = stop_rx.await;
-            })
-            .await
-            .expect("operator");
-        });
-        Ok(Operator {
-            telemetry,
-            stop,
-            done,
-        })
+    fn start(cp: &ControlPlane, name: &str, concurrency: u16) -> Operator {
+        Operator(OperatorProcess::start(
+            name,
+            cp.dir(),
+            &OperatorOptions {
+                kubeconfig: cp.kubeconfig(Cluster::Host, Identity::Operator),
+                runtime_image: RUNTIME_IMAGE.into(),
+                abort_after_writes: None,
+                stop_after_writes: None,
+                leader_election: None,
+                concurrency: Some(concurrency),
+            },
+        ))
     }
 
-    async fn stop(self) -> anyhow::Result<()> {
-        let _ = self.stop.send(());
-        self.done.await?;
-        Ok(())
+    /// Finished reconciles (`/metrics`; 0 while it does not answer yet).
+    async fn reconciles(&self) -> u64 {
+        self.0.reconciles().await.unwrap_or(0)
     }
+
+    /// SIGTERM, after reading its peak RSS (bytes).
+    fn stop(self) -> anyhow::Result<u64> {
+        let peak = self
+            .0
+            .peak_rss_bytes()
+            .ok_or_else(|| anyhow::anyhow!("no VmHWM of the operator"))?;
+        let status = self.0.terminate(Duration::from_secs(30));
+        anyhow::ensure!(status.success(), "operator exited with {status}");
+        Ok(peak)
+    }
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
 }
 
 /// Write requests of user `vcp-operator` on objects of `set` (its namespaces, its
@@ -448,7 +585,10 @@ async fn main() -> anyhow::Result<()> {
         .map(|v| v.parse())
         .transpose()?
         .unwrap_or(default_concurrency);
+    let with_unrelated = std::env::var("BENCH_UNRELATED").map_or(true, |v| v != "0");
     let total = 2 * n;
+    // Built before any clock starts (the profile of this example).
+    vcp_tests::workspace_binary("vcluster-plugin-operator", "vcluster-plugin-operator");
     progress(
         start,
         format!("operator bench: {n} vClusters x 2 plugins, operator concurrency {concurrency}"),
@@ -464,10 +604,15 @@ async fn main() -> anyhow::Result<()> {
     }
     progress(start, format!("control plane up in {}", cp.dir().display()));
 
+    // 0. A busy cluster.
+    if with_unrelated {
+        create_unrelated(&admin, start).await?;
+    }
+
     // 1. The operator.
     create_set(&admin, "op", n, start).await?;
     let t0 = Instant::now();
-    let operator = Operator::start(&cp, concurrency).await?;
+    let operator = Operator::start(&cp, "bench", concurrency);
     let t1 = wait_all_ready(&admin, "op", total, start).await?;
     let operator_secs = (t1 - t0).as_secs_f64();
     progress(
@@ -476,35 +621,37 @@ async fn main() -> anyhow::Result<()> {
     );
     // Reconciles the last writes triggered (watch events of its own writes) finish quietly.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let reconciles = operator.telemetry.reconciles();
-    operator.stop().await?;
+    let reconciles = operator.reconciles().await;
+    let peak_install = operator.stop()?;
     let op_writes = operator_writes(&cp, "op")?;
     progress(
         start,
         format!(
-            "op: {} write requests, {reconciles} reconciles: {:?}",
+            "op: {} write requests, {reconciles} reconciles, peak RSS {:.1} MiB: {:?}",
             op_writes.len(),
+            mib(peak_install),
             breakdown(&op_writes)
         ),
     );
 
     // 2. No-op resync: a restarted operator on the converged state.
     let before = op_writes.len();
-    let operator = Operator::start(&cp, concurrency).await?;
+    let operator = Operator::start(&cp, "bench-resync", concurrency);
     let deadline = Instant::now() + TIMEOUT;
-    while operator.telemetry.reconciles() < total as u64 {
+    while operator.reconciles().await < total as u64 {
         anyhow::ensure!(Instant::now() < deadline, "resync did not finish");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let resync_reconciles = operator.telemetry.reconciles();
-    operator.stop().await?;
+    let resync_reconciles = operator.reconciles().await;
+    let peak_resync = operator.stop()?;
     let after = operator_writes(&cp, "op")?;
     let noop_writes = after.len() - before;
     progress(
         start,
         format!(
-            "resync: {resync_reconciles} reconciles, {noop_writes} write requests {:?}",
+            "resync: {resync_reconciles} reconciles, {noop_writes} write requests, peak RSS {:.1} MiB {:?}",
+            mib(peak_resync),
             breakdown(&after[before..])
         ),
     );
@@ -550,6 +697,9 @@ async fn main() -> anyhow::Result<()> {
         floor_audited.len()
     );
     drop(cp);
-    println!("operator_ready_ratio={ratio:.2} noop_writes={noop_writes}");
+    println!(
+        "operator_ready_ratio={ratio:.2} noop_writes={noop_writes} operator_peak_rss_mib={:.1}",
+        mib(peak_install.max(peak_resync))
+    );
     Ok(())
 }

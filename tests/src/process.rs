@@ -72,6 +72,8 @@ pub struct OperatorOptions {
     pub stop_after_writes: Option<u64>,
     /// `--leader-elect` on the Lease `(namespace, name)` with this duration in seconds.
     pub leader_election: Option<(String, String, u64)>,
+    /// `--concurrency` (the binary's default when `None`).
+    pub concurrency: Option<u16>,
 }
 
 /// The operator binary (`vcluster-plugin-operator`) running as a process, as replica `name`
@@ -125,6 +127,9 @@ impl OperatorProcess {
                 .args(["--lease-namespace", namespace])
                 .args(["--lease-name", lease])
                 .args(["--lease-duration", &duration.to_string()]);
+        }
+        if let Some(c) = options.concurrency {
+            command.args(["--concurrency", &c.to_string()]);
         }
         let child = command.spawn().expect("start vcluster-plugin-operator");
         OperatorProcess {
@@ -198,6 +203,21 @@ impl OperatorProcess {
     /// answer (not listening yet, or gone).
     pub async fn get(&self, path: &str) -> Option<(u16, String)> {
         http_get(self.metrics, path).await
+    }
+
+    /// Its peak resident set size in bytes so far (`VmHWM` of `/proc/<pid>/status`); `None`
+    /// when it cannot be read (the process is gone).
+    pub fn peak_rss_bytes(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))?
+            .trim()
+            .strip_suffix("kB")?
+            .trim()
+            .parse()
+            .ok()?;
+        Some(kib * 1024)
     }
 
     /// Its finished reconciles (`vcp_reconcile_total`, all results), from `/metrics`.

@@ -44,6 +44,7 @@ fn start(fault: Option<Fault>) -> OperatorProcess {
         abort_after_writes: n(fault, false),
         stop_after_writes: n(fault, true),
         leader_election: None,
+        concurrency: None,
     };
     OperatorProcess::start("kill", ControlPlane::shared().dir(), &options)
 }

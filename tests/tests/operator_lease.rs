@@ -71,6 +71,7 @@ fn replica(name: &str, lease: &str, kubeconfig: std::path::PathBuf) -> OperatorP
             abort_after_writes: None,
             stop_after_writes: None,
             leader_election: Some(("vcp-system".into(), lease.into(), LEASE)),
+            concurrency: None,
         },
     )
 }
@@ -417,6 +418,7 @@ async fn sigterm_while_the_api_server_is_unreachable_stops_the_operator() {
             abort_after_writes: None,
             stop_after_writes: None,
             leader_election: None,
+            concurrency: None,
         },
     );
     // Up (its HTTP server answers) but not ready: the caches cannot fill.
