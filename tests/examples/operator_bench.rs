@@ -23,8 +23,18 @@
 //!    the operator's identity at the operator's concurrency, against a fresh equivalent set of
 //!    vClusters and plugins; the floor's reads happen before its clock starts.
 //!
+//! 4. **reaction time** (issue 15, item 4; `BENCH_REACTION_TRIES`, default 100, 0 leaves it
+//!    out): on fresh vClusters `bench-react-NNN`, one `kubectl apply -f -` (admin) of the `car`
+//!    plugin at a time, timed from the start of `kubectl` until a GET (every 5 ms) reads it
+//!    `Ready=True` for its generation, with an idle operator running (started on the converged
+//!    state, and left until its reconcile counter stood still for 2 s); its floor is the same
+//!    single apply with no operator running, timed until the GET reads the object. The
+//!    operator's 200 ms trigger debounce (`controller::DEBOUNCE`) counts against it.
+//!
 //! Last line: `operator_ready_ratio=<operator time / floor time> noop_writes=<n>
-//! operator_peak_rss_mib=<the larger peak of the two operator processes, MiB>`.
+//! operator_peak_rss_mib=<the larger peak of the two operator processes, MiB>`, then, with
+//! the reaction phase, `reaction_p50_ms= reaction_p99_ms= reaction_floor_p50_ms=
+//! reaction_floor_p99_ms=` (nearest-rank percentiles).
 //! `BENCH_VCLUSTERS` (default 200), `BENCH_UNRELATED` (default 1) and `BENCH_CONCURRENCY`
 //! (default: the operator's default) change the scale. The operator binary is built with the
 //! profile of this example (`scripts/bench`: release, or `BENCH_PROFILE=dev`).
@@ -362,6 +372,73 @@ impl Operator {
     }
 }
 
+/// The `car` plugin of vCluster `vc` in `ns`, as YAML for `kubectl apply`.
+fn car_yaml(ns: &str) -> String {
+    format!(
+        "apiVersion: vcp.dev/v1alpha1\nkind: VClusterPlugin\nmetadata:\n  name: car\n  namespace: {ns}\nspec:\n  vcluster:\n    name: {VC}\n  syncedTypes:\n  - apiVersion: example.loft.sh/v1\n    kind: Car\n"
+    )
+}
+
+/// Runs `kubectl apply -f -` as admin with `yaml` on stdin.
+async fn kubectl_apply(cp: &ControlPlane, yaml: &str) -> anyhow::Result<()> {
+    use tokio::io::AsyncWriteExt as _;
+    let mut child = tokio::process::Command::new(cp.kubectl())
+        .arg("--kubeconfig")
+        .arg(cp.kubeconfig(Cluster::Host, Identity::Admin))
+        .args(["apply", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(yaml.as_bytes()).await?;
+    drop(stdin);
+    let out = child.wait_with_output().await?;
+    anyhow::ensure!(
+        out.status.success(),
+        "kubectl apply: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+/// One try: applies the `car` plugin into `ns` with kubectl and returns the time until a GET
+/// reads it, `Ready=True` for its generation when `ready`.
+async fn react_once(
+    cp: &ControlPlane,
+    admin: &Client,
+    ns: &str,
+    ready: bool,
+) -> anyhow::Result<Duration> {
+    let api = Api::<VClusterPlugin>::namespaced(admin.clone(), ns);
+    let yaml = car_yaml(ns);
+    let t0 = Instant::now();
+    kubectl_apply(cp, &yaml).await?;
+    let deadline = t0 + Duration::from_secs(60);
+    loop {
+        if let Some(p) = api.get_opt("car").await? {
+            let done = !ready
+                || p.status.as_ref().is_some_and(|s| {
+                    s.observed_generation == p.metadata.generation
+                        && s.conditions
+                            .iter()
+                            .any(|c| c.type_ == status::READY && c.status == "True")
+                });
+            if done {
+                return Ok(t0.elapsed());
+            }
+        }
+        anyhow::ensure!(Instant::now() < deadline, "{ns}/car not Ready within 60 s");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Nearest-rank percentile `q` (0–100) of `sorted`, in milliseconds.
+fn percentile_ms(sorted: &[Duration], q: usize) -> f64 {
+    let rank = (q * sorted.len()).div_ceil(100).max(1);
+    sorted[rank - 1].as_secs_f64() * 1000.0
+}
+
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
@@ -586,6 +663,11 @@ async fn main() -> anyhow::Result<()> {
         .transpose()?
         .unwrap_or(default_concurrency);
     let with_unrelated = std::env::var("BENCH_UNRELATED").map_or(true, |v| v != "0");
+    let tries: usize = std::env::var("BENCH_REACTION_TRIES")
+        .ok()
+        .map(|v| v.parse())
+        .transpose()?
+        .unwrap_or(100);
     let total = 2 * n;
     // Built before any clock starts (the profile of this example).
     vcp_tests::workspace_binary("vcluster-plugin-operator", "vcluster-plugin-operator");
@@ -690,6 +772,63 @@ async fn main() -> anyhow::Result<()> {
         ),
     );
 
+    // 4. Reaction time: the floor first (no operator running), then with an idle operator.
+    let mut reaction = None;
+    if tries > 0 {
+        let results: Vec<anyhow::Result<()>> = stream::iter(0..tries)
+            .map(|i| create_vcluster(&admin, "react", i))
+            .buffer_unordered(SETUP_CONCURRENCY)
+            .collect()
+            .await;
+        results.into_iter().collect::<anyhow::Result<()>>()?;
+        let mut floor = Vec::new();
+        for i in 0..tries {
+            let ns = namespace("react-floor", i);
+            vcp_tests::create_namespace(&admin, &ns).await;
+            floor.push(react_once(&cp, &admin, &ns, false).await?);
+            // No finalizer (no operator ran): deleted at once, never seen by the operator.
+            Api::<VClusterPlugin>::namespaced(admin.clone(), &ns)
+                .delete("car", &Default::default())
+                .await?;
+        }
+        let operator = Operator::start(&cp, "bench-react", concurrency);
+        let settled = 4 * n as u64;
+        let deadline = Instant::now() + TIMEOUT;
+        let mut last = (0, Instant::now());
+        loop {
+            let r = operator.reconciles().await;
+            if r != last.0 {
+                last = (r, Instant::now());
+            } else if r >= settled && last.1.elapsed() > Duration::from_secs(2) {
+                break;
+            }
+            anyhow::ensure!(Instant::now() < deadline, "the operator did not settle");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        progress(
+            start,
+            format!("react: operator idle after {} reconciles", last.0),
+        );
+        let mut op = Vec::new();
+        for i in 0..tries {
+            op.push(react_once(&cp, &admin, &namespace("react", i), true).await?);
+        }
+        operator.stop()?;
+        floor.sort();
+        op.sort();
+        let r = [
+            percentile_ms(&op, 50),
+            percentile_ms(&op, 99),
+            percentile_ms(&floor, 50),
+            percentile_ms(&floor, 99),
+        ];
+        println!(
+            "reaction ({tries} tries, kubectl apply to Ready=True): operator p50 {:.0} ms, p99 {:.0} ms; floor (the apply alone) p50 {:.0} ms, p99 {:.0} ms",
+            r[0], r[1], r[2], r[3]
+        );
+        reaction = Some(r);
+    }
+
     let ratio = operator_secs / floor_secs;
     println!(
         "operator: {operator_secs:.2}s, {} writes; floor: {floor_secs:.2}s, {} writes; no-op resync: {noop_writes} writes",
@@ -697,8 +836,14 @@ async fn main() -> anyhow::Result<()> {
         floor_audited.len()
     );
     drop(cp);
+    let reaction = reaction.map_or(String::new(), |r| {
+        format!(
+            " reaction_p50_ms={:.0} reaction_p99_ms={:.0} reaction_floor_p50_ms={:.0} reaction_floor_p99_ms={:.0}",
+            r[0], r[1], r[2], r[3]
+        )
+    });
     println!(
-        "operator_ready_ratio={ratio:.2} noop_writes={noop_writes} operator_peak_rss_mib={:.1}",
+        "operator_ready_ratio={ratio:.2} noop_writes={noop_writes} operator_peak_rss_mib={:.1}{reaction}",
         mib(peak_install.max(peak_resync))
     );
     Ok(())
