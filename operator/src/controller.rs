@@ -32,8 +32,8 @@ use futures::StreamExt;
 use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{Controller, watcher};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use tracing::{debug, warn};
 use vcp_crds::{FINALIZER, PLUGIN_NAME_LABEL, VClusterPlugin};
@@ -73,8 +73,14 @@ pub async fn run_until(
     // already compacted away, and the watch from it fails with `410 Expired` again and again
     // (minutes without reconciles, seen by hand before this was changed).
     let wc = watcher::Config::default();
-    let controller = Controller::new(Api::<VClusterPlugin>::all(client.clone()), wc.clone());
-    let store = controller.store();
+    // The plugins' cache, as `Controller::new` makes it, but without `managedFields` (nothing
+    // reads them; in memory they are larger than the rest of a plugin with its status).
+    let (store, writer) = reflector::store();
+    let plugins = watcher(Api::<VClusterPlugin>::all(client.clone()), wc)
+        .modify(|p: &mut VClusterPlugin| p.metadata.managed_fields = None)
+        .reflect(writer)
+        .applied_objects();
+    let controller = Controller::for_stream(plugins, store.clone());
     let (caches, streams) = Caches::new(&client, &config.telemetry);
     let context = Arc::new(Context {
         client: client.clone(),
