@@ -38,7 +38,7 @@ use crate::from_host::{self, FromHostOptions};
 use crate::hooks::{ClientHook, Hooks, declarative_hooks};
 use crate::pods::{PodHookOptions, physical_pod_hooks, run_pod_hooks};
 use crate::retry::Retry;
-use crate::stats::{EventSink, Severity, TypeStats};
+use crate::stats::{EventSink, Severity, TypeStats, WarnedKeys};
 use crate::status::{self, RuntimeStatus};
 use crate::syncer::DeclarativeSyncer;
 use crate::translate::NamespacedTranslator;
@@ -167,11 +167,15 @@ pub async fn run(config: Config) -> Result<(), Error> {
         },
     );
     let mut plugin_ref = plugin.object_ref(&());
+    // One set of warned keys for the whole run: a spec change restarts the syncers with new
+    // statistics, and must not repeat a warning already given (`TypeStats::warn_once`).
+    let warned = WarnedKeys::default();
     let mut running = Some(Generation::start(
         &config,
         &plugin,
         on_conflict.clone(),
         on_warning.clone(),
+        &warned,
     )?);
     let mut reporter = Reporter::new(api.clone(), &config.plugin);
 
@@ -193,7 +197,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
                         info!(plugin = %config.plugin, "VClusterPlugin spec changed, restarting syncers");
                         running = None;
                         plugin_ref = plugin.object_ref(&());
-                        match Generation::start(&config, &plugin, on_conflict.clone(), on_warning.clone()) {
+                        match Generation::start(&config, &plugin, on_conflict.clone(), on_warning.clone(), &warned) {
                             Ok(generation) => running = Some(generation),
                             Err(error) => error!(%error, "cannot start the syncers of the new spec"),
                         }
@@ -277,6 +281,7 @@ impl Generation {
         plugin: &VClusterPlugin,
         on_conflict: ConflictReporter,
         on_warning: EventSink,
+        warned: &WarnedKeys,
     ) -> Result<Self, Error> {
         let spec = plugin.spec.clone();
         let vcluster = config
@@ -319,7 +324,8 @@ impl Generation {
             let stats = Arc::new(
                 TypeStats::new(&synced.api_version, &synced.kind)
                     .with_log(config.reconciles.clone())
-                    .with_warnings(on_warning.clone()),
+                    .with_warnings(on_warning.clone())
+                    .sharing_warned(warned.clone()),
             );
             generation.types.push(stats.clone());
             generation.tasks.spawn(run_type(
@@ -335,7 +341,8 @@ impl Generation {
             let stats = Arc::new(
                 TypeStats::new("v1", "Pod")
                     .with_log(config.reconciles.clone())
-                    .with_warnings(on_warning.clone()),
+                    .with_warnings(on_warning.clone())
+                    .sharing_warned(warned.clone()),
             );
             generation.pod_hooks = Some(stats.clone());
             generation.tasks.spawn(run_pod_hooks(PodHookOptions {

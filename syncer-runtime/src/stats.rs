@@ -77,6 +77,9 @@ pub enum Severity {
     Warning,
 }
 
+/// The keys [`TypeStats::warn_once`] has warned about (shared, see [`TypeStats::sharing_warned`]).
+pub type WarnedKeys = std::sync::Arc<Mutex<std::collections::HashSet<String>>>;
+
 /// Where [`TypeStats::warn_once`] and [`TypeStats::notice`] send an Event: `(type, reason,
 /// note)`; the runtime publishes it on the `VClusterPlugin`.
 pub type EventSink = std::sync::Arc<dyn Fn(Severity, &'static str, String) + Send + Sync>;
@@ -89,7 +92,7 @@ pub struct TypeStats {
     log: Option<std::sync::Arc<ReconcileLog>>,
     warnings: Option<EventSink>,
     deselected: AtomicU64,
-    warned: Mutex<std::collections::HashSet<String>>,
+    warned: WarnedKeys,
     outcomes: Mutex<HashMap<String, Outcome>>,
     type_error: Mutex<Option<String>>,
     ready: std::sync::atomic::AtomicBool,
@@ -128,6 +131,16 @@ impl TypeStats {
     #[must_use]
     pub fn with_warnings(mut self, sink: EventSink) -> Self {
         self.warnings = Some(sink);
+        self
+    }
+
+    /// These statistics, remembering the keys of [`TypeStats::warn_once`] in `warned`, which
+    /// may be shared: the runtime shares one set between all types and all generations of a
+    /// plugin's spec, so that a spec change, which restarts the syncers with new statistics,
+    /// does not repeat a warning already given.
+    #[must_use]
+    pub fn sharing_warned(mut self, warned: WarnedKeys) -> Self {
+        self.warned = warned;
         self
     }
 
