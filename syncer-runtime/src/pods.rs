@@ -50,7 +50,7 @@ pub struct PodHookOptions {
 /// What of `desired` (the existing host pod `current` after the hooks) the API server accepts
 /// ([`mutable_update`]): when the hooks change fields it refuses to change on an existing pod,
 /// those changes are left out, with one log line and one `Warning` Event
-/// ([`REASON_IMMUTABLE_POD_FIELDS`]) per pod and set of fields, so the labels and annotations
+/// ([`REASON_IMMUTABLE_POD_FIELDS`]) per host pod name for the life of the runtime process, so the labels and annotations
 /// are still written and no refused update is ever sent.
 pub fn existing_pod_update(stats: &TypeStats, current: &Value, desired: Value) -> Value {
     let update = mutable_update(current, &desired);
@@ -61,13 +61,12 @@ pub fn existing_pod_update(stats: &TypeStats, current: &Value, desired: Value) -
         .as_str()
         .unwrap_or_default();
     let name = current["metadata"]["name"].as_str().unwrap_or_default();
-    let uid = current["metadata"]["uid"].as_str().unwrap_or_default();
     let fields = update.skipped.join(", ");
     let note = format!(
         "the pod hooks change fields of host pod {namespace}/{name} that Kubernetes does not allow to change on an existing pod ({fields}); those changes are skipped, its labels and annotations are still synced"
     );
     if stats.warn_once(
-        &format!("{REASON_IMMUTABLE_POD_FIELDS}/{namespace}/{name}/{uid}/{fields}"),
+        &format!("{REASON_IMMUTABLE_POD_FIELDS}/{namespace}/{name}"),
         REASON_IMMUTABLE_POD_FIELDS,
         note.clone(),
     ) {

@@ -121,6 +121,10 @@ impl Config {
     }
 }
 
+/// The keys warned about by every run of this process ([`TypeStats::sharing_warned`]).
+static PROCESS_WARNED: std::sync::LazyLock<WarnedKeys> =
+    std::sync::LazyLock::new(WarnedKeys::default);
+
 /// Runs the declarative runtime until the future is dropped (or the task aborted).
 ///
 /// Reads the `VClusterPlugin` `config.plugin` in `config.namespace` on the host, then syncs
@@ -167,9 +171,10 @@ pub async fn run(config: Config) -> Result<(), Error> {
         },
     );
     let mut plugin_ref = plugin.object_ref(&());
-    // One set of warned keys for the whole run: a spec change restarts the syncers with new
-    // statistics, and must not repeat a warning already given (`TypeStats::warn_once`).
-    let warned = WarnedKeys::default();
+    // One set of warned keys for the whole process: a spec change restarts the syncers with
+    // new statistics, and a restarted run must not repeat a warning already given
+    // (`TypeStats::warn_once`).
+    let warned = PROCESS_WARNED.clone();
     let mut running = Some(Generation::start(
         &config,
         &plugin,
