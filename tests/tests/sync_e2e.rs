@@ -453,6 +453,7 @@ async fn cars_sync_create_update_delete_across_namespaces() {
     assert_eq!(host_audi.data["spec"], json!({"type": "Audi", "seats": 2}));
 
     // drift on the host is reverted
+    let writes_pre_drift = w.runtime_writes(&format!("/cars/{audi_host_name}")).len();
     host_cars
         .patch(
             audi_host_name,
@@ -463,6 +464,17 @@ async fn cars_sync_create_update_delete_across_namespaces() {
         .expect("drift");
     w.host_car_where(audi_host_name, |car| car.data["spec"]["seats"] == json!(2))
         .await;
+    // the API server writes its audit log after it answers: wait until the revert is in it,
+    // so that it is not counted as a write of the in-sync check below
+    let revert_audited = vcp_tests::poll_for(TIMEOUT, || {
+        let seen = w.runtime_writes(&format!("/cars/{audi_host_name}")).len();
+        async move { (seen > writes_pre_drift).then_some(()) }
+    })
+    .await;
+    assert!(
+        revert_audited.is_some(),
+        "the runtime's revert of the drift is not in the audit log"
+    );
 
     // in sync: no further writes. The trigger is a label only the host has (kept, like
     // vCluster keeps keys added on the host): the runtime reconciles the Car again, and once
