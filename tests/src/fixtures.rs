@@ -107,6 +107,28 @@ pub fn vcluster_workload_with(namespace: &str, values: &str) -> String {
     docs.join("---\n")
 }
 
+/// What an operator process started by a test needs on the host: the committed CRDs, the
+/// namespace `vcp-system`, the operator's ClusterRole and leader-election Role
+/// (`config/rbac`), and their bindings to the test's operator user
+/// (`config/rbac/test-user-*.yaml`).
+///
+/// # Panics
+/// When a CRD or one of those files is refused.
+pub async fn install_operator_rbac(admin: &Client) {
+    install_crds(admin).await;
+    create_namespace(admin, "vcp-system").await;
+    for file in [
+        "config/rbac/role.yaml",
+        "config/rbac/test-user-binding.yaml",
+        "config/rbac/leader_election_role.yaml",
+        "config/rbac/test-user-leader-election-binding.yaml",
+    ] {
+        apply_yaml_file(admin, file, None)
+            .await
+            .unwrap_or_else(|e| panic!("apply {file}: {e:#}"));
+    }
+}
+
 /// Installs the committed CRDs (`crds/*.yaml`) by server-side apply and waits until each is
 /// Established.
 ///

@@ -41,7 +41,8 @@ pub use audit::{AuditedWrite, audited_reads, audited_write_events, audited_write
 pub use control_plane::{Cluster, ControlPlane, Identity, config_from, repo_root};
 pub use fixtures::{
     TEST_FIELD_MANAGER, apply_yaml, apply_yaml_file, create_namespace, create_yaml, install_crds,
-    oracle_paths, render_vcluster_chart, string_map, vcluster_workload, vcluster_workload_with,
+    install_operator_rbac, oracle_paths, render_vcluster_chart, string_map, vcluster_workload,
+    vcluster_workload_with,
 };
 pub use plugins::{
     condition, create_plugin, delete_plugin, operator_reconciles, operator_telemetry, poke_plugin,

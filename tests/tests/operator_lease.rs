@@ -43,21 +43,8 @@ async fn setup() -> Client {
     static DONE: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
     let cp = ControlPlane::shared();
     let admin = cp.client(Cluster::Host, Identity::Admin).await;
-    DONE.get_or_init(|| async {
-        vcp_tests::install_crds(&admin).await;
-        vcp_tests::create_namespace(&admin, "vcp-system").await;
-        for file in [
-            "config/rbac/role.yaml",
-            "config/rbac/test-user-binding.yaml",
-            "config/rbac/leader_election_role.yaml",
-            "config/rbac/test-user-leader-election-binding.yaml",
-        ] {
-            vcp_tests::apply_yaml_file(&admin, file, None)
-                .await
-                .unwrap_or_else(|e| panic!("apply {file}: {e:#}"));
-        }
-    })
-    .await;
+    DONE.get_or_init(|| vcp_tests::install_operator_rbac(&admin))
+        .await;
     admin
 }
 

@@ -46,18 +46,7 @@ async fn setup() -> Client {
     SETUP
         .get_or_init(|| async {
             let admin = cp.client(Cluster::Host, Identity::Admin).await;
-            vcp_tests::install_crds(&admin).await;
-            vcp_tests::create_namespace(&admin, "vcp-system").await;
-            for file in [
-                "config/rbac/role.yaml",
-                "config/rbac/test-user-binding.yaml",
-                "config/rbac/leader_election_role.yaml",
-                "config/rbac/test-user-leader-election-binding.yaml",
-            ] {
-                vcp_tests::apply_yaml_file(&admin, file, None)
-                    .await
-                    .unwrap_or_else(|e| panic!("apply {file}: {e:#}"));
-            }
+            vcp_tests::install_operator_rbac(&admin).await;
         })
         .await;
     cp.client(Cluster::Host, Identity::Admin).await
