@@ -63,6 +63,26 @@ fn replica(name: &str, lease: &str, kubeconfig: std::path::PathBuf) -> OperatorP
     )
 }
 
+/// Starts `replica-a` (with `kubeconfig_a`) and waits until it leads `lease`, then `replica-b`
+/// (with `kubeconfig_b`), and checks that `replica-b`, once ready, stands by.
+async fn leader_and_standby(
+    lease: &str,
+    kubeconfig_a: std::path::PathBuf,
+    kubeconfig_b: std::path::PathBuf,
+) -> (OperatorProcess, OperatorProcess) {
+    let a = replica("replica-a", lease, kubeconfig_a);
+    wait_leading(&a, true, TIMEOUT)
+        .await
+        .expect("replica-a leads");
+    let b = replica("replica-b", lease, kubeconfig_b);
+    wait_for(TIMEOUT, || async {
+        (b.get("/readyz").await?.0 == 200).then_some(())
+    })
+    .await;
+    assert_eq!(leading(&b).await, Some(false), "replica-b stands by");
+    (a, b)
+}
+
 fn agent(replica: &str) -> String {
     format!(
         "vcluster-plugin-operator/{}/{replica}",
@@ -178,16 +198,7 @@ async fn a_stolen_lease_stops_the_old_leader_and_one_replica_leads_again() {
     let cp = ControlPlane::shared();
     let (ns, lease) = ("lease-stolen", "lease-stolen");
     let kubeconfig = cp.kubeconfig(Cluster::Host, Identity::Operator);
-    let a = replica("replica-a", lease, kubeconfig.clone());
-    wait_leading(&a, true, TIMEOUT)
-        .await
-        .expect("replica-a leads");
-    let b = replica("replica-b", lease, kubeconfig);
-    wait_for(TIMEOUT, || async {
-        (b.get("/readyz").await?.0 == 200).then_some(())
-    })
-    .await;
-    assert_eq!(leading(&b).await, Some(false), "replica-b stands by");
+    let (a, b) = leader_and_standby(lease, kubeconfig.clone(), kubeconfig).await;
     prepare(&admin, ns).await;
     converged(&admin, ns, 1, TIMEOUT).await;
 
@@ -281,16 +292,7 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_its_lease_expires() {
     let through_proxy = proxy
         .kubeconfig(&direct, cp.dir().join("kubeconfig-host-operator-proxied"))
         .expect("proxied kubeconfig");
-    let a = replica("replica-a", lease, through_proxy);
-    wait_leading(&a, true, TIMEOUT)
-        .await
-        .expect("replica-a leads");
-    let b = replica("replica-b", lease, direct);
-    wait_for(TIMEOUT, || async {
-        (b.get("/readyz").await?.0 == 200).then_some(())
-    })
-    .await;
-    assert_eq!(leading(&b).await, Some(false), "replica-b stands by");
+    let (a, b) = leader_and_standby(lease, through_proxy, direct).await;
     prepare(&admin, ns).await;
     converged(&admin, ns, 1, TIMEOUT).await;
     let a_writes = writes(ns).len();
