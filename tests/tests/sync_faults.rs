@@ -87,6 +87,19 @@ fn warnings() -> &'static Mutex<Vec<String>> {
     warnings
 }
 
+/// A control plane of the test's own (its etcd and API servers are stopped, restarted or
+/// compacted), with the CRDs installed and the runtime's identity made cluster-admin in both
+/// clusters.
+async fn own_control_plane() -> ControlPlane {
+    let cp = ControlPlane::start().expect("start a control plane of this test's own");
+    for cluster in [Cluster::Host, Cluster::Virtual] {
+        let client = cp.client(cluster, Identity::Admin).await;
+        vcp_tests::install_crds(&client).await;
+        syncer_is_cluster_admin(&client).await;
+    }
+    cp
+}
+
 /// Grants `vcp-syncer` everything on `cluster` (the runtime's identity in these tests).
 async fn syncer_is_cluster_admin(client: &Client) {
     vcp_tests::apply_yaml(
@@ -656,13 +669,7 @@ async fn restart_scenario(cp: &Arc<ControlPlane>, restart: Fault, tag: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_server_restarts_during_a_1000_car_sync_converge() {
     let _serial = SERIAL.lock().await;
-    let cp = Arc::new(ControlPlane::start().expect("start a control plane of this test's own"));
-    let host = cp.client(Cluster::Host, Identity::Admin).await;
-    let virtual_ = cp.client(Cluster::Virtual, Identity::Admin).await;
-    for client in [&host, &virtual_] {
-        vcp_tests::install_crds(client).await;
-        syncer_is_cluster_admin(client).await;
-    }
+    let cp = Arc::new(own_control_plane().await);
     let audit_lines = |cluster| {
         vcp_tests::audited_write_events(&cp, cluster)
             .expect("audit log")
@@ -682,12 +689,7 @@ async fn api_server_restarts_during_a_1000_car_sync_converge() {
 async fn an_etcd_restart_during_a_1000_car_sync_converges() {
     let _serial = SERIAL.lock().await;
     let _ = warnings();
-    let cp = Arc::new(ControlPlane::start().expect("start a control plane of this test's own"));
-    for cluster in [Cluster::Host, Cluster::Virtual] {
-        let client = cp.client(cluster, Identity::Admin).await;
-        vcp_tests::install_crds(&client).await;
-        syncer_is_cluster_admin(&client).await;
-    }
+    let cp = Arc::new(own_control_plane().await);
     restart_scenario(&cp, Fault::Etcd, "faults-etcd").await;
 }
 
@@ -698,12 +700,7 @@ async fn an_etcd_restart_during_a_1000_car_sync_converges() {
 async fn an_etcd_compaction_during_a_1000_car_sync_converges() {
     let _serial = SERIAL.lock().await;
     let _ = warnings();
-    let cp = Arc::new(ControlPlane::start().expect("start a control plane of this test's own"));
-    for cluster in [Cluster::Host, Cluster::Virtual] {
-        let client = cp.client(cluster, Identity::Admin).await;
-        vcp_tests::install_crds(&client).await;
-        syncer_is_cluster_admin(&client).await;
-    }
+    let cp = Arc::new(own_control_plane().await);
     restart_scenario(&cp, Fault::Compaction, "faults-compact").await;
 }
 
@@ -754,13 +751,9 @@ impl ClientHook for Interloper {
 async fn a_real_409_is_retried_after_backoff_and_converges() {
     let _serial = SERIAL.lock().await;
     let warnings = warnings();
-    let cp = ControlPlane::start().expect("start a control plane of this test's own");
+    let cp = own_control_plane().await;
     let host = cp.client(Cluster::Host, Identity::Admin).await;
     let virtual_ = cp.client(Cluster::Virtual, Identity::Admin).await;
-    for client in [&host, &virtual_] {
-        vcp_tests::install_crds(client).await;
-        syncer_is_cluster_admin(client).await;
-    }
     let (host_ns, vcluster, ns) = ("vc-conflict", "conflict", "team-a");
     vcp_tests::create_namespace(&host, host_ns).await;
     vcp_tests::create_namespace(&virtual_, ns).await;
