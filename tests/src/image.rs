@@ -846,6 +846,32 @@ fn home_of(var: &str, default: &str) -> anyhow::Result<PathBuf> {
         .with_context(|| format!("${var} ({}): the Rust toolchain", path.display()))
 }
 
+/// The canonical host folders of the toolchains in `rustup_home/toolchains` that are symbolic
+/// links (each once, in name order).
+///
+/// # Errors
+/// When the folder cannot be read or a link does not resolve.
+fn linked_toolchains(rustup_home: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let dir = rustup_home.join("toolchains");
+    let mut entries: Vec<_> = std::fs::read_dir(&dir)
+        .with_context(|| format!("read {}", dir.display()))?
+        .collect::<Result<_, _>>()?;
+    entries.sort_by_key(std::fs::DirEntry::file_name);
+    let mut targets = Vec::new();
+    for entry in entries {
+        if entry.file_type()?.is_symlink() {
+            let target = entry
+                .path()
+                .canonicalize()
+                .with_context(|| format!("the toolchain link {}", entry.path().display()))?;
+            if !targets.contains(&target) {
+                targets.push(target);
+            }
+        }
+    }
+    Ok(targets)
+}
+
 fn is_root() -> bool {
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
@@ -910,12 +936,22 @@ fn run_in_rust_root(
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777))?;
     // The toolchain, read-only; cargo's home read-write, as cargo writes its locks and caches
     // there (the image's is writable too).
+    let linked = linked_toolchains(&rustup_home)?;
     for (host, in_root, mode) in [
         (cargo_home.clone(), "/usr/local/cargo", "rw"),
         (rustup_home, "/usr/local/rustup", "ro"),
     ] {
         std::fs::create_dir_all(inside(root, in_root))?;
         mounts.push((host, in_root.to_string(), mode));
+    }
+    // A toolchain that is a link (`rustup toolchain link`, or a version name linked to
+    // `stable`) points to an absolute host path: it is mounted there too, read-only, or rustup
+    // in the root finds a dangling link and reports the toolchain "not installed" (seen on a
+    // fresh machine whose `1.95.0-…` toolchain links to `stable-…`).
+    for target in linked {
+        let in_root = target.to_string_lossy().into_owned();
+        std::fs::create_dir_all(inside(root, &in_root))?;
+        mounts.push((target, in_root, "ro"));
     }
     mounts.push(("/dev".into(), "/dev".into(), "rw"));
     mounts.push(("/proc".into(), "/proc".into(), "rw"));
