@@ -25,6 +25,9 @@ pub struct Config {
     pub runtime_image: String,
     /// Reconciles running at once (0: unbounded); default 4.
     pub concurrency: u16,
+    /// How long the controller waits after a plugin's last trigger before reconciling it
+    /// (0: no debounce); default [`DEBOUNCE`](crate::controller::DEBOUNCE), 200 ms.
+    pub debounce: std::time::Duration,
     /// `reportingInstance` of the Events (such as the pod name); default: none.
     pub instance: Option<String>,
     /// Which RBAC rules a plugin may grant; default [`Policy::default`] (DESIGN.md).
@@ -43,6 +46,7 @@ impl Config {
             client,
             runtime_image: default_runtime_image(),
             concurrency: 4,
+            debounce: crate::controller::DEBOUNCE,
             instance: None,
             policy: Policy::default(),
             leader_election: None,

@@ -54,7 +54,8 @@ pub const RETRY: Duration = Duration::from_secs(5);
 /// How long the controller waits after the last trigger of a plugin before reconciling it
 /// (trailing-edge debounce, `kube::runtime::controller::Config::debounce`): the watch events
 /// of one reconcile's own writes (finalizer, workload, RBAC objects, status) coalesce into at
-/// most one more reconcile, which then reads caches that have seen those writes.
+/// most one more reconcile, which then reads caches that have seen those writes. The default of
+/// [`Config::debounce`] (`--debounce-ms`); what it costs and buys: docs/BENCHMARKS.md.
 pub const DEBOUNCE: Duration = Duration::from_millis(200);
 
 /// Runs the controller until `shutdown` completes (then in-flight reconciles finish) or the
@@ -132,7 +133,7 @@ pub async fn run_until(
         .with_config(
             kube::runtime::controller::Config::default()
                 .concurrency(config.concurrency)
-                .debounce(DEBOUNCE),
+                .debounce(config.debounce),
         )
         .trigger_backoff(trigger_backoff())
         .watches_stream(streams.statefulsets, move |sts| {

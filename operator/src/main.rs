@@ -60,6 +60,12 @@ struct RunArgs {
     #[arg(long, env = "VCP_CONCURRENCY", default_value_t = 4)]
     concurrency: u16,
 
+    /// Milliseconds the controller waits after a plugin's last trigger (a watch event of the
+    /// plugin, its vCluster's workload or its RBAC objects) before reconciling it, so that the
+    /// events of one reconcile's own writes coalesce; 0 reconciles at once.
+    #[arg(long, env = "VCP_DEBOUNCE_MS", default_value_t = 200)]
+    debounce_ms: u64,
+
     /// Operator policy (YAML; schema in the docs of `vcluster_plugin_operator::policy` and in
     /// README.md): which RBAC rules a VClusterPlugin may grant and what its container may ask
     /// for. Default: the built-in policy (no wildcards, no escalate/bind/impersonate, no write
@@ -202,6 +208,7 @@ async fn run_controller(args: RunArgs) -> ExitCode {
     let mut config = Config::new(client);
     config.runtime_image = args.runtime_image;
     config.concurrency = args.concurrency;
+    config.debounce = std::time::Duration::from_millis(args.debounce_ms);
     config.instance = std::env::var("POD_NAME").ok();
     if let Some(path) = &args.policy_file {
         match vcluster_plugin_operator::policy::Policy::from_file(path) {
@@ -337,6 +344,18 @@ mod tests {
         assert!(cli.command.is_none());
         assert_eq!(cli.run.runtime_image, "img:1");
         assert_eq!(cli.run.concurrency, 2);
+    }
+
+    #[test]
+    fn debounce_defaults_to_the_controllers_and_can_be_turned_off() {
+        let cli = Cli::try_parse_from(["vcluster-plugin-operator"]).expect("parse");
+        assert_eq!(
+            u128::from(cli.run.debounce_ms),
+            vcluster_plugin_operator::controller::DEBOUNCE.as_millis()
+        );
+        let cli =
+            Cli::try_parse_from(["vcluster-plugin-operator", "--debounce-ms", "0"]).expect("parse");
+        assert_eq!(cli.run.debounce_ms, 0);
     }
 
     #[test]
