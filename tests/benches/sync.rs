@@ -1,24 +1,44 @@
 //! `scripts/bench sync`: the declarative runtime (`vcluster-plugin-syncer`, run as a process)
 //! on a control plane of its own (real etcd + two kube-apiservers).
 //!
+//! Every floor carries what the measurement itself costs in the sync run: the bench's own watch
+//! on the host namespace it writes to, and a clock that stops when that watch has seen the last
+//! object (not when the last create returns).
+//!
 //! (a) 2,000 Cars created in the virtual cluster → time until all are on the host, beside the
 //!     floor: the same 2,000 created directly on the host by one client at the same concurrency
 //!     (the runtime's worker count), nothing else running; ratio = sync / floor
-//!     (`sync_ratio`). For reading it, also printed: a second floor, the same host creates
-//!     while the virtual API server takes the same 2,000 virtual creates at the same time
-//!     (no runtime running: the load the sync run puts on this machine's shared cores, minus
-//!     the runtime and its host writes), `sync_ratio_loaded` = sync / that floor; the CPU
-//!     seconds of every process (etcd, both API servers, the runtime, the bench, and the
-//!     whole machine) in each of these runs; and the runtime's requests per Car in the sync
-//!     run (API server request counters and audit log).
+//!     (`sync_ratio`). Also: a second floor, the same host creates while the virtual API server
+//!     takes the same 2,000 virtual creates at the same time (no runtime running: the load the
+//!     sync run puts on this machine's shared cores, minus the runtime and its host writes),
+//!     `sync_ratio_loaded` = sync / that floor; the CPU seconds of every process (etcd, both API
+//!     servers, the runtime, the bench, and the whole machine) in each of these runs, and
+//!     `runtime_cpu_ms_per_object` = the runtime process's CPU time during the sync / 2,000;
+//!     and the runtime's requests in the sync run (API server request counters and audit log).
 //! (b) latency from virtual create (request returned) to host visible (watch event) at a steady
 //!     50 objects/s, p50 / p99 over 250 objects.
-//! (c) peak RSS (VmHWM) of the runtime process once 10,000 Cars are synced.
-//! (d) write requests (audit log, user `vcp-syncer`, Cars) while a restarted runtime resyncs the
-//!     10,000 unchanged objects (until its status reports all 10,000 in sync).
+//! (b') reaction time on an idle runtime (issue 15, item 4): `BENCH_REACTION_TRIES` (default
+//!     100) single virtual creates, one at a time, each timed from the start of its create
+//!     request until the bench's host watch sees the host copy; beside each, the floor: the
+//!     same single create sent directly to the host, timed until the same watch sees it.
+//! (c) memory: Cars created in chunks until `BENCH_OBJECTS` (default 10,000) are synced; the
+//!     runtime's resident set (`VmRSS`) after each chunk (and once 1,000 are on the host),
+//!     its peak (`VmHWM`) at the end, and the bytes per object beyond the first 1,000
+//!     ((RSS at the end − RSS at 1,000) / (objects − 1,000)).
+//! (d) restart: the runtime is killed and started again on the unchanged objects: the time
+//!     until its caches are listed (its `caches ready, syncing` log line; beside it, one client's
+//!     paged list of both sides), the time until its status reports every object in sync (the
+//!     status is written at most every 2 s), and its write requests on Cars (both audit logs).
+//!
+//! `BENCH_PERF=<file>` records the runtime's CPU profile of phase (a) with `perf record`.
+//!
+//! Plots (SVG, written to `docs/bench/`): `sync-rss.svg` (RSS against synced objects) and
+//! `sync-latency.svg` (latency percentiles of (b) and (b') and of the reaction floor).
 //!
 //! Last line: `sync_ratio=<x> p50_ms=<x> p99_ms=<x> rss_mib=<x> resync_writes=<n>
-//! sync_ratio_loaded=<x>`.
+//! sync_ratio_loaded=<x> runtime_cpu_ms_per_object=<x> objects=<n> bytes_per_object=<n>
+//! initial_list_s=<x> resync_s=<x> reaction_p50_ms=<x> reaction_p99_ms=<x>
+//! reaction_floor_p50_ms=<x> reaction_floor_p99_ms=<x>`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -41,7 +61,6 @@ const VCLUSTER: &str = "bench";
 const WORKERS: usize = 4;
 const BULK: usize = 2_000;
 const STEADY: usize = 250;
-const TOTAL: usize = 10_000;
 
 fn cars() -> ApiResource {
     ApiResource::from_gvk_with_plural(
@@ -91,9 +110,11 @@ async fn create_all(api: &Api<DynamicObject>, names: &[String], concurrency: usi
 /// Host name → first time seen on the host, filled by a watch.
 type Seen = Arc<Mutex<HashMap<String, Instant>>>;
 
-fn watch_host(client: Client) -> Seen {
+/// Starts the bench's own watch of the Cars in host namespace `ns`: every floor and every sync
+/// run is clocked by one of these, so each carries the same observing watch.
+fn watch_host(client: Client, ns: &str) -> Seen {
     let seen: Seen = Arc::default();
-    let api = Api::<DynamicObject>::namespaced_with(client, HOST_NS, &cars());
+    let api = Api::<DynamicObject>::namespaced_with(client, ns, &cars());
     let out = seen.clone();
     tokio::spawn(async move {
         let mut events = std::pin::pin!(
@@ -111,6 +132,16 @@ fn watch_host(client: Client) -> Seen {
         }
     });
     seen
+}
+
+/// Waits (polling every millisecond) until `seen` holds `name`; returns when the watch saw it.
+async fn seen_at(seen: &Seen, name: &str) -> Instant {
+    loop {
+        if let Some(at) = seen.lock().unwrap().get(name) {
+            return *at;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
 }
 
 async fn wait_count(seen: &Seen, prefix: &str, n: usize) -> Instant {
@@ -142,8 +173,17 @@ fn syncer_binary() -> PathBuf {
     bin
 }
 
-fn start_syncer(cp: &ControlPlane) -> Child {
-    Command::new(syncer_binary())
+/// The runtime process and the moment its caches were listed.
+struct Syncer {
+    child: Child,
+    /// When the runtime logged `caches ready, syncing` (both sides of the Car type listed).
+    caches_ready: Arc<std::sync::OnceLock<Instant>>,
+}
+
+/// Starts `vcluster-plugin-syncer` for plugin `bench` (warnings, and the driver's
+/// `caches ready, syncing` line, which the bench times; every line is passed on to stderr).
+fn start_syncer(cp: &ControlPlane) -> Syncer {
+    let mut child = Command::new(syncer_binary())
         .arg("--host-kubeconfig")
         .arg(cp.kubeconfig(Cluster::Host, Identity::Syncer))
         .arg("--virtual-kubeconfig")
@@ -156,18 +196,57 @@ fn start_syncer(cp: &ControlPlane) -> Child {
             "--workers",
             &WORKERS.to_string(),
         ])
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", "warn,vcp_syncer_runtime::driver=info")
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .spawn()
-        .expect("start vcluster-plugin-syncer")
+        .expect("start vcluster-plugin-syncer");
+    let caches_ready: Arc<std::sync::OnceLock<Instant>> = Arc::default();
+    let stderr = child.stderr.take().expect("piped stderr");
+    let ready = caches_ready.clone();
+    std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if line.contains("caches ready, syncing") {
+                let _ = ready.set(Instant::now());
+            }
+            eprintln!("{line}");
+        }
+    });
+    Syncer {
+        child,
+        caches_ready,
+    }
 }
 
+impl Syncer {
+    fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn stop(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Peak resident set (`VmHWM`) of process `pid`, in MiB.
 fn vm_hwm_mib(pid: u32) -> f64 {
+    proc_status_mib(pid, "VmHWM:")
+}
+
+/// Current resident set (`VmRSS`) of process `pid`, in MiB.
+fn vm_rss_mib(pid: u32) -> f64 {
+    proc_status_mib(pid, "VmRSS:")
+}
+
+/// A `kB` field of `/proc/<pid>/status`, in MiB.
+fn proc_status_mib(pid: u32, field: &str) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
     let kib: f64 = status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .expect("VmHWM");
     kib / 1024.0
@@ -250,14 +329,16 @@ fn cpu_snapshot(procs: &[(String, u32)]) -> CpuSnapshot {
     }
 }
 
-/// Prints the CPU seconds each process used between `a` and `b`.
-fn report_cpu(what: &str, a: &CpuSnapshot, b: &CpuSnapshot) {
+/// Prints the CPU seconds each process used between `a` and `b`; returns them by process name.
+fn report_cpu(what: &str, a: &CpuSnapshot, b: &CpuSnapshot) -> HashMap<String, f64> {
     let wall = b.at.duration_since(a.at).as_secs_f64();
     let mut line = format!("cpu {what}: wall {wall:.1} s;");
     let mut ours = 0.0;
+    let mut seconds = HashMap::new();
     for ((name, t0), (_, t1)) in a.procs.iter().zip(&b.procs) {
         let s = (t1.saturating_sub(*t0)) as f64 / USER_HZ;
         ours += s;
+        seconds.insert(name.clone(), s);
         line += &format!(" {name} {s:.1} s;");
     }
     let machine = (b.machine.saturating_sub(a.machine)) as f64 / USER_HZ;
@@ -266,6 +347,7 @@ fn report_cpu(what: &str, a: &CpuSnapshot, b: &CpuSnapshot) {
         wall * 2.0
     );
     eprintln!("{line}");
+    seconds
 }
 
 /// `apiserver_request_total` of `client`'s API server summed by `(resource, verb)` for Cars and
@@ -426,28 +508,44 @@ async fn main() {
     let virtual_cars = Api::<DynamicObject>::namespaced_with(virtual_.clone(), "bench", &cars());
     let floor_cars = Api::<DynamicObject>::namespaced_with(host.clone(), "floor", &cars());
 
+    // the bench's own watches, started before any clock: the sync namespace, the floors'
+    let seen = watch_host(host.clone(), HOST_NS);
+    let floor_seen = watch_host(host.clone(), "floor");
+    vcp_tests::create_namespace(&host, "floor-loaded").await;
+    let loaded_seen = watch_host(host.clone(), "floor-loaded");
+    tokio::time::sleep(Duration::from_secs(1)).await; // the watches have listed
+
     // (a) floor first (nothing else running), then the loaded floor, then the runtime
     let floor_names: Vec<String> = (0..BULK).map(|i| format!("floor-{i}")).collect();
     let cpu0 = cpu_snapshot(&processes(&cp, None));
-    let floor = create_all(&floor_cars, &floor_names, WORKERS).await;
+    let start = Instant::now();
+    create_all(&floor_cars, &floor_names, WORKERS).await;
+    let floor = wait_count(&floor_seen, "floor-", BULK)
+        .await
+        .duration_since(start);
     report_cpu("floor", &cpu0, &cpu_snapshot(&processes(&cp, None)));
-    eprintln!("floor: {BULK} host creates at concurrency {WORKERS}: {floor:?}");
+    eprintln!(
+        "floor: {BULK} host creates at concurrency {WORKERS}, all seen by the watch after {floor:?}"
+    );
 
     // the same host creates while the virtual API server takes the same virtual creates (in a
     // namespace of its own, removed again before the runtime starts)
-    vcp_tests::create_namespace(&host, "floor-loaded").await;
     vcp_tests::create_namespace(&virtual_, "floor-load").await;
     let loaded_host = Api::<DynamicObject>::namespaced_with(host.clone(), "floor-loaded", &cars());
     let load_virtual =
         Api::<DynamicObject>::namespaced_with(virtual_.clone(), "floor-load", &cars());
     let cpu0 = cpu_snapshot(&processes(&cp, None));
-    let (floor_loaded, load) = tokio::join!(
+    let start = Instant::now();
+    let (_, load) = tokio::join!(
         create_all(&loaded_host, &floor_names, WORKERS),
         create_all(&load_virtual, &floor_names, WORKERS)
     );
+    let floor_loaded = wait_count(&loaded_seen, "floor-", BULK)
+        .await
+        .duration_since(start);
     report_cpu("loaded floor", &cpu0, &cpu_snapshot(&processes(&cp, None)));
     eprintln!(
-        "loaded floor: {BULK} host creates at concurrency {WORKERS} took {floor_loaded:?} while {BULK} virtual creates took {load:?}"
+        "loaded floor: {BULK} host creates at concurrency {WORKERS}, all seen after {floor_loaded:?}, while {BULK} virtual creates took {load:?}"
     );
     load_virtual
         .delete_collection(&Default::default(), &Default::default())
@@ -465,19 +563,46 @@ async fn main() {
     })
     .await;
 
-    let mut syncer = start_syncer(&cp);
-    let seen = watch_host(host.clone());
+    let syncer = start_syncer(&cp);
     tokio::time::sleep(Duration::from_secs(3)).await; // the runtime lists and is idle
     let names: Vec<String> = (0..BULK).map(|i| format!("bulk-{i}")).collect();
     let procs = processes(&cp, Some(syncer.id()));
     let writes0 = syncer_writes(&cp);
     let (host_req0, virtual_req0) = (request_counts(&host).await, request_counts(&virtual_).await);
+    // `BENCH_PERF=<file>`: the runtime's CPU profile of the bulk phase (`perf record`,
+    // software clock at 999 Hz, call graphs), read with `perf report -i <file>`
+    let perf = std::env::var_os("BENCH_PERF").map(|out| {
+        Command::new("perf")
+            .args(["record", "-e", "cpu-clock", "-F", "999", "-g", "-p"])
+            .arg(syncer.id().to_string())
+            .arg("-o")
+            .arg(out)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start perf record (BENCH_PERF)")
+    });
     let cpu0 = cpu_snapshot(&procs);
+    // the runtime's resident set once 1,000 copies are on the host (the start of the RSS curve)
+    let rss_at_1000 = {
+        let seen = seen.clone();
+        let pid = syncer.id();
+        tokio::spawn(async move {
+            wait_count(&seen, "bulk-", 1_000).await;
+            vm_rss_mib(pid)
+        })
+    };
     let start = Instant::now();
     let created = create_all(&virtual_cars, &names, WORKERS).await;
     let last = wait_count(&seen, "bulk-", BULK).await;
     let synced = last.duration_since(start);
-    report_cpu("sync", &cpu0, &cpu_snapshot(&procs));
+    let sync_cpu = report_cpu("sync", &cpu0, &cpu_snapshot(&procs));
+    if let Some(mut perf) = perf {
+        let _ = Command::new("kill")
+            .args(["-INT", &perf.id().to_string()])
+            .status();
+        let _ = perf.wait();
+    }
+    let runtime_cpu_ms_per_object = sync_cpu["runtime"] * 1000.0 / BULK as f64;
     tokio::time::sleep(Duration::from_secs(3)).await; // the last status write
     report_requests("host", &host_req0, &request_counts(&host).await);
     report_requests("virtual", &virtual_req0, &request_counts(&virtual_).await);
@@ -485,8 +610,10 @@ async fn main() {
     let ratio = synced.as_secs_f64() / floor.as_secs_f64();
     let ratio_loaded = synced.as_secs_f64() / floor_loaded.as_secs_f64();
     eprintln!(
-        "sync: {BULK} virtual creates took {created:?}, all on the host after {synced:?}; ratio {ratio:.2}, to the loaded floor {ratio_loaded:.2}"
+        "sync: {BULK} virtual creates took {created:?}, all on the host after {synced:?}; ratio {ratio:.2}, to the loaded floor {ratio_loaded:.2}; runtime CPU {runtime_cpu_ms_per_object:.3} ms per object"
     );
+    let mut rss_points = vec![(1_000usize, rss_at_1000.await.expect("rss at 1,000"))];
+    rss_points.push((BULK, vm_rss_mib(syncer.id())));
 
     // (b) steady 50/s
     let mut sent = HashMap::new();
@@ -513,18 +640,74 @@ async fn main() {
     let (p50, p99) = (percentile(&latencies, 0.5), percentile(&latencies, 0.99));
     eprintln!("steady 50/s: p50 {p50:.1} ms, p99 {p99:.1} ms");
 
-    // (c) 10,000 synced Cars
-    let rest: Vec<String> = (0..TOTAL - BULK - STEADY)
-        .map(|i| format!("more-{i}"))
-        .collect();
-    create_all(&virtual_cars, &rest, 16).await;
-    wait_count(&seen, "more-", rest.len()).await;
-    let rss = vm_hwm_mib(syncer.id());
-    eprintln!("runtime peak RSS with {TOTAL} synced Cars: {rss:.1} MiB");
+    // (b') reaction time on an idle runtime, one create at a time, each beside its floor
+    tokio::time::sleep(Duration::from_secs(3)).await; // the runtime is idle again
+    let tries: usize = env_usize("BENCH_REACTION_TRIES", 100);
+    let (mut reaction, mut reaction_floor) = (Vec::new(), Vec::new());
+    for i in 0..tries {
+        let name = format!("react-{i}");
+        let start = Instant::now();
+        virtual_cars
+            .create(&PostParams::default(), &car(&name))
+            .await
+            .expect("create reaction car");
+        let at = seen_at(&seen, &format!("{name}-x-bench-x-{VCLUSTER}")).await;
+        reaction.push(at.duration_since(start).as_secs_f64() * 1000.0);
+        let name = format!("reactfloor-{i}");
+        let start = Instant::now();
+        floor_cars
+            .create(&PostParams::default(), &car(&name))
+            .await
+            .expect("create reaction floor car");
+        let at = seen_at(&floor_seen, &name).await;
+        reaction_floor.push(at.duration_since(start).as_secs_f64() * 1000.0);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    reaction.sort_by(f64::total_cmp);
+    reaction_floor.sort_by(f64::total_cmp);
+    let (r50, r99) = (percentile(&reaction, 0.5), percentile(&reaction, 0.99));
+    let (f50, f99) = (
+        percentile(&reaction_floor, 0.5),
+        percentile(&reaction_floor, 0.99),
+    );
+    eprintln!(
+        "reaction ({tries} tries, virtual create to host copy seen): runtime p50 {r50:.1} ms, p99 {r99:.1} ms; floor (the host create alone, to seen) p50 {f50:.1} ms, p99 {f99:.1} ms"
+    );
 
-    // (d) restart: a full resync of 10,000 unchanged objects
-    let _ = syncer.kill();
-    let _ = syncer.wait();
+    // (c) memory: chunks of Cars until `objects` are synced
+    let synced_so_far = BULK + STEADY + tries;
+    let objects = env_usize("BENCH_OBJECTS", 10_000);
+    assert!(
+        objects > synced_so_far,
+        "BENCH_OBJECTS must be above the {synced_so_far} the earlier phases create"
+    );
+    rss_points.push((synced_so_far, vm_rss_mib(syncer.id())));
+    let rest = objects - synced_so_far;
+    let chunk = rest.div_ceil(20).max(500);
+    let mut done = 0;
+    let start = Instant::now();
+    while done < rest {
+        let n = chunk.min(rest - done);
+        let more: Vec<String> = (done..done + n).map(|i| format!("more-{i}")).collect();
+        create_all(&virtual_cars, &more, 16).await;
+        done += n;
+        wait_count(&seen, "more-", done).await;
+        rss_points.push((synced_so_far + done, vm_rss_mib(syncer.id())));
+    }
+    let rss = vm_hwm_mib(syncer.id());
+    let (first, last_rss) = (rss_points[0], rss_points[rss_points.len() - 1]);
+    let bytes_per_object = (last_rss.1 - first.1) * 1024.0 * 1024.0 / (last_rss.0 - first.0) as f64;
+    eprintln!(
+        "memory: {objects} synced Cars ({rest} more in {:?}); runtime peak RSS {rss:.1} MiB; RSS {:.1} MiB at {} objects, {:.1} MiB at {objects}: {bytes_per_object:.0} bytes per object beyond the first {}; curve {rss_points:?}",
+        start.elapsed(),
+        first.1,
+        first.0,
+        last_rss.1,
+        first.0
+    );
+
+    // (d) restart: a full resync of the unchanged objects
+    syncer.stop();
     let before = count_car_writes(&cp);
     plugins
         .patch_status(
@@ -534,29 +717,183 @@ async fn main() {
         )
         .await
         .expect("reset status");
-    let mut syncer = start_syncer(&cp);
+    // beside the runtime's initial list: one client's paged lists of both sides (500 a page,
+    // as kube-runtime's watcher lists)
+    let list_start = Instant::now();
+    let listed = paged_count(&virtual_cars).await
+        + paged_count(&Api::<DynamicObject>::namespaced_with(
+            host.clone(),
+            HOST_NS,
+            &cars(),
+        ))
+        .await;
+    let list_floor = list_start.elapsed();
+    let syncer = start_syncer(&cp);
     let resync_start = Instant::now();
     loop {
         let status = plugins.get("bench").await.ok().and_then(|p| p.status);
-        if status.and_then(|s| s.synced_total) == Some(TOTAL as i64) {
+        if status.and_then(|s| s.synced_total) == Some(objects as i64) {
             break;
         }
         assert!(
-            resync_start.elapsed() < Duration::from_secs(600),
+            resync_start.elapsed() < Duration::from_secs(1_200),
             "resync did not finish"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let resync = resync_start.elapsed();
+    let initial_list = syncer
+        .caches_ready
+        .get()
+        .expect("the runtime logged `caches ready, syncing`")
+        .duration_since(resync_start);
     let resync_writes = count_car_writes(&cp) - before;
     eprintln!(
-        "restart + full resync of {TOTAL} unchanged Cars: {:?}, {resync_writes} writes",
-        resync_start.elapsed()
+        "restart on {objects} unchanged Cars: caches listed after {initial_list:?} (one client's paged lists of the {listed} objects of both sides: {list_floor:?}); all in sync after {resync:?}; {resync_writes} writes"
     );
-    let _ = syncer.kill();
-    let _ = syncer.wait();
+    let restart_rss = vm_hwm_mib(syncer.id());
+    eprintln!("restarted runtime's peak RSS on {objects} objects: {restart_rss:.1} MiB");
+    syncer.stop();
+
+    let plots = vcp_tests::repo_root().join("docs/bench");
+    std::fs::create_dir_all(&plots).expect("docs/bench");
+    plot_rss(&plots.join("sync-rss.svg"), &rss_points, rss);
+    plot_latency(
+        &plots.join("sync-latency.svg"),
+        &[
+            ("steady 50/s: virtual create to host copy", &latencies),
+            (
+                "reaction, idle runtime: virtual create to host copy",
+                &reaction,
+            ),
+            ("reaction floor: host create to seen", &reaction_floor),
+        ],
+    );
+    eprintln!("plots: {}/sync-rss.svg, sync-latency.svg", plots.display());
     println!(
-        "sync_ratio={ratio:.2} p50_ms={p50:.1} p99_ms={p99:.1} rss_mib={rss:.1} resync_writes={resync_writes} sync_ratio_loaded={ratio_loaded:.2}"
+        "sync_ratio={ratio:.2} p50_ms={p50:.1} p99_ms={p99:.1} rss_mib={rss:.1} resync_writes={resync_writes} sync_ratio_loaded={ratio_loaded:.2} runtime_cpu_ms_per_object={runtime_cpu_ms_per_object:.3} objects={objects} bytes_per_object={bytes_per_object:.0} initial_list_s={:.2} resync_s={:.2} reaction_p50_ms={r50:.1} reaction_p99_ms={r99:.1} reaction_floor_p50_ms={f50:.1} reaction_floor_p99_ms={f99:.1}",
+        initial_list.as_secs_f64(),
+        resync.as_secs_f64()
     );
+}
+
+/// `name` from the environment as a count, or `default`.
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name).map_or(default, |v| {
+        v.parse()
+            .unwrap_or_else(|_| panic!("{name} must be a count, not {v:?}"))
+    })
+}
+
+/// Lists every object of `api` in pages of 500; returns how many there were.
+async fn paged_count(api: &Api<DynamicObject>) -> usize {
+    let mut params = kube::api::ListParams::default().limit(500);
+    let mut n = 0;
+    loop {
+        let page = api.list(&params).await.expect("list cars");
+        n += page.items.len();
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => return n,
+        }
+    }
+}
+
+/// Draws the runtime's resident set against synced objects (`points`: objects, MiB) and its
+/// peak, as SVG at `path`.
+fn plot_rss(path: &std::path::Path, points: &[(usize, f64)], peak: f64) {
+    use plotters::prelude::*;
+    let root = SVGBackend::new(path, (720, 420)).into_drawing_area();
+    root.fill(&WHITE).expect("plot");
+    let x_max = points.iter().map(|p| p.0).max().unwrap_or(1) as f64;
+    let y_max = peak.max(points.iter().map(|p| p.1).fold(0.0, f64::max)) * 1.15;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "vcluster-plugin-syncer: resident set against synced Cars",
+            ("sans-serif", 18),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0f64..x_max * 1.02, 0f64..y_max)
+        .expect("plot");
+    chart
+        .configure_mesh()
+        .x_desc("Cars synced (each: one virtual object and its host copy)")
+        .y_desc("MiB")
+        .draw()
+        .expect("plot");
+    let line: Vec<(f64, f64)> = points.iter().map(|(n, m)| (*n as f64, *m)).collect();
+    chart
+        .draw_series(LineSeries::new(line.clone(), &BLUE))
+        .expect("plot")
+        .label("VmRSS after each chunk")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE));
+    chart
+        .draw_series(line.iter().map(|p| Circle::new(*p, 3, BLUE.filled())))
+        .expect("plot");
+    chart
+        .draw_series(LineSeries::new(vec![(0.0, peak), (x_max, peak)], &RED))
+        .expect("plot")
+        .label(format!("peak (VmHWM) {peak:.1} MiB"))
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE)
+        .border_style(BLACK)
+        .draw()
+        .expect("plot");
+    root.present().expect("write the plot");
+}
+
+/// Draws latency percentiles (x: percentile 0–100, y: ms) of each sorted series, as SVG.
+fn plot_latency(path: &std::path::Path, series: &[(&str, &Vec<f64>)]) {
+    use plotters::prelude::*;
+    let root = SVGBackend::new(path, (720, 420)).into_drawing_area();
+    root.fill(&WHITE).expect("plot");
+    let y_max = series
+        .iter()
+        .flat_map(|(_, v)| v.iter().copied())
+        .fold(1.0, f64::max)
+        * 1.1;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "latency percentiles: runtime against the direct write",
+            ("sans-serif", 18),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0f64..100f64, 0f64..y_max)
+        .expect("plot");
+    chart
+        .configure_mesh()
+        .x_desc("percentile")
+        .y_desc("ms")
+        .draw()
+        .expect("plot");
+    for (i, (name, values)) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let line: Vec<(f64, f64)> = values
+            .iter()
+            .enumerate()
+            .map(|(k, v)| (k as f64 * 100.0 / (values.len().max(2) - 1) as f64, *v))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(line, color.stroke_width(2)))
+            .expect("plot")
+            .label(*name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE)
+        .border_style(BLACK)
+        .draw()
+        .expect("plot");
+    root.present().expect("write the plot");
 }
 
 fn count_car_writes(cp: &ControlPlane) -> usize {
