@@ -193,12 +193,7 @@ impl<S: Syncer> Reconcile for Controller<S> {
             .into_iter()
             .map(|(namespace, name)| ObjectKey { namespace, name })
             .collect();
-        keys.extend(
-            self.host_store
-                .objects()
-                .iter()
-                .filter_map(|obj| self.key_of_host(obj)),
-        );
+        keys.extend(self.host_store.filter_map(|obj| self.key_of_host(&obj)));
         keys
     }
 
