@@ -28,14 +28,17 @@
 //! (d) restart: the runtime is killed and started again on the unchanged objects: the time
 //!     until its caches are listed (its `caches ready, syncing` log line; beside it, one client's
 //!     paged list of both sides), the time until its status reports every object in sync (the
-//!     status is written at most every 2 s), and its write requests on Cars (both audit logs).
+//!     status is written at most every 2 s), its write requests on Cars (both audit logs), and
+//!     its peak RSS (`restart_rss_mib`: the restart lists everything at once, the first run
+//!     grew into it).
 //!
 //! `BENCH_PERF=<file>` records the runtime's CPU profile of phase (a) with `perf record`.
 //!
 //! Plots (SVG, written to `docs/bench/`): `sync-rss.svg` (RSS against synced objects) and
 //! `sync-latency.svg` (latency percentiles of (b) and (b') and of the reaction floor).
 //!
-//! Last line: `sync_ratio=<x> p50_ms=<x> p99_ms=<x> rss_mib=<x> resync_writes=<n>
+//! Last line: `sync_ratio=<x> p50_ms=<x> p99_ms=<x> rss_mib=<x> restart_rss_mib=<x>
+//! resync_writes=<n>
 //! sync_ratio_loaded=<x> runtime_cpu_ms_per_object=<x> objects=<n> bytes_per_object=<n>
 //! initial_list_s=<x> resync_s=<x> reaction_p50_ms=<x> reaction_p99_ms=<x>
 //! reaction_floor_p50_ms=<x> reaction_floor_p99_ms=<x>`.
@@ -771,7 +774,7 @@ async fn main() {
     );
     eprintln!("plots: {}/sync-rss.svg, sync-latency.svg", plots.display());
     println!(
-        "sync_ratio={ratio:.2} p50_ms={p50:.1} p99_ms={p99:.1} rss_mib={rss:.1} resync_writes={resync_writes} sync_ratio_loaded={ratio_loaded:.2} runtime_cpu_ms_per_object={runtime_cpu_ms_per_object:.3} objects={objects} bytes_per_object={bytes_per_object:.0} initial_list_s={:.2} resync_s={:.2} reaction_p50_ms={r50:.1} reaction_p99_ms={r99:.1} reaction_floor_p50_ms={f50:.1} reaction_floor_p99_ms={f99:.1}",
+        "sync_ratio={ratio:.2} p50_ms={p50:.1} p99_ms={p99:.1} rss_mib={rss:.1} restart_rss_mib={restart_rss:.1} resync_writes={resync_writes} sync_ratio_loaded={ratio_loaded:.2} runtime_cpu_ms_per_object={runtime_cpu_ms_per_object:.3} objects={objects} bytes_per_object={bytes_per_object:.0} initial_list_s={:.2} resync_s={:.2} reaction_p50_ms={r50:.1} reaction_p99_ms={r99:.1} reaction_floor_p50_ms={f50:.1} reaction_floor_p99_ms={f99:.1}",
         initial_list.as_secs_f64(),
         resync.as_secs_f64()
     );
