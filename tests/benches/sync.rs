@@ -57,7 +57,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use vcp_crds::VClusterPlugin;
-use vcp_tests::{Cluster, ControlPlane, Identity, TEST_FIELD_MANAGER, audited_writes};
+use vcp_tests::{Cluster, ControlPlane, Identity, TEST_FIELD_MANAGER, audited_writes, cpu};
 
 const HOST_NS: &str = "vc-bench";
 const VCLUSTER: &str = "bench";
@@ -260,97 +260,15 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[idx]
 }
 
-/// Clock ticks per second of `/proc/<pid>/stat` and `/proc/stat` (`USER_HZ`, 100 on Linux).
-const USER_HZ: f64 = 100.0;
-
-/// CPU time (user + system) of process `pid` so far, in ticks; 0 when it is gone.
-fn process_ticks(pid: u32) -> u64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0;
-    };
-    // fields after "(comm)": state is field 3, utime 14, stime 15
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let get = |i: usize| {
-        fields
-            .get(i - 3)
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    get(14) + get(15)
-}
-
-/// Busy CPU time of the whole machine so far (all but idle and iowait), in ticks.
-fn machine_busy_ticks() -> u64 {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let fields: Vec<u64> = stat
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    let total: u64 = fields.iter().take(8).sum();
-    total - fields.get(3).copied().unwrap_or(0) - fields.get(4).copied().unwrap_or(0)
-}
-
-/// The processes whose CPU time is reported: the control plane's (from its `pids` file), the
-/// runtime (when running) and this bench.
+/// The processes whose CPU time is reported: the control plane's, the runtime (when running)
+/// and this bench.
 fn processes(cp: &ControlPlane, runtime: Option<u32>) -> Vec<(String, u32)> {
-    let pids = std::fs::read_to_string(cp.dir().join("pids")).unwrap_or_default();
-    let mut out: Vec<(String, u32)> = pids
-        .lines()
-        .filter_map(|l| {
-            let (pid, name) = l.split_once(' ')?;
-            let pid = pid.parse().ok()?;
-            (name != "watchdog").then(|| (name.to_string(), pid))
-        })
-        .collect();
+    let mut out = cpu::control_plane_processes(cp);
     if let Some(pid) = runtime {
         out.push(("runtime".into(), pid));
     }
     out.push(("bench".into(), std::process::id()));
     out
-}
-
-/// CPU ticks of [`processes`] and of the machine, at one moment.
-struct CpuSnapshot {
-    at: Instant,
-    procs: Vec<(String, u64)>,
-    machine: u64,
-}
-
-fn cpu_snapshot(procs: &[(String, u32)]) -> CpuSnapshot {
-    CpuSnapshot {
-        at: Instant::now(),
-        procs: procs
-            .iter()
-            .map(|(n, pid)| (n.clone(), process_ticks(*pid)))
-            .collect(),
-        machine: machine_busy_ticks(),
-    }
-}
-
-/// Prints the CPU seconds each process used between `a` and `b`; returns them by process name.
-fn report_cpu(what: &str, a: &CpuSnapshot, b: &CpuSnapshot) -> HashMap<String, f64> {
-    let wall = b.at.duration_since(a.at).as_secs_f64();
-    let mut line = format!("cpu {what}: wall {wall:.1} s;");
-    let mut ours = 0.0;
-    let mut seconds = HashMap::new();
-    for ((name, t0), (_, t1)) in a.procs.iter().zip(&b.procs) {
-        let s = (t1.saturating_sub(*t0)) as f64 / USER_HZ;
-        ours += s;
-        seconds.insert(name.clone(), s);
-        line += &format!(" {name} {s:.1} s;");
-    }
-    let machine = (b.machine.saturating_sub(a.machine)) as f64 / USER_HZ;
-    line += &format!(
-        " these together {ours:.1} s; whole machine {machine:.1} s busy of {:.1} s available",
-        wall * 2.0
-    );
-    eprintln!("{line}");
-    seconds
 }
 
 /// `apiserver_request_total` of `client`'s API server summed by `(resource, verb)` for Cars and
@@ -520,13 +438,13 @@ async fn main() {
 
     // (a) floor first (nothing else running), then the loaded floor, then the runtime
     let floor_names: Vec<String> = (0..BULK).map(|i| format!("floor-{i}")).collect();
-    let cpu0 = cpu_snapshot(&processes(&cp, None));
+    let cpu0 = cpu::snapshot(&processes(&cp, None));
     let start = Instant::now();
     create_all(&floor_cars, &floor_names, WORKERS).await;
     let floor = wait_count(&floor_seen, "floor-", BULK)
         .await
         .duration_since(start);
-    report_cpu("floor", &cpu0, &cpu_snapshot(&processes(&cp, None)));
+    cpu::report("floor", &cpu0, &cpu::snapshot(&processes(&cp, None)));
     eprintln!(
         "floor: {BULK} host creates at concurrency {WORKERS}, all seen by the watch after {floor:?}"
     );
@@ -537,7 +455,7 @@ async fn main() {
     let loaded_host = Api::<DynamicObject>::namespaced_with(host.clone(), "floor-loaded", &cars());
     let load_virtual =
         Api::<DynamicObject>::namespaced_with(virtual_.clone(), "floor-load", &cars());
-    let cpu0 = cpu_snapshot(&processes(&cp, None));
+    let cpu0 = cpu::snapshot(&processes(&cp, None));
     let start = Instant::now();
     let (_, load) = tokio::join!(
         create_all(&loaded_host, &floor_names, WORKERS),
@@ -546,7 +464,7 @@ async fn main() {
     let floor_loaded = wait_count(&loaded_seen, "floor-", BULK)
         .await
         .duration_since(start);
-    report_cpu("loaded floor", &cpu0, &cpu_snapshot(&processes(&cp, None)));
+    cpu::report("loaded floor", &cpu0, &cpu::snapshot(&processes(&cp, None)));
     eprintln!(
         "loaded floor: {BULK} host creates at concurrency {WORKERS}, all seen after {floor_loaded:?}, while {BULK} virtual creates took {load:?}"
     );
@@ -584,7 +502,7 @@ async fn main() {
             .spawn()
             .expect("start perf record (BENCH_PERF)")
     });
-    let cpu0 = cpu_snapshot(&procs);
+    let cpu0 = cpu::snapshot(&procs);
     // the runtime's resident set once 1,000 copies are on the host (the start of the RSS curve)
     let rss_at_1000 = {
         let seen = seen.clone();
@@ -598,7 +516,7 @@ async fn main() {
     let created = create_all(&virtual_cars, &names, WORKERS).await;
     let last = wait_count(&seen, "bulk-", BULK).await;
     let synced = last.duration_since(start);
-    let sync_cpu = report_cpu("sync", &cpu0, &cpu_snapshot(&procs));
+    let sync_cpu = cpu::report("sync", &cpu0, &cpu::snapshot(&procs));
     if let Some(mut perf) = perf {
         let _ = Command::new("kill")
             .args(["-INT", &perf.id().to_string()])

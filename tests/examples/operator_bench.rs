@@ -23,6 +23,10 @@
 //!    the operator's identity at the operator's concurrency, against a fresh equivalent set of
 //!    vClusters and plugins; the floor's reads happen before its clock starts.
 //!
+//! The CPU seconds of each process (etcd, both API servers, the operator, the bench) and of the
+//! whole machine during phases 1 and 3 are printed (`cpu …` lines, stderr), to tell where the
+//! time goes.
+//!
 //! 4. **reaction time** (issue 15, item 4; `BENCH_REACTION_TRIES`, default 100, 0 leaves it
 //!    out): on fresh vClusters `bench-react-NNN`, one `kubectl apply -f -` (admin) of the `car`
 //!    plugin at a time, timed from the start of `kubectl` until a GET (every 5 ms) reads it
@@ -59,7 +63,9 @@ use serde_json::{Value, json};
 use vcluster_plugin_operator::status::{self, Check, Outcome};
 use vcluster_plugin_operator::{Config, controller, rbac, workload};
 use vcp_crds::{FINALIZER, OPERATOR_FIELD_MANAGER, VClusterPlugin, WorkloadRef};
-use vcp_tests::{AuditedWrite, Cluster, ControlPlane, Identity, OperatorOptions, OperatorProcess};
+use vcp_tests::{
+    AuditedWrite, Cluster, ControlPlane, Identity, OperatorOptions, OperatorProcess, cpu,
+};
 
 const RUNTIME_IMAGE: &str = "vcp-bench/runtime:bench";
 const VC: &str = "vc";
@@ -698,7 +704,12 @@ async fn main() -> anyhow::Result<()> {
     create_set(&admin, "op", n, start).await?;
     let t0 = Instant::now();
     let operator = Operator::start(&cp, "bench", concurrency);
+    let mut procs = cpu::control_plane_processes(&cp);
+    procs.push(("operator".into(), operator.0.pid()));
+    procs.push(("bench".into(), std::process::id()));
+    let cpu0 = cpu::snapshot(&procs);
     let t1 = wait_all_ready(&admin, "op", total, start).await?;
+    cpu::report("operator install", &cpu0, &cpu::snapshot(&procs));
     let operator_secs = (t1 - t0).as_secs_f64();
     progress(
         start,
@@ -747,6 +758,9 @@ async fn main() -> anyhow::Result<()> {
     let writes = floor_writes(&client, &admin, "floor", n).await?;
     let planned: usize = writes.iter().map(Vec::len).sum();
     progress(start, format!("floor: {planned} writes computed"));
+    let mut procs = cpu::control_plane_processes(&cp);
+    procs.push(("bench".into(), std::process::id()));
+    let cpu0 = cpu::snapshot(&procs);
     let t0 = Instant::now();
     let results: Vec<anyhow::Result<()>> = stream::iter(writes)
         .map(|ws| {
@@ -763,6 +777,7 @@ async fn main() -> anyhow::Result<()> {
         .await;
     results.into_iter().collect::<anyhow::Result<()>>()?;
     let floor_secs = t0.elapsed().as_secs_f64();
+    cpu::report("floor", &cpu0, &cpu::snapshot(&procs));
     let (ready, _) = ready_count(&admin, "floor").await?;
     anyhow::ensure!(ready == total, "floor: only {ready}/{total} Ready");
     let floor_audited = operator_writes(&cp, "floor")?;

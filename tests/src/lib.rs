@@ -22,11 +22,14 @@
 //! a network partition), [`wait`] (polling until a condition holds).
 //! Their items are re-exported at the crate root.
 //!
+//! [`cpu`] reads the CPU time of a bench's processes from `/proc`.
+//!
 //! [`image`] builds the container image without a container engine: it replays the Dockerfile.
 
 pub mod admission;
 pub mod audit;
 pub mod control_plane;
+pub mod cpu;
 pub mod fixtures;
 pub mod image;
 pub mod plugins;
