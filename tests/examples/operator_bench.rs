@@ -37,7 +37,8 @@
 //!    operator's trigger debounce (`--debounce-ms`, default 200 ms, `controller::DEBOUNCE`)
 //!    counts against it: `VCP_DEBOUNCE_MS=<ms>` in the bench's environment reaches every
 //!    operator process it starts (they inherit it), to weigh the debounce against the bulk
-//!    phase's reconciles and time; the last line names the value used.
+//!    phase's reconciles and time; the last line names the value used. The percentiles of both
+//!    are plotted to `docs/bench/operator-latency.svg`.
 //!
 //! Last line: `operator_ready_ratio=<operator time / floor time> noop_writes=<n>
 //! operator_peak_rss_mib=<the larger peak of the two operator processes, MiB>`, then, with
@@ -67,7 +68,7 @@ use vcluster_plugin_operator::status::{self, Check, Outcome};
 use vcluster_plugin_operator::{Config, controller, rbac, workload};
 use vcp_crds::{FINALIZER, OPERATOR_FIELD_MANAGER, VClusterPlugin, WorkloadRef};
 use vcp_tests::{
-    AuditedWrite, Cluster, ControlPlane, Identity, OperatorOptions, OperatorProcess, cpu,
+    AuditedWrite, Cluster, ControlPlane, Identity, OperatorOptions, OperatorProcess, cpu, plot,
 };
 
 const RUNTIME_IMAGE: &str = "vcp-bench/runtime:bench";
@@ -891,6 +892,18 @@ async fn main() -> anyhow::Result<()> {
             percentile_ms(&floor, 50),
             percentile_ms(&floor, 99),
         ];
+        let ms =
+            |v: &[Duration]| -> Vec<f64> { v.iter().map(|d| d.as_secs_f64() * 1000.0).collect() };
+        let plots = vcp_tests::repo_root().join("docs/bench");
+        std::fs::create_dir_all(&plots)?;
+        plot::latency(
+            &plots.join("operator-latency.svg"),
+            "reaction time: kubectl apply to Ready=True, against the apply alone",
+            &[
+                ("operator (idle): apply to Ready=True", &ms(&op)),
+                ("floor: the apply alone, to read back", &ms(&floor)),
+            ],
+        );
         println!(
             "reaction ({tries} tries, kubectl apply to Ready=True): operator p50 {:.0} ms, p99 {:.0} ms; floor (the apply alone) p50 {:.0} ms, p99 {:.0} ms",
             r[0], r[1], r[2], r[3]

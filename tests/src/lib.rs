@@ -22,7 +22,8 @@
 //! a network partition), [`wait`] (polling until a condition holds).
 //! Their items are re-exported at the crate root.
 //!
-//! [`cpu`] reads the CPU time of a bench's processes from `/proc`.
+//! [`cpu`] reads the CPU time of a bench's processes from `/proc`; [`plot`] draws the benches'
+//! plots.
 //!
 //! [`image`] builds the container image without a container engine: it replays the Dockerfile.
 
@@ -32,6 +33,7 @@ pub mod control_plane;
 pub mod cpu;
 pub mod fixtures;
 pub mod image;
+pub mod plot;
 pub mod plugins;
 pub mod process;
 pub mod proxy;
