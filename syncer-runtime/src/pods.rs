@@ -50,8 +50,8 @@ pub struct PodHookOptions {
 /// What of `desired` (the existing host pod `current` after the hooks) the API server accepts
 /// ([`mutable_update`]): when the hooks change fields it refuses to change on an existing pod,
 /// those changes are left out, with one log line and one `Warning` Event
-/// ([`REASON_IMMUTABLE_POD_FIELDS`]) per host pod name for the life of the runtime process, so the labels and annotations
-/// are still written and no refused update is ever sent.
+/// ([`REASON_IMMUTABLE_POD_FIELDS`]) per host pod name for the life of the runtime process, so
+/// the labels and annotations are still written and no refused update is ever sent.
 pub fn existing_pod_update(stats: &TypeStats, current: &Value, desired: Value) -> Value {
     let update = mutable_update(current, &desired);
     if update.skipped.is_empty() {
