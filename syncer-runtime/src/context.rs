@@ -21,6 +21,7 @@ use vcp_crds::RUNTIME_FIELD_MANAGER;
 
 use crate::error::Error;
 use crate::hooks::{HookPoint, Hooks};
+use crate::own_writes::OwnWrites;
 use crate::patch::{guarded_merge_patch, to_json};
 use crate::stats::TypeStats;
 use crate::translate::NamespacedTranslator;
@@ -165,6 +166,7 @@ pub struct SyncContext<K: SyncObject> {
     translator: NamespacedTranslator,
     hooks: Hooks,
     stats: Arc<TypeStats>,
+    own_writes: OwnWrites,
 }
 
 impl<K: SyncObject> SyncContext<K> {
@@ -183,7 +185,13 @@ impl<K: SyncObject> SyncContext<K> {
             translator,
             hooks,
             stats,
+            own_writes: OwnWrites::default(),
         }
+    }
+
+    /// The runtime's own host writes not yet seen on the host watch ([`crate::own_writes`]).
+    pub(crate) fn own_writes(&self) -> &OwnWrites {
+        &self.own_writes
     }
 
     /// Client of the host cluster.
@@ -261,15 +269,20 @@ impl<K: SyncObject> SyncContext<K> {
             ..PostParams::default()
         };
         self.stats.count_write();
-        self.host_api()
-            .create(&params, &host_obj)
-            .await
-            .map_err(|e| {
-                Error::kube(
-                    self.describe("create", "host", self.host_namespace(), &host_name),
-                    e,
-                )
-            })?;
+        let write = self.own_writes.begin(&host_name);
+        let created = self.host_api().create(&params, &host_obj).await;
+        write.finish(
+            created
+                .as_ref()
+                .ok()
+                .and_then(|c| c.meta().resource_version.as_deref()),
+        );
+        created.map_err(|e| {
+            Error::kube(
+                self.describe("create", "host", self.host_namespace(), &host_name),
+                e,
+            )
+        })?;
         info!(kind = %self.translator.kind(), host = %host_name, virtual_namespace = %virtual_obj.namespace().unwrap_or_default(), virtual_name = %virtual_obj.name_any(), "created host object");
         Ok(())
     }
@@ -305,7 +318,9 @@ impl<K: SyncObject> SyncContext<K> {
             return Ok(());
         };
         self.stats.count_write();
-        self.host_api()
+        let write = self.own_writes.begin(&host_name);
+        let patched = self
+            .host_api()
             .patch(
                 &host_name,
                 &PatchParams {
@@ -314,13 +329,19 @@ impl<K: SyncObject> SyncContext<K> {
                 },
                 &Patch::Merge(&patch),
             )
-            .await
-            .map_err(|e| {
-                Error::kube(
-                    self.describe("patch", "host", self.host_namespace(), &host_name),
-                    e,
-                )
-            })?;
+            .await;
+        write.finish(
+            patched
+                .as_ref()
+                .ok()
+                .and_then(|p| p.meta().resource_version.as_deref()),
+        );
+        patched.map_err(|e| {
+            Error::kube(
+                self.describe("patch", "host", self.host_namespace(), &host_name),
+                e,
+            )
+        })?;
         info!(kind = %self.translator.kind(), host = %host_name, "updated host object");
         Ok(())
     }

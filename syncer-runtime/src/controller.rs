@@ -36,6 +36,13 @@
 //! are listed, and after every re-list (an API server restart, a watch that expired), every
 //! key is reconciled, so changes made while the runtime was down or disconnected converge.
 //!
+//! The host watch event of the runtime's own create or patch (its echo) queues nothing when the
+//! syncer says the reconcile it would cause writes nothing ([`Syncer::echo_is_a_no_op`]: the
+//! declarative syncer) and the type has no hooks: the write's response already said what it
+//! brings ([`crate::own_writes`]). Otherwise it is reconciled, as vCluster does (its
+//! controllers reconcile after their own writes; an `UpdatePhysical` hook, for one, first
+//! applies on that reconcile after a create).
+//!
 //! The caches hold each object without its `managedFields`
 //! ([`slim_for_cache`](crate::translate::slim_for_cache)): a syncer sees the objects it is handed
 //! without them.
@@ -96,6 +103,9 @@ struct Controller<S: Syncer> {
     host_index: Mutex<HashMap<String, ObjectKey>>,
     /// Keeps host copies when the virtual type vanishes ([`crate::vanish`]).
     guard: TypeGuard,
+    /// Whether the host watch events of the runtime's own writes are left unreconciled:
+    /// [`Syncer::echo_is_a_no_op`] and no hooks for the type ([`crate::own_writes`]).
+    skip_echoes: bool,
 }
 
 /// Runs `syncer` until the future is dropped: watches both sides and reconciles every object.
@@ -133,8 +143,10 @@ pub async fn run<S: Syncer>(
         &S::Object::version(&dt),
         &S::Object::plural(&dt),
     );
+    let skip_echoes = syncer.echo_is_a_no_op() && ctx.hooks().is_empty();
     let controller = Controller {
         guard,
+        skip_echoes,
         virtual_store: Cache::new(),
         host_store: Cache::new(),
         host_index: Mutex::new(HashMap::new()),
@@ -182,6 +194,18 @@ impl<S: Syncer> Reconcile for Controller<S> {
                 }
                 Some(key)
             }
+            // the echo of the runtime's own create or patch, or an event while one is in
+            // flight (the write's reconcile decides): no reconcile (crate::own_writes)
+            Side::Host
+                if self.skip_echoes
+                    && !deleted
+                    && self
+                        .ctx
+                        .own_writes()
+                        .is_echo(&obj.name_any(), obj.meta().resource_version.as_deref()) =>
+            {
+                None
+            }
             Side::Host => self.key_of_host(obj),
         }
     }
@@ -210,6 +234,11 @@ impl<S: Syncer> Reconcile for Controller<S> {
             .host_store
             .get(self.ctx.host_namespace(), &host_name)
             .map(Arc::new);
+        if let Some(host) = &host_obj {
+            self.ctx
+                .own_writes()
+                .settle(&host_name, host.meta().resource_version.as_deref());
+        }
         let ours = host_obj
             .as_ref()
             .is_some_and(|h| translator.is_host_copy_of(h.meta(), &key.name, &key.namespace));
@@ -255,6 +284,11 @@ impl<S: Syncer> Reconcile for Controller<S> {
                 Ok(Some(Outcome::InSync))
             }
         }
+    }
+
+    fn recheck(&self, key: &ObjectKey) -> bool {
+        let host_name = self.ctx.translator().host_name(&key.name, &key.namespace);
+        self.ctx.own_writes().take_recheck(&host_name)
     }
 
     fn conflict_message(&self, key: &ObjectKey) -> String {

@@ -128,6 +128,13 @@ pub(crate) trait Reconcile: Send + Sync + 'static {
         key: &ObjectKey,
     ) -> impl Future<Output = Result<Option<Outcome>, Error>> + Send;
 
+    /// Whether `key` must be reconciled again right after the reconcile that just ended
+    /// (something changed while it was writing that its watch events did not queue:
+    /// [`crate::own_writes`]). Asked once after every reconcile.
+    fn recheck(&self, _key: &ObjectKey) -> bool {
+        false
+    }
+
     /// The one-line report of a conflict on `key` (when [`Self::reconcile`] says
     /// [`Outcome::Conflict`]).
     fn conflict_message(&self, key: &ObjectKey) -> String {
@@ -288,6 +295,9 @@ async fn process<R: Reconcile>(
     let id = key.to_string();
     let result = reconciler.reconcile(key).await;
     stats.count_reconcile(&id);
+    if reconciler.recheck(key) {
+        queue.push(key.clone()); // queued again once this worker is done with it
+    }
     match result {
         Ok(outcome) => {
             queue.forget(key);

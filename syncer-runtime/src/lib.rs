@@ -27,6 +27,7 @@ mod driver;
 pub mod error;
 pub mod from_host;
 pub mod hooks;
+mod own_writes;
 pub mod patch;
 mod plugin;
 pub mod pod_update;

@@ -62,6 +62,15 @@ pub trait Syncer: Send + Sync + 'static {
         true
     }
 
+    /// Whether a reconcile caused by the host watch event of this syncer's own create or
+    /// patch (its echo) is known to write nothing when the type has no hooks: then the
+    /// controller does not reconcile such events ([`crate::own_writes`]). Default: `false`,
+    /// every event is reconciled, as vCluster's controllers reconcile again after their own
+    /// writes (a syncer whose `sync` does more than undo differences relies on that).
+    fn echo_is_a_no_op(&self) -> bool {
+        false
+    }
+
     /// A virtual object has no host copy: create it, typically with
     /// `ctx.sync_to_host_create(virtual_obj, translated)`.
     fn sync_to_host(
@@ -124,6 +133,14 @@ impl Syncer for DeclarativeSyncer {
 
     fn status_subresource(&self) -> bool {
         self.status_subresource
+    }
+
+    /// `true`: after its own create the host copy is `host_object`, which `sync` leaves as it
+    /// is (no request: nothing differs, and a new copy has no status to copy up); after its own
+    /// patch the copy is what `sync` wanted. Only hooks could make the next `sync` differ, and
+    /// the controller reconciles every event of a type with hooks.
+    fn echo_is_a_no_op(&self) -> bool {
+        true
     }
 
     async fn sync_to_host(

@@ -1031,6 +1031,100 @@ async fn terminating_virtual_object_and_offline_changes() {
     .expect("release finalizer");
 }
 
+/// The watch event of the runtime's own write (its echo) is not reconciled again (issue 15,
+/// item 1: it cost one reconcile per synced object). 20 Cars are synced; after their host
+/// copies exist, a host-only label on the last copy (kept, no write) shows that the runtime's
+/// host watch has delivered every copy's event before it (one watch stream delivers in order):
+/// each Car was then reconciled exactly once (its create), the last twice (create, label).
+/// A spec change then costs one reconcile more (the patch), not two.
+#[tokio::test]
+async fn the_watch_event_of_an_own_write_is_not_reconciled() {
+    let w = world("echo", &["echo-a"]).await;
+    let host_name = |name: &str| format!("{name}-x-echo-a-x-{}", w.vcluster);
+    // the runtime is syncing before the counted Cars exist (its first listing reconciles
+    // every key once more)
+    w.put_car(
+        "echo-a",
+        "first",
+        json!({}),
+        json!({}),
+        json!({"type": "Fiat"}),
+    )
+    .await;
+    w.host_car_where(&host_name("first"), |_| true).await;
+
+    let names: Vec<String> = (0..20).map(|i| format!("car-{i}")).collect();
+    for name in &names {
+        w.put_car(
+            "echo-a",
+            name,
+            json!({}),
+            json!({}),
+            json!({"type": "Audi"}),
+        )
+        .await;
+    }
+    for name in &names {
+        w.host_car_where(&host_name(name), |_| true).await;
+    }
+    let last = names.last().expect("cars");
+    let poke = |label: &'static str| {
+        let host_cars = w.host_cars();
+        let name = host_name(last);
+        async move {
+            host_cars
+                .patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"labels": {"e2e-host-only": label}}})),
+                )
+                .await
+                .expect("host-only label");
+        }
+    };
+    poke("one").await;
+    w.wait_reconciled("Car", &format!("echo-a/{last}"), 1).await;
+    let counts: Vec<(String, u64)> = names
+        .iter()
+        .map(|n| {
+            (
+                n.clone(),
+                w.reconciles.reconciles("Car", &format!("echo-a/{n}")),
+            )
+        })
+        .collect();
+    println!(
+        "echo: reconciles per Car after the create and a host-only label on {last}: {counts:?}"
+    );
+    for (name, count) in &counts {
+        let expected = if name == last { 2 } else { 1 };
+        assert_eq!(*count, expected, "reconciles of echo-a/{name}");
+    }
+
+    // an update: one reconcile for the virtual change, none for the echo of the patch
+    w.put_car(
+        "echo-a",
+        "car-0",
+        json!({}),
+        json!({}),
+        json!({"type": "BMW"}),
+    )
+    .await;
+    w.host_car_where(&host_name("car-0"), |h| {
+        h.data["spec"]["type"] == json!("BMW")
+    })
+    .await;
+    poke("two").await;
+    w.wait_reconciled("Car", &format!("echo-a/{last}"), 2).await;
+    assert_eq!(w.reconciles.reconciles("Car", "echo-a/car-0"), 2);
+    // the patch (the create went to the collection's URI)
+    assert_eq!(
+        w.runtime_writes(&format!("/cars/{}", host_name("car-0")))
+            .len(),
+        1
+    );
+}
+
 #[tokio::test]
 async fn host_copy_of_an_earlier_object_is_replaced() {
     let w = world("uid", &["uid-a"]).await;

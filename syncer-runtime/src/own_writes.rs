@@ -1,0 +1,242 @@
+//! The runtime's own writes to host objects, so that their watch events (the echo of a write)
+//! do not cause another reconcile.
+//!
+//! Each create or patch the runtime sends returns the object's new `resourceVersion`; the host
+//! watch delivers the same object at that version, before or after the response. That event
+//! tells the runtime nothing it does not learn from the response, yet it used to cost one more
+//! reconcile per synced object (decompress and parse both cached objects, translate, compare;
+//! issue 15, item 1). The idea is client-go's "expectations", kept per host name:
+//!
+//! - [`OwnWrites::begin`] before a write is sent; a host watch event of that name while the
+//!   write is in flight is held ([`OwnWrites::is_echo`] says `true`, the event's object still
+//!   goes into the cache);
+//! - [`OwnWrites::finish`] when the write returned: every event held meanwhile was at the
+//!   version the API server returned → nothing more to do; an event at another version (a
+//!   change by someone else right after the write) → the key must be looked at again, which
+//!   the reconcile that wrote learns from [`OwnWrites::take_recheck`]; no event yet → the
+//!   version is remembered, and the event that comes later at exactly that version is skipped
+//!   by [`OwnWrites::is_echo`] (the record is consumed by the first event of the name either
+//!   way, so any later change is reconciled as before);
+//! - [`OwnWrites::settle`] at the start of each reconcile drops a remembered version the cache
+//!   already holds (its event was lost to a re-listing, which reconciles every key anyway), so
+//!   records never outlive their object's next reconcile.
+//!
+//! Deletes are not recorded: their events lead to an empty reconcile only. Writes of one host
+//! name are made by the reconcile of one virtual key, never by two workers at once
+//! ([`crate::queue`]).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// What is known of the runtime's last write to one host name.
+#[derive(Debug, PartialEq, Eq)]
+enum Write {
+    /// Sent, no response yet; the versions of the host events seen meanwhile.
+    InFlight(Vec<Option<String>>),
+    /// Returned at this version; its event not seen yet.
+    Done(String),
+    /// Returned, and an event at another version arrived while it was in flight.
+    Recheck,
+}
+
+/// A write in flight ([`OwnWrites::begin`]).
+pub(crate) struct InFlight<'a> {
+    writes: &'a OwnWrites,
+    name: &'a str,
+    finished: bool,
+}
+
+impl InFlight<'_> {
+    /// The write returned at `version` (`None`: it failed).
+    pub(crate) fn finish(mut self, version: Option<&str>) {
+        self.finished = true;
+        self.writes.finish(self.name, version);
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.writes.finish(self.name, None);
+        }
+    }
+}
+
+/// Host name → the runtime's last write to it, until its echo is seen.
+#[derive(Debug, Default)]
+pub(crate) struct OwnWrites(Mutex<HashMap<String, Write>>);
+
+impl OwnWrites {
+    /// A write of host object `name` is about to be sent; end it with [`InFlight::finish`]. A
+    /// write whose future is dropped before (the reconcile cancelled) ends as failed, so no
+    /// event of `name` is held for ever.
+    pub(crate) fn begin<'a>(&'a self, name: &'a str) -> InFlight<'a> {
+        if let Ok(mut writes) = self.0.lock() {
+            writes.insert(name.to_string(), Write::InFlight(Vec::new()));
+        }
+        InFlight {
+            writes: self,
+            name,
+            finished: false,
+        }
+    }
+
+    /// The write of `name` returned at `version` (`None`: it failed; the failed reconcile is
+    /// retried and reads the cache again, so nothing is kept).
+    fn finish(&self, name: &str, version: Option<&str>) {
+        let Ok(mut writes) = self.0.lock() else {
+            return;
+        };
+        let seen = match writes.remove(name) {
+            Some(Write::InFlight(seen)) => seen,
+            _ => Vec::new(),
+        };
+        let Some(version) = version else {
+            return;
+        };
+        if seen.is_empty() {
+            writes.insert(name.to_string(), Write::Done(version.to_string()));
+        } else if seen.iter().any(|v| v.as_deref() != Some(version)) {
+            writes.insert(name.to_string(), Write::Recheck);
+        }
+    }
+
+    /// Whether a host watch event of `name` at `version` needs no reconcile: it is the echo of
+    /// the runtime's last write (exactly the returned version), or it arrived while a write
+    /// was in flight (then [`Self::finish`] decides).
+    pub(crate) fn is_echo(&self, name: &str, version: Option<&str>) -> bool {
+        let Ok(mut writes) = self.0.lock() else {
+            return false;
+        };
+        match writes.get_mut(name) {
+            Some(Write::InFlight(seen)) => {
+                seen.push(version.map(str::to_string));
+                true
+            }
+            Some(Write::Done(done)) => {
+                let echo = version == Some(done.as_str());
+                writes.remove(name);
+                echo
+            }
+            Some(Write::Recheck) | None => false,
+        }
+    }
+
+    /// Whether an event other than the echo arrived while the last write of `name` was in
+    /// flight (the key must be reconciled again); consumes that mark.
+    pub(crate) fn take_recheck(&self, name: &str) -> bool {
+        let Ok(mut writes) = self.0.lock() else {
+            return false;
+        };
+        if writes.get(name) == Some(&Write::Recheck) {
+            writes.remove(name);
+            return true;
+        }
+        false
+    }
+
+    /// Drops the remembered version of `name` when the cached host object is already at it.
+    pub(crate) fn settle(&self, name: &str, cached_version: Option<&str>) {
+        let Ok(mut writes) = self.0.lock() else {
+            return;
+        };
+        if let (Some(Write::Done(done)), Some(cached)) = (writes.get(name), cached_version)
+            && done == cached
+        {
+            writes.remove(name);
+        }
+    }
+
+    /// Records kept (of any state).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.0.lock().map(|w| w.len()).unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NAME: &str = "audi-x-default-x-vc";
+
+    #[test]
+    fn the_echo_after_the_response_is_skipped_once() {
+        let writes = OwnWrites::default();
+        writes.begin(NAME).finish(Some("42"));
+        assert!(!writes.is_echo("bmw-x-default-x-vc", Some("42")));
+        assert!(writes.is_echo(NAME, Some("42")));
+        // consumed: the next event at any version is reconciled
+        assert!(!writes.is_echo(NAME, Some("42")));
+        assert!(!writes.take_recheck(NAME));
+        assert_eq!(writes.len(), 0);
+    }
+
+    #[test]
+    fn another_version_after_the_response_is_reconciled() {
+        let writes = OwnWrites::default();
+        writes.begin(NAME).finish(Some("42"));
+        // someone else's change overtook the echo in the watch: reconciled, record consumed
+        assert!(!writes.is_echo(NAME, Some("43")));
+        assert!(!writes.is_echo(NAME, Some("42")));
+        assert_eq!(writes.len(), 0);
+    }
+
+    #[test]
+    fn the_echo_before_the_response_is_held_and_settled_by_the_response() {
+        let writes = OwnWrites::default();
+        let write = writes.begin(NAME);
+        assert!(writes.is_echo(NAME, Some("42")));
+        write.finish(Some("42"));
+        assert!(!writes.take_recheck(NAME));
+        assert_eq!(writes.len(), 0);
+        assert!(!writes.is_echo(NAME, Some("43")));
+    }
+
+    #[test]
+    fn another_change_while_in_flight_asks_for_a_recheck() {
+        let writes = OwnWrites::default();
+        let write = writes.begin(NAME);
+        assert!(writes.is_echo(NAME, Some("42")));
+        assert!(writes.is_echo(NAME, Some("43"))); // held too: the writer decides
+        write.finish(Some("42"));
+        assert!(writes.take_recheck(NAME));
+        assert!(!writes.take_recheck(NAME));
+        assert_eq!(writes.len(), 0);
+    }
+
+    #[test]
+    fn a_failed_write_keeps_nothing() {
+        let writes = OwnWrites::default();
+        let write = writes.begin(NAME);
+        assert!(writes.is_echo(NAME, Some("42"))); // someone else's object: the write got 409
+        write.finish(None);
+        assert_eq!(writes.len(), 0);
+        assert!(!writes.is_echo(NAME, Some("42")));
+    }
+
+    #[test]
+    fn a_cancelled_write_holds_no_later_event() {
+        let writes = OwnWrites::default();
+        drop(writes.begin(NAME));
+        assert_eq!(writes.len(), 0);
+        assert!(!writes.is_echo(NAME, Some("42")));
+    }
+
+    #[test]
+    fn no_version_is_never_an_echo() {
+        let writes = OwnWrites::default();
+        writes.begin(NAME).finish(Some("7"));
+        assert!(!writes.is_echo(NAME, None));
+    }
+
+    #[test]
+    fn a_version_the_cache_holds_already_is_settled() {
+        let writes = OwnWrites::default();
+        writes.begin(NAME).finish(Some("7"));
+        writes.settle(NAME, Some("6")); // the cache has not seen the write: kept
+        assert_eq!(writes.len(), 1);
+        writes.settle(NAME, Some("7"));
+        assert_eq!(writes.len(), 0);
+    }
+}
