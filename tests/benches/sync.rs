@@ -33,6 +33,10 @@
 //!     grew into it).
 //!
 //! `BENCH_PERF=<file>` records the runtime's CPU profile of phase (a) with `perf record`.
+//! `BENCH_PPROF=<dir>` records both API servers' CPU profiles (Go pprof,
+//! `/debug/pprof/profile`, for [`PPROF_SECONDS`]) from the start of the loaded floor and from
+//! the start of the sync, as `<dir>/{loaded,sync}-{host,virtual}.pb.gz`; read them with
+//! `go tool pprof -top <file>`.
 //!
 //! Plots (SVG, written to `docs/bench/`): `sync-rss.svg` (RSS against synced objects) and
 //! `sync-latency.svg` (latency percentiles of (b) and (b') and of the reaction floor).
@@ -57,6 +61,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use vcp_crds::VClusterPlugin;
+use vcp_syncer_runtime::translate::NamespacedTranslator;
 use vcp_tests::{Cluster, ControlPlane, Identity, TEST_FIELD_MANAGER, audited_writes, cpu, plot};
 
 const HOST_NS: &str = "vc-bench";
@@ -81,8 +86,38 @@ fn car(name: &str) -> DynamicObject {
     .expect("car")
 }
 
-/// Creates `names` in `api` with `concurrency` requests in flight; returns the elapsed time.
+/// The host copy the runtime makes of [`car`]`(name)` in the virtual namespace `bench`, for the
+/// host namespace `host_ns`: what every floor writes, so that a floor sends the same host
+/// writes as the sync (the translated name and vCluster's labels and annotations, which the
+/// host API server decodes, tracks in `managedFields`, stores and serves to each watcher: its
+/// CPU profile showed those costs growing with the copy's metadata). Made by the runtime's
+/// own translator (`NamespacedTranslator::host_object`, checked against vCluster's code by
+/// the oracle tests), from a virtual Car with a uid of the API server's form.
+fn host_copy(name: &str, host_ns: &str) -> DynamicObject {
+    static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut virtual_car = car(name);
+    virtual_car.metadata.namespace = Some("bench".into());
+    let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    virtual_car.metadata.uid = Some(format!("5e1f0c2a-7b3d-4e8f-9a6b-{serial:012x}"));
+    NamespacedTranslator::new(VCLUSTER, host_ns, "example.loft.sh/v1", "Car")
+        .host_object(&virtual_car)
+}
+
+/// Creates [`car`]`(name)` for each of `names` in `api` with `concurrency` requests in flight;
+/// returns the elapsed time.
 async fn create_all(api: &Api<DynamicObject>, names: &[String], concurrency: usize) -> Duration {
+    create_all_of(api, names, concurrency, car).await
+}
+
+/// Creates `make(name)` for each of `names` in `api` with `concurrency` requests in flight;
+/// returns the elapsed time.
+async fn create_all_of(
+    api: &Api<DynamicObject>,
+    names: &[String],
+    concurrency: usize,
+    make: impl Fn(&str) -> DynamicObject,
+) -> Duration {
+    let make = &make;
     let start = Instant::now();
     stream::iter(names.iter().cloned())
         .map(|name| {
@@ -90,7 +125,7 @@ async fn create_all(api: &Api<DynamicObject>, names: &[String], concurrency: usi
             async move {
                 let mut attempt = 0;
                 loop {
-                    match api.create(&PostParams::default(), &car(&name)).await {
+                    match api.create(&PostParams::default(), &make(&name)).await {
                         Ok(_) => return Ok::<(), kube::Error>(()),
                         Err(kube::Error::Api(s)) if s.code == 409 => return Ok(()),
                         Err(e) if attempt < 5 => {
@@ -327,6 +362,44 @@ fn report_requests(
     eprintln!("{line}");
 }
 
+/// How long each API server profile of `BENCH_PPROF` lasts: a little longer than the loaded
+/// floor and the sync take on the 2-core machine (2.5–4 s), so both profiles cover the whole
+/// phase and the same length of time.
+const PPROF_SECONDS: u64 = 5;
+
+/// With `BENCH_PPROF=<dir>`: starts a CPU profile of the API server behind `client` (an admin
+/// client: `/debug/pprof` is a non-resource URL only `system:masters` may read) that lasts
+/// [`PPROF_SECONDS`] and is written to `<dir>/<name>.pb.gz`. Await the handle after the phase.
+fn pprof(client: &Client, name: &str) -> Option<tokio::task::JoinHandle<()>> {
+    let dir = PathBuf::from(std::env::var_os("BENCH_PPROF")?);
+    let client = client.clone();
+    let path = dir.join(format!("{name}.pb.gz"));
+    Some(tokio::spawn(async move {
+        use futures::AsyncReadExt;
+        std::fs::create_dir_all(&dir).expect("BENCH_PPROF directory");
+        let request = http::Request::get(format!("/debug/pprof/profile?seconds={PPROF_SECONDS}"))
+            .body(Vec::new())
+            .expect("pprof request");
+        let mut body = Vec::new();
+        client
+            .request_stream(request)
+            .await
+            .expect("pprof profile")
+            .read_to_end(&mut body)
+            .await
+            .expect("pprof body");
+        std::fs::write(&path, body).expect("write the pprof profile");
+        eprintln!("pprof: {}", path.display());
+    }))
+}
+
+/// Waits for the profiles [`pprof`] started.
+async fn pprof_done(handles: Vec<Option<tokio::task::JoinHandle<()>>>) {
+    for handle in handles.into_iter().flatten() {
+        handle.await.expect("pprof task");
+    }
+}
+
 /// The runtime's (user `vcp-syncer`) audited writes `(verb, uri)` on each API server so far.
 fn syncer_writes(cp: &ControlPlane) -> Vec<(Cluster, Vec<(String, String)>)> {
     [Cluster::Host, Cluster::Virtual]
@@ -440,7 +513,10 @@ async fn main() {
     let floor_names: Vec<String> = (0..BULK).map(|i| format!("floor-{i}")).collect();
     let cpu0 = cpu::snapshot(&processes(&cp, None));
     let start = Instant::now();
-    create_all(&floor_cars, &floor_names, WORKERS).await;
+    create_all_of(&floor_cars, &floor_names, WORKERS, |n| {
+        host_copy(n, "floor")
+    })
+    .await;
     let floor = wait_count(&floor_seen, "floor-", BULK)
         .await
         .duration_since(start);
@@ -455,16 +531,24 @@ async fn main() {
     let loaded_host = Api::<DynamicObject>::namespaced_with(host.clone(), "floor-loaded", &cars());
     let load_virtual =
         Api::<DynamicObject>::namespaced_with(virtual_.clone(), "floor-load", &cars());
+    let profiles = vec![
+        pprof(&host, "loaded-host"),
+        pprof(&virtual_, "loaded-virtual"),
+    ];
     let cpu0 = cpu::snapshot(&processes(&cp, None));
     let start = Instant::now();
     let (_, load) = tokio::join!(
-        create_all(&loaded_host, &floor_names, WORKERS),
+        create_all_of(&loaded_host, &floor_names, WORKERS, |n| host_copy(
+            n,
+            "floor-loaded"
+        )),
         create_all(&load_virtual, &floor_names, WORKERS)
     );
     let floor_loaded = wait_count(&loaded_seen, "floor-", BULK)
         .await
         .duration_since(start);
     cpu::report("loaded floor", &cpu0, &cpu::snapshot(&processes(&cp, None)));
+    pprof_done(profiles).await;
     eprintln!(
         "loaded floor: {BULK} host creates at concurrency {WORKERS}, all seen after {floor_loaded:?}, while {BULK} virtual creates took {load:?}"
     );
@@ -502,6 +586,7 @@ async fn main() {
             .spawn()
             .expect("start perf record (BENCH_PERF)")
     });
+    let profiles = vec![pprof(&host, "sync-host"), pprof(&virtual_, "sync-virtual")];
     let cpu0 = cpu::snapshot(&procs);
     // the runtime's resident set once 1,000 copies are on the host (the start of the RSS curve)
     let rss_at_1000 = {
@@ -523,6 +608,7 @@ async fn main() {
             .status();
         let _ = perf.wait();
     }
+    pprof_done(profiles).await;
     let runtime_cpu_ms_per_object = sync_cpu["runtime"] * 1000.0 / BULK as f64;
     tokio::time::sleep(Duration::from_secs(3)).await; // the last status write
     report_requests("host", &host_req0, &request_counts(&host).await);
@@ -577,10 +663,10 @@ async fn main() {
         let name = format!("reactfloor-{i}");
         let start = Instant::now();
         floor_cars
-            .create(&PostParams::default(), &car(&name))
+            .create(&PostParams::default(), &host_copy(&name, "floor"))
             .await
             .expect("create reaction floor car");
-        let at = seen_at(&floor_seen, &name).await;
+        let at = seen_at(&floor_seen, &format!("{name}-x-bench-x-{VCLUSTER}")).await;
         reaction_floor.push(at.duration_since(start).as_secs_f64() * 1000.0);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
