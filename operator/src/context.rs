@@ -13,6 +13,7 @@ use vcp_crds::VClusterPlugin;
 use crate::cache::{Caches, CachesReady, Discovery, WrittenWorkloads};
 use crate::judge::Verdicts;
 use crate::policy::Policy;
+use crate::status::WrittenStatuses;
 
 /// State shared by every reconcile.
 pub struct Context {
@@ -36,6 +37,8 @@ pub struct Context {
     pub caches_ready: CachesReady,
     /// The workloads this operator applied, until [`Context::caches`] shows them.
     pub written: WrittenWorkloads,
+    /// The statuses this operator wrote, until the plugins' watch cache moves past them.
+    pub written_statuses: WrittenStatuses,
     /// Plurals found by API discovery.
     pub discovery: Discovery,
     /// The verdicts of the server-side dry runs that judge each plugin's part of a workload

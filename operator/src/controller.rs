@@ -99,6 +99,7 @@ pub async fn run_until(
         caches_ready: caches.ready_signal(),
         caches,
         written: WrittenWorkloads::default(),
+        written_statuses: Default::default(),
         discovery: Discovery::default(),
         verdicts: Verdicts::default(),
         workload_locks: WorkloadLocks::default(),
@@ -245,6 +246,8 @@ async fn reconcile_inner(plugin: Arc<VClusterPlugin>, ctx: Arc<Context>) -> Resu
             let action = cleanup::cleanup(&plugin, &ctx).await?;
             let api: Api<VClusterPlugin> = Api::namespaced(ctx.client.clone(), &namespace);
             finalizer::remove_finalizer(&api, &plugin, i).await?;
+            ctx.written_statuses
+                .forget(&plugin.uid().unwrap_or_default());
             Ok(action)
         }
         // Being deleted, and nothing of ours to remove.

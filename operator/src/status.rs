@@ -31,6 +31,9 @@
 //! `Ready` at once; a reconcile that changes nothing writes nothing ([`needs_write`]), so the
 //! operator's own status write ends the loop.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -278,6 +281,106 @@ pub fn ready_reason_is(status: Option<&VClusterPluginStatus>, reason: &str) -> b
         .is_some_and(|c| c.reason == reason)
 }
 
+/// `cached` with the operator's fields of `written` (`observedGeneration`, `phase`, `runtime`,
+/// `workload`, and the conditions `written` has, replacing those of the same type), the rest
+/// (the runtime's `RuntimeHealthy`, `syncedObjects`, `syncedTotal`) kept: what the status is
+/// once an apply of `written` (made with [`apply_body`]) has landed on `cached`.
+pub fn overlay(
+    cached: Option<&VClusterPluginStatus>,
+    written: &VClusterPluginStatus,
+) -> VClusterPluginStatus {
+    let mut status = cached.cloned().unwrap_or_default();
+    status.observed_generation = written.observed_generation;
+    status.phase = written.phase;
+    status.runtime = written.runtime.clone();
+    status.workload = written.workload.clone();
+    for condition in &written.conditions {
+        match status
+            .conditions
+            .iter_mut()
+            .find(|c| c.type_ == condition.type_)
+        {
+            Some(c) => *c = condition.clone(),
+            None => status.conditions.push(condition.clone()),
+        }
+    }
+    status
+}
+
+/// The operator-owned status this process last wrote to each plugin, kept until the watch cache
+/// moves past the version it was written from (issue 15, item 3).
+///
+/// Under load a reconcile can start from a cached plugin that does not show the status the
+/// previous reconcile of the same plugin just wrote (the watch lags behind the write): it then
+/// wrote the same status again and published the same Event again (17 of 2,000 plugins at
+/// concurrency 16 in `scripts/bench operator`). A reconcile that finds the cache at exactly
+/// the `resourceVersion` the last status was written from uses that status instead; any other
+/// version (the write's echo, or anyone's later change, such as a user's edit of the status)
+/// means the cache has moved on, and the record is dropped: the cache wins, as before.
+#[derive(Debug, Default)]
+pub struct WrittenStatuses(Mutex<HashMap<String, WrittenStatus>>);
+
+#[derive(Debug)]
+struct WrittenStatus {
+    /// `resourceVersion` of the plugin the status was computed from.
+    from_version: String,
+    status: VClusterPluginStatus,
+}
+
+impl WrittenStatuses {
+    /// Remembers that `status` was written to `plugin` (as read: its `resourceVersion` is the
+    /// version the status was computed from). Plugins without uid or version are not kept.
+    pub fn remember(&self, plugin: &VClusterPlugin, status: &VClusterPluginStatus) {
+        let (Some(uid), Some(version)) = (plugin.uid(), plugin.resource_version()) else {
+            return;
+        };
+        self.lock().insert(
+            uid,
+            WrittenStatus {
+                from_version: version,
+                status: status.clone(),
+            },
+        );
+    }
+
+    /// The status to take as live for `plugin` (as cached): when the cache is still at the
+    /// version the last status was written from, the cached status with the operator's fields
+    /// as written ([`overlay`]; the runtime's fields are the cached ones, which that write was
+    /// computed from); else `plugin.status` (and the record is dropped).
+    pub fn live(&self, plugin: &VClusterPlugin) -> Option<VClusterPluginStatus> {
+        let uid = plugin.uid().unwrap_or_default();
+        let mut map = self.lock();
+        match map.get(&uid) {
+            Some(w) if plugin.resource_version().as_deref() == Some(w.from_version.as_str()) => {
+                Some(overlay(plugin.status.as_ref(), &w.status))
+            }
+            Some(_) => {
+                map.remove(&uid);
+                plugin.status.clone()
+            }
+            None => plugin.status.clone(),
+        }
+    }
+
+    /// Drops the record of the plugin with `uid` (its finalizer is gone: it is not written
+    /// again).
+    pub fn forget(&self, uid: &str) {
+        self.lock().remove(uid);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, WrittenStatus>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Records kept.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.lock().len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -325,6 +428,95 @@ mod tests {
 
     fn cond<'a>(s: &'a VClusterPluginStatus, t: &str) -> &'a Condition {
         s.conditions.iter().find(|c| c.type_ == t).unwrap()
+    }
+
+    #[test]
+    fn a_written_status_stands_in_for_a_cache_still_at_the_version_it_was_written_from() {
+        let written = WrittenStatuses::default();
+        let mut read = plugin();
+        read.metadata.uid = Some("u1".into());
+        read.metadata.resource_version = Some("10".into());
+        let status = desired(&read, &installed(), &t(100));
+        written.remember(&read, &status);
+        // a later reconcile starts from the same cached version: the written status is live,
+        // so nothing needs writing and the Ready reason has not changed (no second Event)
+        let live = written.live(&read);
+        assert_eq!(
+            live.as_ref(),
+            Some(&status),
+            "no runtime fields cached: the written status"
+        );
+        let mut view = read.clone();
+        view.status = live;
+        let again = desired(&view, &installed(), &t(200));
+        assert!(!needs_write(view.status.as_ref(), &again));
+        assert!(ready_reason_is(view.status.as_ref(), REASON_INSTALLED));
+        assert!(needs_write(
+            read.status.as_ref(),
+            &desired(&read, &installed(), &t(200))
+        ));
+        // the cache moved on (the write's echo, or someone's edit): the cache wins, record gone
+        let mut moved = read.clone();
+        moved.metadata.resource_version = Some("11".into());
+        assert_eq!(written.live(&moved), None);
+        assert_eq!(written.len(), 0);
+        assert_eq!(written.live(&read), None);
+    }
+
+    #[test]
+    fn the_overlay_keeps_the_runtime_fields_of_the_cache() {
+        let mut read = plugin();
+        read.metadata.uid = Some("u1".into());
+        read.metadata.resource_version = Some("10".into());
+        let runtime_healthy = Condition {
+            type_: "RuntimeHealthy".into(),
+            status: "False".into(),
+            reason: "Starting".into(),
+            message: "caches not listed".into(),
+            observed_generation: Some(3),
+            last_transition_time: t(50),
+        };
+        read.status = Some(VClusterPluginStatus {
+            conditions: vec![runtime_healthy.clone()],
+            synced_total: Some(7),
+            ..Default::default()
+        });
+        let status = desired(&read, &installed(), &t(100));
+        let written = WrittenStatuses::default();
+        written.remember(&read, &status);
+        let live = written
+            .live(&read)
+            .expect("the cache is at the written-from version");
+        assert_eq!(live.synced_total, Some(7));
+        assert_eq!(cond(&live, "RuntimeHealthy"), &runtime_healthy);
+        assert_eq!(cond(&live, READY), cond(&status, READY));
+        assert_eq!(
+            cond(&live, READY).reason,
+            "Starting",
+            "Ready follows RuntimeHealthy"
+        );
+        assert_eq!(live.phase, Some(Phase::Installing));
+        // the next reconcile from it computes the same status: no write
+        let mut view = read.clone();
+        view.status = Some(live);
+        assert!(!needs_write(
+            view.status.as_ref(),
+            &desired(&view, &installed(), &t(200))
+        ));
+    }
+
+    #[test]
+    fn a_forgotten_or_unidentified_plugin_keeps_no_written_status() {
+        let written = WrittenStatuses::default();
+        let anonymous = plugin(); // no uid, no resourceVersion
+        written.remember(&anonymous, &desired(&anonymous, &installed(), &t(1)));
+        assert_eq!(written.len(), 0);
+        let mut read = plugin();
+        read.metadata.uid = Some("u1".into());
+        read.metadata.resource_version = Some("10".into());
+        written.remember(&read, &desired(&read, &installed(), &t(1)));
+        written.forget("u1");
+        assert_eq!(written.live(&read), None);
     }
 
     #[test]

@@ -184,6 +184,19 @@ impl DryRun for ApiDryRun<'_> {
 /// The API server's answer to the status apply (Event failures are only logged).
 pub async fn write_status(plugin: &VClusterPlugin, outcome: &Outcome, ctx: &Context) -> Result<()> {
     let now = Time(k8s_openapi::jiff::Timestamp::now());
+    // The cached plugin may not show this process's last status write yet
+    // ([`status::WrittenStatuses`]): then that status is the live one.
+    let seen;
+    let read = plugin;
+    let plugin = match ctx.written_statuses.live(read) {
+        Some(live) if Some(&live) != read.status.as_ref() => {
+            let mut view = read.clone();
+            view.status = Some(live);
+            seen = view;
+            &seen
+        }
+        _ => read,
+    };
     let desired = status::desired(plugin, outcome, &now);
     if !status::needs_write(plugin.status.as_ref(), &desired) {
         return Ok(());
@@ -203,6 +216,7 @@ pub async fn write_status(plugin: &VClusterPlugin, outcome: &Outcome, ctx: &Cont
                 e,
             )
         })?;
+    ctx.written_statuses.remember(read, &desired);
 
     let ready = desired.conditions.iter().find(|c| c.type_ == status::READY);
     if let Some(ready) = ready
