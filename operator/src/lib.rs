@@ -52,7 +52,7 @@ pub use vcp_crds::fault;
 
 use std::future::Future;
 
-pub use config::{Config, default_runtime_image};
+pub use config::{Config, DEFAULT_CONCURRENCY, default_runtime_image};
 pub use error::Error;
 pub use leader::LeaderElection;
 pub use telemetry::Telemetry;

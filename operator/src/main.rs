@@ -57,7 +57,7 @@ struct RunArgs {
     runtime_image: String,
 
     /// Reconciles running at once.
-    #[arg(long, env = "VCP_CONCURRENCY", default_value_t = 4)]
+    #[arg(long, env = "VCP_CONCURRENCY", default_value_t = vcluster_plugin_operator::DEFAULT_CONCURRENCY)]
     concurrency: u16,
 
     /// Milliseconds the controller waits after a plugin's last trigger (a watch event of the
