@@ -343,23 +343,20 @@ impl WrittenStatuses {
         );
     }
 
-    /// The status to take as live for `plugin` (as cached): when the cache is still at the
-    /// version the last status was written from, the cached status with the operator's fields
-    /// as written ([`overlay`]; the runtime's fields are the cached ones, which that write was
-    /// computed from); else `plugin.status` (and the record is dropped).
+    /// The status to take as live for `plugin` (as cached) instead of `plugin.status`: when the
+    /// cache is still at the version the last status was written from, the cached status with
+    /// the operator's fields as written ([`overlay`]; the runtime's fields are the cached ones,
+    /// which that write was computed from). `None`: `plugin.status` stands (a record the cache
+    /// has moved past is dropped).
     pub fn live(&self, plugin: &VClusterPlugin) -> Option<VClusterPluginStatus> {
         let uid = plugin.uid().unwrap_or_default();
         let mut map = self.lock();
-        match map.get(&uid) {
-            Some(w) if plugin.resource_version().as_deref() == Some(w.from_version.as_str()) => {
-                Some(overlay(plugin.status.as_ref(), &w.status))
-            }
-            Some(_) => {
-                map.remove(&uid);
-                plugin.status.clone()
-            }
-            None => plugin.status.clone(),
+        let written = map.get(&uid)?;
+        if plugin.resource_version().as_deref() == Some(written.from_version.as_str()) {
+            return Some(overlay(plugin.status.as_ref(), &written.status));
         }
+        map.remove(&uid);
+        None
     }
 
     /// Drops the record of the plugin with `uid` (its finalizer is gone: it is not written

@@ -189,13 +189,14 @@ pub async fn write_status(plugin: &VClusterPlugin, outcome: &Outcome, ctx: &Cont
     let seen;
     let read = plugin;
     let plugin = match ctx.written_statuses.live(read) {
-        Some(live) if Some(&live) != read.status.as_ref() => {
-            let mut view = read.clone();
-            view.status = Some(live);
-            seen = view;
+        Some(live) => {
+            seen = VClusterPlugin {
+                status: Some(live),
+                ..read.clone()
+            };
             &seen
         }
-        _ => read,
+        None => read,
     };
     let desired = status::desired(plugin, outcome, &now);
     if !status::needs_write(plugin.status.as_ref(), &desired) {

@@ -269,20 +269,15 @@ impl<K: SyncObject> SyncContext<K> {
             ..PostParams::default()
         };
         self.stats.count_write();
-        let write = self.own_writes.begin(&host_name);
-        let created = self.host_api().create(&params, &host_obj).await;
-        write.finish(
-            created
-                .as_ref()
-                .ok()
-                .and_then(|c| c.meta().resource_version.as_deref()),
-        );
-        created.map_err(|e| {
-            Error::kube(
-                self.describe("create", "host", self.host_namespace(), &host_name),
-                e,
-            )
-        })?;
+        self.own_writes
+            .track(&host_name, self.host_api().create(&params, &host_obj))
+            .await
+            .map_err(|e| {
+                Error::kube(
+                    self.describe("create", "host", self.host_namespace(), &host_name),
+                    e,
+                )
+            })?;
         info!(kind = %self.translator.kind(), host = %host_name, virtual_namespace = %virtual_obj.namespace().unwrap_or_default(), virtual_name = %virtual_obj.name_any(), "created host object");
         Ok(())
     }
@@ -318,30 +313,23 @@ impl<K: SyncObject> SyncContext<K> {
             return Ok(());
         };
         self.stats.count_write();
-        let write = self.own_writes.begin(&host_name);
-        let patched = self
-            .host_api()
-            .patch(
+        let params = PatchParams {
+            field_manager: Some(RUNTIME_FIELD_MANAGER.into()),
+            ..PatchParams::default()
+        };
+        let api = self.host_api();
+        self.own_writes
+            .track(
                 &host_name,
-                &PatchParams {
-                    field_manager: Some(RUNTIME_FIELD_MANAGER.into()),
-                    ..PatchParams::default()
-                },
-                &Patch::Merge(&patch),
+                api.patch(&host_name, &params, &Patch::Merge(&patch)),
             )
-            .await;
-        write.finish(
-            patched
-                .as_ref()
-                .ok()
-                .and_then(|p| p.meta().resource_version.as_deref()),
-        );
-        patched.map_err(|e| {
-            Error::kube(
-                self.describe("patch", "host", self.host_namespace(), &host_name),
-                e,
-            )
-        })?;
+            .await
+            .map_err(|e| {
+                Error::kube(
+                    self.describe("patch", "host", self.host_namespace(), &host_name),
+                    e,
+                )
+            })?;
         info!(kind = %self.translator.kind(), host = %host_name, "updated host object");
         Ok(())
     }

@@ -287,6 +287,10 @@ impl<S: Syncer> Reconcile for Controller<S> {
     }
 
     fn recheck(&self, key: &ObjectKey) -> bool {
+        // only events held while a write was in flight ask for a recheck
+        if !self.skip_echoes {
+            return false;
+        }
         let host_name = self.ctx.translator().host_name(&key.name, &key.namespace);
         self.ctx.own_writes().take_recheck(&host_name)
     }

@@ -26,7 +26,10 @@
 //! ([`crate::queue`]).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Mutex;
+
+use kube::Resource;
 
 /// What is known of the runtime's last write to one host name.
 #[derive(Debug, PartialEq, Eq)]
@@ -79,6 +82,26 @@ impl OwnWrites {
             name,
             finished: false,
         }
+    }
+
+    /// Sends `request`, a create or patch of host object `name`, as a tracked write:
+    /// [`Self::begin`] before it, [`InFlight::finish`] with the `resourceVersion` of the object
+    /// it returns (or as failed) after it. `request` must not have been sent yet (kube's
+    /// requests are sent when first polled).
+    pub(crate) async fn track<K: Resource>(
+        &self,
+        name: &str,
+        request: impl Future<Output = Result<K, kube::Error>>,
+    ) -> Result<K, kube::Error> {
+        let write = self.begin(name);
+        let result = request.await;
+        write.finish(
+            result
+                .as_ref()
+                .ok()
+                .and_then(|obj| obj.meta().resource_version.as_deref()),
+        );
+        result
     }
 
     /// The write of `name` returned at `version` (`None`: it failed; the failed reconcile is
