@@ -11,11 +11,13 @@
 //! `config/crd/` ([`CRD_DIRS`]); the crate's test `crd_yaml` fails when either copy differs from
 //! [`crd_yaml`]'s output (run it with `VCP_BLESS=1` to rewrite the files).
 //!
-//! Shared by both binaries besides the types: [`fault`], their test-only fault point.
+//! Shared by both binaries besides the types: [`fault`], their test-only fault point, and
+//! [`hooks`], the pure application of declared hooks.
 
 pub mod admission;
 pub mod car;
 pub mod fault;
+pub mod hooks;
 pub mod plugin;
 mod schema;
 

@@ -1,40 +1,7 @@
 //! Errors of the runtime, with what to check to fix them.
 
-/// A hook that could not be applied.
-#[derive(Debug, thiserror::Error)]
-pub enum HookError {
-    /// The object is not a JSON object, so it has no `metadata` to set labels on.
-    #[error("hook {hook:?}: the object is not a JSON object")]
-    NotAnObject {
-        /// Name of the hook.
-        hook: String,
-    },
-    /// `metadata`, `metadata.labels` or `metadata.annotations` exists but is not an object.
-    #[error("hook {hook:?}: {field} of the object is not a JSON object")]
-    NotAMap {
-        /// Name of the hook.
-        hook: String,
-        /// The offending field, such as `metadata.labels`.
-        field: &'static str,
-    },
-    /// A `jsonPatch` operation could not be converted or failed (for example `remove` or
-    /// `test` on a path that does not exist); no operation of the hook was applied.
-    #[error("hook {hook:?}: jsonPatch failed: {message}")]
-    JsonPatch {
-        /// Name of the hook.
-        hook: String,
-        /// What went wrong, from the json-patch crate.
-        message: String,
-    },
-    /// A hook written in code refused the object.
-    #[error("hook {hook:?}: {message}")]
-    Custom {
-        /// Name of the hook.
-        hook: String,
-        /// Why.
-        message: String,
-    },
-}
+/// A hook that could not be applied (defined beside the pure hook application in `vcp_crds`).
+pub use vcp_crds::hooks::HookError;
 
 /// Everything that can stop the runtime or fail one sync of one object.
 #[derive(Debug, thiserror::Error)]

@@ -17,6 +17,9 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+/// The pure application of declared hooks lives in `vcp_crds::hooks`, shared with the operator,
+/// which judges what the hooks do to a vCluster's pods before it installs a plugin.
+pub use vcp_crds::hooks::{apply_hook, apply_hooks, hooks_for};
 use vcp_crds::{Hook, HookEvent};
 
 use crate::error::Error;
@@ -257,101 +260,3 @@ pub fn declarative_hooks(hooks: &[Hook]) -> Vec<Arc<dyn ClientHook>> {
         .map(|h| Arc::new(DeclarativeHook(h.clone())) as Arc<dyn ClientHook>)
         .collect()
 }
-
-/// The hooks of `hooks` that apply to objects of `api_version` / `kind` on `event`, in order.
-pub fn hooks_for<'a>(
-    hooks: &'a [Hook],
-    api_version: &str,
-    kind: &str,
-    event: HookEvent,
-) -> Vec<&'a Hook> {
-    hooks
-        .iter()
-        .filter(|hook| {
-            hook.api_version == api_version && hook.kind == kind && hook.events.contains(&event)
-        })
-        .collect()
-}
-
-/// Applies one hook to `obj` (a Kubernetes object as JSON): sets its labels and annotations,
-/// removes its `removeLabels` / `removeAnnotations` keys (a map that becomes empty is kept
-/// empty, a missing map is not created for a removal), then applies its `jsonPatch`
-/// atomically.
-///
-/// # Errors
-/// [`HookError`] when `obj` does not have the shape of a Kubernetes object or a patch
-/// operation fails; `obj` may then carry the label and annotation actions but none of the
-/// patch operations.
-pub fn apply_hook(obj: &mut Value, hook: &Hook) -> Result<(), HookError> {
-    let root = obj.as_object_mut().ok_or_else(|| HookError::NotAnObject {
-        hook: hook.name.clone(),
-    })?;
-    let needs_metadata = !hook.labels.is_empty() || !hook.annotations.is_empty();
-    if needs_metadata || root.contains_key("metadata") {
-        let metadata = root
-            .entry("metadata")
-            .or_insert_with(|| Value::Object(Default::default()))
-            .as_object_mut()
-            .ok_or_else(|| HookError::NotAMap {
-                hook: hook.name.clone(),
-                field: "metadata",
-            })?;
-        for (field, set, remove) in [
-            ("labels", &hook.labels, &hook.remove_labels),
-            ("annotations", &hook.annotations, &hook.remove_annotations),
-        ] {
-            let error_field = if field == "labels" {
-                "metadata.labels"
-            } else {
-                "metadata.annotations"
-            };
-            if !set.is_empty() {
-                let map = metadata
-                    .entry(field)
-                    .or_insert_with(|| Value::Object(Default::default()));
-                if map.is_null() {
-                    *map = Value::Object(Default::default());
-                }
-                let map = map.as_object_mut().ok_or_else(|| HookError::NotAMap {
-                    hook: hook.name.clone(),
-                    field: error_field,
-                })?;
-                for (key, value) in set {
-                    map.insert(key.clone(), Value::String(value.clone()));
-                }
-            }
-            if let Some(map) = metadata.get_mut(field).and_then(Value::as_object_mut) {
-                for key in remove {
-                    map.remove(key);
-                }
-            }
-        }
-    }
-    if !hook.json_patch.is_empty() {
-        let patch: json_patch::Patch = serde_json::to_value(&hook.json_patch)
-            .and_then(serde_json::from_value)
-            .map_err(|e| HookError::JsonPatch {
-                hook: hook.name.clone(),
-                message: e.to_string(),
-            })?;
-        json_patch::patch(obj, &patch).map_err(|e| HookError::JsonPatch {
-            hook: hook.name.clone(),
-            message: e.to_string(),
-        })?;
-    }
-    Ok(())
-}
-
-/// Applies `hooks` to `obj` in order, stopping at the first failure.
-///
-/// # Errors
-/// The first [`HookError`] of [`apply_hook`].
-pub fn apply_hooks<'a>(
-    obj: &mut Value,
-    hooks: impl IntoIterator<Item = &'a Hook>,
-) -> Result<(), HookError> {
-    hooks.into_iter().try_for_each(|hook| apply_hook(obj, hook))
-}
-
-#[cfg(test)]
-mod tests;

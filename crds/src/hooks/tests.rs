@@ -1,6 +1,6 @@
 use super::*;
+use crate::{JsonPatchOp, JsonPatchOperation};
 use serde_json::json;
-use vcp_crds::{JsonPatchOp, JsonPatchOperation};
 
 fn pod_hook() -> Hook {
     Hook {
