@@ -311,12 +311,42 @@ pub enum SyncDirection {
     FromHost,
 }
 
-/// CEL: a JSON Patch operation's `path` writes nothing a hook may not touch (see
-/// [`JsonPatchOperation`]).
-const PROTECTED_PATH_RULE_PATH: &str = "self.op == 'test' || !(self.path in ['', '/metadata', '/metadata/labels', '/metadata/annotations'] || ['/metadata/name', '/metadata/namespace', '/metadata/generateName', '/metadata/uid', '/metadata/ownerReferences', '/metadata/finalizers'].exists(p, self.path == p || self.path.startsWith(p + '/')) || self.path.startsWith('/metadata/labels/vcluster.loft.sh~1') || self.path.startsWith('/metadata/annotations/vcluster.loft.sh~1'))";
+/// CEL: `pointer` (a CEL expression of a JSON Pointer) folded the way vCluster's decoder
+/// matches field names: Go's `encoding/json` matches a JSON key to a struct field
+/// case-insensitively, with Unicode simple folding (its `fold.go`: `bytes.EqualFold`), under which
+/// `ſ` (U+017F LATIN SMALL LETTER LONG S) equals `s` and `K` (U+212A KELVIN SIGN) equals `k`, the
+/// only non-ASCII letters that fold to an ASCII one. So `/metadata/Finalizers` and
+/// `/metadata/finalizerſ` both fold to `/metadata/finalizers`. A label or annotation key is a map
+/// key (matched exactly), but its prefix must be a lowercase DNS subdomain, so a folded
+/// `vcluster.loft.sh~1` matches every key vCluster tracks (an upper-case spelling is not a valid
+/// key and is refused too). RFC 6901 has one spelling of `/` in a token (`~1`) and of `~` (`~0`),
+/// and no other escape, so the raw pointer's `~1` is compared as it is.
+fn folded_pointer(pointer: &str) -> String {
+    format!("{pointer}.lowerAscii().replace('\\u017f', 's').replace('\\u212a', 'k')")
+}
 
-/// CEL: a `move` takes its value from nowhere a hook may not touch.
-const PROTECTED_PATH_RULE_FROM: &str = "self.op != 'move' || !has(self.from) || !(self.from in ['', '/metadata', '/metadata/labels', '/metadata/annotations'] || ['/metadata/name', '/metadata/namespace', '/metadata/generateName', '/metadata/uid', '/metadata/ownerReferences', '/metadata/finalizers'].exists(p, self.from == p || self.from.startsWith(p + '/')) || self.from.startsWith('/metadata/labels/vcluster.loft.sh~1') || self.from.startsWith('/metadata/annotations/vcluster.loft.sh~1'))";
+/// CEL: whether the folded pointer `p` ([`folded_pointer`]) writes what a hook may not touch (see
+/// [`JsonPatchOperation`]).
+const PROTECTED_FOLDED: &str = "p in ['', '/metadata', '/metadata/labels', '/metadata/annotations'] || ['/metadata/name', '/metadata/namespace', '/metadata/generatename', '/metadata/uid', '/metadata/ownerreferences', '/metadata/finalizers'].exists(q, p == q || p.startsWith(q + '/')) || p.startsWith('/metadata/labels/vcluster.loft.sh~1') || p.startsWith('/metadata/annotations/vcluster.loft.sh~1')";
+
+/// CEL: a JSON Patch operation's `path` writes nothing a hook may not touch, in any spelling
+/// vCluster's decoder reads as a protected field ([`folded_pointer`]).
+pub fn protected_path_rule() -> String {
+    format!(
+        "self.op == 'test' || [{}].all(p, !({PROTECTED_FOLDED}))",
+        folded_pointer("self.path")
+    )
+}
+
+/// CEL: a `move` takes its value from nowhere a hook may not touch (a `copy` only reads its
+/// `from`: the protected field stays as it was, and its `path` is judged by
+/// [`protected_path_rule`]).
+pub fn protected_from_rule() -> String {
+    format!(
+        "self.op != 'move' || !has(self.from) || [{}].all(p, !({PROTECTED_FOLDED}))",
+        folded_pointer("self.from")
+    )
+}
 
 /// A mutation applied by the runtime to objects of one type on the listed events. It may not
 /// touch the keys vCluster tracks its objects by (`vcluster.loft.sh/`): set or removed,
@@ -395,12 +425,14 @@ pub enum HookEvent {
 /// `/metadata/namespace`, `/metadata/generateName`, `/metadata/uid`,
 /// `/metadata/ownerReferences`, `/metadata/finalizers`, or a `vcluster.loft.sh/` label or
 /// annotation. Renaming an object on its way to the host would write over another object of
-/// that name; a `test` may read any of them.
+/// that name; a `test` may read any of them. Paths are compared as vCluster's decoder (Go's
+/// `encoding/json`) matches field names: case-insensitively, with Unicode folding, so
+/// `/metadata/Finalizers` is refused like `/metadata/finalizers` ([`protected_path_rule`]).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[schemars(extend("x-kubernetes-validations" = [
     { "rule": "!(self.op in ['move', 'copy']) || has(self.from)", "message": "from is required by the move and copy operations", "fieldPath": ".from", "reason": "FieldValueRequired" },
-    { "rule": PROTECTED_PATH_RULE_PATH, "message": "a hook may not write the object's identity (name, namespace, generateName, uid, ownerReferences, finalizers), its labels or annotations as a whole, or a vcluster.loft.sh/ key", "fieldPath": ".path" },
-    { "rule": PROTECTED_PATH_RULE_FROM, "message": "a move may not take its value from the object's identity, its labels or annotations as a whole, or a vcluster.loft.sh/ key", "fieldPath": ".from" },
+    { "rule": protected_path_rule(), "message": "a hook may not write the object's identity (name, namespace, generateName, uid, ownerReferences, finalizers), its labels or annotations as a whole, or a vcluster.loft.sh/ key", "fieldPath": ".path" },
+    { "rule": protected_from_rule(), "message": "a move may not take its value from the object's identity, its labels or annotations as a whole, or a vcluster.loft.sh/ key", "fieldPath": ".from" },
 ]))]
 pub struct JsonPatchOperation {
     /// `add`, `remove`, `replace`, `move`, `copy` or `test`.
