@@ -227,10 +227,22 @@ pub async fn judge_parts<'a>(
     wl: &Workload,
     accepted: Vec<&'a VClusterPlugin>,
 ) -> Result<(Vec<&'a VClusterPlugin>, BTreeMap<String, Refusal>)> {
-    let refused = ctx
+    let dry = ApiDryRun(&ctx.client);
+    // What the plugins' hooks do to the vCluster's pods first (issue 21): a refused plugin's
+    // part is then not judged, nor installed.
+    let hooked = ctx
         .verdicts
-        .refusals(&ApiDryRun(&ctx.client), wl, &accepted, &ctx.runtime_image)
+        .hook_refusals(&dry, wl, &accepted, &ctx.policy.containers)
         .await?;
+    let accepted: Vec<&VClusterPlugin> = accepted
+        .into_iter()
+        .filter(|p| !hooked.contains_key(&p.name_any()))
+        .collect();
+    let mut refused = ctx
+        .verdicts
+        .refusals(&dry, wl, &accepted, &ctx.runtime_image)
+        .await?;
+    refused.extend(hooked);
     let kept = accepted
         .into_iter()
         .filter(|p| !refused.contains_key(&p.name_any()))

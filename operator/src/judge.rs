@@ -37,6 +37,14 @@
 //! refused plugin makes no request either. A dry run happens only when the desired body or the
 //! workload's spec changed. A change of the namespace's labels alone is not noticed until then
 //! (plugins already installed stay installed).
+//!
+//! **Hooks** ([`hooks`], [`Verdicts::hook_refusals`], judged before the parts): the plugins'
+//! `Pod` hooks are applied, in vCluster's order, to a representative pod of the vCluster, which
+//! is judged after every hook by the pod policy (`crate::policy::pod`) and, once all are
+//! applied, by the namespace's Pod Security level through a server-side dry run of the hooked
+//! pod ([`DryRun::pod`]); hooks on any kind are judged for touching an object's identity. A
+//! refused plugin gets `Ready=False, reason=PolicyDenied` naming the hook and the field, and is
+//! left out of the workload like any refused plugin.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -51,8 +59,10 @@ use serde_json::Value;
 use vcp_crds::VClusterPlugin;
 
 use crate::error::Result;
-use crate::policy::REASON_POLICY_DENIED;
+use crate::policy::{ContainerPolicy, REASON_POLICY_DENIED};
 use crate::workload::{Refusal, Workload, WorkloadPlan, install_order, is_converged, plan};
+
+pub mod hooks;
 
 /// `Ready` reason of a plugin whose part of the workload the API server refuses.
 pub const REASON_INVALID_WORKLOAD: &str = "InvalidWorkload";
@@ -300,11 +310,17 @@ struct Judged {
     refused: BTreeMap<String, Refusal>,
 }
 
+/// A verdict of [`Verdicts::hook_refusals`]: a hash of what was judged, and the refusals.
+type HookVerdict = (u64, BTreeMap<String, Refusal>);
+
 /// The verdicts of [`judge`], one per workload (`kind/namespace/name`): valid while the
 /// workload's uid and `metadata.generation` and the body of all its plugins stay the same.
 #[derive(Debug, Default)]
 pub struct Verdicts {
     by_workload: Mutex<HashMap<String, Judged>>,
+    /// The refusals of [`Verdicts::hook_refusals`] per workload, with a hash of what they
+    /// were judged from.
+    by_hooks: Mutex<HashMap<String, HookVerdict>>,
 }
 
 fn key(workload: &Workload) -> String {
@@ -323,7 +339,37 @@ pub fn body_hash(body: &Value) -> u64 {
     h.finish()
 }
 
+/// The Pod Security violation of `pod` (a hooked representative pod of `workload`) in a dry
+/// run, if any: created under a generated name, with its labels, annotations and spec.
+async fn pod_security_of<D: DryRun>(
+    dry: &D,
+    workload: &Workload,
+    pod: &Pod,
+) -> Result<Option<PodSecurityViolation>> {
+    let check = Pod {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{}-vcp-hooks-check-", workload.name)),
+            namespace: Some(workload.namespace.clone()),
+            labels: pod.metadata.labels.clone(),
+            annotations: pod.metadata.annotations.clone(),
+            ..Default::default()
+        },
+        spec: pod.spec.clone(),
+        status: None,
+    };
+    Ok(dry
+        .pod(&check)
+        .await?
+        .and_then(|m| pod_security_violation(&m)))
+}
+
 impl Verdicts {
+    fn lock_hooks(&self) -> std::sync::MutexGuard<'_, HashMap<String, HookVerdict>> {
+        self.by_hooks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Judged>> {
         self.by_workload
             .lock()
@@ -365,6 +411,119 @@ impl Verdicts {
                 refused: refused.clone(),
             },
         );
+        Ok(refused)
+    }
+
+    /// The plugins of `plugins` (those of `workload` that policy and cluster state let in)
+    /// refused for what their hooks do ([`hooks::judge`] on a representative pod of the
+    /// vCluster, judged with the container policy `policy`; then the namespace's Pod Security
+    /// level on the hooked pod by a dry run, [`DryRun::pod`]), by name. Nothing is requested
+    /// when no plugin has a hook, or when the same hooks were judged for the same workload
+    /// (its uid and service account) before.
+    ///
+    /// # Errors
+    /// The dry runs' errors other than a refusal.
+    pub async fn hook_refusals<D: DryRun>(
+        &self,
+        dry: &D,
+        workload: &Workload,
+        plugins: &[&VClusterPlugin],
+        policy: &ContainerPolicy,
+    ) -> Result<BTreeMap<String, Refusal>> {
+        if plugins.iter().all(|p| p.spec.hooks.is_empty()) {
+            return Ok(BTreeMap::new());
+        }
+        let service_account = workload
+            .pod_spec
+            .service_account_name
+            .clone()
+            .or_else(|| workload.pod_spec.service_account.clone())
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "default".into());
+        let input = {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            (&workload.uid, &service_account).hash(&mut h);
+            for p in hooks::hook_order(plugins) {
+                (p.name_any(), format!("{:?}", p.spec.version)).hash(&mut h);
+                serde_json::to_string(&p.spec.hooks)
+                    .unwrap_or_default()
+                    .hash(&mut h);
+            }
+            format!("{policy:?}").hash(&mut h);
+            h.finish()
+        };
+        if let Some((hash, refused)) = self.lock_hooks().get(&key(workload))
+            && *hash == input
+        {
+            return Ok(refused.clone());
+        }
+        let mut remaining: Vec<&VClusterPlugin> = plugins.to_vec();
+        let mut refused = BTreeMap::new();
+        let mut baseline_checked = false;
+        loop {
+            let judged = hooks::judge(
+                policy,
+                &remaining,
+                &workload.namespace,
+                &workload.name,
+                &service_account,
+            );
+            refused.extend(judged.refused.clone());
+            remaining.retain(|p| !judged.refused.contains_key(&p.name_any()));
+            let Some((_, last)) = judged.steps.last() else {
+                break;
+            };
+            if pod_security_of(dry, workload, last).await?.is_none() {
+                break;
+            }
+            // A violation: the hooks' doing only when the pod without hooks passes.
+            if !baseline_checked {
+                baseline_checked = true;
+                if pod_security_of(dry, workload, &judged.before)
+                    .await?
+                    .is_some()
+                {
+                    break;
+                }
+            }
+            // The first plugin whose hooks (with those before it) make the pod violate it.
+            let mut blamed = None;
+            for (name, pod) in &judged.steps {
+                if let Some(v) = pod_security_of(dry, workload, pod).await? {
+                    blamed = Some((name.clone(), v));
+                    break;
+                }
+            }
+            let Some((name, v)) = blamed else { break };
+            let plugin = remaining.iter().find(|p| p.name_any() == name);
+            let hook_names: Vec<String> = plugin
+                .map(|p| {
+                    p.spec
+                        .hooks
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, h)| h.api_version == "v1" && h.kind == "Pod")
+                        .map(|(i, h)| format!("spec.hooks[{i}] ({})", h.name))
+                        .collect()
+                })
+                .unwrap_or_default();
+            refused.insert(
+                name.clone(),
+                Refusal {
+                    reason: REASON_POLICY_DENIED,
+                    message: format!(
+                        "{} change the vCluster's pods so that they would violate the Pod Security level {:?} enforced in namespace {} (label {POD_SECURITY_ENFORCE_LABEL}); the API server's reason for a representative pod: {}",
+                        hook_names.join(", "),
+                        v.level,
+                        workload.namespace,
+                        v.detail
+                    ),
+                },
+            );
+            remaining.retain(|p| p.name_any() != name);
+        }
+        self.lock_hooks()
+            .insert(key(workload), (input, refused.clone()));
         Ok(refused)
     }
 

@@ -63,6 +63,7 @@ use crate::rbac::{self, Plurals};
 
 pub mod containers;
 mod denial;
+pub mod pod;
 pub use containers::ContainerPolicy;
 pub use denial::Denial;
 

@@ -1,4 +1,5 @@
-//! Declarative hooks (`spec.hooks[]` of a `VClusterPlugin`) applied to objects as JSON (pure).
+//! Declarative hooks (`spec.hooks[]` of a `VClusterPlugin`) applied to objects as JSON (the
+//! pure application is `vcp_crds::hooks`, re-exported here).
 //!
 //! A hook mutates an object on its way between the virtual cluster and the host, like the
 //! vcluster-sdk's `ClientHook` `Mutate{Create,Update}{Physical,Virtual}` points: it sets

@@ -346,3 +346,87 @@ fn nothing_to_judge_costs_nothing() {
     );
     assert_eq!(fake.calls(), (0, 0));
 }
+
+fn pod_hook(p: VClusterPlugin, name: &str, path: &str, value: Value) -> VClusterPlugin {
+    let mut p = p;
+    p.spec.hooks.push(vcp_crds::Hook {
+        name: name.into(),
+        api_version: "v1".into(),
+        kind: "Pod".into(),
+        events: vec![vcp_crds::HookEvent::CreatePhysical],
+        json_patch: vec![vcp_crds::JsonPatchOperation {
+            op: vcp_crds::JsonPatchOp::Add,
+            path: path.into(),
+            from: None,
+            value: Some(value),
+        }],
+        ..Default::default()
+    });
+    p
+}
+
+#[test]
+fn hooks_that_break_pod_security_are_refused_by_the_dry_run_of_the_hooked_pod() {
+    let wl = workload();
+    let policy = ContainerPolicy::default();
+    let good = pod_hook(
+        plugin("good", 1),
+        "team",
+        "/metadata/labels/team",
+        json!("a"),
+    );
+    let bad = pod_hook(
+        plugin("bad", 2),
+        "sidecar",
+        "/spec/containers/-",
+        json!({"name": "sneaky", "image": "registry.example.com/x:1"}),
+    );
+    // The API server's Pod Security admission refuses pods that run `sneaky`.
+    let fake = Fake::new(vec!["sneaky"]);
+    let verdicts = Verdicts::default();
+    let refused = run(verdicts.hook_refusals(&fake, &wl, &[&good, &bad], &policy)).unwrap();
+    assert_eq!(refused.keys().collect::<Vec<_>>(), ["bad"]);
+    let r = &refused["bad"];
+    assert_eq!(r.reason, REASON_POLICY_DENIED);
+    assert!(
+        r.message
+            .starts_with("spec.hooks[0] (sidecar) change the vCluster's pods"),
+        "{}",
+        r.message
+    );
+    assert!(r.message.contains("\"restricted:latest\""), "{}", r.message);
+    // The hooked pod of both, the pod without hooks, the first step (`bad` hooks first, by
+    // name), which violates; then the hooked pod of `good` alone.
+    assert_eq!(fake.calls(), (0, 4));
+    // Judged once for the same hooks and workload.
+    let again = run(verdicts.hook_refusals(&fake, &wl, &[&bad, &good], &policy)).unwrap();
+    assert_eq!(again, refused);
+    assert_eq!(fake.calls(), (0, 4));
+}
+
+#[test]
+fn a_pod_security_violation_of_the_unhooked_pod_is_not_the_hooks_doing() {
+    let wl = workload();
+    let hooked = pod_hook(plugin("env", 1), "env", "/spec/containers/0/env", json!([]));
+    // Pod Security refuses the representative pod itself (its container is `workload`).
+    let fake = Fake::new(vec!["workload"]);
+    let refused =
+        run(Verdicts::default().hook_refusals(&fake, &wl, &[&hooked], &ContainerPolicy::default()))
+            .unwrap();
+    assert!(refused.is_empty(), "{refused:?}");
+    assert_eq!(fake.calls(), (0, 2));
+}
+
+#[test]
+fn plugins_without_hooks_cost_no_dry_run() {
+    let fake = Fake::new(vec![]);
+    let refused = run(Verdicts::default().hook_refusals(
+        &fake,
+        &workload(),
+        &[&plugin("a", 1)],
+        &ContainerPolicy::default(),
+    ))
+    .unwrap();
+    assert!(refused.is_empty());
+    assert_eq!(fake.calls(), (0, 0));
+}

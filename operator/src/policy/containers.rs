@@ -107,7 +107,7 @@ pub fn image_matches(entry: &str, image: &str) -> bool {
     }
 }
 
-fn secret_allowed(policy: &ContainerPolicy, name: &str) -> bool {
+pub(crate) fn secret_allowed(policy: &ContainerPolicy, name: &str) -> bool {
     policy.allow_secret_references
         || policy
             .allowed_secrets
@@ -126,14 +126,17 @@ fn capability(c: &str) -> String {
         .unwrap_or(upper)
 }
 
-fn secret_reason(policy: &ContainerPolicy, name: &str) -> String {
+pub(crate) fn secret_reason(policy: &ContainerPolicy, name: &str) -> String {
     format!(
         "a reference to Secret {name:?} (policy containers.allowSecretReferences: false, containers.allowedSecrets: {})",
         list(&policy.allowed_secrets)
     )
 }
 
-fn security_context(policy: &ContainerPolicy, sc: &SecurityContext) -> Result<(), Denial> {
+pub(crate) fn security_context(
+    policy: &ContainerPolicy,
+    sc: &SecurityContext,
+) -> Result<(), Denial> {
     let at = |field: &str| format!("spec.securityContext.{field}");
     if sc.privileged == Some(true) && !policy.allow_privileged {
         return Err(denial(

@@ -1,0 +1,462 @@
+//! What the plugins' declared hooks (`spec.hooks`) do, judged on representative objects before
+//! a plugin is installed (issue 21, holes 1 and 3); pure, the Pod Security dry run of the
+//! result is [`crate::judge`]'s.
+//!
+//! **Pods.** Every `v1` `Pod` hook with a physical event (`CreatePhysical`, `UpdatePhysical`)
+//! changes every pod the vCluster runs on the host. [`judge`] applies them, in the order vCluster
+//! and the runtime do ([`hook_order`]), to a pod like the ones vCluster creates
+//! ([`representative_pod`]), and judges the pod after every hook:
+//! - it must still decode as a Pod without losing a key ([`crate::policy::pod::lost_keys`]):
+//!   vCluster reads a hook's result with Go's `encoding/json`, which matches field names
+//!   case-insensitively, so `/spec/HostNetwork` would set `hostNetwork` there;
+//! - its identity must be unchanged ([`identity_change`]);
+//! - the pod policy ([`crate::policy::pod::check`]: host namespaces, volume types, node,
+//!   service account, runtime class, sysctls, host ports, and the container policy on every
+//!   container, init container and ephemeral container).
+//!
+//! A hook's `test` operations are left out (the rest is judged as if they passed: a guard does
+//! not make a change safe); a hook that still fails on the representative pod is refused, since
+//! what it does to the vCluster's pods cannot be judged (on a pod where it fails, vCluster's
+//! write of the pod fails).
+//!
+//! **Other kinds, and virtual events.** A hook may not touch an object's identity or
+//! ownership: [`identity_change`] compares `metadata.{name, namespace, uid, finalizers,
+//! ownerReferences, generateName}` and the `vcluster.loft.sh/` labels and annotations of a
+//! representative object of the hook's kind ([`representative_object`]) before and after the
+//! hook, as vCluster's decoder reads them ([`go_fold`]). Its operations are applied one at a
+//! time; one that fails there (its path does not exist on the representative object) is judged
+//! by its path instead ([`protected_pointer`]), as the CRD's CEL rule does.
+//!
+//! A refusal names the plugin's hook (`spec.hooks[i]`, its name and event) and the field.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use serde_json::{Value, json};
+use vcp_crds::hooks::apply_hook;
+use vcp_crds::{Hook, HookEvent, JsonPatchOp, PluginVersion, VClusterPlugin};
+
+use crate::policy::pod::{self, lost_keys};
+use crate::policy::{ContainerPolicy, REASON_POLICY_DENIED};
+use crate::workload::Refusal;
+
+/// The prefix of the label and annotation keys vCluster tracks its objects by.
+pub const VCLUSTER_KEY_PREFIX: &str = "vcluster.loft.sh/";
+
+/// The `metadata` fields that make an object's identity and ownership, as spelled in the API.
+pub const IDENTITY_FIELDS: [&str; 6] = [
+    "name",
+    "namespace",
+    "uid",
+    "finalizers",
+    "ownerReferences",
+    "generateName",
+];
+
+/// A JSON key folded the way Go's `encoding/json` matches keys to struct fields (`fold.go`:
+/// equal under `bytes.EqualFold`, Unicode simple folding), for comparison with ASCII field
+/// names: ASCII letters lower-cased, and the two non-ASCII letters whose fold is an ASCII one,
+/// `ſ` (U+017F) as `s` and `K` (U+212A KELVIN SIGN) as `k`; other characters are kept (they
+/// equal no ASCII letter).
+pub fn go_fold(key: &str) -> String {
+    key.chars()
+        .map(|c| match c {
+            '\u{017f}' => 's',
+            '\u{212a}' => 'k',
+            c => c.to_ascii_lowercase(),
+        })
+        .collect()
+}
+
+/// The order in which the plugins' hooks run on a host pod: first the v2 plugins (`version:
+/// v2`), by name, as vCluster's syncer calls each v2 plugin's `Mutate` in the order it loaded
+/// them (`os.ReadDir` of `/plugins`, sorted by the folder name, which is the plugin's name);
+/// then the others, by name (an embedded sidecar applies its hooks to the pod vCluster created).
+pub fn hook_order<'a>(plugins: &[&'a VClusterPlugin]) -> Vec<&'a VClusterPlugin> {
+    let mut sorted: Vec<&VClusterPlugin> = plugins.to_vec();
+    sorted.sort_by_key(|p| (p.spec.version != Some(PluginVersion::V2), p.name_any()));
+    sorted
+}
+
+/// A host pod as vCluster creates it for a pod of the virtual cluster, in namespace
+/// `namespace` of vCluster `vcluster`, running as `service_account`: vCluster's name
+/// translation (`<name>-x-<namespace>-x-<vcluster>`), its tracking labels and annotations, an
+/// owner reference to the vCluster's Service, no token of the host account
+/// (`automountServiceAccountToken: false`, the virtual token read from an annotation), and a
+/// container that meets the Pod Security `restricted` level, so that whatever a hook makes of
+/// it is the hook's doing.
+pub fn representative_pod(namespace: &str, vcluster: &str, service_account: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": format!("vcp-representative-x-default-x-{vcluster}"),
+            "namespace": namespace,
+            "uid": "00000000-0000-0000-0000-000000000000",
+            "labels": {
+                "app": "vcp-representative",
+                "vcluster.loft.sh/managed-by": vcluster,
+                "vcluster.loft.sh/namespace": "default",
+            },
+            "annotations": {
+                "vcluster.loft.sh/object-name": "vcp-representative",
+                "vcluster.loft.sh/object-namespace": "default",
+                "vcluster.loft.sh/object-uid": "00000000-0000-0000-0000-000000000001",
+                "vcluster.loft.sh/token-vcp": "token",
+            },
+            "ownerReferences": [{
+                "apiVersion": "v1",
+                "kind": "Service",
+                "name": vcluster,
+                "uid": "00000000-0000-0000-0000-000000000002",
+            }],
+        },
+        "spec": {
+            "serviceAccountName": service_account,
+            "automountServiceAccountToken": false,
+            "enableServiceLinks": false,
+            "securityContext": {
+                "runAsNonRoot": true,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [{
+                "name": "workload",
+                "image": "registry.k8s.io/pause:3.10",
+                "securityContext": {
+                    "allowPrivilegeEscalation": false,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+                "volumeMounts": [{
+                    "name": "kube-api-access-vcp",
+                    "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                    "readOnly": true,
+                }],
+            }],
+            "volumes": [{
+                "name": "kube-api-access-vcp",
+                "projected": {"sources": [{"downwardAPI": {"items": [{
+                    "path": "token",
+                    "fieldRef": {"fieldPath": "metadata.annotations['vcluster.loft.sh/token-vcp']"},
+                }]}}]},
+            }],
+        },
+    })
+}
+
+/// An object of `api_version` / `kind` as vCluster keeps it on the host (or in the virtual
+/// cluster): [`representative_pod`]'s metadata, no spec.
+pub fn representative_object(
+    api_version: &str,
+    kind: &str,
+    namespace: &str,
+    vcluster: &str,
+) -> Value {
+    let pod = representative_pod(namespace, vcluster, "default");
+    json!({"apiVersion": api_version, "kind": kind, "metadata": pod["metadata"].clone()})
+}
+
+/// The first identity or ownership field of `after` that differs from `before` as vCluster's
+/// decoder reads them (see the module docs), as `(field, what)`:
+/// - a top-level key other than `metadata` that folds to it ([`go_fold`]), or a key of
+///   `metadata` spelled otherwise than the field it folds to: vCluster's decoder would read it
+///   as that field, which a check of the exact spelling misses;
+/// - one of [`IDENTITY_FIELDS`] changed;
+/// - a `vcluster.loft.sh/` label or annotation added, changed or removed (map keys are matched
+///   exactly, as Go decodes map keys; a key's prefix must be a lowercase DNS subdomain, so an
+///   upper-case spelling is no key vCluster reads, and the API server refuses it).
+pub fn identity_change(before: &Value, after: &Value) -> Option<(String, String)> {
+    if let Some(root) = after.as_object() {
+        for key in root.keys() {
+            if key != "metadata" && go_fold(key) == "metadata" {
+                return Some((
+                    key.clone(),
+                    "is read as metadata by vCluster's decoder (field names match case-insensitively)".into(),
+                ));
+            }
+        }
+    }
+    let meta = after.get("metadata").and_then(Value::as_object);
+    let protected: Vec<&str> = IDENTITY_FIELDS
+        .iter()
+        .copied()
+        .chain(["labels", "annotations"])
+        .collect();
+    for key in meta.iter().flat_map(|m| m.keys()) {
+        if let Some(field) = protected
+            .iter()
+            .find(|f| go_fold(f) == go_fold(key) && **f != key)
+        {
+            return Some((
+                format!("metadata.{key}"),
+                format!(
+                    "is read as metadata.{field} by vCluster's decoder (field names match case-insensitively)"
+                ),
+            ));
+        }
+    }
+    for field in IDENTITY_FIELDS {
+        let (b, a) = (&before["metadata"][field], &after["metadata"][field]);
+        if b != a {
+            return Some((
+                format!("metadata.{field}"),
+                format!("changed from {b} to {a}"),
+            ));
+        }
+    }
+    for field in ["labels", "annotations"] {
+        let tracked = |v: &Value| -> BTreeMap<String, Value> {
+            v["metadata"][field]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .filter(|(k, _)| k.starts_with(VCLUSTER_KEY_PREFIX))
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let (b, a) = (tracked(before), tracked(after));
+        if let Some(key) = b.keys().chain(a.keys()).find(|k| b.get(*k) != a.get(*k)) {
+            return Some((
+                format!("metadata.{field}[{key:?}]"),
+                format!(
+                    "changed from {} to {}: vCluster tracks its objects by it",
+                    b.get(key).map_or("absent".into(), Value::to_string),
+                    a.get(key).map_or("absent".into(), Value::to_string)
+                ),
+            ));
+        }
+    }
+    None
+}
+
+/// Whether the JSON Pointer `pointer` writes a protected field in some spelling vCluster's
+/// decoder reads as it (the CRD's CEL rule, `vcp_crds::protected_path_rule`, in Rust): the
+/// whole object, `/metadata`, its labels or annotations as a whole, one of
+/// [`IDENTITY_FIELDS`] or below it, or a `vcluster.loft.sh/` label or annotation; compared
+/// after [`go_fold`].
+pub fn protected_pointer(pointer: &str) -> bool {
+    let p = go_fold(pointer);
+    if ["", "/metadata", "/metadata/labels", "/metadata/annotations"].contains(&p.as_str()) {
+        return true;
+    }
+    if IDENTITY_FIELDS.iter().any(|f| {
+        let q = format!("/metadata/{}", go_fold(f));
+        p == q || p.starts_with(&format!("{q}/"))
+    }) {
+        return true;
+    }
+    p.starts_with("/metadata/labels/vcluster.loft.sh~1")
+        || p.starts_with("/metadata/annotations/vcluster.loft.sh~1")
+}
+
+/// `hook` without its `test` operations (see the module docs).
+fn without_tests(hook: &Hook) -> Hook {
+    let mut h = hook.clone();
+    h.json_patch.retain(|op| op.op != JsonPatchOp::Test);
+    h
+}
+
+/// `hook` split into single actions: its label and annotation actions, then each `jsonPatch`
+/// operation (tests left out).
+fn single_actions(hook: &Hook) -> Vec<Hook> {
+    let base = Hook {
+        name: hook.name.clone(),
+        api_version: hook.api_version.clone(),
+        kind: hook.kind.clone(),
+        events: hook.events.clone(),
+        ..Hook::default()
+    };
+    let mut out = vec![Hook {
+        labels: hook.labels.clone(),
+        annotations: hook.annotations.clone(),
+        remove_labels: hook.remove_labels.clone(),
+        remove_annotations: hook.remove_annotations.clone(),
+        ..base.clone()
+    }];
+    for op in hook
+        .json_patch
+        .iter()
+        .filter(|op| op.op != JsonPatchOp::Test)
+    {
+        out.push(Hook {
+            json_patch: vec![op.clone()],
+            ..base.clone()
+        });
+    }
+    out
+}
+
+fn is_pod(hook: &Hook) -> bool {
+    hook.api_version == "v1" && hook.kind == "Pod"
+}
+
+fn is_physical(event: HookEvent) -> bool {
+    matches!(event, HookEvent::CreatePhysical | HookEvent::UpdatePhysical)
+}
+
+fn refusal(i: usize, hook: &Hook, event: HookEvent, what: String) -> Refusal {
+    Refusal {
+        reason: REASON_POLICY_DENIED,
+        message: format!(
+            "spec.hooks[{i}] ({}, {event:?} on {} {}) {what}",
+            hook.name, hook.api_version, hook.kind
+        ),
+    }
+}
+
+/// The identity check of every hook of `plugin` that is not a physical `Pod` hook (those are
+/// judged on the hooked pod by [`judge`]), on [`representative_object`]s.
+fn other_kinds(plugin: &VClusterPlugin, namespace: &str, vcluster: &str) -> Option<Refusal> {
+    for (i, hook) in plugin.spec.hooks.iter().enumerate() {
+        for &event in &hook.events {
+            if is_pod(hook) && is_physical(event) {
+                continue;
+            }
+            let before = representative_object(&hook.api_version, &hook.kind, namespace, vcluster);
+            let mut obj = before.clone();
+            for action in single_actions(hook) {
+                let mut next = obj.clone();
+                match apply_hook(&mut next, &action) {
+                    Ok(()) => obj = next,
+                    Err(_) => {
+                        // Fails here, may apply elsewhere: judged by its pointers.
+                        if let Some(op) = action.json_patch.first() {
+                            let from = op.from.as_deref().filter(|_| op.op == JsonPatchOp::Move);
+                            if let Some(p) = [Some(op.path.as_str()), from]
+                                .into_iter()
+                                .flatten()
+                                .find(|p| protected_pointer(p))
+                            {
+                                return Some(refusal(
+                                    i,
+                                    hook,
+                                    event,
+                                    format!(
+                                        "writes {p:?}, which vCluster's decoder reads as the object's identity, its labels or annotations as a whole, or a vcluster.loft.sh/ key: refused by the operator policy"
+                                    ),
+                                ));
+                            }
+                        }
+                    }
+                }
+                if let Some((field, what)) = identity_change(&before, &obj) {
+                    return Some(refusal(
+                        i,
+                        hook,
+                        event,
+                        format!(
+                            "changes {field} of a representative {} ({what}): a hook may not touch an object's identity, ownership or vcluster.loft.sh/ keys (operator policy)",
+                            hook.kind
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// The pod after `hooked` was applied: its typed view, or why it cannot be judged or is
+/// refused (identity, lost keys, the pod policy).
+fn judge_pod(policy: &ContainerPolicy, before: &Value, hooked: &Value) -> Result<Pod, String> {
+    if let Some((field, what)) = identity_change(before, hooked) {
+        return Err(format!(
+            "changes {field} of the vCluster's pods ({what}): a hook may not touch an object's identity, ownership or vcluster.loft.sh/ keys (operator policy)"
+        ));
+    }
+    let typed: Pod = serde_json::from_value(hooked.clone()).map_err(|e| {
+        format!("makes the vCluster's pods something that is not a valid Pod ({e})")
+    })?;
+    let lost = serde_json::to_value(&typed)
+        .map(|round| lost_keys(hooked, &round))
+        .unwrap_or_default();
+    if let Some(key) = lost.first() {
+        return Err(format!(
+            "writes {key}, which is no field of a Pod as spelled; vCluster's decoder matches field names case-insensitively, so it may set another field: refused by the operator policy"
+        ));
+    }
+    let original: Pod = serde_json::from_value(before.clone()).unwrap_or_default();
+    pod::check(policy, &original, &typed)
+        .map_err(|d| format!("makes the vCluster's pods carry {}", d.message()))?;
+    Ok(typed)
+}
+
+/// The pods of the vCluster after each plugin's `Pod` hooks, and the plugins refused.
+#[derive(Clone, Debug, Default)]
+pub struct Judged {
+    /// The representative pod, before any hook.
+    pub before: Pod,
+    /// For each plugin (not refused) whose hooks changed the pod, in [`hook_order`]: its name
+    /// and the pod after its hooks and those of the plugins before it.
+    pub steps: Vec<(String, Pod)>,
+    /// The refused plugins by name, with their `PolicyDenied` refusal.
+    pub refused: BTreeMap<String, Refusal>,
+}
+
+/// Judges the hooks of `plugins` (all those of the vCluster `vcluster` in `namespace` that are
+/// not refused otherwise; the vCluster's pods run as `service_account`), see the module docs.
+/// A refused plugin's hooks are left out of the pods the plugins after it are judged on.
+pub fn judge(
+    policy: &ContainerPolicy,
+    plugins: &[&VClusterPlugin],
+    namespace: &str,
+    vcluster: &str,
+    service_account: &str,
+) -> Judged {
+    let before = representative_pod(namespace, vcluster, service_account);
+    let mut out = Judged {
+        before: serde_json::from_value(before.clone()).unwrap_or_default(),
+        ..Judged::default()
+    };
+    let mut current = before.clone();
+    'plugins: for plugin in hook_order(plugins) {
+        let name = plugin.name_any();
+        if let Some(r) = other_kinds(plugin, namespace, vcluster) {
+            out.refused.insert(name, r);
+            continue;
+        }
+        let mut pod = current.clone();
+        let mut typed = None;
+        // As the runtime applies them: the CreatePhysical hooks, then the UpdatePhysical ones.
+        for event in [HookEvent::CreatePhysical, HookEvent::UpdatePhysical] {
+            for (i, hook) in plugin.spec.hooks.iter().enumerate() {
+                if !is_pod(hook) || !hook.events.contains(&event) {
+                    continue;
+                }
+                if let Err(e) = apply_hook(&mut pod, &without_tests(hook)) {
+                    out.refused.insert(
+                        name,
+                        refusal(
+                            i,
+                            hook,
+                            event,
+                            format!(
+                                "fails on a representative pod of the vCluster ({e}), so what it does to the vCluster's pods cannot be judged: refused by the operator policy"
+                            ),
+                        ),
+                    );
+                    continue 'plugins;
+                }
+                match judge_pod(policy, &before, &pod) {
+                    Ok(t) => typed = Some(t),
+                    Err(what) => {
+                        out.refused.insert(name, refusal(i, hook, event, what));
+                        continue 'plugins;
+                    }
+                }
+            }
+        }
+        if let Some(t) = typed
+            && pod != current
+        {
+            current = pod;
+            out.steps.push((name, t));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,386 @@
+use super::*;
+use vcp_crds::{JsonPatchOperation, VClusterPluginSpec, VClusterRef};
+
+const NS: &str = "team-a";
+const VC: &str = "my-vcluster";
+const SA: &str = "vc-my-vcluster";
+
+fn op(op: JsonPatchOp, path: &str, value: Value) -> JsonPatchOperation {
+    JsonPatchOperation {
+        op,
+        path: path.into(),
+        from: None,
+        value: (!value.is_null()).then_some(value),
+    }
+}
+
+fn hook(name: &str, kind: &str, events: Vec<HookEvent>, ops: Vec<JsonPatchOperation>) -> Hook {
+    Hook {
+        name: name.into(),
+        api_version: "v1".into(),
+        kind: kind.into(),
+        events,
+        json_patch: ops,
+        ..Hook::default()
+    }
+}
+
+fn pod_hook(name: &str, ops: Vec<JsonPatchOperation>) -> Hook {
+    hook(name, "Pod", vec![HookEvent::CreatePhysical], ops)
+}
+
+fn plugin(name: &str, version: Option<PluginVersion>, hooks: Vec<Hook>) -> VClusterPlugin {
+    let mut p = VClusterPlugin::new(
+        name,
+        VClusterPluginSpec {
+            vcluster: VClusterRef { name: VC.into() },
+            version,
+            hooks,
+            ..Default::default()
+        },
+    );
+    p.metadata.namespace = Some(NS.into());
+    p
+}
+
+fn judged(plugins: &[&VClusterPlugin]) -> Judged {
+    judge(&ContainerPolicy::default(), plugins, NS, VC, SA)
+}
+
+fn refusal_of(p: &VClusterPlugin) -> String {
+    let j = judged(&[p]);
+    assert!(j.steps.is_empty(), "a refused plugin's pod is no step");
+    j.refused
+        .get(&p.name_any())
+        .unwrap_or_else(|| panic!("{} not refused", p.name_any()))
+        .message
+        .clone()
+}
+
+#[test]
+fn go_fold_matches_as_encoding_json_does() {
+    assert_eq!(go_fold("Finalizers"), "finalizers");
+    assert_eq!(go_fold("OwnerReferences"), "ownerreferences");
+    // U+017F LATIN SMALL LETTER LONG S and U+212A KELVIN SIGN fold to ASCII letters.
+    assert_eq!(go_fold("finalizer\u{17f}"), "finalizers");
+    assert_eq!(go_fold("\u{212a}ind"), "kind");
+    // Other non-ASCII letters equal no ASCII one.
+    assert_ne!(go_fold("nam\u{e9}"), "name");
+}
+
+#[test]
+fn v2_plugins_hook_first_in_folder_order_then_the_sidecars() {
+    let (a, b, c, d) = (
+        plugin("b-v2", Some(PluginVersion::V2), vec![]),
+        plugin("a-sidecar", None, vec![]),
+        plugin("a-v2", Some(PluginVersion::V2), vec![]),
+        plugin("c-sidecar", Some(PluginVersion::V1), vec![]),
+    );
+    let order: Vec<String> = hook_order(&[&a, &b, &c, &d])
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    assert_eq!(order, ["a-v2", "b-v2", "a-sidecar", "c-sidecar"]);
+}
+
+#[test]
+fn a_privileged_pod_hook_is_refused_naming_the_hook_and_the_field() {
+    let p = plugin(
+        "evil",
+        None,
+        vec![pod_hook(
+            "root-everywhere",
+            vec![op(
+                JsonPatchOp::Add,
+                "/spec/containers/0/securityContext",
+                json!({"privileged": true}),
+            )],
+        )],
+    );
+    let m = refusal_of(&p);
+    assert!(
+        m.starts_with("spec.hooks[0] (root-everywhere, CreatePhysical on v1 Pod)"),
+        "{m}"
+    );
+    assert!(
+        m.contains("spec.containers[0].securityContext.privileged = true"),
+        "{m}"
+    );
+}
+
+#[test]
+fn host_path_and_host_network_hooks_are_refused() {
+    let p = plugin(
+        "evil",
+        Some(PluginVersion::V2),
+        vec![pod_hook(
+            "node-root",
+            vec![op(
+                JsonPatchOp::Add,
+                "/spec/volumes",
+                json!([{"name": "root", "hostPath": {"path": "/"}}]),
+            )],
+        )],
+    );
+    assert!(refusal_of(&p).contains("spec.volumes[0].hostPath"));
+    let p = plugin(
+        "evil",
+        None,
+        vec![pod_hook(
+            "net",
+            vec![op(JsonPatchOp::Add, "/spec/hostNetwork", json!(true))],
+        )],
+    );
+    assert!(refusal_of(&p).contains("spec.hostNetwork = true"));
+}
+
+#[test]
+fn field_names_are_judged_as_vclusters_decoder_reads_them() {
+    // Go's encoding/json would set hostNetwork from HostNetwork.
+    let p = plugin(
+        "evil",
+        None,
+        vec![pod_hook(
+            "net",
+            vec![op(JsonPatchOp::Add, "/spec/HostNetwork", json!(true))],
+        )],
+    );
+    assert!(
+        refusal_of(&p).contains("writes spec.HostNetwork"),
+        "{}",
+        refusal_of(&p)
+    );
+    // Identity fields in another spelling, on a pod and on another kind.
+    for path in [
+        "/metadata/Finalizers",
+        "/metadata/OwnerReferences",
+        "/metadata/GenerateName",
+        "/metadata/finalizer\u{17f}",
+    ] {
+        for kind in ["Pod", "ConfigMap"] {
+            let p = plugin(
+                "evil",
+                None,
+                vec![hook(
+                    "h",
+                    kind,
+                    vec![HookEvent::CreatePhysical],
+                    vec![op(JsonPatchOp::Add, path, json!(["example.com/stuck"]))],
+                )],
+            );
+            let m = refusal_of(&p);
+            assert!(m.contains("by vCluster's decoder"), "{kind} {path}: {m}");
+        }
+    }
+    let p = plugin(
+        "evil",
+        None,
+        vec![hook(
+            "h",
+            "ConfigMap",
+            vec![HookEvent::CreateVirtual],
+            vec![op(
+                JsonPatchOp::Add,
+                "/metadata/Labels",
+                json!({"vcluster.loft.sh/managed-by": "other"}),
+            )],
+        )],
+    );
+    assert!(
+        refusal_of(&p).contains("metadata.Labels"),
+        "{}",
+        refusal_of(&p)
+    );
+    let p = plugin(
+        "evil",
+        None,
+        vec![hook(
+            "h",
+            "Secret",
+            vec![HookEvent::UpdatePhysical],
+            vec![op(JsonPatchOp::Add, "/Metadata", json!({"name": "x"}))],
+        )],
+    );
+    assert!(
+        refusal_of(&p).contains("is read as metadata"),
+        "{}",
+        refusal_of(&p)
+    );
+}
+
+#[test]
+fn identity_and_tracking_keys_may_not_change() {
+    for (path, value, field) in [
+        ("/metadata/name", json!("other"), "metadata.name"),
+        (
+            "/metadata/ownerReferences/0/uid",
+            json!("forged"),
+            "metadata.ownerReferences",
+        ),
+        (
+            "/metadata/labels/vcluster.loft.sh~1managed-by",
+            json!("other"),
+            "metadata.labels[\"vcluster.loft.sh/managed-by\"]",
+        ),
+    ] {
+        let p = plugin(
+            "evil",
+            None,
+            vec![hook(
+                "h",
+                "ConfigMap",
+                vec![HookEvent::CreatePhysical],
+                vec![op(JsonPatchOp::Replace, path, value)],
+            )],
+        );
+        let m = refusal_of(&p);
+        assert!(m.contains(&format!("changes {field}")), "{path}: {m}");
+    }
+    // An operation that fails on the representative object is judged by its path.
+    let p = plugin(
+        "evil",
+        None,
+        vec![hook(
+            "h",
+            "ConfigMap",
+            vec![HookEvent::CreatePhysical],
+            vec![op(
+                JsonPatchOp::Add,
+                "/metadata/OwnerReferences/7/uid",
+                json!("x"),
+            )],
+        )],
+    );
+    assert!(refusal_of(&p).contains("writes \"/metadata/OwnerReferences/7/uid\""));
+}
+
+#[test]
+fn protected_pointers_match_the_crd_rule() {
+    for p in [
+        "",
+        "/metadata",
+        "/Metadata",
+        "/metadata/Labels",
+        "/metadata/finalizers/0",
+        "/metadata/OWNERREFERENCES/0/uid",
+        "/metadata/labels/vcluster.loft.sh~1managed-by",
+        "/metadata/Annotations/vcluster.loft.sh~1object-name",
+        "/metadata/namespace",
+        "/metadata/generate\u{212a}ame"
+            .replace('\u{212a}', "N")
+            .as_str(),
+    ] {
+        assert!(protected_pointer(p), "{p:?}");
+    }
+    for p in [
+        "/metadata/labels/team",
+        "/metadata/labels/vcluster.loft.sh~01x",
+        "/metadata/names",
+        "/spec/containers/0/image",
+    ] {
+        assert!(!protected_pointer(p), "{p:?}");
+    }
+}
+
+#[test]
+fn a_harmless_hook_passes_and_its_pod_is_a_step() {
+    let p = plugin(
+        "team-label",
+        None,
+        vec![Hook {
+            labels: [("team".to_string(), "a".to_string())].into(),
+            ..pod_hook(
+                "label",
+                vec![
+                    op(JsonPatchOp::Test, "/metadata/labels/app", json!("web")),
+                    op(
+                        JsonPatchOp::Add,
+                        "/spec/containers/0/env",
+                        json!([{"name": "TEAM", "value": "a"}]),
+                    ),
+                ],
+            )
+        }],
+    );
+    let j = judged(&[&p]);
+    assert!(j.refused.is_empty(), "{:?}", j.refused);
+    assert_eq!(j.steps.len(), 1);
+    let pod = &j.steps[0].1;
+    assert_eq!(pod.metadata.labels.as_ref().unwrap()["team"], "a");
+    assert_eq!(
+        pod.spec.as_ref().unwrap().containers[0]
+            .env
+            .as_ref()
+            .unwrap()[0]
+            .name,
+        "TEAM"
+    );
+    // A hook on another kind that leaves identity alone passes too.
+    let c = plugin(
+        "cm",
+        None,
+        vec![hook(
+            "h",
+            "ConfigMap",
+            vec![HookEvent::CreatePhysical],
+            vec![op(JsonPatchOp::Add, "/data", json!({"x": "1"}))],
+        )],
+    );
+    assert!(judged(&[&c]).refused.is_empty());
+}
+
+#[test]
+fn a_pod_hook_failing_on_the_representative_pod_is_refused() {
+    let p = plugin(
+        "broken",
+        None,
+        vec![pod_hook(
+            "second-container",
+            vec![op(
+                JsonPatchOp::Add,
+                "/spec/containers/3/securityContext",
+                json!({"privileged": true}),
+            )],
+        )],
+    );
+    assert!(refusal_of(&p).contains("fails on a representative pod"));
+}
+
+#[test]
+fn a_refused_plugins_hooks_are_left_out_for_the_others() {
+    let bad = plugin(
+        "a-bad",
+        Some(PluginVersion::V2),
+        vec![pod_hook(
+            "net",
+            vec![op(JsonPatchOp::Add, "/spec/hostNetwork", json!(true))],
+        )],
+    );
+    let good = plugin(
+        "b-good",
+        Some(PluginVersion::V2),
+        vec![pod_hook(
+            "env",
+            vec![op(
+                JsonPatchOp::Add,
+                "/spec/containers/0/env",
+                json!([{"name": "A", "value": "1"}]),
+            )],
+        )],
+    );
+    let j = judged(&[&good, &bad]);
+    assert_eq!(j.refused.keys().collect::<Vec<_>>(), ["a-bad"]);
+    assert_eq!(j.steps.len(), 1);
+    assert_eq!(j.steps[0].0, "b-good");
+    assert_ne!(j.steps[0].1.spec.as_ref().unwrap().host_network, Some(true));
+}
+
+#[test]
+fn the_representative_pod_passes_the_pod_policy() {
+    let before = representative_pod(NS, VC, SA);
+    let typed: Pod = serde_json::from_value(before.clone()).unwrap();
+    pod::check(&ContainerPolicy::default(), &typed, &typed).unwrap();
+    let round = serde_json::to_value(&typed).unwrap();
+    assert!(lost_keys(&before, &round).is_empty());
+    assert_eq!(identity_change(&before, &before), None);
+}

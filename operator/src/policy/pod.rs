@@ -1,0 +1,441 @@
+//! The pod policy: what a pod of the vCluster may carry after the plugins' hooks ran on it.
+//!
+//! Issue 21, hole 1: a `Pod` hook (`CreatePhysical` / `UpdatePhysical`) changes every pod the
+//! vCluster runs on the host, so it has the power of whoever can write any pod spec of the
+//! namespace, and more: the tenant's own pods are checked by the host's Pod Security admission,
+//! a hook's change of them is not judged by anyone but the operator before the plugin is
+//! installed. [`check`] judges the pod a hook produces from a representative pod
+//! (`crate::judge::hooks`), with `before` the representative pod and `after` the hooked one.
+//!
+//! The pod-level controls follow the Pod Security Standards
+//! (<https://kubernetes.io/docs/concepts/security/pod-security-standards/>), `baseline`
+//! unless said otherwise, and are not relaxed by the policy file:
+//!
+//! | field | refused | control |
+//! | --- | --- | --- |
+//! | `spec.hostNetwork`, `spec.hostPID`, `spec.hostIPC` | `true` | baseline: Host Namespaces |
+//! | `spec.securityContext.windowsOptions.hostProcess` (pod and containers) | `true` | baseline: HostProcess |
+//! | `spec.volumes[i]` | a type other than [`RESTRICTED_VOLUME_TYPES`] (`hostPath` among them) | restricted: Volume Types (baseline: HostPath Volumes) |
+//! | `spec.volumes[i].persistentVolumeClaim` | a claim the pod did not have | a hook may not hand the vCluster's pods a host claim (such as the vCluster's own data) |
+//! | `spec.volumes[i].projected.sources[j].serviceAccountToken` | added | a token of the host's service account |
+//! | `spec.volumes[i].secret`, `projected.sources[j].secret` | a Secret outside `containers.allowedSecrets` | as a container's Secret references |
+//! | `spec.securityContext.sysctls[i]` | a name outside [`BASELINE_SAFE_SYSCTLS`] | baseline: Sysctls |
+//! | `spec.containers[i].ports[j].hostPort` (and init / ephemeral containers) | other than `0` | baseline: Host Ports |
+//! | `spec.nodeName` | changed | bypasses the scheduler: the pod lands on a node of the hook's choosing |
+//! | `spec.serviceAccountName`, `spec.serviceAccount`, `spec.automountServiceAccountToken` | changed | the pod would run with (or mount a token of) another host identity |
+//! | `spec.runtimeClassName` | changed | the container runtime (its isolation) is the cluster owner's choice |
+//!
+//! The pod's `securityContext` (`runAsUser: 0`, `runAsGroup: 0`, `runAsNonRoot: false`,
+//! `Unconfined` seccomp / AppArmor, `seLinuxOptions`) and every container, init container and
+//! ephemeral container (`securityContext`, Secret references in `env` / `envFrom`, the image of
+//! a container the hooks added or changed) are judged by the container policy
+//! ([`super::containers`]) and its keys.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::{
+    Container, Pod, PodSecurityContext, PodSpec, SecurityContext, Volume,
+};
+use serde_json::Value;
+
+use super::Denial;
+use super::containers::{self, ContainerPolicy};
+
+/// The volume types Pod Security's `restricted` level allows ("Volume Types": `spec.volumes[*]`
+/// "must be one of" these); every other type, `hostPath` first, reaches the node.
+pub const RESTRICTED_VOLUME_TYPES: [&str; 8] = [
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+];
+
+/// The sysctls Pod Security's `baseline` level allows ("Sysctls": "the safe subset"), as of
+/// Kubernetes 1.34; any other sysctl is namespaced to the node or unsafe.
+pub const BASELINE_SAFE_SYSCTLS: [&str; 10] = [
+    "kernel.shm_rmid_forced",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.tcp_syncookies",
+    "net.ipv4.ping_group_range",
+    "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes",
+];
+
+fn denial(
+    source: impl Into<String>,
+    value: impl Into<String>,
+    reason: impl Into<String>,
+) -> Denial {
+    Denial {
+        source: source.into(),
+        reason: reason.into(),
+        rule: format!("= {}", value.into()),
+    }
+}
+
+/// The type of `volume`: its one field besides `name` (`hostPath`, `emptyDir`, ...).
+pub fn volume_type(volume: &Volume) -> String {
+    serde_json::to_value(volume)
+        .ok()
+        .and_then(|v| {
+            v.as_object().and_then(|o| {
+                o.iter()
+                    .find(|(k, v)| k.as_str() != "name" && !v.is_null())
+                    .map(|(k, _)| k.clone())
+            })
+        })
+        .unwrap_or_default()
+}
+
+/// A container, init container or ephemeral container of `spec`, with its path.
+fn containers_of(spec: &PodSpec) -> Vec<(String, Container)> {
+    let mut out: Vec<(String, Container)> = Vec::new();
+    for (field, list) in [
+        ("containers", Some(&spec.containers)),
+        ("initContainers", spec.init_containers.as_ref()),
+    ] {
+        for (i, c) in list.into_iter().flatten().enumerate() {
+            out.push((format!("spec.{field}[{i}]"), c.clone()));
+        }
+    }
+    for (i, e) in spec.ephemeral_containers.iter().flatten().enumerate() {
+        // An ephemeral container has a container's fields (plus `targetContainerName`).
+        let c = serde_json::to_value(e)
+            .ok()
+            .and_then(|v| serde_json::from_value::<Container>(v).ok())
+            .unwrap_or_default();
+        out.push((format!("spec.ephemeralContainers[{i}]"), c));
+    }
+    out
+}
+
+fn host_namespaces(spec: &PodSpec) -> Result<(), Denial> {
+    for (field, value) in [
+        ("hostNetwork", spec.host_network),
+        ("hostPID", spec.host_pid),
+        ("hostIPC", spec.host_ipc),
+    ] {
+        if value == Some(true) {
+            return Err(denial(
+                format!("spec.{field}"),
+                "true",
+                "the pod would share the node's namespace (Pod Security baseline: Host Namespaces)",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn identity(before: &PodSpec, after: &PodSpec) -> Result<(), Denial> {
+    let changed = |field: &str, b: &Option<String>, a: &Option<String>, why: &str| {
+        (b != a).then(|| {
+            denial(
+                format!("spec.{field}"),
+                format!("{a:?} (was {b:?})"),
+                why.to_string(),
+            )
+        })
+    };
+    let identity = "the pod would run with another host identity than the vCluster gives it";
+    let checks = [
+        changed(
+            "nodeName",
+            &before.node_name,
+            &after.node_name,
+            "a pod pinned to a node of the hook's choosing bypasses the scheduler",
+        ),
+        changed(
+            "serviceAccountName",
+            &before.service_account_name,
+            &after.service_account_name,
+            identity,
+        ),
+        changed(
+            "serviceAccount",
+            &before.service_account,
+            &after.service_account,
+            identity,
+        ),
+        changed(
+            "runtimeClassName",
+            &before.runtime_class_name,
+            &after.runtime_class_name,
+            "the container runtime (and its isolation) is the cluster owner's choice",
+        ),
+    ];
+    if let Some(d) = checks.into_iter().flatten().next() {
+        return Err(d);
+    }
+    if before.automount_service_account_token != after.automount_service_account_token {
+        return Err(denial(
+            "spec.automountServiceAccountToken",
+            format!(
+                "{:?} (was {:?})",
+                after.automount_service_account_token, before.automount_service_account_token
+            ),
+            "the pod would mount a token of its host service account (unset means true)",
+        ));
+    }
+    Ok(())
+}
+
+fn pod_security_context(policy: &ContainerPolicy, sc: &PodSecurityContext) -> Result<(), Denial> {
+    for (i, s) in sc.sysctls.iter().flatten().enumerate() {
+        if !BASELINE_SAFE_SYSCTLS.contains(&s.name.as_str()) {
+            return Err(denial(
+                format!("spec.securityContext.sysctls[{i}].name"),
+                format!("{:?}", s.name),
+                format!(
+                    "a sysctl outside the safe set (Pod Security baseline: Sysctls: {})",
+                    BASELINE_SAFE_SYSCTLS.join(", ")
+                ),
+            ));
+        }
+    }
+    if sc
+        .windows_options
+        .as_ref()
+        .and_then(|w| w.host_process)
+        .unwrap_or(false)
+    {
+        return Err(denial(
+            "spec.securityContext.windowsOptions.hostProcess",
+            "true",
+            "a Windows host process has the node's full access (Pod Security baseline: HostProcess)",
+        ));
+    }
+    // The fields a container's securityContext shares with the pod's, judged alike.
+    let shared = SecurityContext {
+        run_as_user: sc.run_as_user,
+        run_as_group: sc.run_as_group,
+        run_as_non_root: sc.run_as_non_root,
+        seccomp_profile: sc.seccomp_profile.clone(),
+        app_armor_profile: sc.app_armor_profile.clone(),
+        se_linux_options: sc.se_linux_options.clone(),
+        ..Default::default()
+    };
+    // Its denials name `spec.securityContext.<field>`: the pod's own field.
+    containers::security_context(policy, &shared)
+}
+
+fn volumes(policy: &ContainerPolicy, before: &PodSpec, after: &PodSpec) -> Result<(), Denial> {
+    let had: Vec<&Volume> = before.volumes.iter().flatten().collect();
+    for (i, v) in after.volumes.iter().flatten().enumerate() {
+        let at = format!("spec.volumes[{i}]");
+        let kind = volume_type(v);
+        if !RESTRICTED_VOLUME_TYPES.contains(&kind.as_str()) {
+            return Err(denial(
+                format!("{at}.{kind}"),
+                format!("{{name: {:?}}}", v.name),
+                format!(
+                    "a {kind} volume reaches outside the pod (Pod Security restricted: Volume Types: {})",
+                    RESTRICTED_VOLUME_TYPES.join(", ")
+                ),
+            ));
+        }
+        if had.contains(&v) {
+            continue;
+        }
+        if let Some(claim) = &v.persistent_volume_claim {
+            return Err(denial(
+                format!("{at}.persistentVolumeClaim.claimName"),
+                format!("{:?}", claim.claim_name),
+                "a host claim the pod did not have (it could be the vCluster's own data)",
+            ));
+        }
+        if let Some(secret) = &v.secret {
+            let name = secret.secret_name.clone().unwrap_or_default();
+            if !containers::secret_allowed(policy, &name) {
+                return Err(denial(
+                    format!("{at}.secret.secretName"),
+                    format!("{name:?}"),
+                    containers::secret_reason(policy, &name),
+                ));
+            }
+        }
+        for (j, source) in v
+            .projected
+            .iter()
+            .flat_map(|p| p.sources.iter().flatten())
+            .enumerate()
+        {
+            if source.service_account_token.is_some() {
+                return Err(denial(
+                    format!("{at}.projected.sources[{j}].serviceAccountToken"),
+                    "{...}",
+                    "a token of the pod's host service account",
+                ));
+            }
+            if let Some(secret) = &source.secret {
+                let name = secret.name.clone();
+                if !containers::secret_allowed(policy, &name) {
+                    return Err(denial(
+                        format!("{at}.projected.sources[{j}].secret.name"),
+                        format!("{name:?}"),
+                        containers::secret_reason(policy, &name),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn container(
+    policy: &ContainerPolicy,
+    at: &str,
+    c: &Container,
+    before: Option<&Container>,
+) -> Result<(), Denial> {
+    if let Some(sc) = &c.security_context {
+        if sc
+            .windows_options
+            .as_ref()
+            .and_then(|w| w.host_process)
+            .unwrap_or(false)
+        {
+            return Err(denial(
+                format!("{at}.securityContext.windowsOptions.hostProcess"),
+                "true",
+                "a Windows host process has the node's full access (Pod Security baseline: HostProcess)",
+            ));
+        }
+        containers::security_context(policy, sc).map_err(|d| Denial {
+            source: d.source.replacen("spec.", &format!("{at}."), 1),
+            ..d
+        })?;
+    }
+    for (j, p) in c.ports.iter().flatten().enumerate() {
+        if let Some(port) = p.host_port.filter(|p| *p != 0) {
+            return Err(denial(
+                format!("{at}.ports[{j}].hostPort"),
+                port.to_string(),
+                "a port of the node (Pod Security baseline: Host Ports)",
+            ));
+        }
+    }
+    for (j, env) in c.env.iter().flatten().enumerate() {
+        if let Some(r) = env
+            .value_from
+            .as_ref()
+            .and_then(|v| v.secret_key_ref.as_ref())
+            && !containers::secret_allowed(policy, &r.name)
+        {
+            return Err(denial(
+                format!("{at}.env[{j}].valueFrom.secretKeyRef"),
+                format!("{{name: {:?}, key: {:?}}}", r.name, r.key),
+                containers::secret_reason(policy, &r.name),
+            ));
+        }
+    }
+    for (j, from) in c.env_from.iter().flatten().enumerate() {
+        if let Some(r) = &from.secret_ref
+            && !containers::secret_allowed(policy, &r.name)
+        {
+            return Err(denial(
+                format!("{at}.envFrom[{j}].secretRef"),
+                format!("{{name: {:?}}}", r.name),
+                containers::secret_reason(policy, &r.name),
+            ));
+        }
+    }
+    let image = c.image.clone().unwrap_or_default();
+    let image_changed = before.is_none_or(|b| b.image.as_deref() != Some(image.as_str()));
+    if image_changed
+        && !policy.allowed_images.is_empty()
+        && !policy
+            .allowed_images
+            .iter()
+            .any(|entry| containers::image_matches(entry, &image))
+    {
+        return Err(denial(
+            format!("{at}.image"),
+            format!("{image:?}"),
+            format!(
+                "an image from outside the allowed registries (policy containers.allowedImages: [{}])",
+                policy.allowed_images.join(", ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Judges `after`, the pod `before` became through hooks (see the module docs for the table):
+/// pod-level fields, volumes, then every container, init container and ephemeral container
+/// against the container policy `policy`.
+///
+/// # Errors
+/// The first [`Denial`], naming the field of `after` (such as `spec.volumes[0].hostPath`).
+pub fn check(policy: &ContainerPolicy, before: &Pod, after: &Pod) -> Result<(), Denial> {
+    let empty = PodSpec::default();
+    let b = before.spec.as_ref().unwrap_or(&empty);
+    let a = after.spec.as_ref().unwrap_or(&empty);
+    host_namespaces(a)?;
+    identity(b, a)?;
+    if let Some(sc) = &a.security_context {
+        pod_security_context(policy, sc)?;
+    }
+    volumes(policy, b, a)?;
+    let old: Vec<(String, Container)> = containers_of(b);
+    let names: BTreeSet<&str> = old.iter().map(|(_, c)| c.name.as_str()).collect();
+    for (at, c) in containers_of(a) {
+        let previous = names
+            .contains(c.name.as_str())
+            .then(|| old.iter().find(|(_, o)| o.name == c.name).map(|(_, o)| o))
+            .flatten();
+        container(policy, &at, &c, previous)?;
+    }
+    Ok(())
+}
+
+/// The keys of `original` (a JSON value) that `typed` (the same value decoded into a typed
+/// object and encoded again) lost, as paths such as `spec.HostNetwork`; `null` values are not
+/// keys. A key the typed decoder does not know is dropped by it; vCluster's decoder (Go's
+/// `encoding/json`) matches keys to fields case-insensitively, so such a key can still set a
+/// field there (`HostNetwork` sets `hostNetwork`): a hooked object with a lost key is not
+/// judged by its typed view.
+pub fn lost_keys(original: &Value, typed: &Value) -> Vec<String> {
+    fn walk(o: &Value, t: &Value, at: &str, out: &mut Vec<String>) {
+        match (o, t) {
+            (Value::Object(o), Value::Object(t)) => {
+                for (k, v) in o {
+                    if v.is_null() {
+                        continue;
+                    }
+                    let path = if at.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{at}.{k}")
+                    };
+                    match t.get(k) {
+                        Some(tv) => walk(v, tv, &path, out),
+                        None => out.push(path),
+                    }
+                }
+            }
+            (Value::Array(o), Value::Array(t)) => {
+                for (i, v) in o.iter().enumerate() {
+                    match t.get(i) {
+                        Some(tv) => walk(v, tv, &format!("{at}[{i}]"), out),
+                        None => out.push(format!("{at}[{i}]")),
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(original, typed, "", &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,317 @@
+//! Expected values come from the Pod Security Standards text
+//! (<https://kubernetes.io/docs/concepts/security/pod-security-standards/>, Kubernetes 1.34):
+//! baseline "Host Namespaces", "HostPath Volumes", "Host Ports", "Sysctls", "HostProcess";
+//! restricted "Volume Types".
+
+use super::*;
+use serde_json::json;
+
+fn pod(spec: Value) -> Pod {
+    serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}),
+    )
+    .unwrap()
+}
+
+fn base() -> Value {
+    json!({
+        "serviceAccountName": "vc-workload",
+        "automountServiceAccountToken": false,
+        "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}],
+        "volumes": [{"name": "token", "projected": {"sources": [{"downwardAPI": {"items": [
+            {"path": "token", "fieldRef": {"fieldPath": "metadata.annotations['x']"}}]}}]}}],
+    })
+}
+
+fn with(path: &str, value: Value) -> Pod {
+    let mut spec = base();
+    let mut target = &mut spec;
+    let parts: Vec<&str> = path.split('/').collect();
+    for part in &parts[..parts.len() - 1] {
+        target = match part.parse::<usize>() {
+            Ok(i) => &mut target[i],
+            Err(_) => &mut target[*part],
+        };
+    }
+    target[parts[parts.len() - 1]] = value;
+    pod(spec)
+}
+
+fn refused(after: &Pod) -> Denial {
+    check(&ContainerPolicy::default(), &pod(base()), after).unwrap_err()
+}
+
+#[test]
+fn the_unhooked_pod_passes() {
+    check(&ContainerPolicy::default(), &pod(base()), &pod(base())).unwrap();
+}
+
+#[test]
+fn host_namespaces_are_refused() {
+    // PSS baseline, Host Namespaces: spec.hostNetwork, spec.hostPID, spec.hostIPC:
+    // "Undefined/nil", "false".
+    for field in ["hostNetwork", "hostPID", "hostIPC"] {
+        let d = refused(&with(field, json!(true)));
+        assert_eq!(d.source, format!("spec.{field}"));
+        assert_eq!(d.rule, "= true");
+        check(
+            &ContainerPolicy::default(),
+            &pod(base()),
+            &with(field, json!(false)),
+        )
+        .unwrap();
+    }
+}
+
+#[test]
+fn only_the_restricted_volume_types_pass() {
+    // PSS restricted, Volume Types: "spec.volumes[*]: Every item in the spec.volumes[*] list
+    // must set one of the following fields to a non-null value: spec.volumes[*].configMap,
+    // .csi, .downwardAPI, .emptyDir, .ephemeral, .persistentVolumeClaim, .projected, .secret".
+    let allowed = [
+        json!({"name": "v", "configMap": {"name": "settings"}}),
+        json!({"name": "v", "csi": {"driver": "x"}}),
+        json!({"name": "v", "downwardAPI": {"items": []}}),
+        json!({"name": "v", "emptyDir": {}}),
+        json!({"name": "v", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}),
+        json!({"name": "v", "projected": {"sources": []}}),
+    ];
+    for v in allowed {
+        let after = with("volumes", json!([v.clone()]));
+        check(&ContainerPolicy::default(), &pod(base()), &after)
+            .unwrap_or_else(|d| panic!("{v}: {}", d.message()));
+    }
+    // PSS baseline, HostPath Volumes: spec.volumes[*].hostPath "Undefined/nil"; and types
+    // outside the restricted list.
+    for (v, kind) in [
+        (
+            json!({"name": "root", "hostPath": {"path": "/"}}),
+            "hostPath",
+        ),
+        (
+            json!({"name": "n", "nfs": {"server": "s", "path": "/"}}),
+            "nfs",
+        ),
+        (
+            json!({"name": "g", "gitRepo": {"repository": "r"}}),
+            "gitRepo",
+        ),
+        (
+            json!({"name": "i", "iscsi": {"targetPortal": "t", "iqn": "q", "lun": 0}}),
+            "iscsi",
+        ),
+    ] {
+        let d = refused(&with("volumes", json!([v])));
+        assert_eq!(d.source, format!("spec.volumes[0].{kind}"));
+    }
+}
+
+#[test]
+fn host_claims_tokens_and_secrets_added_by_hooks_are_refused() {
+    let d = refused(&with(
+        "volumes",
+        json!([{"name": "data", "persistentVolumeClaim": {"claimName": "data-my-vcluster-0"}}]),
+    ));
+    assert_eq!(d.source, "spec.volumes[0].persistentVolumeClaim.claimName");
+    // A claim the pod had already is not the hook's doing.
+    let had = with(
+        "volumes",
+        json!([{"name": "data", "persistentVolumeClaim": {"claimName": "mine"}}]),
+    );
+    check(&ContainerPolicy::default(), &had, &had).unwrap();
+
+    let d = refused(&with(
+        "volumes",
+        json!([{"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}]),
+    ));
+    assert_eq!(
+        d.source,
+        "spec.volumes[0].projected.sources[0].serviceAccountToken"
+    );
+
+    let kubeconfig = json!([{"name": "k", "secret": {"secretName": "vc-my-vcluster"}}]);
+    let d = refused(&with("volumes", kubeconfig.clone()));
+    assert_eq!(d.source, "spec.volumes[0].secret.secretName");
+    assert!(
+        d.reason.contains("containers.allowedSecrets"),
+        "{}",
+        d.reason
+    );
+    let policy = ContainerPolicy {
+        allowed_secrets: vec!["vc-*".into()],
+        ..Default::default()
+    };
+    check(&policy, &pod(base()), &with("volumes", kubeconfig)).unwrap();
+    let d = refused(&with(
+        "volumes",
+        json!([{"name": "p", "projected": {"sources": [{"secret": {"name": "db-credentials"}}]}}]),
+    ));
+    assert_eq!(d.source, "spec.volumes[0].projected.sources[0].secret.name");
+}
+
+#[test]
+fn only_the_safe_sysctls_pass() {
+    // PSS baseline, Sysctls: "spec.securityContext.sysctls[*].name" allowed values.
+    let safe = [
+        "kernel.shm_rmid_forced",
+        "net.ipv4.ip_local_port_range",
+        "net.ipv4.ip_unprivileged_port_start",
+        "net.ipv4.tcp_syncookies",
+        "net.ipv4.ping_group_range",
+        "net.ipv4.ip_local_reserved_ports",
+        "net.ipv4.tcp_keepalive_time",
+        "net.ipv4.tcp_fin_timeout",
+        "net.ipv4.tcp_keepalive_intvl",
+        "net.ipv4.tcp_keepalive_probes",
+    ];
+    for name in safe {
+        let after = with(
+            "securityContext",
+            json!({"sysctls": [{"name": name, "value": "1"}]}),
+        );
+        check(&ContainerPolicy::default(), &pod(base()), &after).unwrap();
+    }
+    for name in [
+        "kernel.msgmax",
+        "net.core.somaxconn",
+        "vm.overcommit_memory",
+    ] {
+        let d = refused(&with(
+            "securityContext",
+            json!({"sysctls": [{"name": name, "value": "1"}]}),
+        ));
+        assert_eq!(d.source, "spec.securityContext.sysctls[0].name");
+    }
+}
+
+#[test]
+fn host_ports_and_host_process_are_refused() {
+    // PSS baseline, Host Ports: spec.containers[*].ports[*].hostPort "Undefined/nil", "0".
+    let d = refused(&with(
+        "containers/0/ports",
+        json!([{"containerPort": 80, "hostPort": 80}]),
+    ));
+    assert_eq!(d.source, "spec.containers[0].ports[0].hostPort");
+    let zero = with(
+        "containers/0/ports",
+        json!([{"containerPort": 80, "hostPort": 0}]),
+    );
+    check(&ContainerPolicy::default(), &pod(base()), &zero).unwrap();
+    // PSS baseline, HostProcess: windowsOptions.hostProcess "Undefined/nil", "false".
+    let d = refused(&with(
+        "securityContext",
+        json!({"windowsOptions": {"hostProcess": true}}),
+    ));
+    assert_eq!(d.source, "spec.securityContext.windowsOptions.hostProcess");
+    let d = refused(&with(
+        "containers/0/securityContext",
+        json!({"windowsOptions": {"hostProcess": true}}),
+    ));
+    assert_eq!(
+        d.source,
+        "spec.containers[0].securityContext.windowsOptions.hostProcess"
+    );
+}
+
+#[test]
+fn node_identity_and_runtime_may_not_change() {
+    for (field, value) in [
+        ("nodeName", json!("node-1")),
+        ("serviceAccountName", json!("vc-my-vcluster")),
+        ("serviceAccount", json!("vc-my-vcluster")),
+        ("runtimeClassName", json!("runc")),
+        ("automountServiceAccountToken", json!(true)),
+        // Unset means true (the API's default).
+        ("automountServiceAccountToken", Value::Null),
+    ] {
+        let d = refused(&with(field, value.clone()));
+        assert_eq!(d.source, format!("spec.{field}"), "{field}: {value}");
+    }
+}
+
+#[test]
+fn every_container_kind_is_judged_by_the_container_policy() {
+    // PSS baseline, Privileged Containers: securityContext.privileged "Undefined/nil", "false",
+    // for spec.containers, spec.initContainers and spec.ephemeralContainers.
+    let privileged = json!({"privileged": true});
+    let d = refused(&with("containers/0/securityContext", privileged.clone()));
+    assert_eq!(d.source, "spec.containers[0].securityContext.privileged");
+    let d = refused(&with(
+        "initContainers",
+        json!([{"name": "i", "image": "x", "securityContext": privileged.clone()}]),
+    ));
+    assert_eq!(
+        d.source,
+        "spec.initContainers[0].securityContext.privileged"
+    );
+    let d = refused(&with(
+        "ephemeralContainers",
+        json!([{"name": "e", "image": "x", "securityContext": privileged}]),
+    ));
+    assert_eq!(
+        d.source,
+        "spec.ephemeralContainers[0].securityContext.privileged"
+    );
+    let d = refused(&with(
+        "containers/0/securityContext",
+        json!({"capabilities": {"add": ["SYS_ADMIN"]}}),
+    ));
+    assert_eq!(
+        d.source,
+        "spec.containers[0].securityContext.capabilities.add[0]"
+    );
+    let d = refused(&with(
+        "containers/0/env",
+        json!([{"name": "P", "valueFrom": {"secretKeyRef": {"name": "db-credentials", "key": "password"}}}]),
+    ));
+    assert_eq!(d.source, "spec.containers[0].env[0].valueFrom.secretKeyRef");
+    // The pod's own securityContext: runAsUser 0 (the container policy's allowRunAsRoot).
+    let d = refused(&with("securityContext", json!({"runAsUser": 0})));
+    assert_eq!(d.source, "spec.securityContext.runAsUser");
+    let d = refused(&with(
+        "securityContext",
+        json!({"seccompProfile": {"type": "Unconfined"}}),
+    ));
+    assert_eq!(d.source, "spec.securityContext.seccompProfile.type");
+}
+
+#[test]
+fn images_are_judged_where_the_hooks_changed_them() {
+    let policy = ContainerPolicy {
+        allowed_images: vec!["ghcr.io/trusted/".into()],
+        ..Default::default()
+    };
+    // The vCluster's own image is not the hook's doing.
+    check(&policy, &pod(base()), &pod(base())).unwrap();
+    let d = check(
+        &policy,
+        &pod(base()),
+        &with("containers/0/image", json!("evil.example.com/miner:1")),
+    )
+    .unwrap_err();
+    assert_eq!(d.source, "spec.containers[0].image");
+}
+
+#[test]
+fn volume_types_are_read_from_the_one_field_set() {
+    let v: Volume =
+        serde_json::from_value(json!({"name": "x", "hostPath": {"path": "/"}})).unwrap();
+    assert_eq!(volume_type(&v), "hostPath");
+}
+
+#[test]
+fn lost_keys_finds_fields_the_typed_view_dropped() {
+    let hooked = json!({"spec": {"HostNetwork": true, "containers": [{"name": "a", "Image": "x"}], "nodeName": null}});
+    let typed =
+        serde_json::to_value(serde_json::from_value::<Pod>(hooked.clone()).unwrap()).unwrap();
+    assert_eq!(
+        lost_keys(&hooked, &typed),
+        vec![
+            "spec.HostNetwork".to_string(),
+            "spec.containers[0].Image".to_string()
+        ]
+    );
+    let fine = json!({"spec": {"hostNetwork": false, "containers": [{"name": "a"}]}});
+    let typed = serde_json::to_value(serde_json::from_value::<Pod>(fine.clone()).unwrap()).unwrap();
+    assert!(lost_keys(&fine, &typed).is_empty());
+}
