@@ -14,6 +14,8 @@
 //!    bound to the vCluster's service account → `VClusterRoleNotFound`, or with that Role bound
 //!    to anyone else too → `SharedVClusterRole`. They are judged for **every** plugin of the
 //!    vCluster, not only the one being reconciled;
+//!    what the plugins' hooks do to a representative pod of the vCluster and to any object's
+//!    identity is judged next ([`judge_parts`], [`crate::judge::hooks`]: `PolicyDenied`);
 //!    the API server then judges each remaining plugin's part by server-side dry runs
 //!    ([`judge_parts`], [`crate::judge`]: a part it refuses → `InvalidWorkload`; a container
 //!    that would break the namespace's Pod Security level → `PolicyDenied`), and conflicts are

@@ -1,0 +1,138 @@
+//! Issue 21, hole 1, end to end: what a plugin's `Pod` hooks do to the vCluster's pods is
+//! judged by the namespace's Pod Security level, through a server-side dry run of a
+//! representative pod of the vCluster with the hooks applied, on the real host API server (Pod
+//! Security admission on) with the operator in-process as `vcp-operator`.
+//!
+//! The pod policy refuses most node powers by itself (the attack corpus shows privileged,
+//! hostPath and hostNetwork hooks refused); here the hook sets only an annotation, the
+//! deprecated per-container AppArmor profile `unconfined`, which `baseline` forbids and which
+//! only the API server's Pod Security admission judges.
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use kube::Client;
+use kube::api::Api;
+use serde_json::{Value, json};
+use vcp_tests::{
+    Cluster, ControlPlane, Identity, apply_yaml, condition, create_plugin, vcluster_workload,
+    wait_event, wait_ready,
+};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+const NS: &str = "hooks-baseline";
+
+async fn template(admin: &Client) -> Value {
+    let sts = Api::<StatefulSet>::namespaced(admin.clone(), NS)
+        .get("my-vcluster")
+        .await
+        .expect("get StatefulSet");
+    serde_json::to_value(&sts.spec.unwrap().template).unwrap()
+}
+
+/// The operator's writes (dry runs included) in [`NS`] from the audit log:
+/// `(verb, request URI, response code)`.
+fn operator_writes() -> Vec<(String, String, u16)> {
+    vcp_tests::audited_write_events(ControlPlane::shared(), Cluster::Host)
+        .expect("audit log")
+        .into_iter()
+        .filter(|w| w.user == Identity::Operator.user())
+        .filter(|w| w.uri.contains(&format!("/namespaces/{NS}/")))
+        .map(|w| (w.verb, w.uri, w.code))
+        .collect()
+}
+
+fn pod_hook(name: &str, annotations: Value) -> Value {
+    json!({
+        "vcluster": { "name": "my-vcluster" },
+        "hooks": [{
+            "name": name, "apiVersion": "v1", "kind": "Pod", "events": ["CreatePhysical"],
+            "annotations": annotations,
+        }],
+    })
+}
+
+#[tokio::test]
+async fn a_hook_that_breaks_the_namespaces_pod_security_level_is_refused() {
+    let admin = vcp_tests::start_shared_operator("vcp-test/runtime:hook-effects").await;
+    apply_yaml(
+        &admin,
+        &format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NS}\n  labels: {{ pod-security.kubernetes.io/enforce: baseline }}\n"
+        ),
+        None,
+    )
+    .await
+    .expect("namespace");
+    apply_yaml(&admin, &vcluster_workload(NS), Some(NS))
+        .await
+        .expect("vCluster");
+
+    // A harmless Pod hook is installed.
+    create_plugin(
+        &admin,
+        NS,
+        "team",
+        pod_hook("team", json!({ "example.com/team": "a" })),
+    )
+    .await;
+    let p = wait_ready(&admin, NS, "team", "True", None, TIMEOUT).await;
+    assert_eq!(condition(&p, "Ready").unwrap().reason, "Installed");
+    let installed = template(&admin).await;
+    let writes_before = operator_writes().len();
+
+    // Every pod of the vCluster would run unconfined.
+    create_plugin(
+        &admin,
+        NS,
+        "unconfined",
+        pod_hook(
+            "apparmor",
+            json!({ "container.apparmor.security.beta.kubernetes.io/workload": "unconfined" }),
+        ),
+    )
+    .await;
+    let p = wait_ready(&admin, NS, "unconfined", "False", None, TIMEOUT).await;
+    let ready = condition(&p, "Ready").unwrap();
+    assert_eq!(ready.reason, "PolicyDenied", "{}", ready.message);
+    assert!(
+        ready.message.starts_with(
+            "spec.hooks[0] (apparmor) change the vCluster's pods so that they would violate the Pod Security level \"baseline:latest\" enforced in namespace hooks-baseline (label pod-security.kubernetes.io/enforce); the API server's reason for a representative pod: "
+        ),
+        "{}",
+        ready.message
+    );
+    assert!(ready.message.contains("unconfined"), "{}", ready.message);
+    wait_event(
+        &admin,
+        NS,
+        "unconfined",
+        "PolicyDenied",
+        Duration::from_secs(10),
+    )
+    .await;
+
+    // The API server judged the hooked pod (a dry run it refused, 403), and the operator wrote
+    // nothing but dry runs and statuses: the workload is as the good plugin left it.
+    let since: Vec<(String, String, u16)> = operator_writes().split_off(writes_before);
+    assert!(
+        since.iter().any(|(verb, uri, code)| verb == "create"
+            && uri.starts_with(&format!("/api/v1/namespaces/{NS}/pods?"))
+            && uri.contains("dryRun=All")
+            && *code == 403),
+        "no refused dry run of the hooked pod: {since:?}"
+    );
+    let written: Vec<&(String, String, u16)> = since
+        .iter()
+        .filter(|(_, uri, _)| !uri.contains("dryRun=All"))
+        .filter(|(_, uri, _)| {
+            ["/statefulsets", "/roles", "/rolebindings"]
+                .iter()
+                .any(|p| uri.contains(p))
+        })
+        .collect();
+    assert!(written.is_empty(), "{written:?}");
+    assert_eq!(template(&admin).await, installed);
+    let p = wait_ready(&admin, NS, "team", "True", None, TIMEOUT).await;
+    assert_eq!(condition(&p, "Ready").unwrap().reason, "Installed");
+}
