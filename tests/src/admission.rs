@@ -116,12 +116,18 @@ subjects:
 /// The tenants' rights in one namespace, as YAML for [`apply_yaml`] (`NAMESPACE` replaced):
 /// - [`Identity::TenantEdit`]: the rules of the built-in ClusterRole `edit` — bound through
 ///   `system:aggregate-to-edit` and `system:aggregate-to-view`, which hold them (the local
-///   control plane runs no controller-manager to aggregate them into `edit`);
+///   control plane runs no controller-manager to aggregate them into `edit`) — plus what a
+///   namespace admin has on Roles and RoleBindings (the built-in `admin`: every verb but
+///   `escalate` and `bind`), which the operator writes for most plugins;
+/// - [`Identity::TenantNoRbac`]: `edit` alone, so no Role or RoleBinding: the author who may not
+///   make the RBAC objects a plugin would make (issue 21, hole 6);
 /// - [`Identity::TenantNoSecrets`]: read-write pods, configmaps, services, StatefulSets and
-///   Deployments, read serviceaccounts; nothing on secrets;
+///   Deployments, read serviceaccounts, the namespace admin's Roles and RoleBindings; nothing on
+///   secrets;
 /// - [`Identity::TenantNoPatch`]: as `tenant-nosecrets` plus secrets, but StatefulSets without
-///   `patch`;
-/// - all three: every verb on VClusterPlugins and on the tutorial's Cars.
+///   `patch`, and `update` only on the StatefulSet `my-vcluster` (so it may change that
+///   vCluster's workload by `update` alone, and no other StatefulSet at all);
+/// - all four: every verb on VClusterPlugins and on the tutorial's Cars.
 pub const TENANT_RBAC: &str = r#"
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
@@ -142,18 +148,40 @@ subjects:
   - { apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-edit }
   - { apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-nosecrets }
   - { apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-nopatch }
+  - { apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-norbac }
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
 metadata: { name: tenant-edit, namespace: NAMESPACE }
 roleRef: { apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:aggregate-to-edit" }
-subjects: [{ apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-edit }]
+subjects:
+  - { apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-edit }
+  - { apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-norbac }
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
 metadata: { name: tenant-edit-view, namespace: NAMESPACE }
 roleRef: { apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:aggregate-to-view" }
-subjects: [{ apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-edit }]
+subjects:
+  - { apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-edit }
+  - { apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-norbac }
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: { name: tenant-rbac-admin, namespace: NAMESPACE }
+rules:
+  - apiGroups: [rbac.authorization.k8s.io]
+    resources: [roles, rolebindings]
+    verbs: [get, list, watch, create, update, patch, delete]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: { name: tenant-rbac-admin, namespace: NAMESPACE }
+roleRef: { apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenant-rbac-admin }
+subjects:
+  - { apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-edit }
+  - { apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-nosecrets }
+  - { apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-nopatch }
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
@@ -187,7 +215,11 @@ rules:
     verbs: [get, list, watch]
   - apiGroups: [apps]
     resources: [statefulsets]
-    verbs: [get, list, watch, create, update, delete]
+    verbs: [get, list, watch, create, delete]
+  - apiGroups: [apps]
+    resources: [statefulsets]
+    resourceNames: [my-vcluster]
+    verbs: [update]
   - apiGroups: [apps]
     resources: [deployments]
     verbs: [get, list, watch, create, update, patch, delete]
@@ -199,7 +231,7 @@ roleRef: { apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenant-nopatch
 subjects: [{ apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-nopatch }]
 "#;
 
-/// Gives the three tenants their rights in `namespace` ([`TENANT_RBAC`]).
+/// Gives the four tenants their rights in `namespace` ([`TENANT_RBAC`]).
 ///
 /// # Panics
 /// When the API server refuses the Roles or RoleBindings.
