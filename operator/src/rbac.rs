@@ -8,8 +8,9 @@
 //! `syncedTypes` are derived automatically:
 //! - `ToHost`: get/list/watch/create/update/patch/delete on the host resource;
 //! - `FromHost`: get/list/watch (the host side is only read);
-//! - a type of a CustomResourceDefinition (a group with a dot outside `*.k8s.io`): get/list/watch
-//!   on `customresourcedefinitions`, cluster-wide;
+//! - nothing cluster-wide: a custom resource's CustomResourceDefinition is read in the virtual
+//!   cluster only (see [`cluster_rules`]), so a ClusterRole holds `rbac.clusterRole.extraRules`
+//!   alone;
 //! - hooks on physical events: get/list/watch/update/patch on the hooked resource;
 //! - a synced or hooked type must be namespaced: discovery's `namespaced: false` refuses the
 //!   plugin with [`REASON_CLUSTER_SCOPED_TYPE`] (the runtime syncs objects into the vCluster's

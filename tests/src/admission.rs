@@ -17,11 +17,14 @@ pub const ADMISSION_OVERLAY: &str = "tests/fixtures/admission";
 
 /// Installs the admission policies of `config/admission` on `cp`'s host cluster as the tests
 /// use them ([`ADMISSION_OVERLAY`], rendered with `kubectl kustomize`; namespace `vcp-system`
-/// for the requester policy's ConfigMaps), then waits until the API server enforces both:
+/// for the requester policy's ConfigMaps), then waits until the API server enforces all three:
 /// a server-side dry run of a ClusterRoleBinding to `cluster-admin` as `vcp-operator` is
-/// refused by the operator's policy, and one of a VClusterPlugin is refused by the requester
-/// policy for a user that holds `create` on VClusterPlugins and nothing else (a Role and
-/// RoleBinding in `vcp-system`, left in place). Idempotent.
+/// refused by the operator's policy, and two of VClusterPlugins by a probe user (`vcp-syncer`,
+/// a Role and RoleBinding in `vcp-system`, left in place: `create` on VClusterPlugins and on
+/// Roles and RoleBindings, `update` on the StatefulSet and Deployment `probe`) are refused by
+/// one requester policy each: a plugin for the workload `other`, which the probe may not
+/// change, by `vcp-plugin-requester-changes`; one for `probe` with a rule the probe does not
+/// hold by `vcp-plugin-requester`. Idempotent.
 ///
 /// # Panics
 /// When rendering or applying fails, or a policy is not enforced within 30 s.
@@ -50,6 +53,8 @@ kind: Role
 metadata: { name: vcp-admission-probe, namespace: vcp-system }
 rules:
   - { apiGroups: [vcp.dev], resources: [vclusterplugins], verbs: [create] }
+  - { apiGroups: [rbac.authorization.k8s.io], resources: [roles, rolebindings], verbs: [create] }
+  - { apiGroups: [apps], resources: [statefulsets, deployments], resourceNames: [probe], verbs: [update] }
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
@@ -75,12 +80,28 @@ subjects:
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "vcp-operator"}]
         }))
         .expect("probe binding");
-    let plugin: DynamicObject = serde_json::from_value(serde_json::json!({
-        "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
-        "metadata": {"name": "vcp-admission-probe", "namespace": "vcp-system"},
-        "spec": {"vcluster": {"name": "probe"}, "image": "example.com/probe:1"}
-    }))
-    .expect("probe plugin");
+    let probe_plugin = |vcluster: &str, spec: serde_json::Value| -> DynamicObject {
+        let mut full =
+            serde_json::json!({"vcluster": {"name": vcluster}, "image": "example.com/probe:1"});
+        full.as_object_mut()
+            .unwrap()
+            .extend(spec.as_object().cloned().unwrap_or_default());
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
+            "metadata": {"name": "vcp-admission-probe", "namespace": "vcp-system"},
+            "spec": full
+        }))
+        .expect("probe plugin")
+    };
+    // Refused by the policy of changed objects only (no update or patch on `other`).
+    let changes_probe = probe_plugin("other", serde_json::json!({}));
+    // Refused by the sharded policy only (no get on configmaps).
+    let grants_probe = probe_plugin(
+        "probe",
+        serde_json::json!({"rbac": {"role": {"extraRules": [
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}
+        ]}}}),
+    );
     let plugins = kube::discovery::ApiResource {
         group: "vcp.dev".into(),
         version: "v1alpha1".into(),
@@ -92,21 +113,23 @@ subjects:
         let operator = operator.clone();
         let probe = probe.clone();
         let binding = binding.clone();
-        let plugin = plugin.clone();
+        let changes_probe = changes_probe.clone();
+        let grants_probe = grants_probe.clone();
         let plugins = plugins.clone();
         let dry = dry.clone();
         async move {
             let bound = Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(operator)
                 .create(&dry, &binding)
                 .await;
-            let created = Api::<DynamicObject>::namespaced_with(probe, "vcp-system", &plugins)
-                .create(&dry, &plugin)
-                .await;
+            let api = Api::<DynamicObject>::namespaced_with(probe, "vcp-system", &plugins);
+            let changes = api.create(&dry, &changes_probe).await;
+            let grants = api.create(&dry, &grants_probe).await;
             let refused_by = |r: Option<kube::Error>, policy: &str| {
                 matches!(r, Some(kube::Error::Api(e)) if e.message.contains(policy))
             };
             (refused_by(bound.err(), "vcluster-plugin-operator-bounds")
-                && refused_by(created.err(), "vcp-plugin-requester"))
+                && refused_by(changes.err(), "'vcp-plugin-requester-changes'")
+                && refused_by(grants.err(), "'vcp-plugin-requester'"))
             .then_some(())
         }
     })
@@ -116,12 +139,18 @@ subjects:
 /// The tenants' rights in one namespace, as YAML for [`apply_yaml`] (`NAMESPACE` replaced):
 /// - [`Identity::TenantEdit`]: the rules of the built-in ClusterRole `edit` — bound through
 ///   `system:aggregate-to-edit` and `system:aggregate-to-view`, which hold them (the local
-///   control plane runs no controller-manager to aggregate them into `edit`);
+///   control plane runs no controller-manager to aggregate them into `edit`) — plus what a
+///   namespace admin has on Roles and RoleBindings (the built-in `admin`: every verb but
+///   `escalate` and `bind`), which the operator writes for most plugins;
+/// - [`Identity::TenantNoRbac`]: `edit` alone, so no Role or RoleBinding: the author who may not
+///   make the RBAC objects a plugin would make (issue 21, hole 6);
 /// - [`Identity::TenantNoSecrets`]: read-write pods, configmaps, services, StatefulSets and
-///   Deployments, read serviceaccounts; nothing on secrets;
+///   Deployments, read serviceaccounts, the namespace admin's Roles and RoleBindings; nothing on
+///   secrets;
 /// - [`Identity::TenantNoPatch`]: as `tenant-nosecrets` plus secrets, but StatefulSets without
-///   `patch`;
-/// - all three: every verb on VClusterPlugins and on the tutorial's Cars.
+///   `patch`, and `update` only on the StatefulSet `my-vcluster` (so it may change that
+///   vCluster's workload by `update` alone, and no other StatefulSet at all);
+/// - all four: every verb on VClusterPlugins and on the tutorial's Cars.
 pub const TENANT_RBAC: &str = r#"
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
@@ -142,18 +171,40 @@ subjects:
   - { apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-edit }
   - { apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-nosecrets }
   - { apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-nopatch }
+  - { apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-norbac }
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
 metadata: { name: tenant-edit, namespace: NAMESPACE }
 roleRef: { apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:aggregate-to-edit" }
-subjects: [{ apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-edit }]
+subjects:
+  - { apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-edit }
+  - { apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-norbac }
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
 metadata: { name: tenant-edit-view, namespace: NAMESPACE }
 roleRef: { apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:aggregate-to-view" }
-subjects: [{ apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-edit }]
+subjects:
+  - { apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-edit }
+  - { apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-norbac }
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: { name: tenant-rbac-admin, namespace: NAMESPACE }
+rules:
+  - apiGroups: [rbac.authorization.k8s.io]
+    resources: [roles, rolebindings]
+    verbs: [get, list, watch, create, update, patch, delete]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: { name: tenant-rbac-admin, namespace: NAMESPACE }
+roleRef: { apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenant-rbac-admin }
+subjects:
+  - { apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-edit }
+  - { apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-nosecrets }
+  - { apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-nopatch }
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
@@ -187,7 +238,11 @@ rules:
     verbs: [get, list, watch]
   - apiGroups: [apps]
     resources: [statefulsets]
-    verbs: [get, list, watch, create, update, delete]
+    verbs: [get, list, watch, create, delete]
+  - apiGroups: [apps]
+    resources: [statefulsets]
+    resourceNames: [my-vcluster]
+    verbs: [update]
   - apiGroups: [apps]
     resources: [deployments]
     verbs: [get, list, watch, create, update, patch, delete]
@@ -199,7 +254,7 @@ roleRef: { apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenant-nopatch
 subjects: [{ apiGroup: rbac.authorization.k8s.io, kind: User, name: tenant-nopatch }]
 "#;
 
-/// Gives the three tenants their rights in `namespace` ([`TENANT_RBAC`]).
+/// Gives the four tenants their rights in `namespace` ([`TENANT_RBAC`]).
 ///
 /// # Panics
 /// When the API server refuses the Roles or RoleBindings.

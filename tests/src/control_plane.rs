@@ -44,6 +44,9 @@ pub enum Identity {
     /// User `tenant-nopatch`: a namespace user that tests give edit-like rights without `patch`
     /// on StatefulSets.
     TenantNoPatch,
+    /// User `tenant-norbac`: a namespace user that tests give the built-in `edit` alone, which
+    /// may not write Roles or RoleBindings.
+    TenantNoRbac,
 }
 
 impl Cluster {
@@ -65,6 +68,7 @@ impl Identity {
             Identity::TenantEdit => "tenant-edit",
             Identity::TenantNoSecrets => "tenant-nosecrets",
             Identity::TenantNoPatch => "tenant-nopatch",
+            Identity::TenantNoRbac => "tenant-norbac",
         }
     }
     /// The identity's name in `scripts/control-plane`'s kubeconfig files
@@ -77,6 +81,7 @@ impl Identity {
             Identity::TenantEdit => "tenant-edit",
             Identity::TenantNoSecrets => "tenant-nosecrets",
             Identity::TenantNoPatch => "tenant-nopatch",
+            Identity::TenantNoRbac => "tenant-norbac",
         }
     }
 }

@@ -2,9 +2,12 @@
 //! model") on the real host API server, with the static-token users of the local control plane:
 //!
 //! - requester-bound admission (`requester.yaml`): a tenant may create or change a
-//!   VClusterPlugin only when they hold every permission it would give the vCluster: `patch` on
-//!   the target workload, the verbs the runtime gets on each synced and hooked type, each extra
-//!   rule (in the namespace, or cluster-wide for `rbac.clusterRole`);
+//!   VClusterPlugin only when they hold every permission it would give the vCluster and may
+//!   write every object the operator writes for it: `update` or `patch` on the target workload,
+//!   the verbs the runtime gets on each synced and hooked type, each extra rule (in the
+//!   namespace, or cluster-wide for `rbac.clusterRole`), `create` on the Role and RoleBinding
+//!   (or ClusterRole and ClusterRoleBinding) the operator creates, `update` or `patch` on roles
+//!   when it appends to the vCluster's Role;
 //! - the operator's own power bounded (`operator-bounds.yaml`): the operator's identity
 //!   (`vcp-operator` here, through tests/fixtures/admission) may write only the RBAC objects it
 //!   makes for plugins and its own parts of workloads.
@@ -85,13 +88,68 @@ async fn a_tenant_may_only_create_plugins_that_grant_what_they_hold() {
             json!({ "syncedTypes": [{ "apiVersion": "example.loft.sh/v1", "kind": "Car" }] }),
             None,
         ),
+        // The workload: `update` or `patch` (issue 21 hole 9). tenant-nopatch may update the
+        // StatefulSet my-vcluster but patch none: admitted; it may do neither to lookalike.
         (
             Identity::TenantNoPatch,
             "cars-nopatch",
             json!({ "syncedTypes": [{ "apiVersion": "example.loft.sh/v1", "kind": "Car" }] }),
+            None,
+        ),
+        (
+            Identity::TenantNoPatch,
+            "lookalike-nopatch",
+            json!({ "vcluster": { "name": "lookalike" }, "image": "example.com/p:1" }),
             Some(format!(
-                "tenant-nopatch may not create or change VClusterPlugin cars-nopatch: it would grant what they do not hold themselves: spec.vcluster.name needs patch on apps/statefulsets named my-vcluster {ns_words}"
+                "tenant-nopatch may not create or change VClusterPlugin lookalike-nopatch: the operator would change what they may not change themselves: spec.vcluster.name needs update or patch on apps/statefulsets named lookalike {ns_words}"
             )),
+        ),
+        // The RBAC objects the operator writes (issue 21 hole 6): tenant-norbac holds `edit`,
+        // so everything the plugin grants, but may not create Roles or RoleBindings.
+        (
+            Identity::TenantNoRbac,
+            "cars-norbac",
+            json!({ "syncedTypes": [{ "apiVersion": "example.loft.sh/v1", "kind": "Car" }] }),
+            Some(format!(
+                "tenant-norbac may not create or change VClusterPlugin cars-norbac: it would grant what they do not hold themselves: its Role vcp-plugin-cars-norbac (rbac.mode Dedicated) needs create on rbac.authorization.k8s.io/roles {ns_words}"
+            )),
+        ),
+        // ... which a plugin image without rules does not get.
+        (
+            Identity::TenantNoRbac,
+            "image-norbac",
+            json!({ "image": "example.com/p:1" }),
+            None,
+        ),
+        (
+            Identity::TenantNoRbac,
+            "patch-mode-norbac",
+            json!({ "image": "example.com/p:1", "rbac": { "mode": "PatchVClusterRoles", "role": { "extraRules": [{ "apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"] }] } } }),
+            Some(format!(
+                "the vCluster Role it appends to (rbac.mode PatchVClusterRoles) needs update or patch on rbac.authorization.k8s.io/roles {ns_words}"
+            )),
+        ),
+        (
+            Identity::TenantEdit,
+            "patch-mode-edit",
+            json!({ "image": "example.com/p:1", "rbac": { "mode": "PatchVClusterRoles", "role": { "extraRules": [{ "apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"] }] } } }),
+            None,
+        ),
+        // Cluster rules make a ClusterRole and its binding: even a rule every user holds
+        // (`get /version`, `system:public-info-viewer`) needs `create` on both.
+        (
+            Identity::TenantEdit,
+            "cluster-public-edit",
+            json!({ "image": "example.com/p:1", "rbac": { "clusterRole": { "extraRules": [{ "nonResourceURLs": ["/version"], "verbs": ["get"] }] } } }),
+            Some(format!(
+                "its ClusterRole vcp:{ns}:cluster-public-edit (spec.rbac.clusterRole) needs create on rbac.authorization.k8s.io/clusterroles cluster-wide"
+            )),
+        ),
+        (
+            Identity::Admin,
+            "cluster-public-admin",
+            json!({ "image": "example.com/p:1", "rbac": { "clusterRole": { "extraRules": [{ "nonResourceURLs": ["/version"], "verbs": ["get"] }] } } }),
+            None,
         ),
         // Derived rules of a synced type: the kind's plural, every verb the runtime gets.
         (

@@ -6,8 +6,8 @@
 //!
 //! Each fixture starts with header lines:
 //! - `# hole: <what it tries>`;
-//! - `# as: <identity>` (`tenant-edit`, `tenant-nosecrets`, `tenant-nopatch`: their rights are
-//!   `vcp_tests::TENANT_RBAC`);
+//! - `# as: <identity>` (`tenant-edit`, `tenant-nosecrets`, `tenant-nopatch`, `tenant-norbac`:
+//!   their rights are `vcp_tests::TENANT_RBAC`);
 //! - `# namespace: <ns>` (optional; default `attacks`);
 //! - `# expect: admission: <fragment>`: the API server refuses the apply (a CRD rule or an
 //!   admission policy) with a message containing `<fragment>`, and nothing is stored; or
@@ -45,8 +45,10 @@ const POLICY: &str = "forbiddenResources: [secrets]\n";
 
 /// The rest of the attacked namespace, beside vCluster's own chart ([`vcp_tests::vcluster_workload`]):
 /// the chart's Role bound to the vCluster's account and, shared, to `postgres`'s; a `postgres`
-/// StatefulSet and a `web` Deployment that are not vClusters; a Secret of credentials and a
-/// ConfigMap.
+/// StatefulSet and a `web` Deployment that are not vClusters; a StatefulSet `lookalike` that
+/// only looks like one (the chart's labels, a `syncer` container, no replicas) and runs as
+/// `postgres` (what anyone who may create StatefulSets can make, issue 21 hole 6); a Secret
+/// of credentials and a ConfigMap.
 const NAMESPACE_FIXTURES: &str = r#"
 ---
 apiVersion: rbac.authorization.k8s.io/v1
@@ -80,6 +82,19 @@ spec:
     spec:
       serviceAccountName: postgres
       containers: [{ name: postgres, image: "postgres:17" }]
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: { name: lookalike, labels: { app: vcluster, release: lookalike } }
+spec:
+  replicas: 0
+  serviceName: lookalike
+  selector: { matchLabels: { app: vcluster, release: lookalike } }
+  template:
+    metadata: { labels: { app: vcluster, release: lookalike } }
+    spec:
+      serviceAccountName: postgres
+      containers: [{ name: syncer, image: "postgres:17" }]
 ---
 apiVersion: apps/v1
 kind: Deployment
@@ -136,6 +151,7 @@ fn identity(name: &str) -> Identity {
         "tenant-edit" => Identity::TenantEdit,
         "tenant-nosecrets" => Identity::TenantNoSecrets,
         "tenant-nopatch" => Identity::TenantNoPatch,
+        "tenant-norbac" => Identity::TenantNoRbac,
         other => panic!("unknown identity {other:?}"),
     }
 }

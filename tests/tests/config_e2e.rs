@@ -477,16 +477,19 @@ async fn get_prints_the_documented_columns() {
 
 /// `config/default` installs both admission policies of the trust model, and the API server
 /// enforces them as shipped: the operator's ServiceAccount may not bind `cluster-admin`, and a
-/// tenant may not ask for a plugin in a vCluster whose StatefulSet they may not patch.
+/// tenant may not ask for a plugin in a vCluster whose StatefulSet they may neither update nor
+/// patch.
 #[tokio::test]
 async fn default_installs_the_enforced_admission_policies() {
     let printed = install();
     for object in [
         "validatingadmissionpolicy.admissionregistration.k8s.io/vcp-plugin-requester",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/vcp-plugin-requester-changes",
         "validatingadmissionpolicy.admissionregistration.k8s.io/vcluster-plugin-operator-bounds",
         "validatingadmissionpolicybinding.admissionregistration.k8s.io/vcp-plugin-requester-0",
         "validatingadmissionpolicybinding.admissionregistration.k8s.io/vcp-plugin-requester-1",
         "validatingadmissionpolicybinding.admissionregistration.k8s.io/vcp-plugin-requester-2",
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io/vcp-plugin-requester-changes",
         "validatingadmissionpolicybinding.admissionregistration.k8s.io/vcluster-plugin-operator-bounds",
         "configmap/vcp-plugin-requester-0",
     ] {
@@ -541,7 +544,7 @@ async fn default_installs_the_enforced_admission_policies() {
     let plugin: vcp_crds::VClusterPlugin = serde_json::from_value(serde_json::json!({
         "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
         "metadata": { "name": "p", "namespace": ns },
-        "spec": { "vcluster": { "name": "my-vcluster" }, "image": "example.com/p:1" },
+        "spec": { "vcluster": { "name": "lookalike" }, "image": "example.com/p:1" },
     }))
     .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -561,7 +564,7 @@ async fn default_installs_the_enforced_admission_policies() {
     };
     assert!(
         refused.contains(&format!(
-            "spec.vcluster.name needs patch on apps/statefulsets named my-vcluster in namespace {ns}"
+            "spec.vcluster.name needs update or patch on apps/statefulsets named lookalike in namespace {ns}"
         )),
         "{refused}"
     );

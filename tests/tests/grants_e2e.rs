@@ -9,8 +9,9 @@
 //! Expected rules are written here from the plugin's spec and DESIGN.md ("API", `rbac`):
 //! `ToHost` types get get/list/watch/create/update/patch/delete on the host resource,
 //! `FromHost` ones get/list/watch, hooks on physical events get/list/watch/update/patch on the
-//! hooked resource, a custom resource's type adds get/list/watch on CRDs cluster-wide, the
-//! embedded runtime reads the namespace's VClusterPlugins, patches its own status, writes
+//! hooked resource, nothing cluster-wide is derived (the runtime reads a custom resource's CRD
+//! in the virtual cluster only, issue 21; so it syncs Cars here without reading CRDs on the
+//! host), the embedded runtime reads the namespace's VClusterPlugins, patches its own status, writes
 //! Events and (for a `ToHost` type) reads the vCluster's Service, the owner vCluster sets on
 //! host copies; the extra rules are granted as written.
 
@@ -88,23 +89,6 @@ const ALLOWED: &[Check] = &[
     // rbac.role.extraRules / rbac.clusterRole.extraRules, as written.
     ("get", "", "persistentvolumeclaims", "", NS, ""),
     ("get", "", "nodes", "", "", "worker-1"),
-    // A custom resource's type: its CRD, read cluster-wide.
-    (
-        "get",
-        "apiextensions.k8s.io",
-        "customresourcedefinitions",
-        "",
-        "",
-        "cars.example.loft.sh",
-    ),
-    (
-        "list",
-        "apiextensions.k8s.io",
-        "customresourcedefinitions",
-        "",
-        "",
-        "",
-    ),
     // The embedded runtime itself.
     ("list", "vcp.dev", "vclusterplugins", "", NS, ""),
     (
@@ -137,6 +121,23 @@ const DENIED: &[Check] = &[
     ("update", "", "services", "", NS, "my-vcluster"),
     ("list", "", "nodes", "", "", ""),
     ("update", "", "nodes", "", "", "worker-1"),
+    // A custom resource's CRD on the host: read in the virtual cluster only (issue 21).
+    (
+        "get",
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+        "",
+        "",
+        "cars.example.loft.sh",
+    ),
+    (
+        "list",
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+        "",
+        "",
+        "",
+    ),
     (
         "create",
         "apiextensions.k8s.io",
@@ -421,12 +422,6 @@ async fn the_bound_account_can_do_what_the_plugin_declares_and_nothing_more() {
         rule(&[""], &["persistentvolumeclaims"], &[], &["get"]),
         rule(&[""], &["services"], &["my-vcluster"], &["get"]),
         rule(&[""], &["nodes"], &[], &["get"]),
-        rule(
-            &["apiextensions.k8s.io"],
-            &["customresourcedefinitions"],
-            &[],
-            &["get", "list", "watch"],
-        ),
         rule(
             &["vcp.dev"],
             &["vclusterplugins"],

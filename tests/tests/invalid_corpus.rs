@@ -38,7 +38,8 @@ async fn setup() -> Client {
 }
 
 /// The rest of the vCluster-chart-shaped namespace after [`vcluster_workload`]: the chart's
-/// Role and RoleBinding, and an installed baseline plugin syncing Cars.
+/// Role and RoleBinding, and an installed baseline plugin syncing Cars (with a cluster rule, so
+/// that it has RBAC objects of all four kinds).
 const VCLUSTER_REST: &str = r#"
 ---
 apiVersion: rbac.authorization.k8s.io/v1
@@ -63,6 +64,10 @@ spec:
   vcluster: { name: my-vcluster }
   syncedTypes:
     - { apiVersion: example.loft.sh/v1, kind: Car }
+  rbac:
+    clusterRole:
+      extraRules:
+        - { apiGroups: [apiextensions.k8s.io], resources: [customresourcedefinitions], verbs: [get, list, watch] }
 "#;
 
 /// What a fixture expects.

@@ -99,13 +99,13 @@ async fn embedded_plugin_install_converge_and_clean_removal() {
     let ns = "op-embedded";
     let original = vcluster(&admin, ns).await;
 
-    create_plugin(
-        &admin,
-        ns,
-        "car-syncer",
-        embedded_spec("example.loft.sh/v1", "Car"),
-    )
-    .await;
+    // A cluster rule too (nothing cluster-wide is derived): RBAC objects of all four kinds.
+    let mut spec = embedded_spec("example.loft.sh/v1", "Car");
+    spec["rbac"] = json!({ "clusterRole": { "extraRules": [{
+        "apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+        "verbs": ["get", "list", "watch"],
+    }] } });
+    create_plugin(&admin, ns, "car-syncer", spec).await;
     let p = wait_ready(&admin, ns, "car-syncer", "True", None, TIMEOUT).await;
     let status = p.status.as_ref().unwrap();
     assert_eq!(status.phase, Some(vcp_crds::Phase::Ready));

@@ -83,12 +83,16 @@ async fn prepare(admin: &Client, ns: &str) {
 }
 
 /// The embedded runtime syncing Cars: a workload part (the sidecar) and RBAC of every kind
-/// (a Role and RoleBinding for `cars` on the host, a ClusterRole and ClusterRoleBinding to read
-/// the CRD).
+/// (a Role and RoleBinding for `cars` on the host, a ClusterRole and ClusterRoleBinding from
+/// the explicit cluster rule that reads CRDs: nothing cluster-wide is derived).
 fn spec() -> Value {
     json!({
         "vcluster": { "name": "my-vcluster" },
         "syncedTypes": [{ "apiVersion": "example.loft.sh/v1", "kind": "Car" }],
+        "rbac": { "clusterRole": { "extraRules": [{
+            "apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+            "verbs": ["get", "list", "watch"],
+        }] } },
     })
 }
 

@@ -236,7 +236,7 @@ async fn the_rbac_subject_is_the_service_account_of_the_pod_template() {
         &plugin_yaml(
             "car-syncer",
             "my-vcluster",
-            "  syncedTypes:\n    - { apiVersion: example.loft.sh/v1, kind: Car }\n",
+            "  syncedTypes:\n    - { apiVersion: example.loft.sh/v1, kind: Car }\n  rbac:\n    clusterRole:\n      extraRules:\n        - { apiGroups: [apiextensions.k8s.io], resources: [customresourcedefinitions], verbs: [get, list, watch] }\n",
         ),
         Some(NS),
     )
@@ -255,7 +255,7 @@ async fn the_rbac_subject_is_the_service_account_of_the_pod_template() {
         .await
         .unwrap();
     assert_eq!(rb.subjects, Some(expected.clone()));
-    // Car is a custom resource: the CRD read is cluster-wide, bound to the same account.
+    // The cluster rule (reading CRDs) is bound to the same account.
     let crb = Api::<ClusterRoleBinding>::all(admin.clone())
         .get(&format!("vcp:{NS}:car-syncer"))
         .await

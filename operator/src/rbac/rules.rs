@@ -4,6 +4,17 @@
 //! DESIGN.md ("API", `rbac`): "Rules needed by `syncedTypes` are derived automatically (verbs on
 //! the host resource, get/list/watch on the CRD)"; a synced or hooked type must be namespaced
 //! (the runtime syncs into the vCluster's host namespace, "a Role suffices").
+//!
+//! Issue 21 narrows the CRD read: nothing cluster-wide is derived. The embedded runtime reads a
+//! custom resource's CustomResourceDefinition only in the *virtual* cluster, with the virtual
+//! client, and takes a 403 as "unknown" (`syncer-runtime/src/vanish.rs`, `TypeGuard::presence`);
+//! it discovers the type on the virtual API server (`syncer-runtime/src/runtime.rs`,
+//! `resolve`). A host read would have made a ClusterRole for every custom-resource plugin,
+//! which its author must be able to create (the requester admission policy,
+//! `config/admission/requester.yaml`): no tenant could have installed the tutorial's Car
+//! syncer. A plugin image that reads CRDs on the host (the vcluster-sdk's
+//! `EnsureCRDFromPhysicalCluster`) declares it in `rbac.clusterRole.extraRules`, as the
+//! README's crd-sync sample does.
 
 use std::collections::BTreeMap;
 
@@ -60,11 +71,6 @@ pub type Plurals = BTreeMap<(String, String), Served>;
 /// The group of an `apiVersion` (`""` for the core group `v1`).
 pub fn group_of(api_version: &str) -> &str {
     api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("")
-}
-
-/// Whether a group is served by a CustomResourceDefinition rather than built in.
-fn is_crd_group(group: &str) -> bool {
-    group.contains('.') && !group.ends_with(".k8s.io")
 }
 
 /// The `(apiVersion, kind)` pairs the controller must discover: every synced type (with
@@ -259,26 +265,11 @@ pub fn namespaced_rules(
     Ok(rules)
 }
 
-/// The cluster-scoped rules of the plugin's ClusterRole: get/list/watch on CRDs when a synced
-/// type is a custom resource, then `rbac.clusterRole.extraRules`.
+/// The cluster-scoped rules of the plugin's ClusterRole: `rbac.clusterRole.extraRules`, as
+/// written (nothing is derived cluster-wide; see the module docs). Empty means no ClusterRole
+/// and no ClusterRoleBinding.
 pub fn cluster_rules(plugin: &VClusterPlugin) -> Vec<PolicyRule> {
     let mut rules = Vec::new();
-    if plugin
-        .spec
-        .synced_types
-        .iter()
-        .any(|t| is_crd_group(group_of(&t.api_version)))
-    {
-        push_unique(
-            &mut rules,
-            rule(
-                "apiextensions.k8s.io",
-                &["customresourcedefinitions"],
-                &READ_VERBS,
-                None,
-            ),
-        );
-    }
     let extra = plugin
         .spec
         .rbac

@@ -66,7 +66,7 @@ fn names() {
 }
 
 #[test]
-fn synced_type_gets_write_verbs_on_host_and_crd_read_cluster_wide() {
+fn synced_type_gets_write_verbs_on_host_and_nothing_cluster_wide() {
     let mut p = plugin(Some("img"));
     p.spec.synced_types = vec![cars()];
     let d = desired(&p, &plurals(), SA).unwrap();
@@ -81,6 +81,28 @@ fn synced_type_gets_write_verbs_on_host_and_crd_read_cluster_wide() {
         }]
     );
     assert_eq!(role.metadata.owner_references.unwrap()[0].uid, "uid-1");
+    // The CRD is read in the virtual cluster only (issue 21): no ClusterRole, which a tenant
+    // could not create.
+    assert!(d.cluster_role.is_none() && d.cluster_role_binding.is_none());
+    assert!(cluster_rules(&p).is_empty());
+}
+
+#[test]
+fn cluster_extra_rules_get_a_labelled_cluster_role() {
+    let mut p = plugin(Some("img"));
+    p.spec.rbac = Some(PluginRbac {
+        cluster_role: Some(RoleRules {
+            extra_rules: vec![rule(
+                "apiextensions.k8s.io",
+                &["customresourcedefinitions"],
+                &READ_VERBS,
+                None,
+            )],
+        }),
+        ..Default::default()
+    });
+    let d = desired(&p, &plurals(), SA).unwrap();
+    assert!(d.role.is_none(), "no namespaced rules: no Role");
     let cr = d.cluster_role.unwrap();
     assert_eq!(cr.metadata.name.as_deref(), Some("vcp:team-a:car-syncer"));
     assert_eq!(
@@ -95,6 +117,78 @@ fn synced_type_gets_write_verbs_on_host_and_crd_read_cluster_wide() {
         cr.metadata.labels.unwrap()[PLUGIN_NAMESPACE_LABEL],
         "team-a"
     );
+    assert!(d.cluster_role_binding.is_some());
+}
+
+/// The requester admission policy decides from the spec alone which RBAC objects the operator
+/// writes (`vcp_crds::admission::written_rbac`, the CEL of `vcp-plugin-requester-objects`); the
+/// operator's derivation must agree for every shape of plugin, or an author could get an object
+/// admission did not ask them about.
+#[test]
+fn admission_knows_which_rbac_objects_the_operator_writes() {
+    let hook = |events: Vec<HookEvent>| Hook {
+        name: "h".into(),
+        api_version: "v1".into(),
+        kind: "Pod".into(),
+        events,
+        ..Default::default()
+    };
+    let extra = || RoleRules {
+        extra_rules: vec![rule("", &["configmaps"], &["get"], None)],
+    };
+    let mut cases = Vec::new();
+    for image in [None, Some("img")] {
+        for version in [
+            None,
+            Some(vcp_crds::PluginVersion::V1),
+            Some(vcp_crds::PluginVersion::V2),
+        ] {
+            for synced in [vec![], vec![cars()]] {
+                for hooks in [
+                    vec![],
+                    vec![hook(vec![HookEvent::CreateVirtual])],
+                    vec![hook(vec![HookEvent::UpdatePhysical])],
+                ] {
+                    for mode in [
+                        vcp_crds::RbacMode::Dedicated,
+                        vcp_crds::RbacMode::PatchVClusterRoles,
+                    ] {
+                        for (role, cluster) in
+                            [(false, false), (true, false), (false, true), (true, true)]
+                        {
+                            let mut p = plugin(image);
+                            p.spec.version = version;
+                            p.spec.synced_types = synced.clone();
+                            p.spec.hooks = hooks.clone();
+                            p.spec.rbac = Some(PluginRbac {
+                                mode,
+                                role: role.then(extra),
+                                cluster_role: cluster.then(extra),
+                            });
+                            cases.push(p);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for p in &cases {
+        let d = desired(p, &plurals(), SA).unwrap();
+        let namespaced = namespaced_rules(p, &plurals()).unwrap();
+        let operator = vcp_crds::admission::WrittenRbac {
+            role_and_binding: d.role.is_some() && d.role_binding.is_some(),
+            patched_role: patches_vcluster_roles(p) && !namespaced.is_empty(),
+            cluster_role_and_binding: d.cluster_role.is_some() && d.cluster_role_binding.is_some(),
+        };
+        assert_eq!(
+            vcp_crds::admission::written_rbac(&p.spec),
+            operator,
+            "{:?}",
+            p.spec
+        );
+        assert!(d.role.is_some() == d.role_binding.is_some());
+    }
+    assert_eq!(cases.len(), 288);
 }
 
 #[test]

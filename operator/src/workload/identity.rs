@@ -139,6 +139,13 @@ pub const REASON_NOT_A_VCLUSTER: &str = "NotAVCluster";
 ///   one runs as the namespace's `default` account, shared by every pod that names none; the
 ///   plugin's rules are never bound to it.
 ///
+/// Not a security boundary: anyone who may create StatefulSets can forge all of the above
+/// (labels, a container named `syncer`, any `serviceAccountName`, `replicas: 0`). It keeps a
+/// plugin out of a database by mistake; what keeps a tenant from binding rules to an account
+/// through a forged workload is the requester admission policy
+/// (`config/admission/requester.yaml`: the author must be able to create the Role and
+/// RoleBinding the operator creates; README.md, "Security model").
+///
 /// Returns the pod template's service account: the subject of the plugin's RBAC, whatever its
 /// name (the deprecated `serviceAccount` alias is read when `serviceAccountName` is empty, as
 /// the API server does).
