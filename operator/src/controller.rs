@@ -82,6 +82,7 @@ pub async fn run_until(
     // every delete it reports (with or without the finalizer having run).
     let (plugins_ready_tx, plugins_ready) = tokio::sync::watch::channel(false);
     let (sweeps, scopes) = sweep::channel();
+    let gone = sweeps.clone();
     let plugins = watcher(Api::<VClusterPlugin>::all(client.clone()), wc)
         .modify(|p: &mut VClusterPlugin| p.metadata.managed_fields = None)
         .reflect(writer)
@@ -180,16 +181,24 @@ pub async fn run_until(
         .watches_stream(streams.cluster_role_bindings, plugin_of_labels)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, context)
-        .for_each(|res| async move {
-            match res {
-                Ok((obj, _)) => debug!(plugin = %obj, "reconciled"),
-                // A trigger (the delete of an owned or labelled object) of a plugin that is
-                // gone: an ordinary delete, not a failure; the plugins' watch reported the
-                // delete to the sweep.
-                Err(kube::runtime::controller::Error::ObjectNotFound(obj)) => {
-                    debug!(plugin = %obj, "triggered for a plugin that no longer exists");
+        .for_each(|res| {
+            let gone = gone.clone();
+            async move {
+                match res {
+                    Ok((obj, _)) => debug!(plugin = %obj, "reconciled"),
+                    // A trigger (a change of an owned or labelled object) of a plugin that is
+                    // gone: an ordinary delete, not a failure. The object may have been written by
+                    // a reconcile in flight during the delete, after the delete's sweep: sweep
+                    // that plugin again.
+                    Err(kube::runtime::controller::Error::ObjectNotFound(obj)) => {
+                        debug!(plugin = %obj, "triggered for a plugin that no longer exists");
+                        gone.sweep(sweep::Scope::Plugin {
+                            namespace: obj.namespace.clone().unwrap_or_default(),
+                            name: obj.name.clone(),
+                        });
+                    }
+                    Err(e) => warn!(error = %e, "reconcile failed"),
                 }
-                Err(e) => warn!(error = %e, "reconcile failed"),
             }
         })
         .await;

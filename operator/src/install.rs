@@ -14,6 +14,8 @@
 //!    bound to the vCluster's service account → `VClusterRoleNotFound`, or with that Role bound
 //!    to anyone else too → `SharedVClusterRole`. They are judged for **every** plugin of the
 //!    vCluster, not only the one being reconciled;
+//!    a plugin whose part would pass the size budgets ([`crate::workload::budget`]) →
+//!    `TooLarge`, the later-installed one;
 //!    the API server then judges each remaining plugin's part by server-side dry runs
 //!    ([`judge_parts`], [`crate::judge`]: a part it refuses → `InvalidWorkload`; a container
 //!    that would break the namespace's Pod Security level → `PolicyDenied`), and conflicts are
@@ -85,10 +87,12 @@ pub async fn install(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
     let guard = lock.lock().await;
     // The cached copy may be newer than the one this reconcile was started with (another
     // reconcile of the vCluster may have added its finalizer meanwhile).
-    let latest = ctx
-        .plugins
-        .get(&ObjectRef::from_obj(plugin))
-        .map_or_else(|| plugin.clone(), |p| (*p).clone());
+    let Some(latest) = ctx.plugins.get(&ObjectRef::from_obj(plugin)) else {
+        // Gone since this reconcile started (deleted without the finalizer): nothing may be
+        // written for it; the sweep (`crate::sweep`) removes what it had.
+        return Ok(Action::await_change());
+    };
+    let latest = (*latest).clone();
     if latest.metadata.deletion_timestamp.is_some() {
         // Deleted since this reconcile started: the deletion's own trigger runs the cleanup.
         return Ok(Action::await_change());

@@ -322,7 +322,9 @@ pub async fn sweep(ctx: &Context, scope: &Scope) -> Result<Swept> {
         }
     }
 
-    // Workloads: picked from the cache, read again and applied under the workload's lock.
+    // Workloads: picked from the cache (all of the namespace after a delete: the cache may not
+    // show yet an apply a reconcile in flight made), read again and applied under the
+    // workload's lock.
     let cached: Vec<Workload> = ctx
         .caches
         .statefulsets
@@ -336,8 +338,10 @@ pub async fn sweep(ctx: &Context, scope: &Scope) -> Result<Swept> {
                 .iter()
                 .map(|d| Workload::from_deployment(d)),
         )
-        .filter(|w| namespace.is_none_or(|ns| w.namespace == ns))
-        .filter(|w| !orphan_entries(w, &existing).is_empty())
+        .filter(|w| match namespace {
+            Some(ns) => w.namespace == ns,
+            None => !orphan_entries(w, &existing).is_empty(),
+        })
         .collect();
     for wl in cached {
         let lock = ctx.workload_lock(&wl.namespace, &wl.name);
