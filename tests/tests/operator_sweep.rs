@@ -448,5 +448,114 @@ async fn what_plugins_deleted_without_their_finalizer_left_behind_is_swept() {
         (template(&admin, ns).await == original).then_some(())
     })
     .await;
+
+    colliding_names_keep_their_records(&admin).await;
     stop(op).await;
+}
+
+/// (c) Hole 8: a 51-character name equal to another plugin's key under the earlier scheme
+/// (computed from it, not claimed): both plugins keep their own record in the chart's Role.
+/// And an upgrade: a record an older operator wrote under the earlier key of a plugin that is
+/// gone is swept, with its rule, after the next delete in the namespace.
+async fn colliding_names_keep_their_records(admin: &Client) {
+    use vcluster_plugin_operator::rbac::{ADDED_RULES_PREFIX, legacy_added_rules_annotation};
+    let ns = "sweep-keys";
+    prepare(admin, ns).await;
+    let roles = Api::<Role>::namespaced(admin.clone(), ns);
+    let chart_role = roles.get("vc-my-vcluster").await.unwrap();
+    let long = format!("{}-syncer", "cars-and-trucks-and-buses".repeat(2));
+    let legacy = legacy_added_rules_annotation(&long).unwrap();
+    let colliding = legacy.strip_prefix(ADDED_RULES_PREFIX).unwrap().to_string();
+    assert_eq!(colliding.len(), 51, "{colliding}");
+    let spec = |resource: &str| {
+        json!({
+            "vcluster": { "name": "my-vcluster" },
+            "rbac": {
+                "mode": "PatchVClusterRoles",
+                "role": { "extraRules": [{ "apiGroups": [""], "resources": [resource], "verbs": ["get"] }] },
+            },
+        })
+    };
+    vcp_tests::create_plugin(admin, ns, &long, spec("configmaps")).await;
+    vcp_tests::create_plugin(admin, ns, &colliding, spec("endpoints")).await;
+    wait_ready(admin, ns, &long, "True", None, TIMEOUT).await;
+    wait_ready(admin, ns, &colliding, "True", None, TIMEOUT).await;
+    let recorded = |role: &Role, name: &str| -> Vec<String> {
+        role.annotations()
+            .get(&added_rules_annotation(name))
+            .map(|v| {
+                serde_json::from_str::<Vec<Value>>(v)
+                    .unwrap()
+                    .iter()
+                    .flat_map(|r| r["resources"].as_array().cloned().unwrap_or_default())
+                    .map(|r| r.as_str().unwrap().to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let live = roles.get("vc-my-vcluster").await.unwrap();
+    assert_ne!(
+        added_rules_annotation(&long),
+        added_rules_annotation(&colliding)
+    );
+    assert!(
+        recorded(&live, &long).contains(&"configmaps".to_string()),
+        "{live:?}"
+    );
+    assert!(
+        recorded(&live, &colliding).contains(&"endpoints".to_string()),
+        "{live:?}"
+    );
+    assert!(!recorded(&live, &long).contains(&"endpoints".to_string()));
+    let colliding_record = live.annotations()[&added_rules_annotation(&colliding)].clone();
+
+    // An older operator's record for a plugin that is gone, under the earlier key, with its
+    // rule (written here with the operator's field manager, as that operator did).
+    let gone = "g".repeat(60);
+    let old_key = legacy_added_rules_annotation(&gone).unwrap();
+    let old_rule =
+        json!({ "apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get"] });
+    let mut rules = serde_json::to_value(&live.rules).unwrap();
+    rules.as_array_mut().unwrap().push(old_rule.clone());
+    roles
+        .patch(
+            "vc-my-vcluster",
+            &kube::api::PatchParams {
+                field_manager: Some(vcp_crds::OPERATOR_FIELD_MANAGER.into()),
+                ..Default::default()
+            },
+            &kube::api::Patch::Merge(json!({
+                "metadata": { "annotations": { &old_key: json!([old_rule]).to_string() } },
+                "rules": rules,
+            })),
+        )
+        .await
+        .expect("an older operator's record");
+
+    // The long-named plugin is deleted: its record goes, the 51-character one's stays, and
+    // the sweep after the delete takes the older operator's record and rule out.
+    vcp_tests::delete_plugin(admin, ns, &long, TIMEOUT).await;
+    let live = wait_for(TIMEOUT, || async {
+        let live = roles.get("vc-my-vcluster").await.unwrap();
+        (!live.annotations().contains_key(&old_key)).then_some(live)
+    })
+    .await;
+    assert!(
+        !live
+            .annotations()
+            .contains_key(&added_rules_annotation(&long))
+    );
+    assert_eq!(
+        live.annotations().get(&added_rules_annotation(&colliding)),
+        Some(&colliding_record),
+        "the 51-character plugin keeps its record"
+    );
+    let rules = serde_json::to_value(&live.rules).unwrap();
+    assert!(
+        !rules.as_array().unwrap().contains(&old_rule),
+        "the older record's rule is gone: {rules}"
+    );
+    vcp_tests::delete_plugin(admin, ns, &colliding, TIMEOUT).await;
+    let restored = roles.get("vc-my-vcluster").await.unwrap();
+    assert_eq!(restorable(&restored), restorable(&chart_role));
 }
