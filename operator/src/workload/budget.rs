@@ -14,8 +14,9 @@
 //! then name, as for `Conflict`, so the plugin that was there first keeps working), a plugin
 //! is refused with `Ready=False, reason=TooLarge` ([`REASON_TOO_LARGE`]) when
 //! - its own part is larger than [`PART_BUDGET`], or
-//! - the workload's own pod template ([`base_size`]) plus the parts of the plugins admitted
-//!   before it plus its own would exceed [`WORKLOAD_BUDGET`].
+//! - the rest of the workload ([`base_size`]: its pod template without the plugins' entries,
+//!   its labels and annotations) plus the parts of the plugins admitted before it plus its own
+//!   would exceed [`WORKLOAD_BUDGET`].
 //!
 //! A refused plugin does not count, so a later, smaller plugin may still fit. The refused
 //! plugins are left out of the apply (and of the cleanup's), so neither another plugin's
@@ -48,9 +49,8 @@ pub const ETCD_REQUEST_LIMIT: usize = 1_572_864;
 
 /// The budget of a whole workload's pod template (the vCluster's own part plus every installed
 /// plugin's), in bytes of JSON: 1 MiB. The margin of 512 KiB below [`ETCD_REQUEST_LIMIT`] is
-/// for what the estimate leaves out: the workload's metadata (labels, annotations such as a
-/// client-side apply's last-applied configuration), its status, other managers'
-/// `managedFields` entries and etcd's overhead.
+/// for what the estimate leaves out: the rest of the workload's metadata, its status, other
+/// managers' `managedFields` entries and etcd's overhead.
 pub const WORKLOAD_BUDGET: usize = 1_048_576;
 
 /// The budget of one plugin's part, in bytes of JSON: 896 KiB, [`WORKLOAD_BUDGET`] less
@@ -74,9 +74,11 @@ pub fn part_size(workload: &Workload, plugin: &VClusterPlugin, runtime_image: &s
     json_len(&spec) + json_len(&field_set(&spec))
 }
 
-/// The size of `workload`'s own pod template, in bytes of JSON: its live pod spec without the
-/// containers and init containers the operator owns (the plugins' entries, which the next
-/// apply replaces; the vCluster's `syncer` stays, of which the operator owns only a mount).
+/// The size of `workload` without the plugins' parts, in bytes of JSON: its live pod spec
+/// without the containers and init containers the operator owns (the plugins' entries, which
+/// the next apply replaces; the vCluster's `syncer` stays, of which the operator owns only a
+/// mount), its labels and its pod template's, and its annotations
+/// ([`Workload::annotations_bytes`]).
 pub fn base_size(workload: &Workload) -> usize {
     let owned = owned_entries(&workload.managed_fields);
     let ours = |list: &str, name: &str| {
@@ -91,7 +93,10 @@ pub fn base_size(workload: &Workload) -> usize {
     if let Some(init) = spec.init_containers.as_mut() {
         init.retain(|c| !ours("initContainers", &c.name));
     }
-    serde_json::to_vec(&spec).map_or(0, |b| b.len())
+    json_len(&spec)
+        + json_len(&workload.labels)
+        + json_len(&workload.template_labels)
+        + workload.annotations_bytes
 }
 
 /// The plugins of `plugins` whose parts fit `workload`'s budgets, in installation order, and
@@ -139,7 +144,7 @@ pub fn admit_sizes(
             )
         } else if total + size > WORKLOAD_BUDGET {
             format!(
-                "the plugin's part of {place} is {size} bytes; with the {base} bytes of the vCluster's own pod template and the {} bytes of the older plugins installed there ({}) the workload would reach {} bytes, above the operator's budget of {WORKLOAD_BUDGET} bytes per workload (etcd stores at most {ETCD_REQUEST_LIMIT} bytes per object); make this plugin smaller, or remove another plugin of the vCluster",
+                "the plugin's part of {place} is {size} bytes; with the {base} bytes of the vCluster's own pod template and metadata and the {} bytes of the older plugins installed there ({}) the workload would reach {} bytes, above the operator's budget of {WORKLOAD_BUDGET} bytes per workload (etcd stores at most {ETCD_REQUEST_LIMIT} bytes per object); make this plugin smaller, or remove another plugin of the vCluster",
                 total - base,
                 if admitted.is_empty() {
                     "none".to_string()
@@ -164,7 +169,8 @@ pub fn admit_sizes(
     refused
 }
 
-fn json_len(v: &Value) -> usize {
+/// Bytes of `v` as JSON (0 when it cannot be serialized).
+fn json_len<T: serde::Serialize>(v: &T) -> usize {
     serde_json::to_vec(v).map_or(0, |b| b.len())
 }
 
@@ -210,6 +216,80 @@ mod tests {
             "{}",
             refused["a"].message
         );
+    }
+
+    /// [`admit`] on real plugins: the parts are measured from what [`plan`] makes, the later
+    /// of two plugins of 800 KB of env is refused, a small one after it is admitted, and the
+    /// workload's annotations count.
+    #[test]
+    fn admit_measures_the_parts_plan_makes() {
+        use k8s_openapi::api::core::v1::{Container, EnvVar};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        use vcp_crds::{FINALIZER, VClusterPluginSpec, VClusterRef};
+
+        let labels = BTreeMap::from([
+            ("app".to_string(), "vcluster".to_string()),
+            ("release".to_string(), "vc".to_string()),
+        ]);
+        let wl = Workload {
+            name: "vc".into(),
+            namespace: "ns".into(),
+            labels: labels.clone(),
+            template_labels: labels,
+            pod_spec: PodSpec {
+                service_account_name: Some("vc-vc".into()),
+                containers: vec![Container {
+                    name: SYNCER_CONTAINER.into(),
+                    image: Some("syncer".into()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let plugin = |name: &str, secs: i64, env_bytes: usize| {
+            let env = (0..env_bytes.div_ceil(32_000))
+                .map(|i| EnvVar {
+                    name: format!("E{i}"),
+                    value: Some("x".repeat(32_000)),
+                    ..Default::default()
+                })
+                .collect::<Vec<_>>();
+            let mut p = VClusterPlugin::new(
+                name,
+                VClusterPluginSpec {
+                    vcluster: VClusterRef { name: "vc".into() },
+                    env: (!env.is_empty()).then_some(env),
+                    ..Default::default()
+                },
+            );
+            p.metadata.namespace = Some("ns".into());
+            p.metadata.finalizers = Some(vec![FINALIZER.into()]);
+            p.metadata.creation_timestamp = Some(Time(
+                k8s_openapi::jiff::Timestamp::from_second(secs).unwrap(),
+            ));
+            p
+        };
+        let (first, second, small) = (
+            plugin("first", 1, 800_000),
+            plugin("second", 2, 800_000),
+            plugin("small", 3, 0),
+        );
+        let size = part_size(&wl, &first, "rt");
+        assert!((800_000..820_000).contains(&size), "{size}");
+        // Given in any order, judged in installation order.
+        let (kept, refused) = admit(&wl, vec![&small, &second, &first], "rt");
+        let kept: Vec<String> = kept.iter().map(|p| p.name_any()).collect();
+        assert_eq!(kept, ["first", "small"]);
+        assert_eq!(refused.keys().collect::<Vec<_>>(), ["second"]);
+
+        // Annotations as large as the budget leave room for nothing.
+        let heavy = Workload {
+            annotations_bytes: WORKLOAD_BUDGET,
+            ..wl.clone()
+        };
+        let (kept, _) = admit(&heavy, vec![&small], "rt");
+        assert!(kept.is_empty());
     }
 
     #[test]
