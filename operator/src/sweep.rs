@@ -31,6 +31,12 @@
 //! decides from the live objects and the existing plugins; [`sweep`] reads and writes. Reads
 //! are lists from the API server (with `managedFields`), not the watch caches, as in the
 //! cleanup; the workloads are picked from the cache and read again before they are applied.
+//! Cost: after a delete, one labelled list of each RBAC kind (selecting that plugin's objects),
+//! one list of the namespace's Roles and one GET per vCluster workload of the namespace. A
+//! sweep of every plugin lists the four labelled kinds cluster-wide (what the caches hold) and
+//! the Roles of each namespace holding a vCluster workload or a plugin (records sit on Roles
+//! no label selects, and a cluster-wide list of Roles would hold every Role of the cluster in
+//! memory); a record on a Role of a namespace with neither is not looked for.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
@@ -276,50 +282,38 @@ pub async fn sweep(ctx: &Context, scope: &Scope) -> Result<Swept> {
         &mut swept,
     )
     .await?;
-    // Every Role of the scope (not only the labelled ones): the vCluster Roles carry records.
-    let all_roles = roles
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| Error::kube("list Roles", e))?
-        .items;
-    for role in all_roles {
-        let ns = role.namespace().unwrap_or_default();
-        let api = Api::<Role>::namespaced(client.clone(), &ns);
-        if labelled_orphan(&role.metadata, &existing) {
-            if delete(&api, &role.metadata).await? {
-                swept.deleted.push(format!("Role {ns}/{}", role.name_any()));
-            }
-            continue;
-        }
-        let orphans = orphan_records(&role, &existing);
-        if orphans.is_empty() {
-            continue;
-        }
-        let Some(patch) = rbac::patch_records(&role, &orphans, None) else {
-            continue;
-        };
-        let pp = PatchParams {
-            field_manager: Some(OPERATOR_FIELD_MANAGER.into()),
-            ..Default::default()
-        };
-        match api
-            .patch(&role.name_any(), &pp, &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => swept
-                .restored_roles
-                .push(format!("{ns}/{}", role.name_any())),
-            // Changed since the list: the next sweep (or the Role's plugin) looks again.
-            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {
-                debug!(role = %format!("{ns}/{}", role.name_any()), "Role changed during the sweep");
-            }
-            Err(e) => {
-                return Err(Error::kube(
-                    format!("merge-patch the rules of Role {ns}/{}", role.name_any()),
-                    e,
-                ));
-            }
-        }
+    delete_orphans(
+        roles,
+        |ns| Api::namespaced(client.clone(), ns),
+        &labelled,
+        &existing,
+        &mut swept,
+    )
+    .await?;
+    // Records are on Roles no label selects (the vCluster's own), so they are listed per
+    // namespace, never cluster-wide (the operator's reads of Roles across the cluster carry a
+    // label selector, `crate::cache`): the deleted plugin's namespace, or every namespace with
+    // a vCluster workload or a plugin.
+    let namespaces: BTreeSet<String> = match namespace {
+        Some(ns) => BTreeSet::from([ns.to_string()]),
+        None => ctx
+            .caches
+            .statefulsets
+            .state()
+            .iter()
+            .filter_map(|s| s.namespace())
+            .chain(
+                ctx.caches
+                    .deployments
+                    .state()
+                    .iter()
+                    .filter_map(|d| d.namespace()),
+            )
+            .chain(existing.names.keys().cloned())
+            .collect(),
+    };
+    for ns in namespaces {
+        restore_orphan_records(ctx, &ns, &existing, &mut swept).await?;
     }
 
     // Workloads: picked from the cache (all of the namespace after a delete: the cache may not
@@ -364,6 +358,50 @@ pub async fn sweep(ctx: &Context, scope: &Scope) -> Result<Swept> {
         ));
     }
     Ok(swept)
+}
+
+/// Takes the records of plugins that no longer exist ([`orphan_records`]) out of the Roles of
+/// `namespace`, recording each Role in `swept`.
+async fn restore_orphan_records(
+    ctx: &Context,
+    namespace: &str,
+    existing: &Existing,
+    swept: &mut Swept,
+) -> Result<()> {
+    let api = Api::<Role>::namespaced(ctx.client.clone(), namespace);
+    let roles = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| Error::kube(format!("list Roles in {namespace}"), e))?
+        .items;
+    let pp = PatchParams {
+        field_manager: Some(OPERATOR_FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    for role in roles {
+        let name = role.name_any();
+        let orphans = orphan_records(&role, existing);
+        let Some(patch) = (!orphans.is_empty())
+            .then(|| rbac::patch_records(&role, &orphans, None))
+            .flatten()
+        else {
+            continue;
+        };
+        match api.patch(&name, &pp, &Patch::Merge(&patch)).await {
+            Ok(_) => swept.restored_roles.push(format!("{namespace}/{name}")),
+            // Changed since the list: the next sweep (or the Role's plugin) looks again.
+            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {
+                debug!(role = %format!("{namespace}/{name}"), "Role changed during the sweep");
+            }
+            Err(e) => {
+                return Err(Error::kube(
+                    format!("merge-patch the rules of Role {namespace}/{name}"),
+                    e,
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Deletes every object `api` lists with `params` that the operator labelled for a plugin that
