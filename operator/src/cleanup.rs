@@ -3,9 +3,10 @@
 //!
 //! DESIGN.md ("Operator contract"): remove exactly what was added, then the finalizer.
 //! - the workload: the apply body is recomputed from the *other* plugins installed into the
-//!   vCluster, less those refused (judged as in [`crate::install`], including the dry runs of
-//!   [`crate::judge`], so a plugin whose part the API server refuses never holds up another's
-//!   removal), and applied; server-side apply then removes this plugin's containers, and, when
+//!   vCluster, less those refused (judged as in [`crate::install`], including the size budgets
+//!   of [`crate::workload::budget`] and the dry runs of [`crate::judge`], so a plugin too large
+//!   or whose part the API server refuses never holds up another's removal), and applied
+//!   ([`apply_without`]); server-side apply then removes this plugin's containers, and, when
 //!   it was the last v2 plugin, the shared `plugins` volume and `/plugins` mount. With no
 //!   plugin left the operator's field manager owns nothing and the pod template is the
 //!   original;
@@ -16,6 +17,10 @@
 //!   again ([`crate::rbac::patch_role`]), restoring each Role exactly;
 //! - the finalizer itself is removed by [`crate::controller::reconcile`] once this returns `Ok`
 //!   ([`crate::finalizer::remove_finalizer`]).
+//!
+//! A plugin deleted without this (its finalizer removed by hand, or deleted while the operator
+//! was stopped) is cleaned up by the sweep ([`crate::sweep`]), which removes the same objects
+//! for every plugin that no longer exists.
 //!
 //! Unlike the install path, this reads the workload and the RBAC objects from the API server,
 //! not from the watch caches: a removal skipped because a cache had not yet seen an object
@@ -34,7 +39,7 @@ use crate::error::{Error, Result};
 use crate::install::{self, ClusterFacts};
 use crate::rbac;
 use crate::status::{Check, Outcome};
-use crate::workload;
+use crate::workload::{self, Workload};
 use crate::writes::{apply_workload, delete_if_ours, fetch_workload, write_status};
 
 /// Removes everything the operator added for `plugin`.
@@ -65,21 +70,13 @@ pub async fn cleanup(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
     }
 
     if let Some(wl) = wl {
-        let others = install::candidates(ctx, &namespace, &vcluster, &[], Some(&name));
-        let refs: Vec<&VClusterPlugin> = others.iter().collect();
-        // The same judgement as the install path: refused plugins stay out (all of them when
-        // the workload is not a vCluster: the apply then only takes out what was added), so a
-        // plugin whose part the API server refuses never holds up this removal.
-        let facts = ClusterFacts::read(ctx, &wl, &refs).await?;
-        let (kept, _) = install::judge_parts(ctx, &wl, facts.accepted(&ctx.policy, &refs)).await?;
-        let plan = workload::plan(&wl, &kept, &ctx.runtime_image);
-        apply_workload(ctx, &wl, &plan.patch).await?;
+        apply_without(ctx, &wl, Some(&name)).await?;
     }
     drop(guard);
 
     // PatchVClusterRoles: take this plugin's entries out of every Role that records them.
     let roles = install::list_roles(&ctx.client, &namespace).await?;
-    install::sync_vcluster_roles(&ctx.client, plugin, None, roles).await?;
+    install::sync_vcluster_roles(ctx, plugin, None, roles).await?;
 
     let role = rbac::role_name(&name);
     let cluster = rbac::cluster_role_name(&namespace, &name);
@@ -108,6 +105,28 @@ pub async fn cleanup(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
     )
     .await?;
     Ok(Action::await_change())
+}
+
+/// Applies `wl` again with the entries of the plugins installed into it ([`install::candidates`])
+/// except `without`, judged as the install path judges them: refused plugins stay out (all of
+/// them when the workload is not a vCluster: the apply then only takes out what was added),
+/// including those over the size budgets ([`workload::budget`]) and those whose part the API
+/// server refuses, so that none of them holds up a removal. Used by [`cleanup`] (without the
+/// deleted plugin) and by the sweep ([`crate::sweep`]: the plugins that still exist). The
+/// caller holds the workload's lock ([`Context::workload_lock`]) and read `wl` from the API
+/// server. Returns whether it wrote.
+///
+/// # Errors
+/// Discovery, the dry runs and the apply.
+pub async fn apply_without(ctx: &Context, wl: &Workload, without: Option<&str>) -> Result<bool> {
+    let others = install::candidates(ctx, &wl.namespace, &wl.name, &[], without);
+    let refs: Vec<&VClusterPlugin> = others.iter().collect();
+    let facts = ClusterFacts::read(ctx, wl, &refs).await?;
+    let (sized, _) =
+        workload::budget::admit(wl, facts.accepted(&ctx.policy, &refs), &ctx.runtime_image);
+    let (kept, _) = install::judge_parts(ctx, wl, sized).await?;
+    let plan = workload::plan(wl, &kept, &ctx.runtime_image);
+    apply_workload(ctx, wl, &plan.patch).await
 }
 
 /// Deletes the object `name` when it exists and is labelled as made for `plugin`.

@@ -8,6 +8,7 @@
 //! | add the finalizer `vcp.dev/cleanup` (to this plugin and its sibling plugins), remove it after the cleanup | [`crate::finalizer`] |
 //! | the install path: find the workload, judge every refusal (policy, cluster state, conflicts) before any write, apply the workload, the RBAC and the status | [`crate::install`] |
 //! | the removal on delete: exactly what was added, a missing workload does not block it | [`crate::cleanup`] |
+//! | nothing left behind by a plugin deleted without the finalizer's cleanup: at start, after each delete, periodically | [`crate::sweep`] |
 //! | every write to the API server (server-side apply under [`vcp_crds::OPERATOR_FIELD_MANAGER`], deletes of the plugin's own objects, the status and its Event) | [`crate::writes`] |
 //! | state shared by reconciles (client, recorder, policy, caches, per-workload locks) | [`crate::context`] |
 //!
@@ -43,7 +44,7 @@ use crate::config::Config;
 use crate::context::{Context, WorkloadLocks};
 use crate::error::{Error, Result};
 use crate::judge::Verdicts;
-use crate::{cleanup, finalizer, install};
+use crate::{cleanup, finalizer, install, sweep};
 
 /// Name under which the operator reports Events.
 pub const CONTROLLER_NAME: &str = "vcluster-plugin-operator";
@@ -77,9 +78,30 @@ pub async fn run_until(
     // The plugins' cache, as `Controller::new` makes it, but without `managedFields` (nothing
     // reads them; in memory they are larger than the rest of a plugin with its status).
     let (store, writer) = reflector::store();
+    // The sweep ([`crate::sweep`]) runs once this cache holds its first full list, and after
+    // every delete it reports (with or without the finalizer having run).
+    let (plugins_ready_tx, plugins_ready) = tokio::sync::watch::channel(false);
+    let (sweeps, scopes) = sweep::channel();
+    let gone = sweeps.clone();
     let plugins = watcher(Api::<VClusterPlugin>::all(client.clone()), wc)
         .modify(|p: &mut VClusterPlugin| p.metadata.managed_fields = None)
         .reflect(writer)
+        .inspect(move |event| match event {
+            // A re-list after a watch error: deletes during the outage came as no event.
+            Ok(watcher::Event::InitDone) if *plugins_ready_tx.borrow() => {
+                sweeps.sweep(sweep::Scope::All);
+            }
+            Ok(watcher::Event::InitDone) => {
+                let _ = plugins_ready_tx.send(true);
+            }
+            Ok(watcher::Event::Delete(p)) => {
+                sweeps.sweep(sweep::Scope::Plugin {
+                    namespace: p.namespace().unwrap_or_default(),
+                    name: p.name_any(),
+                });
+            }
+            _ => {}
+        })
         .applied_objects();
     let controller = Controller::for_stream(plugins, store.clone());
     let (caches, streams) = Caches::new(&client, &config.telemetry);
@@ -124,6 +146,8 @@ pub async fn run_until(
         }
     });
 
+    let sweeper = sweep::spawn(context.clone(), plugins_ready, scopes);
+
     let sts_store = store.clone();
     let deploy_store = store.clone();
 
@@ -157,14 +181,29 @@ pub async fn run_until(
         .watches_stream(streams.cluster_role_bindings, plugin_of_labels)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, context)
-        .for_each(|res| async move {
-            match res {
-                Ok((obj, _)) => debug!(plugin = %obj, "reconciled"),
-                Err(e) => warn!(error = %e, "reconcile failed"),
+        .for_each(|res| {
+            let gone = gone.clone();
+            async move {
+                match res {
+                    Ok((obj, _)) => debug!(plugin = %obj, "reconciled"),
+                    // A trigger (a change of an owned or labelled object) of a plugin that is
+                    // gone: an ordinary delete, not a failure. The object may have been written by
+                    // a reconcile in flight during the delete, after the delete's sweep: sweep
+                    // that plugin again.
+                    Err(kube::runtime::controller::Error::ObjectNotFound(obj)) => {
+                        debug!(plugin = %obj, "triggered for a plugin that no longer exists");
+                        gone.sweep(sweep::Scope::Plugin {
+                            namespace: obj.namespace.clone().unwrap_or_default(),
+                            name: obj.name.clone(),
+                        });
+                    }
+                    Err(e) => warn!(error = %e, "reconcile failed"),
+                }
             }
         })
         .await;
     readiness.abort();
+    sweeper.abort();
     config.telemetry.set_synced(false);
     Ok(())
 }

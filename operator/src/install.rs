@@ -14,8 +14,10 @@
 //!    bound to the vCluster's service account → `VClusterRoleNotFound`, or with that Role bound
 //!    to anyone else too → `SharedVClusterRole`. They are judged for **every** plugin of the
 //!    vCluster, not only the one being reconciled;
-//!    what the plugins' hooks do to a representative pod of the vCluster and to any object's
-//!    identity is judged next ([`judge_parts`], [`crate::judge::hooks`]: `PolicyDenied`);
+//!    a plugin whose part would cross the size budgets ([`crate::workload::budget`]) →
+//!    `TooLarge`, the later-installed one; what the plugins' hooks do to a representative pod
+//!    of the vCluster and to any object's identity is judged next ([`judge_parts`],
+//!    [`crate::judge::hooks`]: `PolicyDenied`);
 //!    the API server then judges each remaining plugin's part by server-side dry runs
 //!    ([`judge_parts`], [`crate::judge`]: a part it refuses → `InvalidWorkload`; a container
 //!    that would break the namespace's Pod Security level → `PolicyDenied`), and conflicts are
@@ -87,10 +89,12 @@ pub async fn install(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
     let guard = lock.lock().await;
     // The cached copy may be newer than the one this reconcile was started with (another
     // reconcile of the vCluster may have added its finalizer meanwhile).
-    let latest = ctx
-        .plugins
-        .get(&ObjectRef::from_obj(plugin))
-        .map_or_else(|| plugin.clone(), |p| (*p).clone());
+    let Some(latest) = ctx.plugins.get(&ObjectRef::from_obj(plugin)) else {
+        // Gone since this reconcile started (deleted without the finalizer): nothing may be
+        // written for it; the sweep (`crate::sweep`) removes what it had.
+        return Ok(Action::await_change());
+    };
+    let latest = (*latest).clone();
     if latest.metadata.deletion_timestamp.is_some() {
         // Deleted since this reconcile started: the deletion's own trigger runs the cleanup.
         return Ok(Action::await_change());
@@ -143,7 +147,11 @@ pub async fn install(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
     let candidates = candidates(ctx, &namespace, &vcluster, &fresher, None);
     let refs: Vec<&VClusterPlugin> = candidates.iter().collect();
     let facts = ClusterFacts::read(ctx, &wl, &refs).await?;
-    let (installed, judged) = judge_parts(ctx, &wl, facts.accepted(&ctx.policy, &refs)).await?;
+    // Size budgets before the dry runs (`TooLarge`: `workload::budget`).
+    let (sized, too_large) =
+        workload::budget::admit(&wl, facts.accepted(&ctx.policy, &refs), &ctx.runtime_image);
+    let (installed, mut judged) = judge_parts(ctx, &wl, sized).await?;
+    judged.extend(too_large);
     let plan = workload::plan(&wl, &installed, &ctx.runtime_image);
     apply_workload(ctx, &wl, &plan.patch).await?;
     drop(guard);
@@ -165,7 +173,7 @@ pub async fn install(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
                 .as_ref()
                 .map(|(role, rules)| (role.as_str(), rules.as_slice()));
             let roles = roles_to_sync(ctx, plugin, &facts).await?;
-            sync_vcluster_roles(&ctx.client, plugin, target, roles).await?;
+            sync_vcluster_roles(ctx, plugin, target, roles).await?;
             (Check::Ok, Check::Ok)
         }
         Err(refused) => {
@@ -174,7 +182,7 @@ pub async fn install(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
             // appended to the vCluster's Roles (reads only when there is nothing to remove).
             apply_rbac(ctx, plugin, DesiredRbac::default()).await?;
             let roles = roles_to_sync(ctx, plugin, &facts).await?;
-            sync_vcluster_roles(&ctx.client, plugin, None, roles).await?;
+            sync_vcluster_roles(ctx, plugin, None, roles).await?;
             (refused.clone(), refused)
         }
     };
@@ -530,23 +538,33 @@ pub async fn list_role_bindings(client: &Client, namespace: &str) -> Result<Vec<
 /// # Errors
 /// API errors, including a second 409 Conflict (the reconcile is then retried).
 pub async fn sync_vcluster_roles(
-    client: &Client,
+    ctx: &Context,
     plugin: &VClusterPlugin,
     target: Option<(&str, &[k8s_openapi::api::rbac::v1::PolicyRule])>,
     roles: Vec<Role>,
 ) -> Result<()> {
+    let client = &ctx.client;
     let namespace = plugin.namespace().unwrap_or_default();
     let name = plugin.name_any();
     let roles_api = Api::<Role>::namespaced(client.clone(), &namespace);
-    let key = rbac::added_rules_annotation(&name);
+    // The other plugins of the namespace: a record under this plugin's earlier key may be
+    // theirs (`rbac::record_keys`).
+    let others: Vec<String> = ctx
+        .plugins
+        .state()
+        .iter()
+        .filter(|p| p.namespace().as_deref() == Some(namespace.as_str()) && p.name_any() != name)
+        .map(|p| p.name_any())
+        .collect();
+    let keys = rbac::record_keys(&name, &others);
     for role in &roles {
         let role_name = role.name_any();
         let desired = match target {
             Some((t, r)) if t == role_name => Some(r),
-            _ if role.annotations().contains_key(&key) => None,
+            _ if keys.iter().any(|k| role.annotations().contains_key(k)) => None,
             _ => continue,
         };
-        let Some(patch) = rbac::patch_role(role, &name, desired) else {
+        let Some(patch) = rbac::patch_role(role, &name, &others, desired) else {
             continue;
         };
         let action = format!("merge-patch the rules of Role {namespace}/{role_name}");
@@ -564,7 +582,8 @@ pub async fn sync_vcluster_roles(
                     .get_opt(&role_name)
                     .await
                     .map_err(|e| Error::kube(format!("get Role {namespace}/{role_name}"), e))?;
-                let Some(patch) = fresh.and_then(|r| rbac::patch_role(&r, &name, desired)) else {
+                let Some(patch) = fresh.and_then(|r| rbac::patch_role(&r, &name, &others, desired))
+                else {
                     continue;
                 };
                 roles_api

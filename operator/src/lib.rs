@@ -13,6 +13,7 @@
 //! | the install path: finalizer added, every refusal judged before any write (`VClusterNotFound`, `UnknownType`, `VClusterRoleNotFound`), workload, RBAC, status, requeue | [`install`] |
 //! | adding and removing the finalizer `vcp.dev/cleanup` | [`finalizer`] |
 //! | the removal on delete: exactly what was added, a missing workload does not block it | [`cleanup`] |
+//! | what plugins deleted without that removal left behind (finalizer removed by hand, operator stopped): swept at start, after each delete, periodically | [`sweep`] |
 //! | server-side apply under one field manager, zero writes once converged, deletes only of the plugin's own objects, Events | [`writes`] |
 //! | which RBAC rules a plugin may grant, what its container may ask for (`PolicyDenied`) | [`policy`] |
 //! | each plugin's part judged by server-side dry runs before the apply, the namespace's Pod Security level (`InvalidWorkload`, `PolicyDenied`) | [`judge`] |
@@ -43,6 +44,7 @@ pub mod operations;
 pub mod policy;
 pub mod rbac;
 pub mod status;
+pub mod sweep;
 pub mod telemetry;
 pub mod workload;
 pub mod writes;

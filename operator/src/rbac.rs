@@ -56,8 +56,10 @@ pub use rules::{
     namespaced_rules, normalize, served, types_to_resolve,
 };
 pub use vcluster_roles::{
-    ADDED_RULES_PREFIX, REASON_NO_VCLUSTER_ROLE, REASON_SHARED_ROLE, added_rules_annotation,
-    other_subjects, patch_role, recorded_rules, restore_role, target_role, without_recorded,
+    ADDED_RULES_MAX_NAME, ADDED_RULES_PREFIX, REASON_NO_VCLUSTER_ROLE, REASON_SHARED_ROLE,
+    added_rules_annotation, legacy_added_rules_annotation, other_subjects, patch_records,
+    patch_role, record_keys, recorded_rules, restore_role, rules_under, target_role,
+    without_recorded,
 };
 
 #[cfg(test)]

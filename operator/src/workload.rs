@@ -50,13 +50,15 @@
 //!
 //! One concern a submodule, all re-exported here: the vCluster workload and its identity
 //! (`identity`), the containers of one plugin (`containers`), the merged apply body and its
-//! conflicts (`merge`), convergence (`converge`).
+//! conflicts (`merge`), convergence (`converge`), the size budgets (`budget`, `TooLarge`).
 
+pub mod budget;
 mod containers;
 mod converge;
 mod identity;
 mod merge;
 
+pub use budget::REASON_TOO_LARGE;
 pub use containers::{
     PLUGINS_MOUNT_PATH, PLUGINS_VOLUME, PluginKind, REASON_INVALID_CONFIG, RUNTIME_BINARY,
     V1_BASE_PORT, VCLUSTER_KUBECONFIG_DIR, VCLUSTER_KUBECONFIG_KEY, VCLUSTER_KUBECONFIG_VOLUME,

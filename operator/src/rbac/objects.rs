@@ -26,13 +26,17 @@ pub fn service_account_name(vcluster: &str) -> String {
     format!("vc-{vcluster}")
 }
 
-/// Name of the plugin's Role and RoleBinding in its namespace: `vcp-plugin-<name>`.
+/// Name of the plugin's Role and RoleBinding in its namespace: `vcp-plugin-<name>`, the full
+/// name after a fixed prefix, so injective (issue 21: no key derived from a plugin may
+/// collide); at most 74 characters, as the CRD makes a plugin name a DNS-1123 label of at
+/// most 63.
 pub fn role_name(plugin_name: &str) -> String {
     format!("vcp-plugin-{plugin_name}")
 }
 
 /// Name of the plugin's ClusterRole and ClusterRoleBinding: `vcp:<namespace>:<name>`
-/// (unambiguous, as neither part can contain `:`).
+/// (injective, as neither part can contain `:`; at most 131 characters, both parts being
+/// DNS-1123 labels).
 pub fn cluster_role_name(namespace: &str, plugin_name: &str) -> String {
     format!("vcp:{namespace}:{plugin_name}")
 }

@@ -512,7 +512,13 @@ fn apply_patch(role: &Role, patch: &Value) -> Role {
 fn patch_mode_appends_records_and_restores_exactly() {
     let original = chart_role();
     let cars = rule("example.loft.sh", &["cars"], &WRITE_VERBS, None);
-    let patch = patch_role(&original, "car-syncer", Some(std::slice::from_ref(&cars))).unwrap();
+    let patch = patch_role(
+        &original,
+        "car-syncer",
+        &[],
+        Some(std::slice::from_ref(&cars)),
+    )
+    .unwrap();
     assert_eq!(patch["metadata"]["resourceVersion"], "7");
     let installed = apply_patch(&original, &patch);
     let rules = installed.rules.clone().unwrap();
@@ -524,7 +530,12 @@ fn patch_mode_appends_records_and_restores_exactly() {
         serde_json::to_string(&vec![cars.clone()]).unwrap()
     );
     assert_eq!(
-        patch_role(&installed, "car-syncer", Some(std::slice::from_ref(&cars))),
+        patch_role(
+            &installed,
+            "car-syncer",
+            &[],
+            Some(std::slice::from_ref(&cars))
+        ),
         None,
         "converged"
     );
@@ -532,17 +543,20 @@ fn patch_mode_appends_records_and_restores_exactly() {
     // A second plugin appending the same rule, then the first one leaving.
     let both = apply_patch(
         &installed,
-        &patch_role(&installed, "other", Some(std::slice::from_ref(&cars))).unwrap(),
+        &patch_role(&installed, "other", &[], Some(std::slice::from_ref(&cars))).unwrap(),
     );
-    let first_gone = apply_patch(&both, &restore_role(&both, "car-syncer").unwrap());
+    let first_gone = apply_patch(&both, &restore_role(&both, "car-syncer", &[]).unwrap());
     assert_eq!(first_gone.rules.as_ref().unwrap().len(), 3);
-    let all_gone = apply_patch(&first_gone, &restore_role(&first_gone, "other").unwrap());
+    let all_gone = apply_patch(
+        &first_gone,
+        &restore_role(&first_gone, "other", &[]).unwrap(),
+    );
     assert_eq!(
         serde_json::to_value(&all_gone).unwrap(),
         serde_json::to_value(&original).unwrap()
     );
     assert_eq!(
-        restore_role(&original, "car-syncer"),
+        restore_role(&original, "car-syncer", &[]),
         None,
         "nothing to restore"
     );
@@ -556,7 +570,7 @@ fn patch_mode_changed_rules_replace_the_recorded_ones_and_keep_foreign_edits() {
     let b = rule("", &["endpoints"], &READ_VERBS, None);
     let v1 = apply_patch(
         &role,
-        &patch_role(&role, "p", Some(std::slice::from_ref(&a))).unwrap(),
+        &patch_role(&role, "p", &[], Some(std::slice::from_ref(&a))).unwrap(),
     );
     // Someone (Helm) appends a rule afterwards.
     let mut edited = v1.clone();
@@ -564,11 +578,11 @@ fn patch_mode_changed_rules_replace_the_recorded_ones_and_keep_foreign_edits() {
     edited.rules.as_mut().unwrap().push(helm.clone());
     let v2 = apply_patch(
         &edited,
-        &patch_role(&edited, "p", Some(std::slice::from_ref(&b))).unwrap(),
+        &patch_role(&edited, "p", &[], Some(std::slice::from_ref(&b))).unwrap(),
     );
     let rules = v2.rules.clone().unwrap();
     assert_eq!(rules[2..], [helm.clone(), b]);
-    let restored = apply_patch(&v2, &restore_role(&v2, "p").unwrap());
+    let restored = apply_patch(&v2, &restore_role(&v2, "p", &[]).unwrap());
     let mut expected = role.rules.clone().unwrap();
     expected.push(helm);
     assert_eq!(restored.rules.unwrap(), expected);
@@ -705,12 +719,192 @@ fn patch_mode_has_no_dedicated_role_and_long_names_fit_the_annotation() {
     let d = desired(&p, &Plurals::new(), SA).unwrap();
     assert!(d.role.is_none() && d.role_binding.is_none());
     assert!(!namespaced_rules(&p, &Plurals::new()).unwrap().is_empty());
-    let long = "x".repeat(63);
-    let key = added_rules_annotation(&long);
-    assert_eq!(key.len() - "vcp.dev/".len(), 63);
-    assert_ne!(key, added_rules_annotation(&"x".repeat(62)));
     assert_eq!(
         added_rules_annotation("car-syncer"),
         "vcp.dev/added-rules.car-syncer"
+    );
+}
+
+/// Whether `key` is a valid annotation key: a DNS-subdomain prefix, `/`, and a name of at most
+/// 63 characters, alphanumeric at both ends with `-`, `_`, `.` inside (Kubernetes'
+/// `IsQualifiedName`).
+fn valid_annotation_key(key: &str) -> bool {
+    let Some((prefix, name)) = key.split_once('/') else {
+        return false;
+    };
+    let alnum = |c: char| c.is_ascii_alphanumeric();
+    prefix.len() <= 253
+        && prefix.split('.').all(|l| {
+            !l.is_empty()
+                && l.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        })
+        && !name.is_empty()
+        && name.len() <= 63
+        && name.starts_with(alnum)
+        && name.ends_with(alnum)
+        && name.chars().all(|c| alnum(c) || "-_.".contains(c))
+}
+
+/// Every DNS-1123 label of the CRD's lengths (1 to 63) gets a valid key, no two the same.
+#[test]
+fn record_keys_are_valid_and_injective_for_every_name_length() {
+    let mut seen = BTreeMap::new();
+    for len in 1..=63 {
+        for fill in ['a', 'z', '0', '9'] {
+            for tail in ["", "-x", "-0"] {
+                let mut name: String = std::iter::repeat_n(fill, len).collect();
+                if len > tail.len() {
+                    name.truncate(len - tail.len());
+                    name.push_str(tail);
+                }
+                let key = added_rules_annotation(&name);
+                assert!(valid_annotation_key(&key), "{key} (name {name})");
+                if let Some(other) = seen.insert(key.clone(), name.clone()) {
+                    assert_eq!(other, name, "{key} is the key of both");
+                }
+            }
+        }
+    }
+}
+
+/// Issue 21, hole 8: under the earlier scheme a name of 52 to 63 characters was cut to 40
+/// characters plus `-` and 10 hex digits of FNV-1a, which is itself a valid 51-character name
+/// whose key was the same. The collision is computed here from the earlier scheme
+/// ([`legacy_added_rules_annotation`]), not claimed.
+#[test]
+fn names_built_to_collide_under_the_earlier_scheme_get_their_own_records() {
+    let long = format!("{}-syncer", "cars-and-trucks-and-buses".repeat(2)); // 57 characters
+    assert!(long.len() > ADDED_RULES_MAX_NAME && long.len() <= 63);
+    let legacy = legacy_added_rules_annotation(&long).unwrap();
+    let colliding = legacy.strip_prefix(ADDED_RULES_PREFIX).unwrap().to_string();
+    assert_eq!(colliding.len(), 51);
+    assert!(
+        colliding
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'),
+        "a DNS-1123 label, so a valid plugin name: {colliding}"
+    );
+    // The earlier scheme gave both names one key; this one does not.
+    assert_eq!(format!("{ADDED_RULES_PREFIX}{colliding}"), legacy);
+    assert_ne!(
+        added_rules_annotation(&long),
+        added_rules_annotation(&colliding)
+    );
+    assert!(!record_keys(&colliding, &[]).contains(&added_rules_annotation(&long)));
+    // The long name's earlier key is the 51-character plugin's current one: while that plugin
+    // exists, the long one does not take (migrate) the record under it.
+    let beside_colliding = [colliding.clone()];
+    let beside_long = [long.clone()];
+    assert_eq!(
+        record_keys(&long, &beside_colliding),
+        [added_rules_annotation(&long)]
+    );
+    assert_eq!(
+        record_keys(&long, &[]),
+        [added_rules_annotation(&long), legacy]
+    );
+
+    // Both append to one Role: each removal takes out exactly its own rule.
+    let original = chart_role();
+    let cars = rule("example.loft.sh", &["cars"], &WRITE_VERBS, None);
+    let trucks = rule("example.loft.sh", &["trucks"], &READ_VERBS, None);
+    let one = apply_patch(
+        &original,
+        &patch_role(
+            &original,
+            &long,
+            &beside_colliding,
+            Some(std::slice::from_ref(&cars)),
+        )
+        .unwrap(),
+    );
+    let both = apply_patch(
+        &one,
+        &patch_role(
+            &one,
+            &colliding,
+            &beside_long,
+            Some(std::slice::from_ref(&trucks)),
+        )
+        .unwrap(),
+    );
+    assert_eq!(
+        recorded_rules(&both, &colliding, &beside_long),
+        vec![trucks.clone()]
+    );
+    assert_eq!(
+        recorded_rules(&both, &long, &beside_colliding),
+        vec![cars.clone()]
+    );
+    for _ in 0..2 {
+        assert_eq!(
+            patch_role(
+                &both,
+                &long,
+                &beside_colliding,
+                Some(std::slice::from_ref(&cars))
+            ),
+            None,
+            "converged: the long name's record is its own, and it leaves the other's alone"
+        );
+        assert_eq!(
+            patch_role(
+                &both,
+                &colliding,
+                &beside_long,
+                Some(std::slice::from_ref(&trucks))
+            ),
+            None
+        );
+    }
+    let long_gone = apply_patch(
+        &both,
+        &restore_role(&both, &long, &beside_colliding).unwrap(),
+    );
+    let mut want = original.rules.clone().unwrap();
+    want.push(trucks.clone());
+    assert_eq!(long_gone.rules.clone().unwrap(), want);
+    let all_gone = apply_patch(
+        &long_gone,
+        &restore_role(&long_gone, &colliding, &[]).unwrap(),
+    );
+    assert_eq!(
+        serde_json::to_value(&all_gone).unwrap(),
+        serde_json::to_value(&original).unwrap()
+    );
+}
+
+/// A record an older operator wrote under the earlier key of a long name is moved to the new
+/// key by the next patch, and taken out by a restore.
+#[test]
+fn records_under_the_earlier_key_are_migrated_and_removed() {
+    let long = "a".repeat(60);
+    let legacy = legacy_added_rules_annotation(&long).unwrap();
+    let cars = rule("example.loft.sh", &["cars"], &WRITE_VERBS, None);
+    let mut old = chart_role();
+    old.rules.as_mut().unwrap().push(cars.clone());
+    old.annotations_mut().insert(
+        legacy.clone(),
+        serde_json::to_string(&vec![cars.clone()]).unwrap(),
+    );
+    assert_eq!(recorded_rules(&old, &long, &[]), vec![cars.clone()]);
+
+    let migrated = apply_patch(
+        &old,
+        &patch_role(&old, &long, &[], Some(std::slice::from_ref(&cars))).unwrap(),
+    );
+    assert!(!migrated.annotations().contains_key(&legacy));
+    assert!(
+        migrated
+            .annotations()
+            .contains_key(&added_rules_annotation(&long))
+    );
+    assert_eq!(migrated.rules, old.rules, "the same rules, recorded once");
+
+    let restored = apply_patch(&old, &restore_role(&old, &long, &[]).unwrap());
+    assert_eq!(
+        serde_json::to_value(&restored).unwrap(),
+        serde_json::to_value(chart_role()).unwrap()
     );
 }

@@ -24,16 +24,50 @@ pub const REASON_NO_VCLUSTER_ROLE: &str = "VClusterRoleNotFound";
 /// besides the vCluster's service account ([`other_subjects`]): appending to it would grant
 /// the plugin's rules to them too.
 pub const REASON_SHARED_ROLE: &str = "SharedVClusterRole";
-/// Prefix of the annotation recording the rules a plugin appended to a vCluster Role.
+/// Prefix of the annotations recording the rules a plugin appended to a vCluster Role (every
+/// scheme: [`added_rules_annotation`], [`legacy_added_rules_annotation`]).
 pub const ADDED_RULES_PREFIX: &str = "vcp.dev/added-rules.";
 
-/// The annotation on a vCluster Role holding the JSON list of the rules `plugin_name` appended:
-/// `vcp.dev/added-rules.<name>`. An annotation name is at most 63 characters, so a plugin name
-/// longer than 51 is cut to 40 characters plus `-` and 10 hex digits of its FNV-1a hash.
+/// The longest plugin name the key [`added_rules_annotation`] holds as it is: an annotation
+/// key's name part (after `vcp.dev/`) is at most 63 characters, `added-rules.` takes 12.
+pub const ADDED_RULES_MAX_NAME: usize = 63 - "added-rules.".len();
+
+/// Marks the hashed form of [`added_rules_annotation`]: a plugin name is a DNS-1123 label (the
+/// CRD's rule), which never contains `.`, so no name form can equal a hashed form.
+const HASHED_MARK: &str = "sha256.";
+
+/// The annotation on a vCluster Role holding the JSON list of the rules `plugin_name` appended.
+///
+/// Injective over plugin names (issue 21, hole 8: the earlier scheme cut a long name to 40
+/// characters plus 10 hex digits of FNV-1a, which a 51-character name could equal):
+/// - a name of at most [`ADDED_RULES_MAX_NAME`] (51) characters: `vcp.dev/added-rules.<name>`
+///   (unchanged from the earlier scheme, so nothing recorded for such a name needs migrating);
+/// - a longer one (52 to 63 characters, the CRD's limit): `vcp.dev/added-rules.sha256.<h>`,
+///   `<h>` the full SHA-256 of the name in unpadded base64url (43 characters; the name part is
+///   then 62 characters; its last character encodes 4 bits padded with 2 zero bits, so it is
+///   alphanumeric as a key requires). The `.` keeps the two forms apart (see `HASHED_MARK`).
+///
+/// Records under the earlier key of a long name ([`legacy_added_rules_annotation`]) are found
+/// and migrated by [`patch_role`] and removed by the sweep (`crate::sweep`).
 pub fn added_rules_annotation(plugin_name: &str) -> String {
-    const MAX_NAME: usize = 63 - "added-rules.".len();
-    if plugin_name.len() <= MAX_NAME {
+    use base64::Engine;
+    use sha2::Digest;
+    if plugin_name.len() <= ADDED_RULES_MAX_NAME {
         return format!("{ADDED_RULES_PREFIX}{plugin_name}");
+    }
+    let hash = sha2::Sha256::digest(plugin_name.as_bytes());
+    let encoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(hash);
+    format!("{ADDED_RULES_PREFIX}{HASHED_MARK}{encoded}")
+}
+
+/// The key the operator used before issue 21 for a plugin name longer than
+/// [`ADDED_RULES_MAX_NAME`]: `vcp.dev/added-rules.<first 40 characters>-<10 hex digits of the
+/// name's 64-bit FNV-1a hash>`; `None` for a shorter name (its key did not change). Read only,
+/// to migrate and sweep records written by an older operator: it is not injective (a
+/// 51-character name equals it).
+pub fn legacy_added_rules_annotation(plugin_name: &str) -> Option<String> {
+    if plugin_name.len() <= ADDED_RULES_MAX_NAME {
+        return None;
     }
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for b in plugin_name.bytes() {
@@ -41,7 +75,21 @@ pub fn added_rules_annotation(plugin_name: &str) -> String {
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
     let hex = format!("{hash:016x}");
-    format!("{ADDED_RULES_PREFIX}{}-{}", &plugin_name[..40], &hex[..10])
+    let cut = plugin_name.get(..40).unwrap_or(plugin_name);
+    Some(format!("{ADDED_RULES_PREFIX}{cut}-{}", &hex[..10]))
+}
+
+/// Every key under which `plugin_name` may have recorded rules: [`added_rules_annotation`],
+/// then [`legacy_added_rules_annotation`] when there is one and it is not the current key of
+/// one of `others` (the other plugins of the namespace: a 51-character name can equal a long
+/// name's earlier key, and the record under it is then the existing plugin's to keep).
+pub fn record_keys(plugin_name: &str, others: &[String]) -> Vec<String> {
+    let mut keys = vec![added_rules_annotation(plugin_name)];
+    keys.extend(
+        legacy_added_rules_annotation(plugin_name)
+            .filter(|l| !others.iter().any(|o| &added_rules_annotation(o) == l)),
+    );
+    keys
 }
 
 /// The Role a `PatchVClusterRoles` plugin appends to: among the Roles that RoleBindings of the
@@ -120,12 +168,19 @@ pub fn other_subjects(
     out
 }
 
-/// The rules `plugin_name` recorded in `role` (empty when none or unreadable).
-pub fn recorded_rules(role: &Role, plugin_name: &str) -> Vec<PolicyRule> {
-    role.annotations()
-        .get(&added_rules_annotation(plugin_name))
-        .and_then(|v| serde_json::from_str(v).ok())
-        .unwrap_or_default()
+/// The rules `plugin_name` recorded in `role`, under each of its [`record_keys`] (`others`:
+/// the other plugins of the namespace; empty when none or unreadable).
+pub fn recorded_rules(role: &Role, plugin_name: &str, others: &[String]) -> Vec<PolicyRule> {
+    rules_under(role, &record_keys(plugin_name, others))
+}
+
+/// The rules recorded in `role` under the annotations `keys`, in that order (an unreadable
+/// record counts as none).
+pub fn rules_under(role: &Role, keys: &[String]) -> Vec<PolicyRule> {
+    keys.iter()
+        .filter_map(|k| role.annotations().get(k))
+        .flat_map(|v| serde_json::from_str::<Vec<PolicyRule>>(v).unwrap_or_default())
+        .collect()
 }
 
 /// `rules` without the `recorded` entries: for each recorded rule, from the last, its last
@@ -148,39 +203,80 @@ pub fn without_recorded(rules: &[PolicyRule], recorded: &[PolicyRule]) -> Vec<Po
 /// The patch carries `metadata.resourceVersion` of `live` (the API server refuses it with 409
 /// Conflict when the Role changed since: optimistic concurrency), the whole new `rules` (the
 /// live list minus the recorded entries plus `desired`; a merge patch replaces a list whole)
-/// and the annotation [`added_rules_annotation`] (set, or `null` to remove it).
-pub fn patch_role(live: &Role, plugin_name: &str, desired: Option<&[PolicyRule]>) -> Option<Value> {
+/// and the annotation [`added_rules_annotation`] (set, or `null` to remove it). A record under
+/// the plugin's earlier key ([`legacy_added_rules_annotation`]) is taken out with it, so an
+/// upgraded operator moves it to the new key, unless that key is the current key of one of
+/// `others`, the other plugins of the namespace ([`record_keys`]).
+pub fn patch_role(
+    live: &Role,
+    plugin_name: &str,
+    others: &[String],
+    desired: Option<&[PolicyRule]>,
+) -> Option<Value> {
     let key = added_rules_annotation(plugin_name);
-    let recorded_raw = live.annotations().get(&key);
-    let recorded = recorded_rules(live, plugin_name);
+    patch_records(
+        live,
+        &record_keys(plugin_name, others),
+        desired.map(|d| (key.as_str(), d)),
+    )
+}
+
+/// The JSON merge patch that takes the rules recorded under each annotation of `remove` out of
+/// `live` with those annotations, and, with `set: Some((key, rules))`, appends `rules`
+/// (normalized) recorded under `key` (an empty list records nothing); `None` when `live`
+/// already is so. Shape and concurrency as [`patch_role`], which this generalizes; the sweep
+/// (`crate::sweep`) removes the records of plugins that no longer exist with it.
+pub fn patch_records(
+    live: &Role,
+    remove: &[String],
+    set: Option<(&str, &[PolicyRule])>,
+) -> Option<Value> {
+    let annotations = live.annotations();
+    let mut remove: Vec<String> = remove.to_vec();
+    if let Some((key, _)) = set
+        && !remove.iter().any(|k| k == key)
+    {
+        remove.push(key.to_string());
+    }
+    let recorded = rules_under(live, &remove);
     let live_rules = live.rules.clone().unwrap_or_default();
-    let desired: Vec<PolicyRule> = desired.unwrap_or_default().iter().map(normalize).collect();
-    let desired_json = serde_json::to_string(&desired).unwrap_or_default();
+    let (set_key, desired): (Option<&str>, Vec<PolicyRule>) = match set {
+        Some((key, rules)) => (Some(key), rules.iter().map(normalize).collect()),
+        None => (None, Vec::new()),
+    };
 
     let mut rules = without_recorded(&live_rules, &recorded);
     rules.extend(desired.iter().cloned());
-    let annotation = if desired.is_empty() {
-        Value::Null
-    } else {
-        Value::String(desired_json)
-    };
-    let annotation_ok = match (&annotation, recorded_raw) {
-        (Value::Null, None) => true,
-        (Value::String(want), Some(have)) => want == have,
-        _ => false,
-    };
-    if annotation_ok && rules == live_rules {
+    let mut changes = serde_json::Map::new();
+    for k in &remove {
+        let want = match set_key {
+            Some(s) if s == k && !desired.is_empty() => {
+                Some(serde_json::to_string(&desired).unwrap_or_default())
+            }
+            _ => None,
+        };
+        if annotations.get(k) != want.as_ref() {
+            changes.insert(k.clone(), want.map_or(Value::Null, Value::String));
+        }
+    }
+    // Converged: the records are as desired and the Role still holds every recorded rule
+    // (wherever: another plugin may have appended after this one, and moving this one's rules
+    // to the end on every reconcile would write the Role each time).
+    let unchanged_records = recorded.iter().map(normalize).collect::<Vec<_>>() == desired;
+    let still_held =
+        without_recorded(&live_rules, &recorded).len() + recorded.len() == live_rules.len();
+    if changes.is_empty() && (rules == live_rules || (unchanged_records && still_held)) {
         return None;
     }
     let mut metadata = json!({ "resourceVersion": live.metadata.resource_version });
-    if !(annotation.is_null() && recorded_raw.is_none()) {
-        metadata["annotations"] = json!({ key: annotation });
+    if !changes.is_empty() {
+        metadata["annotations"] = Value::Object(changes);
     }
     Some(json!({ "metadata": metadata, "rules": rules }))
 }
 
 /// The patch restoring `live` to what it was before `plugin_name` appended to it; `None` when
 /// it carries nothing of the plugin.
-pub fn restore_role(live: &Role, plugin_name: &str) -> Option<Value> {
-    patch_role(live, plugin_name, None)
+pub fn restore_role(live: &Role, plugin_name: &str, others: &[String]) -> Option<Value> {
+    patch_role(live, plugin_name, others, None)
 }

@@ -68,6 +68,10 @@ pub struct Workload {
     pub uid: Option<String>,
     /// `metadata.generation`: grows with every change of the spec.
     pub generation: Option<i64>,
+    /// Bytes of JSON of `metadata.annotations` (a client-side apply's last-applied
+    /// configuration can be as large as the object): counted by the size budgets
+    /// ([`super::budget`]).
+    pub annotations_bytes: usize,
 }
 
 impl Workload {
@@ -103,6 +107,7 @@ impl Workload {
             managed_fields: obj.meta().managed_fields.clone().unwrap_or_default(),
             uid: obj.meta().uid.clone(),
             generation: obj.meta().generation,
+            annotations_bytes: serde_json::to_vec(obj.annotations()).map_or(0, |b| b.len()),
         }
     }
 

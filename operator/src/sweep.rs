@@ -1,0 +1,560 @@
+//! The sweep: nothing the operator made for a plugin outlives the plugin (issue 21, hole 4).
+//!
+//! The finalizer `vcp.dev/cleanup` ([`crate::cleanup`]) removes what was added when a plugin is
+//! deleted, but a tenant may remove the finalizer by hand, and an operator stopped during a
+//! delete may never see it. The sweep removes, for every plugin that no longer exists, every
+//! object the operator itself labelled or annotated for it:
+//! - ClusterRoles, ClusterRoleBindings, Roles and RoleBindings labelled
+//!   [`PLUGIN_NAME_LABEL`] / [`PLUGIN_NAMESPACE_LABEL`] (deleted; a garbage collector would
+//!   collect only the namespaced ones, and only where one runs);
+//! - rules recorded in a vCluster Role under `rbac.mode: PatchVClusterRoles` (the annotations
+//!   `vcp.dev/added-rules.*` of every key scheme, [`crate::rbac::record_keys`], and the rules
+//!   they record, taken out with [`crate::rbac::patch_records`]);
+//! - containers, init containers and volumes in a vCluster workload: the operator's
+//!   server-side-apply entry owns a container or init container named after a plugin that no
+//!   longer targets that workload (deleted, or moved to another vCluster): the workload's
+//!   apply is recomputed from the plugins that still exist ([`crate::cleanup::apply_without`]).
+//!
+//! Only the operator's own marks count ([`owned_by_operator`]): a label or annotation counts
+//! when the operator's field manager ([`OPERATOR_FIELD_MANAGER`]) owns it in `managedFields`,
+//! so an object a user labelled so is never swept.
+//!
+//! When it runs ([`spawn`]): once the plugins' watch cache and the other caches hold their
+//! first full lists (the start of the operator, or of its leadership), for every plugin
+//! ([`Scope::All`]); after each plugin delete the plugins' watch reports
+//! ([`Scope::Plugin`]: the plugin's own labelled objects and its namespace's Roles and
+//! workloads), whether or not the finalizer ran; and every [`SWEEP_INTERVAL`] for every plugin,
+//! the safety net for a delete missed while the watch was down. A failed sweep is retried after
+//! [`crate::controller::RETRY`].
+//!
+//! The pure part ([`Existing`], [`labelled_orphan`], [`orphan_records`], [`orphan_entries`])
+//! decides from the live objects and the existing plugins; [`sweep`] reads and writes. Reads
+//! are lists from the API server (with `managedFields`), not the watch caches, as in the
+//! cleanup; the workloads are picked from the cache and read again before they are applied.
+//! Cost: after a delete, one labelled list of each RBAC kind (selecting that plugin's objects),
+//! one list of the namespace's Roles and one GET per vCluster workload of the namespace. A
+//! sweep of every plugin lists the four labelled kinds cluster-wide (what the caches hold) and
+//! the Roles of each namespace holding a vCluster workload or a plugin (records sit on Roles
+//! no label selects, and a cluster-wide list of Roles would hold every Role of the cluster in
+//! memory); a record on a Role of a namespace with neither is not looked for.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio::sync::{mpsc, watch};
+use tracing::{debug, info, warn};
+use vcp_crds::{OPERATOR_FIELD_MANAGER, PLUGIN_NAME_LABEL, PLUGIN_NAMESPACE_LABEL, VClusterPlugin};
+
+use crate::cleanup;
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::rbac::{self, ADDED_RULES_PREFIX};
+use crate::workload::{SYNCER_CONTAINER, Workload, owned_entries};
+
+/// How often every plugin is swept besides the start and the deletes (the same period as the
+/// install path's resync, [`crate::install::RESYNC`]).
+pub const SWEEP_INTERVAL: Duration = crate::install::RESYNC;
+
+/// How long the sweeper waits after a trigger for more (the deletes of one `kubectl delete`
+/// of several plugins), to sweep them together.
+pub const COALESCE: Duration = Duration::from_millis(300);
+
+/// What one sweep looks at.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Scope {
+    /// Every plugin's objects, cluster-wide (start and [`SWEEP_INTERVAL`]).
+    All,
+    /// The objects of the plugin `name` of `namespace`, just deleted: its labelled objects, the
+    /// Roles and vCluster workloads of its namespace.
+    Plugin {
+        /// The plugin's namespace.
+        namespace: String,
+        /// The plugin's name.
+        name: String,
+    },
+}
+
+/// The plugins that exist (the plugins' watch cache), as the sweep needs them.
+#[derive(Clone, Debug, Default)]
+pub struct Existing {
+    /// Plugin names by namespace.
+    names: BTreeMap<String, BTreeSet<String>>,
+    /// Plugin names by (namespace, targeted vCluster).
+    targets: BTreeMap<(String, String), BTreeSet<String>>,
+}
+
+impl Existing {
+    /// The plugins of `plugins` (those being deleted included: their finalizer's cleanup
+    /// removes what they have).
+    pub fn new<'a>(plugins: impl IntoIterator<Item = &'a VClusterPlugin>) -> Self {
+        let mut out = Self::default();
+        for p in plugins {
+            let namespace = p.namespace().unwrap_or_default();
+            out.names
+                .entry(namespace.clone())
+                .or_default()
+                .insert(p.name_any());
+            out.targets
+                .entry((namespace, p.spec.vcluster.name.clone()))
+                .or_default()
+                .insert(p.name_any());
+        }
+        out
+    }
+
+    /// Whether the plugin `name` exists in `namespace`.
+    pub fn contains(&self, namespace: &str, name: &str) -> bool {
+        self.names.get(namespace).is_some_and(|n| n.contains(name))
+    }
+
+    /// Whether the plugin `name` of `namespace` targets the vCluster `vcluster`.
+    pub fn targets(&self, namespace: &str, vcluster: &str, name: &str) -> bool {
+        self.targets
+            .get(&(namespace.to_string(), vcluster.to_string()))
+            .is_some_and(|n| n.contains(name))
+    }
+
+    /// The names of the plugins of `namespace`.
+    pub fn names_in(&self, namespace: &str) -> impl Iterator<Item = &str> {
+        self.names
+            .get(namespace)
+            .into_iter()
+            .flatten()
+            .map(String::as_str)
+    }
+}
+
+/// Whether the operator's field manager owns `metadata.<field>.<key>` of `meta` (an entry of
+/// `managedFields` with manager [`OPERATOR_FIELD_MANAGER`], any operation: its server-side
+/// applies and its merge patches alike).
+pub fn owned_by_operator(meta: &ObjectMeta, field: &str, key: &str) -> bool {
+    meta.managed_fields.iter().flatten().any(|e| {
+        e.manager.as_deref() == Some(OPERATOR_FIELD_MANAGER)
+            && e.fields_v1
+                .as_ref()
+                .and_then(|f| f.0.get("f:metadata"))
+                .and_then(|m| m.get(format!("f:{field}")))
+                .and_then(|l| l.get(format!("f:{key}")))
+                .is_some()
+    })
+}
+
+/// The plugin (namespace, name) an object was labelled for by the operator, when both labels
+/// are there and the operator owns them.
+pub fn labelled_for(meta: &ObjectMeta) -> Option<(String, String)> {
+    let labels = meta.labels.as_ref()?;
+    let name = labels.get(PLUGIN_NAME_LABEL)?;
+    let namespace = labels.get(PLUGIN_NAMESPACE_LABEL)?;
+    let ours = owned_by_operator(meta, "labels", PLUGIN_NAME_LABEL)
+        && owned_by_operator(meta, "labels", PLUGIN_NAMESPACE_LABEL);
+    ours.then(|| (namespace.clone(), name.clone()))
+}
+
+/// Whether the object of `meta` was labelled by the operator for a plugin that no longer
+/// exists.
+pub fn labelled_orphan(meta: &ObjectMeta, existing: &Existing) -> bool {
+    labelled_for(meta).is_some_and(|(namespace, name)| !existing.contains(&namespace, &name))
+}
+
+/// The annotations of `role` recording rules (`vcp.dev/added-rules.*`, written by the
+/// operator) of no plugin that exists in the Role's namespace: no key of theirs, of the current
+/// or the earlier scheme ([`rbac::record_keys`]), is the annotation's.
+pub fn orphan_records(role: &Role, existing: &Existing) -> Vec<String> {
+    let namespace = role.namespace().unwrap_or_default();
+    let claimed: BTreeSet<String> = existing
+        .names_in(&namespace)
+        .flat_map(|n| rbac::record_keys(n, &[]))
+        .collect();
+    role.annotations()
+        .keys()
+        .filter(|k| k.starts_with(ADDED_RULES_PREFIX))
+        .filter(|k| owned_by_operator(&role.metadata, "annotations", k))
+        .filter(|k| !claimed.contains(*k))
+        .cloned()
+        .collect()
+}
+
+/// The containers and init containers of `workload` that the operator's apply owns (by name;
+/// not `syncer`, of which it owns only the `/plugins` mount) and that no existing plugin
+/// targeting the workload is named after, sorted.
+pub fn orphan_entries(workload: &Workload, existing: &Existing) -> Vec<String> {
+    let owned = owned_entries(&workload.managed_fields);
+    let mut out: BTreeSet<String> = BTreeSet::new();
+    for list in ["f:containers", "f:initContainers"] {
+        for key in owned
+            .get(list)
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+        {
+            let Some(name) = key
+                .0
+                .strip_prefix("k:")
+                .and_then(|k| serde_json::from_str::<Value>(k).ok())
+                .and_then(|k| k.get("name").and_then(Value::as_str).map(String::from))
+            else {
+                continue;
+            };
+            if name != SYNCER_CONTAINER
+                && !existing.targets(&workload.namespace, &workload.name, &name)
+            {
+                out.insert(name);
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// What one [`sweep`] removed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Swept {
+    /// Labelled RBAC objects deleted, as `<Kind> <namespace/>name`.
+    pub deleted: Vec<String>,
+    /// vCluster Roles whose orphaned records were taken out, as `namespace/name`.
+    pub restored_roles: Vec<String>,
+    /// Workloads applied again without orphaned entries, as `namespace/name`.
+    pub workloads: Vec<String>,
+}
+
+impl Swept {
+    fn is_empty(&self) -> bool {
+        self.deleted.is_empty() && self.restored_roles.is_empty() && self.workloads.is_empty()
+    }
+}
+
+/// Sweeps `scope` (module docs): deletes the labelled RBAC objects of plugins that no longer
+/// exist, takes their records out of vCluster Roles, and applies the workloads that hold their
+/// entries again from the plugins that exist.
+///
+/// # Errors
+/// The API server's answers (a 404 or a failed precondition on delete, and a 409 Conflict on a
+/// Role's patch, are not errors: the object changed, the next sweep looks again).
+pub async fn sweep(ctx: &Context, scope: &Scope) -> Result<Swept> {
+    let existing = Existing::new(ctx.plugins.state().iter().map(|p| &**p));
+    let mut swept = Swept::default();
+    let (selector, namespace) = match scope {
+        Scope::All => (PLUGIN_NAME_LABEL.to_string(), None),
+        Scope::Plugin { namespace, name } => (
+            format!("{PLUGIN_NAME_LABEL}={name},{PLUGIN_NAMESPACE_LABEL}={namespace}"),
+            Some(namespace.as_str()),
+        ),
+    };
+    let labelled = ListParams::default().labels(&selector);
+    let client = &ctx.client;
+
+    // Bindings before roles: the grant goes first.
+    delete_orphans(
+        Api::<ClusterRoleBinding>::all(client.clone()),
+        |_| Api::all(client.clone()),
+        &labelled,
+        &existing,
+        &mut swept,
+    )
+    .await?;
+    delete_orphans(
+        Api::<ClusterRole>::all(client.clone()),
+        |_| Api::all(client.clone()),
+        &labelled,
+        &existing,
+        &mut swept,
+    )
+    .await?;
+    let (bindings, roles) = match namespace {
+        Some(ns) => (
+            Api::<RoleBinding>::namespaced(client.clone(), ns),
+            Api::<Role>::namespaced(client.clone(), ns),
+        ),
+        None => (Api::all(client.clone()), Api::all(client.clone())),
+    };
+    delete_orphans(
+        bindings,
+        |ns| Api::namespaced(client.clone(), ns),
+        &labelled,
+        &existing,
+        &mut swept,
+    )
+    .await?;
+    delete_orphans(
+        roles,
+        |ns| Api::namespaced(client.clone(), ns),
+        &labelled,
+        &existing,
+        &mut swept,
+    )
+    .await?;
+    // Records are on Roles no label selects (the vCluster's own), so they are listed per
+    // namespace, never cluster-wide (the operator's reads of Roles across the cluster carry a
+    // label selector, `crate::cache`): the deleted plugin's namespace, or every namespace with
+    // a vCluster workload or a plugin.
+    let namespaces: BTreeSet<String> = match namespace {
+        Some(ns) => BTreeSet::from([ns.to_string()]),
+        None => ctx
+            .caches
+            .statefulsets
+            .state()
+            .iter()
+            .filter_map(|s| s.namespace())
+            .chain(
+                ctx.caches
+                    .deployments
+                    .state()
+                    .iter()
+                    .filter_map(|d| d.namespace()),
+            )
+            .chain(existing.names.keys().cloned())
+            .collect(),
+    };
+    for ns in namespaces {
+        restore_orphan_records(ctx, &ns, &existing, &mut swept).await?;
+    }
+
+    // Workloads: picked from the cache (all of the namespace after a delete: the cache may not
+    // show yet an apply a reconcile in flight made), read again and applied under the
+    // workload's lock.
+    let cached: Vec<Workload> = ctx
+        .caches
+        .statefulsets
+        .state()
+        .iter()
+        .map(|s| Workload::from_statefulset(s))
+        .chain(
+            ctx.caches
+                .deployments
+                .state()
+                .iter()
+                .map(|d| Workload::from_deployment(d)),
+        )
+        .filter(|w| match namespace {
+            Some(ns) => w.namespace == ns,
+            None => !orphan_entries(w, &existing).is_empty(),
+        })
+        .collect();
+    for wl in cached {
+        let lock = ctx.workload_lock(&wl.namespace, &wl.name);
+        let _guard = lock.lock().await;
+        let Some(fresh) = crate::writes::fetch_workload(client, &wl.namespace, &wl.name).await?
+        else {
+            continue;
+        };
+        let existing = Existing::new(ctx.plugins.state().iter().map(|p| &**p));
+        let orphans = orphan_entries(&fresh, &existing);
+        if orphans.is_empty() {
+            continue;
+        }
+        cleanup::apply_without(ctx, &fresh, None).await?;
+        swept.workloads.push(format!(
+            "{}/{} ({})",
+            fresh.namespace,
+            fresh.name,
+            orphans.join(", ")
+        ));
+    }
+    Ok(swept)
+}
+
+/// Takes the records of plugins that no longer exist ([`orphan_records`]) out of the Roles of
+/// `namespace`, recording each Role in `swept`.
+async fn restore_orphan_records(
+    ctx: &Context,
+    namespace: &str,
+    existing: &Existing,
+    swept: &mut Swept,
+) -> Result<()> {
+    let api = Api::<Role>::namespaced(ctx.client.clone(), namespace);
+    let roles = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| Error::kube(format!("list Roles in {namespace}"), e))?
+        .items;
+    let pp = PatchParams {
+        field_manager: Some(OPERATOR_FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    for role in roles {
+        let name = role.name_any();
+        let orphans = orphan_records(&role, existing);
+        let Some(patch) = (!orphans.is_empty())
+            .then(|| rbac::patch_records(&role, &orphans, None))
+            .flatten()
+        else {
+            continue;
+        };
+        match api.patch(&name, &pp, &Patch::Merge(&patch)).await {
+            Ok(_) => swept.restored_roles.push(format!("{namespace}/{name}")),
+            // Changed since the list: the next sweep (or the Role's plugin) looks again.
+            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {
+                debug!(role = %format!("{namespace}/{name}"), "Role changed during the sweep");
+            }
+            Err(e) => {
+                return Err(Error::kube(
+                    format!("merge-patch the rules of Role {namespace}/{name}"),
+                    e,
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Deletes every object `api` lists with `params` that the operator labelled for a plugin that
+/// no longer exists (through `api_of` its namespace, or `api` when cluster-scoped), recording
+/// each in `swept`.
+async fn delete_orphans<K>(
+    api: Api<K>,
+    api_of: impl Fn(&str) -> Api<K>,
+    params: &ListParams,
+    existing: &Existing,
+    swept: &mut Swept,
+) -> Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+    K::DynamicType: Default,
+{
+    let kind = K::kind(&Default::default()).to_string();
+    let items = api
+        .list(params)
+        .await
+        .map_err(|e| Error::kube(format!("list labelled {kind}s"), e))?
+        .items;
+    for obj in items {
+        if !labelled_orphan(obj.meta(), existing) {
+            continue;
+        }
+        let api = match obj.meta().namespace.as_deref() {
+            Some(ns) => api_of(ns),
+            None => api.clone(),
+        };
+        if delete(&api, obj.meta()).await? {
+            swept.deleted.push(format!(
+                "{kind} {}{}",
+                obj.meta()
+                    .namespace
+                    .as_deref()
+                    .map(|n| format!("{n}/"))
+                    .unwrap_or_default(),
+                obj.name_any()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Deletes the object of `meta` with its uid and resourceVersion as preconditions (one
+/// recreated or changed since it was listed is left for the next look). Returns whether it was
+/// deleted.
+async fn delete<K>(api: &Api<K>, meta: &ObjectMeta) -> Result<bool>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+    K::DynamicType: Default,
+{
+    let name = meta.name.clone().unwrap_or_default();
+    let dp = DeleteParams::default().preconditions(Preconditions {
+        uid: meta.uid.clone(),
+        resource_version: meta.resource_version.clone(),
+    });
+    match api.delete(&name, &dp).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
+        Err(e) => Err(Error::kube(
+            format!("delete {} {name}", K::kind(&Default::default())),
+            e,
+        )),
+    }
+}
+
+/// Sends scopes to the sweeper task of [`spawn`].
+#[derive(Clone, Debug)]
+pub struct Trigger(mpsc::UnboundedSender<Scope>);
+
+impl Trigger {
+    /// Asks for a sweep of `scope` (dropped when the sweeper has stopped).
+    pub fn sweep(&self, scope: Scope) {
+        let _ = self.0.send(scope);
+    }
+}
+
+/// A [`Trigger`] and the receiver to give [`spawn`].
+pub fn channel() -> (Trigger, Scopes) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    (Trigger(tx), Scopes(rx))
+}
+
+/// The receiving end of a [`Trigger`] ([`channel`]).
+#[derive(Debug)]
+pub struct Scopes(mpsc::UnboundedReceiver<Scope>);
+
+/// Starts the sweeper task (module docs): it waits until `plugins_ready` is `true` (the
+/// plugins' watch cache holds its first full list: sweeping before would take every plugin
+/// for deleted) and the other caches are ready, sweeps [`Scope::All`], then each scope sent
+/// through the [`Trigger`] of `scopes` and [`Scope::All`] every [`SWEEP_INTERVAL`]. Abort the
+/// handle to stop it.
+pub fn spawn(
+    ctx: Arc<Context>,
+    mut plugins_ready: watch::Receiver<bool>,
+    scopes: Scopes,
+) -> tokio::task::JoinHandle<()> {
+    let mut rx = scopes.0;
+    tokio::spawn(async move {
+        if plugins_ready.wait_for(|r| *r).await.is_err() || ctx.caches_ready.wait().await.is_err() {
+            return;
+        }
+        let mut pending: BTreeSet<Scope> = BTreeSet::from([Scope::All]);
+        let mut next_all = tokio::time::Instant::now() + SWEEP_INTERVAL;
+        loop {
+            let mut failed = BTreeSet::new();
+            // `All` covers every plugin scope.
+            if pending.contains(&Scope::All) {
+                pending = BTreeSet::from([Scope::All]);
+                next_all = tokio::time::Instant::now() + SWEEP_INTERVAL;
+            }
+            for scope in std::mem::take(&mut pending) {
+                match sweep(&ctx, &scope).await {
+                    Ok(swept) if swept.is_empty() => debug!(?scope, "swept: nothing left behind"),
+                    Ok(swept) => info!(
+                        ?scope,
+                        deleted = ?swept.deleted,
+                        roles = ?swept.restored_roles,
+                        workloads = ?swept.workloads,
+                        "swept what deleted plugins left behind"
+                    ),
+                    Err(e) => {
+                        warn!(?scope, error = %e, "sweep failed; retrying in {}s", crate::controller::RETRY.as_secs());
+                        failed.insert(scope);
+                    }
+                }
+            }
+            let wake = if failed.is_empty() {
+                next_all
+            } else {
+                tokio::time::Instant::now() + crate::controller::RETRY
+            };
+            pending = failed;
+            tokio::select! {
+                got = rx.recv() => {
+                    let Some(scope) = got else { return };
+                    pending.insert(scope);
+                    tokio::time::sleep(COALESCE).await;
+                    while let Ok(scope) = rx.try_recv() {
+                        pending.insert(scope);
+                    }
+                }
+                () = tokio::time::sleep_until(wake) => {
+                    if tokio::time::Instant::now() >= next_all {
+                        pending.insert(Scope::All);
+                    }
+                }
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests;

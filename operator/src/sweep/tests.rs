@@ -1,0 +1,225 @@
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::rbac::v1::{ClusterRole, Role};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
+use serde_json::json;
+use vcp_crds::{VClusterPluginSpec, VClusterRef};
+
+use super::*;
+
+fn plugin(namespace: &str, name: &str, vcluster: &str) -> VClusterPlugin {
+    let mut p = VClusterPlugin::new(
+        name,
+        VClusterPluginSpec {
+            vcluster: VClusterRef {
+                name: vcluster.into(),
+            },
+            ..Default::default()
+        },
+    );
+    p.metadata.namespace = Some(namespace.into());
+    p
+}
+
+fn entry(manager: &str, operation: &str, fields: Value) -> ManagedFieldsEntry {
+    ManagedFieldsEntry {
+        manager: Some(manager.into()),
+        operation: Some(operation.into()),
+        api_version: Some("v1".into()),
+        fields_type: Some("FieldsV1".into()),
+        fields_v1: Some(FieldsV1(fields)),
+        ..Default::default()
+    }
+}
+
+/// An object labelled for the plugin `namespace/name`, the labels owned by `manager`.
+fn labelled(namespace: &str, name: &str, manager: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(format!("vcp:{namespace}:{name}")),
+        labels: Some(BTreeMap::from([
+            (PLUGIN_NAME_LABEL.to_string(), name.to_string()),
+            (PLUGIN_NAMESPACE_LABEL.to_string(), namespace.to_string()),
+        ])),
+        managed_fields: Some(vec![entry(
+            manager,
+            "Apply",
+            json!({ "f:metadata": { "f:labels": {
+                format!("f:{PLUGIN_NAME_LABEL}"): {},
+                format!("f:{PLUGIN_NAMESPACE_LABEL}"): {},
+            } } }),
+        )]),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn labelled_objects_of_plugins_that_are_gone_are_orphans() {
+    let existing = Existing::new([&plugin("team-a", "kept", "vc")]);
+    let gone = labelled("team-a", "gone", OPERATOR_FIELD_MANAGER);
+    let kept = labelled("team-a", "kept", OPERATOR_FIELD_MANAGER);
+    let elsewhere = labelled("team-b", "kept", OPERATOR_FIELD_MANAGER);
+    assert!(labelled_orphan(&gone, &existing));
+    assert!(!labelled_orphan(&kept, &existing));
+    assert!(
+        labelled_orphan(&elsewhere, &existing),
+        "a plugin of the same name in another namespace does not keep it"
+    );
+    assert_eq!(
+        labelled_for(
+            &ClusterRole {
+                metadata: gone.clone(),
+                ..Default::default()
+            }
+            .metadata
+        ),
+        Some(("team-a".into(), "gone".into()))
+    );
+}
+
+#[test]
+fn objects_a_user_labelled_are_never_orphans() {
+    let existing = Existing::default();
+    // Labelled by someone else.
+    assert!(!labelled_orphan(
+        &labelled("team-a", "gone", "kubectl"),
+        &existing
+    ));
+    // The operator owns one label only.
+    let mut half = labelled("team-a", "gone", OPERATOR_FIELD_MANAGER);
+    half.managed_fields = Some(vec![entry(
+        OPERATOR_FIELD_MANAGER,
+        "Apply",
+        json!({ "f:metadata": { "f:labels": { format!("f:{PLUGIN_NAME_LABEL}"): {} } } }),
+    )]);
+    assert!(!labelled_orphan(&half, &existing));
+    // Not labelled at all.
+    assert!(!labelled_orphan(&ObjectMeta::default(), &existing));
+}
+
+/// A vCluster Role carrying records of `plugins` (rules JSON `[]` is enough here), each owned
+/// by the manager given with it, plus Helm's annotation.
+fn chart_role(records: &[(String, &str)]) -> Role {
+    let mut annotations =
+        BTreeMap::from([("meta.helm.sh/release-name".to_string(), "vc".to_string())]);
+    let mut fields = serde_json::Map::new();
+    let mut entries = Vec::new();
+    for (key, manager) in records {
+        annotations.insert(key.clone(), "[]".into());
+        if *manager == OPERATOR_FIELD_MANAGER {
+            fields.insert(format!("f:{key}"), json!({}));
+        } else {
+            entries.push(entry(
+                manager,
+                "Update",
+                json!({ "f:metadata": { "f:annotations": { format!("f:{key}"): {} } } }),
+            ));
+        }
+    }
+    entries.push(entry(
+        OPERATOR_FIELD_MANAGER,
+        "Update",
+        json!({ "f:metadata": { "f:annotations": Value::Object(fields) } }),
+    ));
+    Role {
+        metadata: ObjectMeta {
+            name: Some("vc-vc".into()),
+            namespace: Some("team-a".into()),
+            annotations: Some(annotations),
+            managed_fields: Some(entries),
+            ..Default::default()
+        },
+        rules: Some(vec![]),
+    }
+}
+
+#[test]
+fn records_of_plugins_that_are_gone_are_orphans_in_every_key_scheme() {
+    let long_kept = "k".repeat(60);
+    let long_gone = "g".repeat(60);
+    let existing = Existing::new([
+        &plugin("team-a", "kept", "vc"),
+        &plugin("team-a", &long_kept, "vc"),
+        &plugin("team-b", "gone", "vc"),
+    ]);
+    let key = rbac::added_rules_annotation;
+    let legacy = |n: &str| rbac::legacy_added_rules_annotation(n).unwrap();
+    let role = chart_role(&[
+        (key("kept"), OPERATOR_FIELD_MANAGER),
+        (key("gone"), OPERATOR_FIELD_MANAGER),
+        (key(&long_kept), OPERATOR_FIELD_MANAGER),
+        (legacy(&long_kept), OPERATOR_FIELD_MANAGER),
+        (key(&long_gone), OPERATOR_FIELD_MANAGER),
+        (legacy(&long_gone), OPERATOR_FIELD_MANAGER),
+        (key("users-own"), "kubectl-edit"),
+    ]);
+    let mut want = vec![key("gone"), key(&long_gone), legacy(&long_gone)];
+    want.sort();
+    assert_eq!(orphan_records(&role, &existing), want);
+
+    // Taking them out leaves the other records and Helm's annotation.
+    let patch = rbac::patch_records(&role, &want, None).unwrap();
+    let changed = patch["metadata"]["annotations"].as_object().unwrap();
+    assert_eq!(changed.len(), 3);
+    assert!(changed.values().all(Value::is_null));
+}
+
+/// A workload whose operator `Apply` entry owns `containers` and `init` (by name).
+fn workload(containers: &[&str], init: &[&str]) -> Workload {
+    let keyed = |names: &[&str]| -> Value {
+        Value::Object(
+            names
+                .iter()
+                .map(|n| (format!("k:{}", json!({ "name": n })), json!({ ".": {} })))
+                .collect(),
+        )
+    };
+    Workload {
+        name: "vc".into(),
+        namespace: "team-a".into(),
+        managed_fields: vec![
+            entry(
+                OPERATOR_FIELD_MANAGER,
+                "Apply",
+                json!({ "f:spec": { "f:template": { "f:spec": {
+                    "f:containers": keyed(containers),
+                    "f:initContainers": keyed(init),
+                } } } }),
+            ),
+            entry(
+                "helm",
+                "Update",
+                json!({ "f:spec": { "f:template": { "f:spec": {
+                    "f:containers": keyed(&["helm-sidecar"]),
+                } } } }),
+            ),
+        ],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn workload_entries_of_plugins_that_are_gone_or_moved_are_orphans() {
+    let existing = Existing::new([
+        &plugin("team-a", "sidecar", "vc"),
+        &plugin("team-a", "v2", "vc"),
+        &plugin("team-a", "moved", "other-vc"),
+        &plugin("team-b", "gone-here", "vc"),
+    ]);
+    let wl = workload(
+        &[SYNCER_CONTAINER, "sidecar", "moved", "gone-here"],
+        &["v2", "gone-init"],
+    );
+    assert_eq!(
+        orphan_entries(&wl, &existing),
+        ["gone-here", "gone-init", "moved"]
+    );
+    assert!(
+        orphan_entries(
+            &workload(&[SYNCER_CONTAINER, "sidecar"], &["v2"]),
+            &existing
+        )
+        .is_empty()
+    );
+    // Entries another manager owns are not the operator's.
+    assert!(orphan_entries(&workload(&[], &[]), &Existing::default()).is_empty());
+}
