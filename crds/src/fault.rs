@@ -20,8 +20,13 @@
 //! path contains `<text>` count (such as `/apis/example.loft.sh/`: the runtime dies right after its first host
 //! Car create, before any status report that could count it).
 //!
-//! Unset (the default, and always in production), the layer does nothing but pass requests
-//! through. An unparsable value is an error at start-up, never silently ignored.
+//! Unset, the layer does nothing but pass requests through. An unparsable value is an error at
+//! start-up, never silently ignored.
+//!
+//! The module exists only with the crate's `test-faults` feature, which only the test crate
+//! enables (through the operator's and the runtime's features of the same name): release
+//! builds have no fault layer and no `VCP_FAULT_*` variable at all (tests/tests/dockerfile.rs
+//! searches the image replay's binaries for the text).
 
 use std::future::Future;
 use std::pin::Pin;

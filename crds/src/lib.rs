@@ -11,11 +11,13 @@
 //! `config/crd/` ([`CRD_DIRS`]); the crate's test `crd_yaml` fails when either copy differs from
 //! [`crd_yaml`]'s output (run it with `VCP_BLESS=1` to rewrite the files).
 //!
-//! Shared by both binaries besides the types: [`fault`], their test-only fault point, and
-//! [`hooks`], the pure application of declared hooks.
+//! Shared by both binaries besides the types: [`hooks`], the pure application of declared
+//! hooks, and, with the `test-faults` feature only, `fault`, their test-only fault point
+//! (absent from release builds).
 
 pub mod admission;
 pub mod car;
+#[cfg(feature = "test-faults")]
 pub mod fault;
 pub mod hooks;
 pub mod plugin;

@@ -126,6 +126,9 @@ pub const PLUGIN_NAMESPACE_LABEL: &str = "vcp.dev/plugin-namespace";
     validation = Rule::new("!has(self.spec.config) || (has(self.spec.image) && has(self.spec.version) && self.spec.version == 'v1')").message("spec.config is only passed to a v1 (sidecar) plugin image: a v2 plugin gets its config from the vCluster's values, and the embedded runtime reads syncedTypes and hooks").field_path(".spec.config"),
     validation = Rule::new("!has(oldSelf.spec) || self.spec.vcluster.name == oldSelf.spec.vcluster.name").message("spec.vcluster.name is immutable: moving a plugin would strand its entries in the old vCluster's workload; delete the VClusterPlugin and create a new one").field_path(".spec.vcluster.name"),
     validation = Rule::new("!has(self.spec.rbac) || !has(self.spec.rbac.role) || !has(self.spec.rbac.role.extraRules) || self.spec.rbac.role.extraRules.all(r, !has(r.nonResourceURLs))").message("nonResourceURLs are cluster-scoped: put such a rule in spec.rbac.clusterRole.extraRules").field_path(".spec.rbac.role.extraRules"),
+    validation = Rule::new("has(self.spec.image) || !has(self.spec.command)").message("spec.command is refused for the embedded runtime (no spec.image): vcluster-plugin-operator writes its command line, which names the plugin it runs").field_path(".spec.command"),
+    validation = Rule::new("has(self.spec.image) || !has(self.spec.args)").message("spec.args is refused for the embedded runtime (no spec.image): vcluster-plugin-operator writes its arguments, and the runtime runs only the plugin the operator named").field_path(".spec.args"),
+    validation = Rule::new("has(self.spec.image) || !has(self.spec.envFrom)").message("spec.envFrom is refused for the embedded runtime (no spec.image): its environment is vcluster-plugin-operator's, and a ConfigMap or Secret could hold the operator's own variables").field_path(".spec.envFrom"),
     validation = Rule::new(crate::admission::permission_checks_rule()).message(crate::admission::permission_checks_message().as_str()).field_path(".spec")
 )]
 #[serde(rename_all = "camelCase")]
@@ -153,7 +156,8 @@ pub struct VClusterPluginSpec {
     pub image_pull_policy: Option<PullPolicy>,
 
     /// Entrypoint of the plugin container, as in a Pod's container; at most 64 entries of at
-    /// most 4096 characters.
+    /// most 4096 characters. Only with `image`: refused for the embedded runtime, whose command
+    /// line is the operator's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64), extend("x-kubernetes-validations" = [
         { "rule": "self.all(a, size(a) <= 4096)", "message": "each command entry is at most 4096 characters" },
@@ -161,7 +165,8 @@ pub struct VClusterPluginSpec {
     pub command: Option<Vec<String>>,
 
     /// Arguments of the plugin container, as in a Pod's container; at most 64 entries of at
-    /// most 4096 characters.
+    /// most 4096 characters. Only with `image`: refused for the embedded runtime, whose
+    /// arguments (and the plugin they name) are the operator's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64), extend("x-kubernetes-validations" = [
         { "rule": "self.all(a, size(a) <= 4096)", "message": "each args entry is at most 4096 characters" },
@@ -169,16 +174,24 @@ pub struct VClusterPluginSpec {
     pub args: Option<Vec<String>>,
 
     /// Environment variables of the plugin container; at most 64, each `value` at most 32768
-    /// characters (the whole spec is copied into the vCluster's workload).
+    /// characters (the whole spec is copied into the vCluster's workload). Names beginning with
+    /// `VCP_` or `VCLUSTER_` are refused: they are the operator's and its runtime's (such as
+    /// `VCLUSTER_PLUGIN_NAME`, the plugin a container runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64), extend("x-kubernetes-validations" = [
         { "rule": "self.all(e, !has(e.value) || size(e.value) <= 32768)", "message": "each env value is at most 32768 characters" },
+        { "rule": "self.all(e, !e.name.startsWith('VCP_') && !e.name.startsWith('VCLUSTER_'))", "message": "env names beginning with VCP_ or VCLUSTER_ are reserved for vcluster-plugin-operator and its runtime (such as VCLUSTER_PLUGIN_NAME, the plugin a container runs)" },
     ]))]
     pub env: Option<Vec<EnvVar>>,
 
-    /// Environment sources of the plugin container; at most 16.
+    /// Environment sources of the plugin container; at most 16. Only with `image`: refused for
+    /// the embedded runtime. A `prefix` beginning with `VCP_` or `VCLUSTER_` is refused (the
+    /// keys of a ConfigMap or Secret cannot be judged at admission; the operator's own variables
+    /// are in `env`, which Kubernetes gives precedence over `envFrom`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 16))]
+    #[schemars(length(max = 16), extend("x-kubernetes-validations" = [
+        { "rule": "self.all(f, !has(f.prefix) || (!f.prefix.startsWith('VCP_') && !f.prefix.startsWith('VCLUSTER_')))", "message": "envFrom prefixes beginning with VCP_ or VCLUSTER_ are reserved for vcluster-plugin-operator and its runtime" },
+    ]))]
     pub env_from: Option<Vec<EnvFromSource>>,
 
     /// Compute resources of the plugin container.
@@ -190,9 +203,12 @@ pub struct VClusterPluginSpec {
     pub security_context: Option<SecurityContext>,
 
     /// Extra volume mounts of the plugin container (the volumes must exist in the vCluster's
-    /// pod); at most 16.
+    /// pod); at most 16. `vcp-vcluster-kubeconfig` (the vCluster's admin kubeconfig, which the
+    /// operator mounts into its own runtime container only) is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 16))]
+    #[schemars(length(max = 16), extend("x-kubernetes-validations" = [
+        { "rule": "self.all(m, m.name != 'vcp-vcluster-kubeconfig')", "message": "vcp-vcluster-kubeconfig is the vCluster's admin kubeconfig: vcluster-plugin-operator mounts it into its own runtime container only, and no plugin may mount it" },
+    ]))]
     pub volume_mounts: Option<Vec<VolumeMount>>,
 
     /// Free-form plugin configuration, passed as YAML in env `PLUGIN_CONFIG` to a `v1` sidecar.

@@ -24,7 +24,7 @@
 //! | `vcluster-plugin-operator import`: Helm values (`plugin:` / `plugins:`) to VClusterPlugins | [`import`] |
 //! | leader election on a Lease | [`leader`] |
 //! | metrics, health and readiness | [`telemetry`], served by [`http`] |
-//! | test-only fault point: abort after the n-th write (`VCP_FAULT_ABORT_AFTER_WRITES`) | [`fault`] |
+//! | test-only fault point: abort after the n-th write (`VCP_FAULT_ABORT_AFTER_WRITES`; feature `test-faults` only) | `fault` |
 //!
 //! Tests and the binary start the operator with [`run`] (or [`run_until`]) and a [`Config`].
 
@@ -49,7 +49,9 @@ pub mod telemetry;
 pub mod workload;
 pub mod writes;
 
-/// The test-only fault point of the binary's client (shared with the runtime's binary).
+/// The test-only fault point of the binary's client (shared with the runtime's binary); with
+/// the `test-faults` feature only, which release builds leave out.
+#[cfg(feature = "test-faults")]
 pub use vcp_crds::fault;
 
 use std::future::Future;

@@ -18,7 +18,7 @@ use futures::FutureExt;
 use tracing_subscriber::EnvFilter;
 use vcluster_plugin_operator::operations::OperationsArgs;
 use vcluster_plugin_operator::{
-    Config, default_runtime_image, fault, http as operator_http, import, run_until,
+    Config, default_runtime_image, http as operator_http, import, run_until,
 };
 
 /// Command line of the operator.
@@ -276,8 +276,9 @@ const SHUTDOWN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10
 
 /// The operator's client: the in-cluster configuration or `$KUBECONFIG`; its `User-Agent` is
 /// `vcluster-plugin-operator/<version>`, followed by `/<POD_NAME>` when set, so an API server's
-/// audit log tells replicas apart; with the test-only fault point of
-/// [`vcluster_plugin_operator::fault`] (inert unless `VCP_FAULT_ABORT_AFTER_WRITES` is set).
+/// audit log tells replicas apart; built with the `test-faults` feature (tests only), with the
+/// test-only fault point of `vcluster_plugin_operator::fault` (inert unless
+/// `VCP_FAULT_ABORT_AFTER_WRITES` or `VCP_FAULT_STOP_AFTER_WRITES` is set).
 async fn client() -> Result<kube::Client, String> {
     let mut config = kube::Config::infer().await.map_err(|e| e.to_string())?;
     let agent = match std::env::var("POD_NAME") {
@@ -292,11 +293,11 @@ async fn client() -> Result<kube::Client, String> {
     if let Ok(value) = http::HeaderValue::from_str(&agent) {
         config.headers.push((http::header::USER_AGENT, value));
     }
-    let fault = fault::AbortAfterWrites::from_env()?;
-    Ok(kube::client::ClientBuilder::try_from(config)
-        .map_err(|e| e.to_string())?
-        .with_layer(&fault)
-        .build())
+    let builder = kube::client::ClientBuilder::try_from(config).map_err(|e| e.to_string())?;
+    #[cfg(feature = "test-faults")]
+    let builder =
+        builder.with_layer(&vcluster_plugin_operator::fault::AbortAfterWrites::from_env()?);
+    Ok(builder.build())
 }
 
 /// Completes on SIGTERM (Kubernetes stopping the pod) or Ctrl-C.

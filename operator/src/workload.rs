@@ -7,10 +7,15 @@
 //!   a `syncer` container, a service account); any other workload gets no plugin at all
 //!   (`Ready=False, reason=NotAVCluster`);
 //! - no `image`: the embedded-runtime sidecar (a container named after the plugin, running
-//!   `vcluster-plugin-syncer`); it reaches the virtual cluster with the kubeconfig vCluster keeps
-//!   in the host Secret `vc-<vcluster>` (key `config`, server `https://localhost:8443`, the
-//!   vCluster API server in the same pod), mounted read-only from one shared volume
-//!   [`VCLUSTER_KUBECONFIG_VOLUME`] at [`VCLUSTER_KUBECONFIG_DIR`];
+//!   `vcluster-plugin-syncer`, the plugin's name in env [`PLUGIN_NAME_ENV`], the command line,
+//!   arguments and environment sources the operator's alone); it reaches the virtual cluster
+//!   with the kubeconfig vCluster keeps in the host Secret `vc-<vcluster>` (key `config`,
+//!   server `https://localhost:8443`, the vCluster API server in the same pod), mounted
+//!   read-only from one shared volume [`VCLUSTER_KUBECONFIG_VOLUME`] at
+//!   [`VCLUSTER_KUBECONFIG_DIR`]; that volume is in the pod only while such a sidecar is, and no
+//!   other container gets it (a spec's own mount of it is never copied);
+//! - env names beginning with `VCP_` or `VCLUSTER_` ([`RESERVED_ENV_PREFIXES`]) are the
+//!   operator's: never copied from a spec;
 //! - `image` + `v2` (default): an init container named after the plugin running
 //!   `cp -r /plugin /plugins/<name>`, an emptyDir volume `plugins`, mounted at `/plugins` in the
 //!   init container and in the `syncer` container;
@@ -60,9 +65,10 @@ mod merge;
 
 pub use budget::REASON_TOO_LARGE;
 pub use containers::{
-    PLUGINS_MOUNT_PATH, PLUGINS_VOLUME, PluginKind, REASON_INVALID_CONFIG, RUNTIME_BINARY,
-    V1_BASE_PORT, VCLUSTER_KUBECONFIG_DIR, VCLUSTER_KUBECONFIG_KEY, VCLUSTER_KUBECONFIG_VOLUME,
-    embedded_container, embedded_v2_init_container, plugin_kind, v1_container, v2_init_container,
+    PLUGIN_NAME_ENV, PLUGINS_MOUNT_PATH, PLUGINS_VOLUME, PluginKind, REASON_INVALID_CONFIG,
+    RESERVED_ENV_PREFIXES, RUNTIME_BINARY, V1_BASE_PORT, VCLUSTER_KUBECONFIG_DIR,
+    VCLUSTER_KUBECONFIG_KEY, VCLUSTER_KUBECONFIG_VOLUME, embedded_container,
+    embedded_v2_init_container, is_reserved_env, plugin_kind, v1_container, v2_init_container,
     vcluster_kubeconfig_volume,
 };
 pub use converge::{field_set, is_converged, is_subset, owned_entries};

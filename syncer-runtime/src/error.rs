@@ -122,6 +122,32 @@ pub enum Error {
     #[error(transparent)]
     PluginProtocol(#[from] crate::v2::contract::ProtocolError),
 
+    /// The binary was asked to run a plugin other than the one its container was made for
+    /// (binary only): the name the operator wrote into the container (`$VCLUSTER_PLUGIN_NAME`
+    /// of the sidecar, the folder `/plugins/<name>` of a v2 plugin) is the only one it runs,
+    /// so that a plugin's own `args` or environment cannot point it at another tenant's plugin.
+    #[error(
+        "refusing to run VClusterPlugin {asked:?} ({asked_by}): this container was made for \
+         {written:?} ({written_by}), and the runtime runs only the plugin named there"
+    )]
+    PluginNameMismatch {
+        /// The name asked for.
+        asked: String,
+        /// Where it came from (`--plugin`, `$VCLUSTER_PLUGIN_NAME`).
+        asked_by: &'static str,
+        /// The name written into the container.
+        written: String,
+        /// Where that is (`$VCLUSTER_PLUGIN_NAME`, the plugin folder).
+        written_by: &'static str,
+    },
+
+    /// The binary was not told which plugin to run (binary only).
+    #[error("the plugin's name is unknown: {what}")]
+    NoPluginName {
+        /// Where it was looked for.
+        what: String,
+    },
+
     /// A kubeconfig could not be loaded (binary only).
     #[error("cannot load the {cluster} kubeconfig {path}: {message}")]
     Kubeconfig {

@@ -11,10 +11,21 @@
 //!   install-plugin /plugins/<name>` (the operator's init container) and started by vCluster's
 //!   syncer with the magic cookie `VCLUSTER_PLUGIN=vcluster` and no arguments. It then speaks
 //!   the v2 protocol ([`vcp_syncer_runtime::v2`]): the clients, namespace and vCluster name come
-//!   from `Initialize`, the plugin's name is its folder's (`$VCLUSTER_PLUGIN_NAME` overrides),
+//!   from `Initialize`, the plugin's name is its folder's (which the operator wrote:
+//!   `install-plugin /plugins/<name>`; a `$VCLUSTER_PLUGIN_NAME` that names another plugin is
+//!   refused, and without a folder it names the plugin),
 //!   the `Pod` hooks are applied by vCluster through `Mutate` before each host write, the
 //!   syncers start at `SetLeader`, and the process exits 0 when vCluster stops it;
 //! - `install-plugin DIR`: copies this binary to `DIR/plugin` (mode 0755) and exits.
+//!
+//! The plugin it runs: the operator writes the plugin's name into the container once, as
+//! `$VCLUSTER_PLUGIN_NAME` of the sidecar (or the folder of a v2 plugin), and the runtime
+//! refuses at start, with [`Error::PluginNameMismatch`], a `--plugin` naming another one
+//! ([`plugin_name`]): a plugin's `args` (refused for the embedded runtime by the CRD anyway)
+//! cannot point its runtime at another tenant's plugin. Run by hand, `--plugin` alone names it.
+//!
+//! The test-only fault point (`vcp_crds::fault`, `VCP_FAULT_*`) is compiled in only with the
+//! `test-faults` feature, which only the test crate enables.
 //!
 //! Allocator: mimalloc. The runtime allocates and frees many small objects (watch events,
 //! JSON values) across the tokio worker threads; glibc's per-thread arenas fragment under that
@@ -32,7 +43,6 @@ use tracing_subscriber::EnvFilter;
 use vcp_crds::VClusterPlugin;
 use vcp_syncer_runtime::hooks::declarative_hooks;
 use vcp_syncer_runtime::runtime::{DEFAULT_RESYNC_PERIOD, DEFAULT_WORKERS};
-use vcp_syncer_runtime::sdk::client_with_fault;
 use vcp_syncer_runtime::v2::{self, HookTable, Session};
 use vcp_syncer_runtime::{Config, Error, PodSync, run};
 
@@ -57,9 +67,10 @@ struct Args {
     /// ($POD_NAMESPACE) or the host kubeconfig's default namespace.
     #[arg(long, env = "POD_NAMESPACE")]
     namespace: Option<String>,
-    /// Name of the VClusterPlugin to run.
-    #[arg(long, env = "VCLUSTER_PLUGIN_NAME")]
-    plugin: String,
+    /// Name of the VClusterPlugin to run; must equal `$VCLUSTER_PLUGIN_NAME` when that is set
+    /// (the name the operator wrote into the container), which names it on its own.
+    #[arg(long)]
+    plugin: Option<String>,
     /// vCluster name used in host names and labels; default: the plugin's spec.vcluster.name.
     #[arg(long, env = "VCLUSTER_NAME")]
     vcluster: Option<String>,
@@ -136,22 +147,96 @@ async fn shutdown_signal() {
     }
 }
 
-async fn main_inner(args: Args) -> Result<(), Error> {
-    // The test-only fault point (vcp_crds::fault), inert unless its variables are set; one
-    // count of writes for both clients.
+/// The environment variable in which the operator writes the plugin's name into the runtime's
+/// container (operator/src/workload/containers.rs); vCluster's chart gives v1 sidecars the same.
+const PLUGIN_NAME_ENV: &str = "VCLUSTER_PLUGIN_NAME";
+
+/// `$VCLUSTER_PLUGIN_NAME`, when set and not empty.
+fn plugin_name_env() -> Option<String> {
+    std::env::var(PLUGIN_NAME_ENV)
+        .ok()
+        .filter(|n| !n.is_empty())
+}
+
+/// The plugin the sidecar runs: `written` (`$VCLUSTER_PLUGIN_NAME`, the operator's) when set,
+/// else `flag` (`--plugin`, a run by hand).
+///
+/// # Errors
+/// [`Error::PluginNameMismatch`] when both are set and differ; [`Error::NoPluginName`] when
+/// neither is.
+fn plugin_name(flag: Option<String>, written: Option<String>) -> Result<String, Error> {
+    match (flag, written) {
+        (Some(asked), Some(written)) if asked != written => Err(Error::PluginNameMismatch {
+            asked,
+            asked_by: "--plugin",
+            written,
+            written_by: "$VCLUSTER_PLUGIN_NAME",
+        }),
+        (_, Some(name)) | (Some(name), None) => Ok(name),
+        (None, None) => Err(Error::NoPluginName {
+            what: "neither --plugin nor $VCLUSTER_PLUGIN_NAME is set".into(),
+        }),
+    }
+}
+
+/// The v2 plugin's name: its folder (`folder`, from vCluster's `Initialize`, written by the
+/// operator's `install-plugin /plugins/<name>`) when known, else `env`
+/// (`$VCLUSTER_PLUGIN_NAME`).
+///
+/// # Errors
+/// [`Error::PluginNameMismatch`] when both are known and differ; [`Error::NoPluginName`] when
+/// neither is.
+fn v2_plugin_name(folder: Option<String>, env: Option<String>) -> Result<String, Error> {
+    match (folder, env) {
+        (Some(written), Some(asked)) if asked != written => Err(Error::PluginNameMismatch {
+            asked,
+            asked_by: "$VCLUSTER_PLUGIN_NAME",
+            written,
+            written_by: "the plugin's folder under /plugins",
+        }),
+        (Some(name), _) | (None, Some(name)) => Ok(name),
+        (None, None) => Err(Error::NoPluginName {
+            what: "vCluster sent no working directory and VCLUSTER_PLUGIN_NAME is not set".into(),
+        }),
+    }
+}
+
+/// The host and virtual clients of the sidecar: with the `test-faults` feature, the test-only
+/// fault point (`vcp_crds::fault`, inert unless its variables are set) on both, one count of
+/// writes for the process.
+#[cfg(feature = "test-faults")]
+async fn sidecar_clients(args: &Args) -> Result<((kube::Client, String), kube::Client), Error> {
+    use vcp_syncer_runtime::sdk::client_with_fault;
     let fault =
         vcp_crds::fault::AbortAfterWrites::from_env().map_err(|message| Error::Kubeconfig {
             cluster: "host",
             path: vcp_crds::fault::ABORT_AFTER_WRITES_ENV.into(),
             message,
         })?;
-    let (host, host_namespace) = client_with_fault("host", args.host_kubeconfig, &fault).await?;
-    let (virtual_, _) = client_with_fault("virtual", Some(args.virtual_kubeconfig), &fault).await?;
+    let host = client_with_fault("host", args.host_kubeconfig.clone(), &fault).await?;
+    let (virtual_, _) =
+        client_with_fault("virtual", Some(args.virtual_kubeconfig.clone()), &fault).await?;
+    Ok((host, virtual_))
+}
+
+/// The host and virtual clients of the sidecar.
+#[cfg(not(feature = "test-faults"))]
+async fn sidecar_clients(args: &Args) -> Result<((kube::Client, String), kube::Client), Error> {
+    use vcp_syncer_runtime::sdk::client_from;
+    let host = client_from("host", args.host_kubeconfig.clone()).await?;
+    let (virtual_, _) = client_from("virtual", Some(args.virtual_kubeconfig.clone())).await?;
+    Ok((host, virtual_))
+}
+
+async fn main_inner(args: Args) -> Result<(), Error> {
+    // Before any client: a container made for another plugin stops here.
+    let plugin = plugin_name(args.plugin.clone(), plugin_name_env())?;
+    let ((host, host_namespace), virtual_) = sidecar_clients(&args).await?;
     let mut config = Config::new(
         host,
         virtual_,
         args.namespace.unwrap_or(host_namespace),
-        args.plugin,
+        plugin,
     );
     config.vcluster = args.vcluster;
     config.workers = args.workers.max(1);
@@ -178,15 +263,7 @@ async fn prepare_v2(
 ) -> Result<(Config, Vec<Arc<dyn vcp_syncer_runtime::ClientHook>>), Error> {
     let init = session.init_config();
     let (host, virtual_) = v2::clients(init).await?;
-    let plugin = std::env::var("VCLUSTER_PLUGIN_NAME")
-        .ok()
-        .filter(|n| !n.is_empty())
-        .or_else(|| init.plugin_name())
-        .ok_or_else(|| Error::Kubeconfig {
-            cluster: "host",
-            path: "$VCLUSTER_PLUGIN_NAME".into(),
-            message: "the plugin's name is unknown: vCluster sent no working directory and VCLUSTER_PLUGIN_NAME is not set".into(),
-        })?;
+    let plugin = v2_plugin_name(init.plugin_name(), plugin_name_env())?;
     let api: Api<VClusterPlugin> = Api::namespaced(host.clone(), &init.host_namespace);
     let spec = api
         .get_opt(&plugin)
@@ -283,5 +360,55 @@ async fn main() -> ExitCode {
             eprintln!("vcluster-plugin-syncer: {error}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn some(s: &str) -> Option<String> {
+        Some(s.to_string())
+    }
+
+    #[test]
+    fn the_sidecar_runs_only_the_plugin_the_operator_wrote() {
+        assert_eq!(plugin_name(None, some("mine")).unwrap(), "mine");
+        assert_eq!(plugin_name(some("mine"), some("mine")).unwrap(), "mine");
+        assert_eq!(plugin_name(some("by-hand"), None).unwrap(), "by-hand");
+        let refused = plugin_name(some("victim"), some("mine")).unwrap_err();
+        assert!(
+            matches!(&refused, Error::PluginNameMismatch { asked, written, .. } if asked == "victim" && written == "mine"),
+            "{refused:?}"
+        );
+        assert_eq!(
+            refused.to_string(),
+            "refusing to run VClusterPlugin \"victim\" (--plugin): this container was made for \"mine\" ($VCLUSTER_PLUGIN_NAME), and the runtime runs only the plugin named there"
+        );
+        assert!(matches!(
+            plugin_name(None, None),
+            Err(Error::NoPluginName { .. })
+        ));
+    }
+
+    #[test]
+    fn a_v2_plugin_runs_only_the_plugin_of_its_folder() {
+        assert_eq!(v2_plugin_name(some("mine"), None).unwrap(), "mine");
+        assert_eq!(v2_plugin_name(None, some("mine")).unwrap(), "mine");
+        assert_eq!(v2_plugin_name(some("mine"), some("mine")).unwrap(), "mine");
+        assert!(matches!(
+            v2_plugin_name(some("mine"), some("victim")),
+            Err(Error::PluginNameMismatch { ref asked, ref written, .. }) if asked == "victim" && written == "mine"
+        ));
+        assert!(matches!(
+            v2_plugin_name(None, None),
+            Err(Error::NoPluginName { .. })
+        ));
+    }
+
+    #[test]
+    fn cli_is_well_formed() {
+        use clap::CommandFactory as _;
+        Args::command().debug_assert();
     }
 }

@@ -13,6 +13,7 @@ use futures::future::BoxFuture;
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tracing::{info, warn};
+#[cfg(feature = "test-faults")]
 use vcp_crds::fault::AbortAfterWrites;
 
 use crate::context::{RegisterContext, SyncContext};
@@ -251,30 +252,45 @@ pub async fn client_from(
     cluster: &'static str,
     path: Option<PathBuf>,
 ) -> Result<(Client, String), Error> {
-    client_with_fault(
-        cluster,
-        path,
-        &AbortAfterWrites::new(None, vcp_crds::fault::FaultAction::Abort),
-    )
-    .await
+    let (config, failed) = client_config(cluster, path).await?;
+    let namespace = config.default_namespace.clone();
+    let builder =
+        kube::client::ClientBuilder::try_from(config).map_err(|e| failed(e.to_string()))?;
+    Ok((builder.build(), namespace))
 }
 
 /// [`client_from`] with the test-only fault point `fault` ([`vcp_crds::fault`]) on top of
 /// kube's default stack; the binary passes the one its environment asks for, the same to both
-/// of its clients (one count of writes for the process).
+/// of its clients (one count of writes for the process). Only with the `test-faults` feature,
+/// which release builds leave out.
 ///
 /// # Errors
 /// [`Error::Kubeconfig`].
+#[cfg(feature = "test-faults")]
 pub async fn client_with_fault(
     cluster: &'static str,
     path: Option<PathBuf>,
     fault: &AbortAfterWrites,
 ) -> Result<(Client, String), Error> {
-    let failed = |message: String| Error::Kubeconfig {
+    let (config, failed) = client_config(cluster, path).await?;
+    let namespace = config.default_namespace.clone();
+    let builder =
+        kube::client::ClientBuilder::try_from(config).map_err(|e| failed(e.to_string()))?;
+    Ok((builder.with_layer(fault).build(), namespace))
+}
+
+/// The client configuration for `path` (see [`client_from`]), and the maker of this cluster's
+/// [`Error::Kubeconfig`] for a later failure.
+async fn client_config(
+    cluster: &'static str,
+    path: Option<PathBuf>,
+) -> Result<(kube::Config, impl Fn(String) -> Error), Error> {
+    let shown = path
+        .as_ref()
+        .map_or_else(|| "in-cluster/default".into(), |p| p.display().to_string());
+    let failed = move |message: String| Error::Kubeconfig {
         cluster,
-        path: path
-            .as_ref()
-            .map_or_else(|| "in-cluster/default".into(), |p| p.display().to_string()),
+        path: shown.clone(),
         message,
     };
     let config = match &path {
@@ -288,10 +304,5 @@ pub async fn client_with_fault(
             .await
             .map_err(|e| failed(e.to_string()))?,
     };
-    let namespace = config.default_namespace.clone();
-    let client = kube::client::ClientBuilder::try_from(config)
-        .map_err(|e| failed(e.to_string()))?
-        .with_layer(fault)
-        .build();
-    Ok((client, namespace))
+    Ok((config, failed))
 }

@@ -38,6 +38,8 @@
 pub use crate::context::{RegisterContext, SyncContext, SyncObject, vcluster_owner_uid};
 pub use crate::error::HookError;
 pub use crate::hooks::{ClientHook, HookPoint, Hooks};
-pub use crate::plugin::{Plugin, client_from, client_with_fault};
+#[cfg(feature = "test-faults")]
+pub use crate::plugin::client_with_fault;
+pub use crate::plugin::{Plugin, client_from};
 pub use crate::syncer::Syncer;
 pub use crate::translate::{MetadataUpdate, NamespacedTranslator};

@@ -25,9 +25,11 @@ fn target_profile_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// Builds binary `bin` of workspace package `package` with cargo (same target folder and
-/// profile as the running test binary, so nothing is rebuilt when `cargo test --workspace`
-/// already built it) and returns its path; built once per test binary.
+/// Builds binary `bin` of workspace package `package` with cargo, with the package's
+/// `test-faults` feature (the test-only fault point; `cargo test --workspace` turns it on
+/// too, through tests/Cargo.toml), in the same target folder and profile as the running test
+/// binary, so nothing is rebuilt when `cargo test --workspace` already built it, and returns
+/// its path; built once per test binary.
 ///
 /// # Panics
 /// When cargo fails (its output is in the panic).
@@ -44,6 +46,9 @@ pub fn workspace_binary(package: &str, bin: &str) -> PathBuf {
     build
         .current_dir(repo_root())
         .args(["build", "--locked", "-p", package, "--bin", bin])
+        // The test-only fault point (`vcp_crds::fault`), which release builds leave out: both
+        // binary packages forward the feature (operator_kill.rs and runtime_kill.rs drive it).
+        .args(["--features", "test-faults"])
         .env("CARGO_TARGET_DIR", profile.parent().expect("target folder"));
     if profile.file_name().is_some_and(|n| n == "release") {
         build.arg("--release");

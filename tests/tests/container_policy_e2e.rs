@@ -111,8 +111,9 @@ fn workload_or_rbac_writes(writes: &[(String, String)]) -> Vec<(String, String)>
         .collect()
 }
 
-/// Hole 1: a privileged v1 plugin with `envFrom` of a namespace Secret, an embedded plugin
-/// reading a Secret by `envFrom`, and one mounting the vCluster's `data` volume are refused
+/// Hole 1: a privileged v1 plugin with `envFrom` of a namespace Secret, a v2 plugin reading a
+/// Secret by `envFrom` (the embedded runtime's `envFrom` is refused by the CRD since issue 21),
+/// and an embedded one mounting the vCluster's `data` volume are refused
 /// with `PolicyDenied` naming the field and the policy key; the operator wrote their status
 /// (it looked) and nothing to the workload or RBAC, not even a dry run.
 #[tokio::test]
@@ -139,6 +140,7 @@ async fn dangerous_container_fields_are_policy_denied_with_zero_workload_writes(
         "secret-reader",
         json!({
             "vcluster": { "name": "my-vcluster" },
+            "image": "ghcr.io/example/plugin:1",
             "envFrom": [{ "secretRef": { "name": "vc-my-vcluster" } }],
         }),
     )

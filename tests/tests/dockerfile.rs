@@ -11,7 +11,10 @@
 //! - the binaries need no shared library beyond what `distroless/cc-debian12` has, and the
 //!   embedded runtime, which vCluster's own container also runs as a v2 plugin, is static: it
 //!   starts alone in an empty root filesystem and talks TLS to a real API server from there;
-//! - the base images are pinned, and `config/manager` runs this image at the workspace's version.
+//! - the base images are pinned, and `config/manager` runs this image at the workspace's version;
+//! - the release binaries carry no test-only fault point: no `VCP_FAULT_` in their bytes (as
+//!   `strings` would show it), while the test build of the same binaries has it (issue 21: the
+//!   fault point sits behind the `test-faults` feature, which only the test crate enables).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -243,6 +246,43 @@ fn the_binaries_need_no_shared_library_beyond_the_distroless_cc_base() {
                 "{name} must be statically linked"
             );
         }
+    }
+}
+
+/// The text every variable of the test-only fault point (`vcp_crds::fault`) begins with.
+const FAULT_ENV_PREFIX: &[u8] = b"VCP_FAULT_";
+
+/// Whether `needle` occurs anywhere in the file at `path` (a byte search, as `strings | grep`).
+fn file_contains(path: &Path, needle: &[u8]) -> bool {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    bytes.windows(needle.len()).any(|w| w == needle)
+}
+
+#[test]
+fn the_release_binaries_carry_no_test_fault_point() {
+    // The search finds the text where the fault point is compiled in: the test build of the
+    // same two binaries (tests/src/process.rs builds them with the `test-faults` feature).
+    for (package, bin) in [
+        ("vcluster-plugin-operator", "vcluster-plugin-operator"),
+        ("vcp-syncer-runtime", "vcluster-plugin-syncer"),
+    ] {
+        let test_build = vcp_tests::workspace_binary(package, bin);
+        assert!(
+            file_contains(&test_build, FAULT_ENV_PREFIX),
+            "{} (test build) lacks VCP_FAULT_: the search cannot be trusted",
+            test_build.display()
+        );
+    }
+    // The image's binaries (the Dockerfile's release build) do not have it.
+    let image = image();
+    let binaries = image_binaries(image);
+    assert_eq!(binaries.len(), 2, "{binaries:?}");
+    for (name, path) in binaries {
+        let file = in_final_root(image, &path);
+        assert!(
+            !file_contains(&file, FAULT_ENV_PREFIX),
+            "{name} in the image contains VCP_FAULT_: the test-only fault point is in a release binary"
+        );
     }
 }
 

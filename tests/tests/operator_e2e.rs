@@ -140,8 +140,6 @@ async fn embedded_plugin_install_converge_and_clean_removal() {
         sidecar.args,
         Some(
             [
-                "--plugin",
-                "car-syncer",
                 "--namespace",
                 ns,
                 "--vcluster",
@@ -152,6 +150,11 @@ async fn embedded_plugin_install_converge_and_clean_removal() {
             .map(String::from)
             .to_vec()
         )
+    );
+    // The plugin's name, written once: the runtime runs only the plugin named there.
+    assert_eq!(
+        serde_json::to_value(&sidecar.env).unwrap(),
+        serde_json::json!([{ "name": "VCLUSTER_PLUGIN_NAME", "value": "car-syncer" }])
     );
     assert_eq!(
         serde_json::to_value(&spec.containers[0]).unwrap(),

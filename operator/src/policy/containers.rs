@@ -18,6 +18,7 @@
 //! | `securityContext.seLinuxOptions` | any | `containers.allowUnconfined: true` |
 //! | `env[i].valueFrom.secretKeyRef` | any Secret | `containers.allowedSecrets: [name, prefix-*]`, or `containers.allowSecretReferences: true` |
 //! | `envFrom[i].secretRef` | any Secret | the same |
+//! | `volumeMounts[i].name` | `vcp-vcluster-kubeconfig` (the vCluster's admin kubeconfig) | none: always refused |
 //! | `volumeMounts[i].name` | a volume the operator did not add | `containers.allowedVolumes: [name, ...]` |
 //! | `image` | not in `containers.allowedImages` (when that list is not empty) | `containers.allowedImages: [registry/, registry/repo, ...]` |
 //!
@@ -28,10 +29,14 @@
 //! default. Where a namespace requires more (`runAsNonRoot: true`, a seccomp profile, ...), its
 //! Pod Security level does, which the operator also respects (`crate::judge`).
 //!
-//! Volumes: the operator adds [`PLUGINS_VOLUME`] (v2 plugins' binaries) and
-//! [`VCLUSTER_KUBECONFIG_VOLUME`] (the virtual cluster's kubeconfig, given to the embedded
-//! runtime); a plugin may mount those. Every other volume of the pod is the vCluster's own, such
-//! as `data` (its datastore and certificates), and is refused.
+//! Volumes: the operator adds [`PLUGINS_VOLUME`] (v2 plugins' binaries), which a plugin may
+//! mount, and [`VCLUSTER_KUBECONFIG_VOLUME`] (the Secret `vc-<vcluster>`: the vCluster's admin
+//! kubeconfig), which the operator mounts into the embedded runtime containers it builds and
+//! nowhere else: a spec's mount of it is refused whatever `allowedVolumes` says (issue 21,
+//! hole 2: it would hand the vCluster's admin credentials to a tenant who cannot read
+//! Secrets; the CRD refuses it at admission too, this check covers objects stored before that
+//! rule). Every other volume of the pod is the vCluster's own, such as `data` (its datastore
+//! and certificates), and is refused unless `allowedVolumes` names it.
 //!
 //! Images: an `allowedImages` entry ending in `/` is a prefix (a registry such as `ghcr.io/` or a
 //! path such as `ghcr.io/loft-sh/`); any other entry is a repository, which matches the image
@@ -265,7 +270,17 @@ pub fn check(policy: &ContainerPolicy, plugin: &VClusterPlugin) -> Result<(), De
         }
     }
     for (i, m) in spec.volume_mounts.iter().flatten().enumerate() {
-        let ours = m.name == PLUGINS_VOLUME || m.name == VCLUSTER_KUBECONFIG_VOLUME;
+        if m.name == VCLUSTER_KUBECONFIG_VOLUME {
+            return Err(denial(
+                format!("spec.volumeMounts[{i}].name"),
+                format!("{:?}", m.name),
+                format!(
+                    "a mount of the vCluster's admin kubeconfig (Secret vc-{}), which vcluster-plugin-operator mounts into its own runtime container only (no policy key allows it)",
+                    spec.vcluster.name
+                ),
+            ));
+        }
+        let ours = m.name == PLUGINS_VOLUME;
         if !ours && !policy.allowed_volumes.contains(&m.name) {
             return Err(denial(
                 format!("spec.volumeMounts[{i}].name"),

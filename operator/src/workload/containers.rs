@@ -19,8 +19,18 @@ pub const PLUGINS_VOLUME: &str = "plugins";
 pub const PLUGINS_MOUNT_PATH: &str = "/plugins";
 /// Binary of the embedded runtime inside the runtime image.
 pub const RUNTIME_BINARY: &str = "vcluster-plugin-syncer";
-/// Volume (a Secret volume of `vc-<vcluster>`) shared by every embedded-runtime sidecar.
+/// Volume (a Secret volume of `vc-<vcluster>`) shared by every embedded-runtime sidecar: the
+/// vCluster's admin kubeconfig. Mounted only into the runtime containers the operator builds
+/// ([`embedded_container`]); a spec's own mount of it is never copied (and is refused by the
+/// CRD and by `crate::policy::containers`, whatever `allowedVolumes` says).
 pub const VCLUSTER_KUBECONFIG_VOLUME: &str = "vcp-vcluster-kubeconfig";
+/// Environment variable holding the plugin's name in the operator's sidecars: the embedded
+/// runtime runs only the plugin named there (syncer-runtime/src/main.rs), and a v1 sidecar gets
+/// it as vCluster's chart renders it.
+pub const PLUGIN_NAME_ENV: &str = "VCLUSTER_PLUGIN_NAME";
+/// Prefixes of environment variable names reserved for the operator and its runtime: refused in
+/// a spec's `env` by the CRD, and never copied from a spec into a container.
+pub const RESERVED_ENV_PREFIXES: [&str; 2] = ["VCP_", "VCLUSTER_"];
 /// Mount path of [`VCLUSTER_KUBECONFIG_VOLUME`] in the embedded-runtime sidecars.
 pub const VCLUSTER_KUBECONFIG_DIR: &str = "/var/run/vcp/vcluster";
 /// Key of the vCluster's kubeconfig in its Secret `vc-<vcluster>` (and so the file name under
@@ -103,47 +113,86 @@ fn mount_first(c: &mut Container, mount: VolumeMount) {
     c.volume_mounts = Some(mounts);
 }
 
-/// The container fields every kind of plugin copies from its spec.
+/// Whether `name` is an environment variable name reserved for the operator and its runtime
+/// ([`RESERVED_ENV_PREFIXES`]).
+pub fn is_reserved_env(name: &str) -> bool {
+    RESERVED_ENV_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// The container fields every kind of plugin copies from its spec, without a spec `env` entry of
+/// a reserved name ([`is_reserved_env`]) and without a spec mount of
+/// [`VCLUSTER_KUBECONFIG_VOLUME`] (both refused at admission; dropped here too for objects
+/// stored before those rules existed).
 fn base_container(plugin: &VClusterPlugin, image: &str) -> Container {
     let spec = &plugin.spec;
+    let env: Vec<EnvVar> = spec
+        .env
+        .iter()
+        .flatten()
+        .filter(|e| !is_reserved_env(&e.name))
+        .cloned()
+        .collect();
+    let mounts: Vec<VolumeMount> = spec
+        .volume_mounts
+        .iter()
+        .flatten()
+        .filter(|m| m.name != VCLUSTER_KUBECONFIG_VOLUME)
+        .cloned()
+        .collect();
     Container {
         name: plugin.name_any(),
         image: Some(image.to_string()),
         image_pull_policy: spec.image_pull_policy.map(|p| p.as_str().to_string()),
         command: spec.command.clone(),
         args: spec.args.clone(),
-        env: spec.env.clone().filter(|e| !e.is_empty()),
+        env: Some(env).filter(|e| !e.is_empty()),
         env_from: spec.env_from.clone().filter(|e| !e.is_empty()),
         resources: spec.resources.clone(),
         security_context: spec.security_context.clone(),
-        volume_mounts: spec.volume_mounts.clone().filter(|m| !m.is_empty()),
+        volume_mounts: Some(mounts).filter(|m| !m.is_empty()),
         ..Default::default()
     }
 }
 
-/// The embedded-runtime sidecar: `vcluster-plugin-syncer --plugin <name> --namespace <ns>
-/// --vcluster <vcluster> --virtual-kubeconfig /var/run/vcp/vcluster/config` (spec `command` /
-/// `args`, when given, replace these), with the vCluster's kubeconfig Secret mounted
-/// read-only at [`VCLUSTER_KUBECONFIG_DIR`] (before the spec's own `volumeMounts`; a spec
-/// mount at the same path is dropped, as a mount path can be used only once).
+/// [`base_container`] for the embedded runtime: the command line and environment sources are
+/// the operator's alone (spec `command`, `args` and `envFrom` are refused for it by the CRD,
+/// and not copied from objects stored before those rules), so nothing in a spec can point the
+/// runtime at another plugin.
+fn runtime_base_container(plugin: &VClusterPlugin, runtime_image: &str) -> Container {
+    Container {
+        command: None,
+        args: None,
+        env_from: None,
+        ..base_container(plugin, runtime_image)
+    }
+}
+
+/// The embedded-runtime sidecar: `vcluster-plugin-syncer --namespace <ns> --vcluster
+/// <vcluster> --virtual-kubeconfig /var/run/vcp/vcluster/config` with env
+/// `VCLUSTER_PLUGIN_NAME=<name>` first (the one place the plugin's name is written: the
+/// runtime refuses to run any other), then the spec's `env`; with the vCluster's kubeconfig
+/// Secret mounted read-only at [`VCLUSTER_KUBECONFIG_DIR`] (before the spec's own
+/// `volumeMounts`; a spec mount at the same path is dropped, as a mount path can be used only
+/// once).
 pub fn embedded_container(plugin: &VClusterPlugin, runtime_image: &str) -> Container {
-    let mut c = base_container(plugin, runtime_image);
+    let mut c = runtime_base_container(plugin, runtime_image);
     mount_first(&mut c, vcluster_kubeconfig_mount());
-    if c.command.is_none() {
-        c.command = Some(vec![RUNTIME_BINARY.to_string()]);
-    }
-    if c.args.is_none() {
-        c.args = Some(vec![
-            "--plugin".into(),
-            plugin.name_any(),
-            "--namespace".into(),
-            plugin.namespace().unwrap_or_default(),
-            "--vcluster".into(),
-            plugin.spec.vcluster.name.clone(),
-            "--virtual-kubeconfig".into(),
-            format!("{VCLUSTER_KUBECONFIG_DIR}/{VCLUSTER_KUBECONFIG_KEY}"),
-        ]);
-    }
+    c.command = Some(vec![RUNTIME_BINARY.to_string()]);
+    c.args = Some(vec![
+        "--namespace".into(),
+        plugin.namespace().unwrap_or_default(),
+        "--vcluster".into(),
+        plugin.spec.vcluster.name.clone(),
+        "--virtual-kubeconfig".into(),
+        format!("{VCLUSTER_KUBECONFIG_DIR}/{VCLUSTER_KUBECONFIG_KEY}"),
+    ]);
+    let mut env = vec![EnvVar {
+        name: PLUGIN_NAME_ENV.into(),
+        value: Some(plugin.name_any()),
+        ..Default::default()
+    }];
+    env.extend(c.env.take().unwrap_or_default());
+    c.env = Some(env);
     c
 }
 
@@ -163,14 +212,16 @@ pub fn v1_container(plugin: &VClusterPlugin, port: u32) -> Result<Container, Ref
     };
     let mut env = vec![
         own("VCLUSTER_PLUGIN_ADDRESS", format!("localhost:{port}")),
-        own("VCLUSTER_PLUGIN_NAME", plugin.name_any()),
+        own(PLUGIN_NAME_ENV, plugin.name_any()),
     ];
-    env.extend(c.env.take().unwrap_or_default().into_iter().filter(|e| {
-        !matches!(
-            e.name.as_str(),
-            "VCLUSTER_PLUGIN_ADDRESS" | "VCLUSTER_PLUGIN_NAME" | "PLUGIN_CONFIG"
-        )
-    }));
+    // Reserved names (VCLUSTER_PLUGIN_ADDRESS, VCLUSTER_PLUGIN_NAME) are already out.
+    env.extend(
+        c.env
+            .take()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| e.name != "PLUGIN_CONFIG"),
+    );
     let mut push = |name: &str, value: String| env.push(own(name, value));
     if let Some(config) = &plugin.spec.config {
         let yaml = serde_yaml::to_string(config).map_err(|e| Refusal {
@@ -200,17 +251,16 @@ pub fn v2_init_container(plugin: &VClusterPlugin) -> Container {
 
 /// The init container of the embedded runtime as a v2 plugin: `vcluster-plugin-syncer
 /// install-plugin /plugins/<name>` from the runtime image (the runtime copies itself to
-/// `/plugins/<name>/plugin`, where vCluster's syncer finds and starts it; spec `command` /
-/// `args` replace it), with `plugins` mounted at `/plugins`.
+/// `/plugins/<name>/plugin`, where vCluster's syncer finds and starts it; the folder's name is
+/// the one place the plugin's name is written, and the runtime runs no other), with `plugins`
+/// mounted at `/plugins`.
 pub fn embedded_v2_init_container(plugin: &VClusterPlugin, runtime_image: &str) -> Container {
-    let mut c = base_container(plugin, runtime_image);
-    if c.command.is_none() && c.args.is_none() {
-        c.command = Some(vec![
-            RUNTIME_BINARY.to_string(),
-            "install-plugin".into(),
-            format!("{PLUGINS_MOUNT_PATH}/{}", plugin.name_any()),
-        ]);
-    }
+    let mut c = runtime_base_container(plugin, runtime_image);
+    c.command = Some(vec![
+        RUNTIME_BINARY.to_string(),
+        "install-plugin".into(),
+        format!("{PLUGINS_MOUNT_PATH}/{}", plugin.name_any()),
+    ]);
     mount_first(&mut c, plugins_mount());
     c
 }

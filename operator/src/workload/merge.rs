@@ -14,9 +14,8 @@ use serde_json::{Map, Value, json};
 use vcp_crds::{FINALIZER, VClusterPlugin};
 
 use super::containers::{
-    PLUGINS_VOLUME, PluginKind, V1_BASE_PORT, VCLUSTER_KUBECONFIG_VOLUME, embedded_container,
-    embedded_v2_init_container, plugin_kind, plugins_mount, v1_container, v2_init_container,
-    vcluster_kubeconfig_volume,
+    PLUGINS_VOLUME, PluginKind, V1_BASE_PORT, embedded_container, embedded_v2_init_container,
+    plugin_kind, plugins_mount, v1_container, v2_init_container, vcluster_kubeconfig_volume,
 };
 use super::converge::{item_key, owned_entries, to_value};
 use super::identity::{Refusal, SYNCER_CONTAINER, Workload, vcluster_identity};
@@ -75,6 +74,9 @@ pub fn plan(workload: &Workload, plugins: &[&VClusterPlugin], runtime_image: &st
     let mut installed = BTreeSet::new();
     let mut refused = BTreeMap::new();
     let mut v1_index = 0u32;
+    // Whether an embedded-runtime sidecar is installed: the only container that gets the
+    // vCluster's kubeconfig volume (whatever other containers ask for).
+    let mut runtime_sidecar = false;
     // (group, kind) → the installed plugin syncing it.
     let mut synced_by: BTreeMap<(String, String), String> = BTreeMap::new();
 
@@ -93,7 +95,10 @@ pub fn plan(workload: &Workload, plugins: &[&VClusterPlugin], runtime_image: &st
             continue;
         }
         match plugin_kind(plugin) {
-            PluginKind::Embedded => containers.push(embedded_container(plugin, runtime_image)),
+            PluginKind::Embedded => {
+                runtime_sidecar = true;
+                containers.push(embedded_container(plugin, runtime_image));
+            }
             PluginKind::V1 => match v1_container(plugin, V1_BASE_PORT + v1_index) {
                 Ok(c) => {
                     v1_index += 1;
@@ -121,12 +126,7 @@ pub fn plan(workload: &Workload, plugins: &[&VClusterPlugin], runtime_image: &st
     }
 
     let mut volumes = Vec::new();
-    if containers.iter().any(|c| {
-        c.volume_mounts
-            .iter()
-            .flatten()
-            .any(|m| m.name == VCLUSTER_KUBECONFIG_VOLUME)
-    }) {
+    if runtime_sidecar {
         volumes.push(vcluster_kubeconfig_volume(&workload.name));
     }
     if !init_containers.is_empty() {

@@ -2,7 +2,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, PodSpec, ResourceRequirements, Volume, VolumeMount,
+    ConfigMapEnvSource, Container, EnvFromSource, EnvVar, PodSpec, ResourceRequirements, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, Time};
@@ -160,8 +161,9 @@ fn embedded_plugin_adds_only_its_sidecar() {
                     "name": "car-syncer",
                     "image": RUNTIME,
                     "command": ["vcluster-plugin-syncer"],
-                    "args": ["--plugin", "car-syncer", "--namespace", "team-a", "--vcluster", "my-vcluster",
+                    "args": ["--namespace", "team-a", "--vcluster", "my-vcluster",
                              "--virtual-kubeconfig", "/var/run/vcp/vcluster/config"],
+                    "env": [{ "name": "VCLUSTER_PLUGIN_NAME", "value": "car-syncer" }],
                     "volumeMounts": [{ "name": "vcp-vcluster-kubeconfig", "mountPath": "/var/run/vcp/vcluster", "readOnly": true }],
                 }],
                 "volumes": [{ "name": "vcp-vcluster-kubeconfig", "secret": { "secretName": "vc-my-vcluster" } }],
@@ -220,7 +222,7 @@ fn embedded_sidecars_share_one_kubeconfig_volume_that_goes_with_the_last() {
         [kubeconfig, ("data".into(), "/data".into(), None)]
     );
     assert_eq!(
-        cs[2].args.as_ref().unwrap()[6..],
+        cs[2].args.as_ref().unwrap()[4..],
         ["--virtual-kubeconfig", "/var/run/vcp/vcluster/config"]
     );
     // The v2 init container does not get the kubeconfig.
@@ -245,6 +247,111 @@ fn embedded_sidecars_share_one_kubeconfig_volume_that_goes_with_the_last() {
         &live,
         &plan(&live, &[&a, &b, &v2], RUNTIME).patch
     ));
+}
+
+/// Issue 21, hole 7: the embedded runtime's command line, arguments and environment sources are
+/// the operator's, whatever a spec stored before the CRD's rules holds; the plugin's name is
+/// written once (`VCLUSTER_PLUGIN_NAME`, first), and spec env of reserved names is not copied.
+#[test]
+fn nothing_in_a_spec_points_the_embedded_runtime_at_another_plugin() {
+    let mut p = plugin("mine", None, None);
+    p.spec.command = Some(vec![
+        "vcluster-plugin-syncer".into(),
+        "--plugin".into(),
+        "victim".into(),
+    ]);
+    p.spec.args = Some(vec!["--plugin".into(), "victim".into()]);
+    p.spec.env_from = Some(vec![EnvFromSource {
+        config_map_ref: Some(ConfigMapEnvSource {
+            name: "settings".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }]);
+    let env = |name: &str, value: &str| EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        ..Default::default()
+    };
+    p.spec.env = Some(vec![
+        env("VCLUSTER_PLUGIN_NAME", "victim"),
+        env("VCP_FAULT_STOP_AFTER_WRITES", "1"),
+        env("RUST_LOG", "debug"),
+    ]);
+    let c = embedded_container(&p, RUNTIME);
+    assert_eq!(
+        serde_json::to_value(&c).unwrap(),
+        json!({
+            "name": "mine",
+            "image": RUNTIME,
+            "command": ["vcluster-plugin-syncer"],
+            "args": ["--namespace", "team-a", "--vcluster", "my-vcluster",
+                     "--virtual-kubeconfig", "/var/run/vcp/vcluster/config"],
+            "env": [
+                { "name": "VCLUSTER_PLUGIN_NAME", "value": "mine" },
+                { "name": "RUST_LOG", "value": "debug" },
+            ],
+            "volumeMounts": [{ "name": "vcp-vcluster-kubeconfig", "mountPath": "/var/run/vcp/vcluster", "readOnly": true }],
+        })
+    );
+    // As a v2 plugin: the folder (the name vCluster's syncer gives the runtime) is the
+    // operator's too.
+    p.spec.version = Some(PluginVersion::V2);
+    let init = embedded_v2_init_container(&p, RUNTIME);
+    assert_eq!(
+        init.command.as_deref().unwrap(),
+        ["vcluster-plugin-syncer", "install-plugin", "/plugins/mine"]
+    );
+    assert_eq!((init.args, init.env_from), (None, None));
+}
+
+/// Issue 21, hole 2: the kubeconfig volume goes only into the runtime sidecars the operator
+/// builds; a v1 sidecar's or a v2 init container's own mount of it (a spec stored before the
+/// CRD's rule) is not copied, even with an embedded sidecar beside them, and without one the
+/// volume is not in the pod at all.
+#[test]
+fn only_the_runtime_sidecar_mounts_the_vcluster_kubeconfig() {
+    let steal = VolumeMount {
+        name: VCLUSTER_KUBECONFIG_VOLUME.into(),
+        mount_path: "/steal".into(),
+        ..Default::default()
+    };
+    let mut v1 = created_at(plugin("thief-v1", Some("img"), Some(PluginVersion::V1)), 1);
+    v1.spec.volume_mounts = Some(vec![steal.clone()]);
+    let mut v2 = created_at(plugin("thief-v2", Some("img"), None), 2);
+    v2.spec.volume_mounts = Some(vec![steal]);
+    let embedded = created_at(plugin("runtime", None, None), 3);
+    let mounted_by = |patch: &Value| -> Vec<String> {
+        containers(patch)
+            .iter()
+            .chain(init_containers(patch).iter())
+            .filter(|c| {
+                c.volume_mounts
+                    .iter()
+                    .flatten()
+                    .any(|m| m.name == VCLUSTER_KUBECONFIG_VOLUME)
+            })
+            .map(|c| c.name.clone())
+            .collect()
+    };
+    let volumes = |patch: &Value| -> Vec<String> {
+        patch["spec"]["template"]["spec"]["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|v| v["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let with_runtime = plan(&workload(), &[&v1, &v2, &embedded], RUNTIME);
+    assert_eq!(with_runtime.installed.len(), 3);
+    assert_eq!(mounted_by(&with_runtime.patch), ["runtime"]);
+    assert_eq!(
+        volumes(&with_runtime.patch),
+        [VCLUSTER_KUBECONFIG_VOLUME, "plugins"]
+    );
+    let alone = plan(&workload(), &[&v1, &v2], RUNTIME);
+    assert_eq!(mounted_by(&alone.patch), Vec::<String>::new());
+    assert_eq!(volumes(&alone.patch), ["plugins"]);
 }
 
 #[test]
@@ -428,13 +535,10 @@ fn v1_sidecar_carries_name_config_and_container_fields() {
     );
 }
 
+/// An image plugin's `command` / `args` replace the chart's defaults; the embedded runtime's
+/// are the operator's (see `nothing_in_a_spec_points_the_embedded_runtime_at_another_plugin`).
 #[test]
-fn spec_command_and_args_replace_the_defaults() {
-    let mut p = plugin("e", None, None);
-    p.spec.args = Some(vec!["--x".into()]);
-    let c = embedded_container(&p, RUNTIME);
-    assert_eq!(c.command, Some(vec![RUNTIME_BINARY.to_string()]));
-    assert_eq!(c.args, Some(vec!["--x".to_string()]));
+fn spec_command_and_args_replace_the_defaults_of_an_image_plugin() {
     let mut p = plugin("v2", Some("img"), None);
     p.spec.command = Some(vec!["/bin/install".into()]);
     let c = v2_init_container(&p);

@@ -329,14 +329,33 @@ fn mounts_of_the_vclusters_volumes_are_refused() {
         ..Default::default()
     };
     assert_eq!(check(&allow, &p), Ok(()));
-    // The operator's own volumes (workload.rs: `plugins`, `vcp-vcluster-kubeconfig`).
-    let ours = plugin(|s| {
+    // The operator's `plugins` volume (workload.rs) may be mounted.
+    let ours = plugin(|s| s.volume_mounts = Some(vec![mount("plugins", "/plugins")]));
+    assert_eq!(check(&ContainerPolicy::default(), &ours), Ok(()));
+}
+
+/// Issue 21, hole 2: the vCluster's admin kubeconfig (`vcp-vcluster-kubeconfig`, Secret
+/// `vc-<vcluster>`) is the operator's runtime's alone: refused for every plugin, whatever
+/// `allowedVolumes` says.
+#[test]
+fn a_mount_of_the_vcluster_kubeconfig_is_refused_whatever_the_policy() {
+    let p = plugin(|s| {
         s.volume_mounts = Some(vec![
             mount("plugins", "/plugins"),
-            mount("vcp-vcluster-kubeconfig", "/kubeconfig"),
+            mount("vcp-vcluster-kubeconfig", "/steal"),
         ])
     });
-    assert_eq!(check(&ContainerPolicy::default(), &ours), Ok(()));
+    let expected = "spec.volumeMounts[1].name = \"vcp-vcluster-kubeconfig\" is refused by the operator policy: a mount of the vCluster's admin kubeconfig (Secret vc-vc), which vcluster-plugin-operator mounts into its own runtime container only (no policy key allows it)";
+    assert_eq!(refused(&p), expected);
+    let everything = ContainerPolicy {
+        allowed_volumes: vec!["vcp-vcluster-kubeconfig".into(), "data".into()],
+        allow_secret_references: true,
+        ..Default::default()
+    };
+    assert_eq!(
+        check(&everything, &p).map_err(|d| d.message()),
+        Err(expected.to_string())
+    );
 }
 
 #[test]
