@@ -387,15 +387,23 @@ fn the_representative_pod_passes_the_pod_policy() {
 
 #[test]
 fn the_shipped_hooks_only_sample_passes() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/samples/hooks-only-plugin.yaml");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../config/samples/hooks-only-plugin.yaml"
+    );
     let text = std::fs::read_to_string(path).unwrap();
     let sample: VClusterPlugin = serde_yaml::from_str(&text).unwrap();
     let j = judged(&[&sample]);
     assert!(j.refused.is_empty(), "{:?}", j.refused);
     let pod = &j.steps[0].1;
-    assert_eq!(pod.metadata.labels.as_ref().unwrap()["cost-center"], "platform");
     assert_eq!(
-        pod.spec.as_ref().unwrap().tolerations.as_ref().unwrap()[0].key.as_deref(),
+        pod.metadata.labels.as_ref().unwrap()["cost-center"],
+        "platform"
+    );
+    assert_eq!(
+        pod.spec.as_ref().unwrap().tolerations.as_ref().unwrap()[0]
+            .key
+            .as_deref(),
         Some("node.example.com/spot")
     );
 }
