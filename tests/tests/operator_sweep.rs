@@ -112,7 +112,8 @@ async fn prepare(admin: &Client, ns: &str) {
     vcp_tests::bind_tenant_rights(admin, ns).await;
 }
 
-/// Creates the plugins `cars` (Dedicated, syncing Cars: Role, RoleBinding, ClusterRole,
+/// Creates the plugins `cars` (Dedicated, syncing Cars, with a cluster rule of its own, since
+/// nothing cluster-wide is derived from a synced type: Role, RoleBinding, ClusterRole,
 /// ClusterRoleBinding) and `patcher` (PatchVClusterRoles), and `extra` ones without synced
 /// types, and waits until all are Ready.
 async fn install(admin: &Client, ns: &str, extra: &[&str]) {
@@ -122,6 +123,10 @@ async fn install(admin: &Client, ns: &str, extra: &[&str]) {
             json!({
                 "vcluster": { "name": "my-vcluster" },
                 "syncedTypes": [{ "apiVersion": "example.loft.sh/v1", "kind": "Car" }],
+                "rbac": { "clusterRole": { "extraRules": [{
+                    "apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+                    "verbs": ["get", "list", "watch"],
+                }] } },
             }),
         ),
         (
