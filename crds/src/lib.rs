@@ -19,6 +19,7 @@ pub mod admission;
 pub mod car;
 #[cfg(feature = "test-faults")]
 pub mod fault;
+pub mod free_form;
 pub mod hooks;
 pub mod plugin;
 mod schema;

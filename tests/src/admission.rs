@@ -17,14 +17,15 @@ pub const ADMISSION_OVERLAY: &str = "tests/fixtures/admission";
 
 /// Installs the admission policies of `config/admission` on `cp`'s host cluster as the tests
 /// use them ([`ADMISSION_OVERLAY`], rendered with `kubectl kustomize`; namespace `vcp-system`
-/// for the requester policy's ConfigMaps), then waits until the API server enforces all three:
+/// for the requester policy's ConfigMaps), then waits until the API server enforces all four:
 /// a server-side dry run of a ClusterRoleBinding to `cluster-admin` as `vcp-operator` is
-/// refused by the operator's policy, and two of VClusterPlugins by a probe user (`vcp-syncer`,
+/// refused by the operator's policy, and three of VClusterPlugins by a probe user (`vcp-syncer`,
 /// a Role and RoleBinding in `vcp-system`, left in place: `create` on VClusterPlugins and on
 /// Roles and RoleBindings, `update` on the StatefulSet and Deployment `probe`) are refused by
-/// one requester policy each: a plugin for the workload `other`, which the probe may not
+/// one policy each: a plugin for the workload `other`, which the probe may not
 /// change, by `vcp-plugin-requester-changes`; one for `probe` with a rule the probe does not
-/// hold by `vcp-plugin-requester`. Idempotent.
+/// hold by `vcp-plugin-requester`; one for `probe` whose `config` nests one level deeper than
+/// `vcp_crds::free_form::MAX_FREE_FORM_DEPTH` by `vcp-plugin-free-form-depth`. Idempotent.
 ///
 /// # Panics
 /// When rendering or applying fails, or a policy is not enforced within 30 s.
@@ -102,6 +103,16 @@ subjects:
             {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}
         ]}}}),
     );
+    // Refused by the nesting bound only (a v1 config one level deeper than allowed; a v2
+    // plugin takes no config).
+    let mut deep = serde_json::json!({});
+    for _ in 0..vcp_crds::free_form::MAX_FREE_FORM_DEPTH {
+        deep = serde_json::json!({ "a": deep });
+    }
+    let depth_probe = probe_plugin(
+        "probe",
+        serde_json::json!({ "version": "v1", "config": deep }),
+    );
     let plugins = kube::discovery::ApiResource {
         group: "vcp.dev".into(),
         version: "v1alpha1".into(),
@@ -115,6 +126,7 @@ subjects:
         let binding = binding.clone();
         let changes_probe = changes_probe.clone();
         let grants_probe = grants_probe.clone();
+        let depth_probe = depth_probe.clone();
         let plugins = plugins.clone();
         let dry = dry.clone();
         async move {
@@ -124,12 +136,14 @@ subjects:
             let api = Api::<DynamicObject>::namespaced_with(probe, "vcp-system", &plugins);
             let changes = api.create(&dry, &changes_probe).await;
             let grants = api.create(&dry, &grants_probe).await;
+            let deep = api.create(&dry, &depth_probe).await;
             let refused_by = |r: Option<kube::Error>, policy: &str| {
                 matches!(r, Some(kube::Error::Api(e)) if e.message.contains(policy))
             };
             (refused_by(bound.err(), "vcluster-plugin-operator-bounds")
                 && refused_by(changes.err(), "'vcp-plugin-requester-changes'")
-                && refused_by(grants.err(), "'vcp-plugin-requester'"))
+                && refused_by(grants.err(), "'vcp-plugin-requester'")
+                && refused_by(deep.err(), "'vcp-plugin-free-form-depth'"))
             .then_some(())
         }
     })

@@ -838,3 +838,93 @@ async fn the_operator_identity_is_bounded() {
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// `value` wrapped in `levels` objects (`{"a": ...}`) or lists (`[...]`).
+fn nested(levels: usize, in_lists: bool, mut value: Value) -> Value {
+    for _ in 0..levels {
+        value = if in_lists {
+            json!([value])
+        } else {
+            json!({ "a": value })
+        };
+    }
+    value
+}
+
+/// The nesting bound of the free-form fields (`free-form-depth.yaml`): a `config` or a hook's
+/// `jsonPatch[].value` nests at most 32 levels of objects and lists, counted by construction
+/// here (a leaf `1` wrapped in n levels); one level more is refused naming the field and the
+/// limit, for objects and for lists alike, and a deep-ish legitimate config (10 levels) is
+/// stored.
+#[tokio::test]
+async fn free_form_values_nest_at_most_32_levels() {
+    let admin = setup().await;
+    let ns = "adm-depth";
+    create_namespace(&admin, ns).await;
+    bind_tenant_rights(&admin, ns).await;
+    let tenant = ControlPlane::shared()
+        .client(Cluster::Host, Identity::TenantEdit)
+        .await;
+    let api = Api::<VClusterPlugin>::namespaced(tenant, ns);
+    assert_eq!(vcp_crds::free_form::MAX_FREE_FORM_DEPTH, 32);
+    let config = |levels: usize, in_lists: bool| {
+        // `config` is an object itself: one level, then the rest inside its key `c`.
+        json!({ "image": "example.com/p:1", "version": "v1",
+                "config": { "c": nested(levels - 1, in_lists, json!(1)) } })
+    };
+    let hook = |levels: usize, in_lists: bool| {
+        json!({ "image": "example.com/p:1", "hooks": [{
+            "name": "h", "apiVersion": "v1", "kind": "ConfigMap", "events": ["CreateVirtual"],
+            "jsonPatch": [
+                { "op": "add", "path": "/data/x", "value": "plain" },
+                { "op": "add", "path": "/data/y", "value": nested(levels, in_lists, json!(1)) },
+            ],
+        }] })
+    };
+    let config_refusal = "spec.config is nested deeper than 32 levels of objects and lists";
+    let hook_refusal = "spec.hooks[].jsonPatch[].value is nested deeper than 32 levels";
+    let mut cases: Vec<(String, Value, Option<&str>)> = Vec::new();
+    for in_lists in [false, true] {
+        let shape = if in_lists { "lists" } else { "maps" };
+        for (levels, refused) in [(10, false), (32, false), (33, true), (200, true)] {
+            let spec = config(levels, in_lists);
+            assert_eq!(
+                vcp_crds::free_form::depth(&spec["config"]),
+                levels,
+                "the test's own nesting"
+            );
+            cases.push((
+                format!("config-{shape}-{levels}"),
+                spec,
+                refused.then_some(config_refusal),
+            ));
+            cases.push((
+                format!("hook-{shape}-{levels}"),
+                hook(levels, in_lists),
+                refused.then_some(hook_refusal),
+            ));
+        }
+    }
+    let mut failures = Vec::new();
+    for (name, spec, want) in &cases {
+        let result = api
+            .create(&PostParams::default(), &plugin(name, spec.clone()))
+            .await;
+        match (refusal(result), want) {
+            (None, None) => {
+                api.delete(name, &DeleteParams::default())
+                    .await
+                    .expect("delete an admitted plugin");
+            }
+            (Some(message), Some(fragment))
+                if message.contains(fragment) && message.contains("vcp-plugin-free-form-depth") => {
+            }
+            (got, want) => failures.push(format!("{name}: got {got:?}, want {want:?}")),
+        }
+        assert!(
+            want.is_none() || api.get_opt(name).await.expect("get").is_none(),
+            "{name}: refused, yet stored"
+        );
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -486,11 +486,13 @@ async fn default_installs_the_enforced_admission_policies() {
         "validatingadmissionpolicy.admissionregistration.k8s.io/vcp-plugin-requester",
         "validatingadmissionpolicy.admissionregistration.k8s.io/vcp-plugin-requester-changes",
         "validatingadmissionpolicy.admissionregistration.k8s.io/vcluster-plugin-operator-bounds",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/vcp-plugin-free-form-depth",
         "validatingadmissionpolicybinding.admissionregistration.k8s.io/vcp-plugin-requester-0",
         "validatingadmissionpolicybinding.admissionregistration.k8s.io/vcp-plugin-requester-1",
         "validatingadmissionpolicybinding.admissionregistration.k8s.io/vcp-plugin-requester-2",
         "validatingadmissionpolicybinding.admissionregistration.k8s.io/vcp-plugin-requester-changes",
         "validatingadmissionpolicybinding.admissionregistration.k8s.io/vcluster-plugin-operator-bounds",
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io/vcp-plugin-free-form-depth",
         "configmap/vcp-plugin-requester-0",
     ] {
         assert!(
