@@ -151,6 +151,7 @@ async fn dangerous_container_fields_are_policy_denied_with_zero_workload_writes(
         "data-mounter",
         json!({
             "vcluster": { "name": "my-vcluster" },
+            "image": "ghcr.io/example/plugin:1",
             "volumeMounts": [{ "name": "data", "mountPath": "/data" }],
         }),
     )
