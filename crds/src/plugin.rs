@@ -102,6 +102,26 @@ pub const PLUGIN_NAME_LABEL: &str = "vcp.dev/plugin-name";
 /// Label with the `VClusterPlugin`'s namespace on every object the operator made for it.
 pub const PLUGIN_NAMESPACE_LABEL: &str = "vcp.dev/plugin-namespace";
 
+/// The environment variables a plugin without `image` may set in the embedded runtime's
+/// container (the CRD refuses every other name, and the operator copies no other): `RUST_LOG`,
+/// the runtime's log filter (`tracing_subscriber`'s `EnvFilter`). The runtime's container holds
+/// the vCluster's admin kubeconfig, so its environment is the operator's: the loader and the C
+/// library obey `PATH`, `LD_*`, `GCONV_PATH` and more, the Kubernetes client `KUBECONFIG` and
+/// `KUBERNETES_SERVICE_HOST`, the runtime its own flags' variables (`HOST_KUBECONFIG`,
+/// `VIRTUAL_KUBECONFIG`, `POD_NAMESPACE`, `PLUGIN_*`), a list no one can close, so the names a
+/// user may set are listed instead.
+pub const RUNTIME_ENV: [&str; 1] = ["RUST_LOG"];
+
+/// CEL (on the whole object): a plugin without `image` sets only the environment variables of
+/// [`RUNTIME_ENV`].
+fn runtime_env_rule() -> String {
+    let names: Vec<String> = RUNTIME_ENV.iter().map(|n| format!("'{n}'")).collect();
+    format!(
+        "has(self.spec.image) || !has(self.spec.env) || self.spec.env.all(e, e.name in [{}])",
+        names.join(", ")
+    )
+}
+
 /// Desired state of a plugin in one vCluster. See `shared/DESIGN.md`, "API".
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
@@ -129,6 +149,8 @@ pub const PLUGIN_NAMESPACE_LABEL: &str = "vcp.dev/plugin-namespace";
     validation = Rule::new("has(self.spec.image) || !has(self.spec.command)").message("spec.command is refused for the embedded runtime (no spec.image): vcluster-plugin-operator writes its command line, which names the plugin it runs").field_path(".spec.command"),
     validation = Rule::new("has(self.spec.image) || !has(self.spec.args)").message("spec.args is refused for the embedded runtime (no spec.image): vcluster-plugin-operator writes its arguments, and the runtime runs only the plugin the operator named").field_path(".spec.args"),
     validation = Rule::new("has(self.spec.image) || !has(self.spec.envFrom)").message("spec.envFrom is refused for the embedded runtime (no spec.image): its environment is vcluster-plugin-operator's, and a ConfigMap or Secret could hold the operator's own variables").field_path(".spec.envFrom"),
+    validation = Rule::new(runtime_env_rule()).message("spec.env is refused for the embedded runtime (no spec.image), but for RUST_LOG (its log filter): its environment is vcluster-plugin-operator's, and a variable such as PATH, LD_PRELOAD or KUBECONFIG would change which binary runs in the container holding the vCluster's admin kubeconfig, or which cluster it trusts").field_path(".spec.env"),
+    validation = Rule::new("has(self.spec.image) || !has(self.spec.volumeMounts)").message("spec.volumeMounts is refused for the embedded runtime (no spec.image): its container, which holds the vCluster's admin kubeconfig, is vcluster-plugin-operator's, and a mount could replace the files it runs").field_path(".spec.volumeMounts"),
     validation = Rule::new(crate::admission::permission_checks_rule()).message(crate::admission::permission_checks_message().as_str()).field_path(".spec")
 )]
 #[serde(rename_all = "camelCase")]
@@ -176,7 +198,8 @@ pub struct VClusterPluginSpec {
     /// Environment variables of the plugin container; at most 64, each `value` at most 32768
     /// characters (the whole spec is copied into the vCluster's workload). Names beginning with
     /// `VCP_` or `VCLUSTER_` are refused: they are the operator's and its runtime's (such as
-    /// `VCLUSTER_PLUGIN_NAME`, the plugin a container runs).
+    /// `VCLUSTER_PLUGIN_NAME`, the plugin a container runs). For the embedded runtime (no
+    /// `image`) only `RUST_LOG` (its log filter) is accepted: its container is the operator's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64), extend("x-kubernetes-validations" = [
         { "rule": "self.all(e, !has(e.value) || size(e.value) <= 32768)", "message": "each env value is at most 32768 characters" },
@@ -203,11 +226,15 @@ pub struct VClusterPluginSpec {
     pub security_context: Option<SecurityContext>,
 
     /// Extra volume mounts of the plugin container (the volumes must exist in the vCluster's
-    /// pod); at most 16. `vcp-vcluster-kubeconfig` (the vCluster's admin kubeconfig, which the
-    /// operator mounts into its own runtime container only) is refused.
+    /// pod); at most 16; only with `image` (refused for the embedded runtime, whose container
+    /// is the operator's). The operator's volumes are refused: `vcp-vcluster-kubeconfig` (the
+    /// vCluster's admin kubeconfig, which the operator mounts into its own runtime container
+    /// only) and `plugins` (the emptyDir of the v2 plugins' binaries, which only the v2 init
+    /// containers and vCluster's `syncer` mount, as vCluster's chart does).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 16), extend("x-kubernetes-validations" = [
         { "rule": "self.all(m, m.name != 'vcp-vcluster-kubeconfig')", "message": "vcp-vcluster-kubeconfig is the vCluster's admin kubeconfig: vcluster-plugin-operator mounts it into its own runtime container only, and no plugin may mount it" },
+        { "rule": "self.all(m, m.name != 'plugins')", "message": "plugins is the volume of the v2 plugins' binaries, which vCluster's syncer runs: only vcluster-plugin-operator's v2 init containers and the syncer mount it, and no plugin's container may" },
     ]))]
     pub volume_mounts: Option<Vec<VolumeMount>>,
 

@@ -12,7 +12,8 @@
 //! `imagePullPolicy`, `version`, `command`, `args`, `env` and `envFrom` (v1 only: the chart
 //! renders none for a v2 plugin's init container, and its values schema refuses them under
 //! `plugins:`; `tests/tests/chart_oracle.rs` checks this against the chart), `resources`,
-//! `securityContext`, `volumeMounts`, `config` (v1 only: a v2 plugin gets its config from the
+//! `securityContext`, `volumeMounts` (without a mount of the v2 plugins' volume `plugins`, which
+//! the operator makes itself and the CRD refuses from a plugin), `config` (v1 only: a v2 plugin gets its config from the
 //! vCluster's own values, and the VClusterPlugin schema refuses `config` with v2), and
 //! `rbac.role.extraRules` / `rbac.clusterRole.extraRules`.
 //!
@@ -305,8 +306,8 @@ fn convert_entry(
                     typed::<SecurityContext>(&here, value, "a SecurityContext map")?;
             }
             "volumeMounts" => {
-                spec.volume_mounts =
-                    typed::<Vec<VolumeMount>>(&here, value, "a list of VolumeMount")?;
+                let mounts = typed::<Vec<VolumeMount>>(&here, value, "a list of VolumeMount")?;
+                spec.volume_mounts = without_plugins_volume(&key, mounts, version, &mut warn);
             }
             "config" => config = Some(value),
             "rbac" => spec.rbac = convert_rbac(&here, value, &mut warn)?,
@@ -368,6 +369,38 @@ fn convert_entry(
     let mut plugin = VClusterPlugin::new(name, spec);
     plugin.metadata.namespace = Some(namespace.to_string());
     Ok(Some(plugin))
+}
+
+/// `volumeMounts` of an entry (`key`) without the mounts of the v2 plugins' volume `plugins`,
+/// each with a warning: the operator mounts it into every v2 init container at `/plugins`
+/// itself (the chart's values must repeat that mount once they list any), and the CRD refuses
+/// any plugin's own mount of it (vCluster's syncer runs the binaries in it). `None` when no
+/// mount is left.
+fn without_plugins_volume(
+    key: &str,
+    mounts: Option<Vec<VolumeMount>>,
+    version: PluginVersion,
+    warn: &mut impl FnMut(&str, String),
+) -> Option<Vec<VolumeMount>> {
+    let mut kept = Vec::new();
+    for (i, m) in mounts.into_iter().flatten().enumerate() {
+        if m.name != crate::workload::PLUGINS_VOLUME {
+            kept.push(m);
+            continue;
+        }
+        let message = if version == PluginVersion::V2
+            && m.mount_path == crate::workload::PLUGINS_MOUNT_PATH
+        {
+            "`plugins` at `/plugins`: vcluster-plugin-operator mounts it into every v2 init container itself; dropped".to_string()
+        } else {
+            format!(
+                "`plugins` at `{}`: the volume of the v2 plugins' binaries, which vCluster's syncer runs, is mounted only by vcluster-plugin-operator's v2 init containers (at `/plugins`) and the syncer, and the VClusterPlugin schema refuses a plugin's own mount of it; dropped",
+                m.mount_path
+            )
+        };
+        warn(&format!("{key}[{i}]"), message);
+    }
+    Some(kept).filter(|k| !k.is_empty())
 }
 
 /// `rbac:` of an entry: `role.extraRules` and `clusterRole.extraRules`.

@@ -151,6 +151,7 @@ async fn dangerous_container_fields_are_policy_denied_with_zero_workload_writes(
         "data-mounter",
         json!({
             "vcluster": { "name": "my-vcluster" },
+            "image": "ghcr.io/example/plugin:1",
             "volumeMounts": [{ "name": "data", "mountPath": "/data" }],
         }),
     )
@@ -199,8 +200,8 @@ async fn dangerous_container_fields_are_policy_denied_with_zero_workload_writes(
     assert_eq!(template(&admin, ns).await, original);
 }
 
-/// Hole 7: three plugins with container fields only the API server judges (a mount of a volume
-/// the pod does not have, requests above limits, `value` beside `valueFrom`) are each refused
+/// Hole 7: three plugins with container fields only the API server judges (a negative user id,
+/// requests above limits, `value` beside `valueFrom`) are each refused
 /// with `InvalidWorkload` and the API server's message, while a good plugin beside them is
 /// installed; deleting the good one completes while the bad ones exist; a converged state
 /// with bad plugins costs no dry run.
@@ -212,10 +213,10 @@ async fn a_bad_plugin_blocks_neither_the_install_nor_the_deletion_of_another() {
 
     let bad = [
         (
-            "bad-mount",
+            "bad-user",
             json!({ "vcluster": { "name": "my-vcluster" },
-                    "volumeMounts": [{ "name": "plugins", "mountPath": "/extra" }] }),
-            "Not found: \"plugins\"",
+                    "securityContext": { "runAsUser": -1 } }),
+            "must be between 0 and 2147483647",
         ),
         (
             "bad-resources",
@@ -226,7 +227,7 @@ async fn a_bad_plugin_blocks_neither_the_install_nor_the_deletion_of_another() {
         (
             "bad-env",
             json!({ "vcluster": { "name": "my-vcluster" },
-                    "env": [{ "name": "MODE", "value": "fast",
+                    "env": [{ "name": "RUST_LOG", "value": "debug",
                               "valueFrom": { "configMapKeyRef": { "name": "settings", "key": "mode" } } }] }),
             "may not be specified when `value` is not empty",
         ),

@@ -21,13 +21,19 @@ use vcp_tests::{create_plugin, delete_plugin, wait_event, wait_ready};
 const NS: &str = "size-budget";
 const TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A plugin of the vCluster `my-vcluster` (the embedded runtime) with `env` of 25 values of
-/// 32,000 characters (the CRD's limit per value is 32,768): 800,000 bytes of values.
+/// A plugin of the vCluster `my-vcluster` (a v1 sidecar image: the embedded runtime takes no
+/// `env` but `RUST_LOG`) with `env` of 25 values of 32,000 characters (the CRD's limit per value
+/// is 32,768): 800,000 bytes of values.
 fn big() -> Value {
     let env: Vec<Value> = (0..25)
         .map(|i| json!({ "name": format!("BIG_{i:02}"), "value": "x".repeat(32_000) }))
         .collect();
-    json!({ "vcluster": { "name": "my-vcluster" }, "env": env })
+    json!({
+        "vcluster": { "name": "my-vcluster" },
+        "image": "registry.example.com/plugins/big:1.0",
+        "version": "v1",
+        "env": env,
+    })
 }
 
 fn small() -> Value {

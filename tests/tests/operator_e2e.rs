@@ -134,7 +134,7 @@ async fn embedded_plugin_install_converge_and_clean_removal() {
     assert_eq!(sidecar.image.as_deref(), Some(RUNTIME_IMAGE));
     assert_eq!(
         sidecar.command,
-        Some(vec!["vcluster-plugin-syncer".to_string()])
+        Some(vec!["/usr/local/bin/vcluster-plugin-syncer".to_string()])
     );
     assert_eq!(
         sidecar.args,

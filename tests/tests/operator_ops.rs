@@ -966,7 +966,7 @@ async fn conditions_move_only_on_a_change_and_events_are_published() {
     api.patch(
         "watched",
         &PatchParams::default(),
-        &Patch::Merge(json!({ "spec": { "env": [{ "name": "X", "value": "1" }] } })),
+        &Patch::Merge(json!({ "spec": { "env": [{ "name": "RUST_LOG", "value": "debug" }] } })),
     )
     .await
     .expect("change spec");

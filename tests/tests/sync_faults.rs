@@ -408,13 +408,15 @@ async fn restart_scenario(cp: &Arc<ControlPlane>, restart: Fault, tag: &str) {
         .expect("restart task")
         .unwrap_or_else(|e| panic!("inject {restart:?}: {e:#}"));
     let restart_took = restart_began.elapsed();
-    // The operator converges a change made after the fault: its watches resumed.
+    // The operator converges a change made after the fault: its watches resumed. The change is
+    // `RUST_LOG` (the one variable the embedded runtime takes from a spec) set to the run's tag,
+    // which the runtime's log filter reads as a target name: a value unique to this run.
     if operator.is_some() {
         plugins
             .patch(
                 "cars",
                 &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"env": [{"name": "E2E_FAULT", "value": tag}]}})),
+                &Patch::Merge(json!({"spec": {"env": [{"name": "RUST_LOG", "value": tag}]}})),
             )
             .await
             .expect("change the plugin after the fault");
@@ -549,7 +551,7 @@ async fn restart_scenario(cp: &Arc<ControlPlane>, restart: Fault, tag: &str) {
                     c.env
                         .iter()
                         .flatten()
-                        .any(|e| e.name == "E2E_FAULT" && e.value.as_deref() == Some(tag.as_str()))
+                        .any(|e| e.name == "RUST_LOG" && e.value.as_deref() == Some(tag.as_str()))
                 });
                 has.then_some(())
             }

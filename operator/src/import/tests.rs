@@ -327,3 +327,43 @@ fn vcluster_and_namespace_are_applied_to_every_plugin() {
         assert_eq!(p.metadata.namespace.as_deref(), Some("vcluster-prod"));
     }
 }
+
+/// The v2 plugins' volume `plugins` is the operator's (the CRD refuses a plugin's own mount of
+/// it): the chart's usual repetition of `plugins` at `/plugins` in a v2 entry, and any other
+/// mount of it, are dropped, each with a warning naming the mount; other mounts are kept.
+#[test]
+fn mounts_of_the_plugins_volume_are_dropped_with_a_warning() {
+    let out = ok(
+        "plugins:\n  beta:\n    image: b:1\n    volumeMounts:\n      - {name: plugins, mountPath: /plugins}\n      - {name: data, mountPath: /data}\n  gamma:\n    image: g:1\n    volumeMounts:\n      - {name: plugins, mountPath: /plugins}\nplugin:\n  side:\n    image: s:1\n    volumeMounts:\n      - {name: plugins, mountPath: /x}\n",
+    );
+    let mounts = |name: &str| -> Option<Vec<(String, String)>> {
+        let p = out
+            .plugins
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+            .expect(name);
+        p.spec.volume_mounts.as_ref().map(|ms| {
+            ms.iter()
+                .map(|m| (m.name.clone(), m.mount_path.clone()))
+                .collect()
+        })
+    };
+    assert_eq!(mounts("beta"), Some(vec![("data".into(), "/data".into())]));
+    assert_eq!(mounts("gamma"), None);
+    assert_eq!(mounts("side"), None);
+    let mut warned: Vec<(String, String)> = out
+        .warnings
+        .iter()
+        .map(|w| (w.path.clone(), w.message.clone()))
+        .collect();
+    warned.sort();
+    let ours = "`plugins` at `/plugins`: vcluster-plugin-operator mounts it into every v2 init container itself; dropped";
+    assert_eq!(
+        warned,
+        [
+            ("plugin.side.volumeMounts[0]".to_string(), "`plugins` at `/x`: the volume of the v2 plugins' binaries, which vCluster's syncer runs, is mounted only by vcluster-plugin-operator's v2 init containers (at `/plugins`) and the syncer, and the VClusterPlugin schema refuses a plugin's own mount of it; dropped".to_string()),
+            ("plugins.beta.volumeMounts[0]".to_string(), ours.to_string()),
+            ("plugins.gamma.volumeMounts[0]".to_string(), ours.to_string()),
+        ]
+    );
+}

@@ -54,6 +54,15 @@ fn plugin(name: &str, secs: i64) -> VClusterPlugin {
     p
 }
 
+/// [`plugin`] as a v1 sidecar image (the embedded runtime's container takes no mount of a
+/// spec's).
+fn sidecar(name: &str, secs: i64) -> VClusterPlugin {
+    let mut p = plugin(name, secs);
+    p.spec.image = Some("img".into());
+    p.spec.version = Some(vcp_crds::PluginVersion::V1);
+    p
+}
+
 fn mounting(mut p: VClusterPlugin, volume: &str) -> VClusterPlugin {
     p.spec.volume_mounts = Some(vec![VolumeMount {
         name: volume.into(),
@@ -242,8 +251,7 @@ fn all_good_costs_one_dry_run_of_each_kind() {
 #[test]
 fn the_bad_plugin_is_refused_and_the_others_accepted() {
     let good_old = plugin("good-old", 1);
-    // `plugins` exists only when a v2 plugin is installed: here it does not.
-    let bad = mounting(plugin("bad", 2), PLUGINS_VOLUME);
+    let bad = mounting(sidecar("bad", 2), "nope");
     let good_new = plugin("good-new", 3);
     let fake = Fake::new(vec![]);
     let refused = run(judge(
@@ -258,19 +266,25 @@ fn the_bad_plugin_is_refused_and_the_others_accepted() {
     assert_eq!(r.reason, REASON_INVALID_WORKLOAD);
     assert_eq!(
         r.message,
-        "the API server refuses StatefulSet team-a/my-vcluster with this plugin's part: StatefulSet.apps \"my-vcluster\" is invalid: spec.template.spec.containers[1].volumeMounts[0].name: Not found: \"plugins\""
+        "the API server refuses StatefulSet team-a/my-vcluster with this plugin's part: StatefulSet.apps \"my-vcluster\" is invalid: spec.template.spec.containers[1].volumeMounts[0].name: Not found: \"nope\""
     );
     // All at once, then one step per plugin.
     assert_eq!(fake.calls().0, 4);
 }
 
+/// Issue 21, independent attack: a plugin's own mount of `plugins` (the operator's volume; a
+/// spec stored before the CRD refused it) never reaches the pod, with or without a v2 plugin
+/// beside it: the stand-in API server, which refuses a mount of a missing volume, sees none.
 #[test]
-fn a_v2_plugin_makes_the_plugins_volume_and_the_mount_valid() {
+fn a_mount_of_the_plugins_volume_never_reaches_the_pod() {
     let mut v2 = plugin("v2", 1);
     v2.spec.image = Some("img".into());
-    let user = mounting(plugin("user", 2), PLUGINS_VOLUME);
+    let user = mounting(sidecar("user", 2), PLUGINS_VOLUME);
+    let runtime = mounting(plugin("runtime", 3), PLUGINS_VOLUME);
     let fake = Fake::new(vec![]);
-    let refused = run(judge(&fake, &workload(), &[&v2, &user], RUNTIME)).unwrap();
+    let refused = run(judge(&fake, &workload(), &[&user, &runtime], RUNTIME)).unwrap();
+    assert!(refused.is_empty(), "{refused:?}");
+    let refused = run(judge(&fake, &workload(), &[&v2, &user, &runtime], RUNTIME)).unwrap();
     assert!(refused.is_empty(), "{refused:?}");
 }
 
@@ -296,7 +310,7 @@ fn pod_security_refuses_only_the_plugins_it_names() {
 #[test]
 fn verdicts_are_remembered_per_body_and_generation() {
     let good = plugin("good", 1);
-    let bad = mounting(plugin("bad", 2), "nope");
+    let bad = mounting(sidecar("bad", 2), "nope");
     let verdicts = Verdicts::default();
     let fake = Fake::new(vec![]);
     let wl = workload();

@@ -19,6 +19,7 @@
 //! | `env[i].valueFrom.secretKeyRef` | any Secret | `containers.allowedSecrets: [name, prefix-*]`, or `containers.allowSecretReferences: true` |
 //! | `envFrom[i].secretRef` | any Secret | the same |
 //! | `volumeMounts[i].name` | `vcp-vcluster-kubeconfig` (the vCluster's admin kubeconfig) | none: always refused |
+//! | `volumeMounts[i].name` | `plugins` (the v2 plugins' binaries, which vCluster's syncer runs) | none: always refused |
 //! | `volumeMounts[i].name` | a volume the operator did not add | `containers.allowedVolumes: [name, ...]` |
 //! | `image` | not in `containers.allowedImages` (when that list is not empty) | `containers.allowedImages: [registry/, registry/repo, ...]` |
 //!
@@ -29,13 +30,17 @@
 //! default. Where a namespace requires more (`runAsNonRoot: true`, a seccomp profile, ...), its
 //! Pod Security level does, which the operator also respects (`crate::judge`).
 //!
-//! Volumes: the operator adds [`PLUGINS_VOLUME`] (v2 plugins' binaries), which a plugin may
-//! mount, and [`VCLUSTER_KUBECONFIG_VOLUME`] (the Secret `vc-<vcluster>`: the vCluster's admin
-//! kubeconfig), which the operator mounts into the embedded runtime containers it builds and
-//! nowhere else: a spec's mount of it is refused whatever `allowedVolumes` says (issue 21,
-//! hole 2: it would hand the vCluster's admin credentials to a tenant who cannot read
-//! Secrets; the CRD refuses it at admission too, this check covers objects stored before that
-//! rule). Every other volume of the pod is the vCluster's own, such as `data` (its datastore
+//! Volumes: the operator adds two volumes of its own, and a spec's mount of either is refused
+//! whatever `allowedVolumes` says (the CRD refuses both at admission too; this check covers
+//! objects stored before those rules). [`VCLUSTER_KUBECONFIG_VOLUME`] (the Secret
+//! `vc-<vcluster>`: the vCluster's admin kubeconfig) is mounted into the embedded runtime
+//! containers the operator builds and nowhere else (issue 21, hole 2: it would hand the
+//! vCluster's admin credentials to a tenant who cannot read Secrets). [`PLUGINS_VOLUME`] (the
+//! emptyDir of the v2 plugins' binaries, which vCluster's syncer runs) is mounted into the
+//! operator's v2 init containers and `syncer` only, as vCluster's chart does (issue 21,
+//! independent attack: a tenant's mount of it over `/usr/local/bin` of the embedded runtime
+//! made the runtime, with the admin kubeconfig, run a script another plugin's init container
+//! dropped there; a sidecar mounting it could replace any v2 plugin's binary). Every other volume of the pod is the vCluster's own, such as `data` (its datastore
 //! and certificates), and is refused unless `allowedVolumes` names it.
 //!
 //! Images: an `allowedImages` entry ending in `/` is a prefix (a registry such as `ghcr.io/` or a
@@ -280,8 +285,14 @@ pub fn check(policy: &ContainerPolicy, plugin: &VClusterPlugin) -> Result<(), De
                 ),
             ));
         }
-        let ours = m.name == PLUGINS_VOLUME;
-        if !ours && !policy.allowed_volumes.contains(&m.name) {
+        if m.name == PLUGINS_VOLUME {
+            return Err(denial(
+                format!("spec.volumeMounts[{i}].name"),
+                format!("{:?}", m.name),
+                "a mount of the v2 plugins' binaries, which vCluster's syncer runs: vcluster-plugin-operator mounts it into its own v2 init containers and the syncer only (no policy key allows it)".into(),
+            ));
+        }
+        if !policy.allowed_volumes.contains(&m.name) {
             return Err(denial(
                 format!("spec.volumeMounts[{i}].name"),
                 format!("{:?}", m.name),

@@ -247,6 +247,7 @@ mod tests {
             },
             ..Default::default()
         };
+        // A v1 sidecar image: the embedded runtime's container takes no `env` but `RUST_LOG`.
         let plugin = |name: &str, secs: i64, env_bytes: usize| {
             let env = (0..env_bytes.div_ceil(32_000))
                 .map(|i| EnvVar {
@@ -259,6 +260,8 @@ mod tests {
                 name,
                 VClusterPluginSpec {
                     vcluster: VClusterRef { name: "vc".into() },
+                    image: Some("img".into()),
+                    version: Some(vcp_crds::PluginVersion::V1),
                     env: (!env.is_empty()).then_some(env),
                     ..Default::default()
                 },

@@ -9,16 +9,23 @@
 
 use k8s_openapi::api::core::v1::{Container, EnvVar, SecretVolumeSource, Volume, VolumeMount};
 use kube::ResourceExt;
-use vcp_crds::{PluginVersion, VClusterPlugin};
+use vcp_crds::{PluginVersion, RUNTIME_ENV, VClusterPlugin};
 
 use super::identity::Refusal;
 
-/// Name of the emptyDir volume shared by the v2 init containers and `syncer`.
+/// Name of the emptyDir volume shared by the v2 init containers and `syncer`: vCluster's syncer
+/// runs every `/plugins/<name>/plugin` in it. Mounted only into the init containers the operator
+/// builds for v2 plugins and into `syncer` (as vCluster's chart does); a spec's own mount of it
+/// is never copied (and is refused by the CRD and by `crate::policy::containers`), so no
+/// sidecar, and above all no embedded-runtime container holding the vCluster's admin
+/// kubeconfig, sees a file another plugin wrote there.
 pub const PLUGINS_VOLUME: &str = "plugins";
 /// Mount path of [`PLUGINS_VOLUME`].
 pub const PLUGINS_MOUNT_PATH: &str = "/plugins";
-/// Binary of the embedded runtime inside the runtime image.
-pub const RUNTIME_BINARY: &str = "vcluster-plugin-syncer";
+/// Binary of the embedded runtime inside the runtime image, by absolute path (the Dockerfile's
+/// `COPY ... /usr/local/bin/vcluster-plugin-syncer`): the container's command is never looked up
+/// in a `PATH`, so nothing in the container's environment or mounts chooses what runs.
+pub const RUNTIME_BINARY: &str = "/usr/local/bin/vcluster-plugin-syncer";
 /// Volume (a Secret volume of `vc-<vcluster>`) shared by every embedded-runtime sidecar: the
 /// vCluster's admin kubeconfig. Mounted only into the runtime containers the operator builds
 /// ([`embedded_container`]); a spec's own mount of it is never copied (and is refused by the
@@ -119,9 +126,15 @@ pub fn is_reserved_env(name: &str) -> bool {
     RESERVED_ENV_PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
+/// Whether `name` is one of the operator's volumes ([`PLUGINS_VOLUME`],
+/// [`VCLUSTER_KUBECONFIG_VOLUME`]), which only the containers the operator builds mount.
+pub fn is_operator_volume(name: &str) -> bool {
+    name == PLUGINS_VOLUME || name == VCLUSTER_KUBECONFIG_VOLUME
+}
+
 /// The container fields every kind of plugin copies from its spec, without a spec `env` entry of
-/// a reserved name ([`is_reserved_env`]) and without a spec mount of
-/// [`VCLUSTER_KUBECONFIG_VOLUME`] (both refused at admission; dropped here too for objects
+/// a reserved name ([`is_reserved_env`]) and without a spec mount of one of the operator's
+/// volumes ([`is_operator_volume`]) (both refused at admission; dropped here too for objects
 /// stored before those rules existed).
 fn base_container(plugin: &VClusterPlugin, image: &str) -> Container {
     let spec = &plugin.spec;
@@ -136,7 +149,7 @@ fn base_container(plugin: &VClusterPlugin, image: &str) -> Container {
         .volume_mounts
         .iter()
         .flatten()
-        .filter(|m| m.name != VCLUSTER_KUBECONFIG_VOLUME)
+        .filter(|m| !is_operator_volume(&m.name))
         .cloned()
         .collect();
     Container {
@@ -154,26 +167,38 @@ fn base_container(plugin: &VClusterPlugin, image: &str) -> Container {
     }
 }
 
-/// [`base_container`] for the embedded runtime: the command line and environment sources are
-/// the operator's alone (spec `command`, `args` and `envFrom` are refused for it by the CRD,
-/// and not copied from objects stored before those rules), so nothing in a spec can point the
-/// runtime at another plugin.
+/// [`base_container`] for the embedded runtime, whose container is the operator's: it holds the
+/// vCluster's admin kubeconfig (the sidecar) or writes the binary vCluster's syncer runs (the v2
+/// init container). So the command line, the environment sources and the mounts are the
+/// operator's alone, and of the spec's `env` only the names of [`RUNTIME_ENV`] (`RUST_LOG`) are
+/// copied: an allow list, as the variables a loader, a C library or a Kubernetes client obeys
+/// (`PATH`, `LD_PRELOAD`, `KUBECONFIG`, `KUBERNETES_SERVICE_HOST`, ...) are too many to refuse
+/// one by one. The CRD refuses the rest (`command`, `args`, `envFrom`, `volumeMounts`, other
+/// `env` names) for a plugin without `image`; objects stored before those rules are not copied.
 fn runtime_base_container(plugin: &VClusterPlugin, runtime_image: &str) -> Container {
+    let base = base_container(plugin, runtime_image);
+    let env: Vec<EnvVar> = base
+        .env
+        .into_iter()
+        .flatten()
+        .filter(|e| RUNTIME_ENV.contains(&e.name.as_str()))
+        .collect();
     Container {
         command: None,
         args: None,
+        env: Some(env).filter(|e| !e.is_empty()),
         env_from: None,
-        ..base_container(plugin, runtime_image)
+        volume_mounts: None,
+        ..base
     }
 }
 
-/// The embedded-runtime sidecar: `vcluster-plugin-syncer --namespace <ns> --vcluster
-/// <vcluster> --virtual-kubeconfig /var/run/vcp/vcluster/config` with env
+/// The embedded-runtime sidecar: `/usr/local/bin/vcluster-plugin-syncer --namespace <ns>
+/// --vcluster <vcluster> --virtual-kubeconfig /var/run/vcp/vcluster/config` with env
 /// `VCLUSTER_PLUGIN_NAME=<name>` first (the one place the plugin's name is written: the
-/// runtime refuses to run any other), then the spec's `env`; with the vCluster's kubeconfig
-/// Secret mounted read-only at [`VCLUSTER_KUBECONFIG_DIR`] (before the spec's own
-/// `volumeMounts`; a spec mount at the same path is dropped, as a mount path can be used only
-/// once).
+/// runtime refuses to run any other), then the spec's `RUST_LOG` ([`runtime_base_container`]);
+/// with the vCluster's kubeconfig Secret mounted read-only at [`VCLUSTER_KUBECONFIG_DIR`], its
+/// only mount.
 pub fn embedded_container(plugin: &VClusterPlugin, runtime_image: &str) -> Container {
     let mut c = runtime_base_container(plugin, runtime_image);
     mount_first(&mut c, vcluster_kubeconfig_mount());
@@ -249,11 +274,11 @@ pub fn v2_init_container(plugin: &VClusterPlugin) -> Container {
     c
 }
 
-/// The init container of the embedded runtime as a v2 plugin: `vcluster-plugin-syncer
+/// The init container of the embedded runtime as a v2 plugin: `/usr/local/bin/vcluster-plugin-syncer
 /// install-plugin /plugins/<name>` from the runtime image (the runtime copies itself to
 /// `/plugins/<name>/plugin`, where vCluster's syncer finds and starts it; the folder's name is
 /// the one place the plugin's name is written, and the runtime runs no other), with `plugins`
-/// mounted at `/plugins`.
+/// mounted at `/plugins` (its only mount).
 pub fn embedded_v2_init_container(plugin: &VClusterPlugin, runtime_image: &str) -> Container {
     let mut c = runtime_base_container(plugin, runtime_image);
     c.command = Some(vec![

@@ -160,7 +160,7 @@ fn embedded_plugin_adds_only_its_sidecar() {
                 "containers": [{
                     "name": "car-syncer",
                     "image": RUNTIME,
-                    "command": ["vcluster-plugin-syncer"],
+                    "command": ["/usr/local/bin/vcluster-plugin-syncer"],
                     "args": ["--namespace", "team-a", "--vcluster", "my-vcluster",
                              "--virtual-kubeconfig", "/var/run/vcp/vcluster/config"],
                     "env": [{ "name": "VCLUSTER_PLUGIN_NAME", "value": "car-syncer" }],
@@ -178,7 +178,8 @@ fn embedded_plugin_adds_only_its_sidecar() {
 fn embedded_sidecars_share_one_kubeconfig_volume_that_goes_with_the_last() {
     let a = created_at(plugin("a", None, None), 1);
     let mut b = created_at(plugin("b", None, None), 2);
-    // A spec mount at the kubeconfig path would be a duplicate mount path: dropped.
+    // The embedded runtime takes no mount of a spec's (refused by the CRD; not copied from a
+    // spec stored before that rule).
     b.spec.volume_mounts = Some(vec![
         VolumeMount {
             name: "mine".into(),
@@ -217,10 +218,7 @@ fn embedded_sidecars_share_one_kubeconfig_volume_that_goes_with_the_last() {
     assert_eq!(cs[1].name, "a");
     assert_eq!(mounts(&cs[1]), std::slice::from_ref(&kubeconfig));
     assert_eq!(cs[2].name, "b");
-    assert_eq!(
-        mounts(&cs[2]),
-        [kubeconfig, ("data".into(), "/data".into(), None)]
-    );
+    assert_eq!(mounts(&cs[2]), [kubeconfig]);
     assert_eq!(
         cs[2].args.as_ref().unwrap()[4..],
         ["--virtual-kubeconfig", "/var/run/vcp/vcluster/config"]
@@ -284,7 +282,7 @@ fn nothing_in_a_spec_points_the_embedded_runtime_at_another_plugin() {
         json!({
             "name": "mine",
             "image": RUNTIME,
-            "command": ["vcluster-plugin-syncer"],
+            "command": ["/usr/local/bin/vcluster-plugin-syncer"],
             "args": ["--namespace", "team-a", "--vcluster", "my-vcluster",
                      "--virtual-kubeconfig", "/var/run/vcp/vcluster/config"],
             "env": [
@@ -300,9 +298,119 @@ fn nothing_in_a_spec_points_the_embedded_runtime_at_another_plugin() {
     let init = embedded_v2_init_container(&p, RUNTIME);
     assert_eq!(
         init.command.as_deref().unwrap(),
-        ["vcluster-plugin-syncer", "install-plugin", "/plugins/mine"]
+        [
+            "/usr/local/bin/vcluster-plugin-syncer",
+            "install-plugin",
+            "/plugins/mine"
+        ]
     );
     assert_eq!((init.args, init.env_from), (None, None));
+}
+
+/// Issue 21, independent attack: the embedded runtime's container is the operator's. Of a spec
+/// stored before the CRD's rules, no mount (such as `plugins` over `/usr/local/bin`, where
+/// another plugin's v2 init container dropped a script) and no variable but `RUST_LOG` (such as
+/// `PATH`, `LD_PRELOAD` or `KUBECONFIG`) is copied, in the sidecar as in the v2 init container,
+/// and the runtime runs by absolute path.
+#[test]
+fn the_embedded_runtime_takes_no_mount_and_no_variable_of_a_spec_but_rust_log() {
+    let mut p = plugin("victim-runtime", None, None);
+    let mount = |name: &str, path: &str| VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        ..Default::default()
+    };
+    p.spec.volume_mounts = Some(vec![
+        mount("plugins", "/usr/local/bin"),
+        mount("data", "/data"),
+    ]);
+    let env = |name: &str, value: &str| EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        ..Default::default()
+    };
+    p.spec.env = Some(vec![
+        env("PATH", "/x:/usr/local/bin:/usr/bin:/bin"),
+        env("LD_PRELOAD", "/plugins/evil.so"),
+        env("KUBECONFIG", "/plugins/kubeconfig"),
+        env("HOST_KUBECONFIG", "/plugins/kubeconfig"),
+        env("RUST_LOG", "debug"),
+    ]);
+    let c = embedded_container(&p, RUNTIME);
+    assert_eq!(
+        serde_json::to_value(&c).unwrap(),
+        json!({
+            "name": "victim-runtime",
+            "image": RUNTIME,
+            "command": ["/usr/local/bin/vcluster-plugin-syncer"],
+            "args": ["--namespace", "team-a", "--vcluster", "my-vcluster",
+                     "--virtual-kubeconfig", "/var/run/vcp/vcluster/config"],
+            "env": [
+                { "name": "VCLUSTER_PLUGIN_NAME", "value": "victim-runtime" },
+                { "name": "RUST_LOG", "value": "debug" },
+            ],
+            "volumeMounts": [{ "name": "vcp-vcluster-kubeconfig", "mountPath": "/var/run/vcp/vcluster", "readOnly": true }],
+        })
+    );
+    p.spec.version = Some(PluginVersion::V2);
+    let init = embedded_v2_init_container(&p, RUNTIME);
+    assert_eq!(
+        serde_json::to_value(&init).unwrap(),
+        json!({
+            "name": "victim-runtime",
+            "image": RUNTIME,
+            "command": ["/usr/local/bin/vcluster-plugin-syncer", "install-plugin", "/plugins/victim-runtime"],
+            "env": [{ "name": "RUST_LOG", "value": "debug" }],
+            "volumeMounts": [{ "name": "plugins", "mountPath": "/plugins" }],
+        })
+    );
+}
+
+/// Issue 21, independent attack: `plugins` (the v2 plugins' binaries, which vCluster's syncer
+/// runs) is mounted by the operator's v2 init containers and `syncer` only: a v1 sidecar's or a
+/// v2 init container's own mount of it (a spec stored before the CRD's rule) is not copied.
+#[test]
+fn only_the_v2_init_containers_and_syncer_mount_the_plugins_volume() {
+    let elsewhere = VolumeMount {
+        name: PLUGINS_VOLUME.into(),
+        mount_path: "/x".into(),
+        ..Default::default()
+    };
+    let mut v1 = created_at(plugin("thief-v1", Some("img"), Some(PluginVersion::V1)), 1);
+    v1.spec.volume_mounts = Some(vec![elsewhere.clone()]);
+    let mut v2 = created_at(plugin("thief-v2", Some("img"), None), 2);
+    v2.spec.volume_mounts = Some(vec![elsewhere]);
+    let embedded = created_at(plugin("runtime", None, None), 3);
+    let both = plan(&workload(), &[&v1, &v2, &embedded], RUNTIME);
+    let mounts: BTreeMap<String, Vec<String>> = containers(&both.patch)
+        .iter()
+        .chain(init_containers(&both.patch).iter())
+        .map(|c| {
+            let paths = c
+                .volume_mounts
+                .iter()
+                .flatten()
+                .filter(|m| m.name == PLUGINS_VOLUME)
+                .map(|m| m.mount_path.clone())
+                .collect();
+            (c.name.clone(), paths)
+        })
+        .collect();
+    let owned = |name: &str, paths: &[&str]| {
+        (
+            name.to_string(),
+            paths.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+        )
+    };
+    assert_eq!(
+        mounts,
+        BTreeMap::from([
+            owned("syncer", &["/plugins"]),
+            owned("thief-v1", &[]),
+            owned("runtime", &[]),
+            owned("thief-v2", &["/plugins"]),
+        ])
+    );
 }
 
 /// Issue 21, hole 2: the kubeconfig volume goes only into the runtime sidecars the operator
@@ -369,7 +477,7 @@ fn embedded_v2_plugin_is_an_init_container_copying_the_runtime() {
             "initContainers": [{
                 "name": "cars",
                 "image": RUNTIME,
-                "command": ["vcluster-plugin-syncer", "install-plugin", "/plugins/cars"],
+                "command": ["/usr/local/bin/vcluster-plugin-syncer", "install-plugin", "/plugins/cars"],
                 "volumeMounts": [{ "name": "plugins", "mountPath": "/plugins" }],
             }],
             "volumes": [{ "name": "plugins", "emptyDir": {} }],
@@ -824,7 +932,7 @@ fn drift_is_detected() {
 fn a_field_dropped_from_the_spec_is_detected_as_stale() {
     let mut p = plugin("a", None, None);
     p.spec.env = Some(vec![EnvVar {
-        name: "X".into(),
+        name: "RUST_LOG".into(),
         value: Some("1".into()),
         ..Default::default()
     }]);

@@ -314,24 +314,34 @@ fn allowed_secrets_by_name_prefix_or_all() {
 
 #[test]
 fn mounts_of_the_vclusters_volumes_are_refused() {
-    let p = plugin(|s| {
-        s.volume_mounts = Some(vec![
-            mount(PLUGINS_VOLUME, "/plugins"),
-            mount("data", "/data"),
-        ])
-    });
+    let p = plugin(|s| s.volume_mounts = Some(vec![mount("data", "/data")]));
     assert_eq!(
         refused(&p),
-        "spec.volumeMounts[1].name = \"data\" is refused by the operator policy: a mount of the vCluster's volume \"data\", which vcluster-plugin-operator did not add (policy containers.allowedVolumes: [])"
+        "spec.volumeMounts[0].name = \"data\" is refused by the operator policy: a mount of the vCluster's volume \"data\", which vcluster-plugin-operator did not add (policy containers.allowedVolumes: [])"
     );
     let allow = ContainerPolicy {
         allowed_volumes: vec!["data".into()],
         ..Default::default()
     };
     assert_eq!(check(&allow, &p), Ok(()));
-    // The operator's `plugins` volume (workload.rs) may be mounted.
-    let ours = plugin(|s| s.volume_mounts = Some(vec![mount("plugins", "/plugins")]));
-    assert_eq!(check(&ContainerPolicy::default(), &ours), Ok(()));
+}
+
+/// Issue 21, independent attack: `plugins` (the emptyDir of the v2 plugins' binaries, which
+/// vCluster's syncer runs) is mounted by the operator's v2 init containers and `syncer` only:
+/// refused for every plugin, whatever `allowedVolumes` says.
+#[test]
+fn a_mount_of_the_plugins_volume_is_refused_whatever_the_policy() {
+    let p = plugin(|s| s.volume_mounts = Some(vec![mount("plugins", "/usr/local/bin")]));
+    let expected = "spec.volumeMounts[0].name = \"plugins\" is refused by the operator policy: a mount of the v2 plugins' binaries, which vCluster's syncer runs: vcluster-plugin-operator mounts it into its own v2 init containers and the syncer only (no policy key allows it)";
+    assert_eq!(refused(&p), expected);
+    let everything = ContainerPolicy {
+        allowed_volumes: vec!["plugins".into()],
+        ..Default::default()
+    };
+    assert_eq!(
+        check(&everything, &p).map_err(|d| d.message()),
+        Err(expected.to_string())
+    );
 }
 
 /// Issue 21, hole 2: the vCluster's admin kubeconfig (`vcp-vcluster-kubeconfig`, Secret
@@ -339,13 +349,8 @@ fn mounts_of_the_vclusters_volumes_are_refused() {
 /// `allowedVolumes` says.
 #[test]
 fn a_mount_of_the_vcluster_kubeconfig_is_refused_whatever_the_policy() {
-    let p = plugin(|s| {
-        s.volume_mounts = Some(vec![
-            mount("plugins", "/plugins"),
-            mount("vcp-vcluster-kubeconfig", "/steal"),
-        ])
-    });
-    let expected = "spec.volumeMounts[1].name = \"vcp-vcluster-kubeconfig\" is refused by the operator policy: a mount of the vCluster's admin kubeconfig (Secret vc-vc), which vcluster-plugin-operator mounts into its own runtime container only (no policy key allows it)";
+    let p = plugin(|s| s.volume_mounts = Some(vec![mount("vcp-vcluster-kubeconfig", "/steal")]));
+    let expected = "spec.volumeMounts[0].name = \"vcp-vcluster-kubeconfig\" is refused by the operator policy: a mount of the vCluster's admin kubeconfig (Secret vc-vc), which vcluster-plugin-operator mounts into its own runtime container only (no policy key allows it)";
     assert_eq!(refused(&p), expected);
     let everything = ContainerPolicy {
         allowed_volumes: vec!["vcp-vcluster-kubeconfig".into(), "data".into()],
