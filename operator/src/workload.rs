@@ -46,7 +46,7 @@
 //! Refusals the operator decides from policy or cluster state (a rule the policy forbids, a
 //! type the host does not serve, no vCluster Role to append to) are judged for every plugin of
 //! the vCluster before [`plan`] runs, by every reconcile of that workload alike
-//! (`crate::install::ClusterFacts`): [`plan`] is only given the plugins those checks let
+//! ([`crate::vcluster::ClusterFacts`]): [`plan`] is only given the plugins those checks let
 //! through, and decides conflicts among them. A refused plugin therefore never appears in any
 //! reconcile's apply body, and the workload is not written for it.
 //!
