@@ -63,20 +63,18 @@ mod converge;
 mod identity;
 mod merge;
 
-pub use budget::REASON_TOO_LARGE;
 pub use containers::{
-    PLUGIN_NAME_ENV, PLUGINS_MOUNT_PATH, PLUGINS_VOLUME, PluginKind, REASON_INVALID_CONFIG,
-    RESERVED_ENV_PREFIXES, RUNTIME_BINARY, V1_BASE_PORT, VCLUSTER_KUBECONFIG_DIR,
-    VCLUSTER_KUBECONFIG_KEY, VCLUSTER_KUBECONFIG_VOLUME, embedded_container,
-    embedded_v2_init_container, is_reserved_env, plugin_kind, v1_container, v2_init_container,
-    vcluster_kubeconfig_volume,
+    PLUGIN_NAME_ENV, PLUGINS_MOUNT_PATH, PLUGINS_VOLUME, PluginKind, RESERVED_ENV_PREFIXES,
+    RUNTIME_BINARY, V1_BASE_PORT, VCLUSTER_KUBECONFIG_DIR, VCLUSTER_KUBECONFIG_KEY,
+    VCLUSTER_KUBECONFIG_VOLUME, embedded_container, embedded_v2_init_container, is_reserved_env,
+    plugin_kind, v1_container, v2_init_container, vcluster_kubeconfig_volume,
 };
 pub use converge::{field_set, is_converged, is_subset, owned_entries};
 pub use identity::{
-    REASON_NOT_A_VCLUSTER, Refusal, SYNCER_CONTAINER, VCLUSTER_APP_LABEL, VCLUSTER_APP_VALUE,
-    VCLUSTER_RELEASE_LABEL, Workload, WorkloadKind, vcluster_identity,
+    Refusal, SYNCER_CONTAINER, VCLUSTER_APP_LABEL, VCLUSTER_APP_VALUE, VCLUSTER_RELEASE_LABEL,
+    Workload, WorkloadKind, vcluster_identity,
 };
-pub use merge::{REASON_CONFLICT, WorkloadPlan, contributes, install_order, plan};
+pub use merge::{WorkloadPlan, contributes, install_order, plan};
 
 #[cfg(test)]
 mod tests;

@@ -51,6 +51,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use vcp_crds::Reason;
 
 use futures::{StreamExt, stream};
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -658,7 +659,7 @@ async fn plugin_writes(
         "reportingController": controller::CONTROLLER_NAME,
         "reportingInstance": controller::CONTROLLER_NAME,
         "action": "Reconcile",
-        "reason": status::REASON_INSTALLED,
+        "reason": Reason::Installed,
         "type": "Normal",
         "note": "installed into \"StatefulSet vc\"",
         "regarding": {

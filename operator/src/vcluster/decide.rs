@@ -21,6 +21,7 @@
 
 use std::collections::BTreeMap;
 use std::time::Duration;
+use vcp_crds::Reason;
 
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding};
 use kube::ResourceExt;
@@ -29,7 +30,7 @@ use vcp_crds::{VClusterPlugin, WorkloadRef};
 
 use crate::policy::{self, Policy};
 use crate::rbac::{self, DesiredRbac, Plurals};
-use crate::status::{self, Check, Outcome};
+use crate::status::{Check, Outcome};
 use crate::workload::{self, Refusal, Workload};
 
 /// How often a converged plugin is reconciled again (drift the watches cannot see).
@@ -197,7 +198,7 @@ fn without_workload(intent: Intent<'_>) -> Plan {
             let namespace = plugin.namespace().unwrap_or_default();
             let vcluster = &plugin.spec.vcluster.name;
             let missing = Check::failed(
-                status::REASON_VCLUSTER_NOT_FOUND,
+                Reason::VClusterNotFound,
                 format!(
                     "no StatefulSet or Deployment named {vcluster} in namespace {namespace}; the plugin is installed once the vCluster exists"
                 ),
@@ -246,9 +247,12 @@ fn workload_ref(wl: &Workload) -> WorkloadRef {
 pub fn next_reconcile(rbac: &Check) -> Duration {
     match rbac {
         Check::Failed { reason, .. }
-            if reason == rbac::REASON_UNKNOWN_TYPE
-                || reason == rbac::REASON_NO_VCLUSTER_ROLE
-                || reason == rbac::REASON_SHARED_ROLE =>
+            if Reason::parse(reason).is_some_and(|r| {
+                matches!(
+                    r,
+                    Reason::UnknownType | Reason::VClusterRoleNotFound | Reason::SharedVClusterRole
+                )
+            }) =>
         {
             RECHECK
         }
@@ -316,7 +320,7 @@ impl ClusterFacts {
             return Err(Check::failed(r.reason, r.message.clone()));
         }
         policy::evaluate(policy, plugin, &self.plurals)
-            .map_err(|d| Check::failed(policy::REASON_POLICY_DENIED, d.message()))?;
+            .map_err(|d| Check::failed(Reason::PolicyDenied, d.message()))?;
         self.grant(plugin)
             .map_err(|r| Check::failed(r.reason, r.message))
     }
@@ -338,7 +342,7 @@ impl ClusterFacts {
                 // Not read: the plugin was not among those given to `read`.
                 None => {
                     return Err(Refusal {
-                        reason: rbac::REASON_NO_VCLUSTER_ROLE,
+                        reason: Reason::VClusterRoleNotFound,
                         message: "the vCluster's Roles were not read".into(),
                     });
                 }
@@ -371,8 +375,8 @@ impl ClusterFacts {
 /// exists and no RoleBinding binds it to anyone else ([`rbac::other_subjects`]); `bindings`
 /// and `roles` are every RoleBinding and Role of `namespace`.
 ///
-/// Returns a [`Refusal`] with [`rbac::REASON_NO_VCLUSTER_ROLE`] when no Role is bound to the
-/// service account, or the bound Role does not exist; with [`rbac::REASON_SHARED_ROLE`] when
+/// Returns a [`Refusal`] with [`VClusterRoleNotFound`](vcp_crds::Reason::VClusterRoleNotFound) when no Role is bound to the
+/// service account, or the bound Role does not exist; with [`SharedVClusterRole`](vcp_crds::Reason::SharedVClusterRole) when
 /// the Role is bound to other subjects too (appending would widen them).
 pub fn find_vcluster_role(
     bindings: &[RoleBinding],
@@ -384,7 +388,7 @@ pub fn find_vcluster_role(
     let sa = service_account;
     let Some(target) = rbac::target_role(bindings, namespace, vcluster, sa) else {
         return Err(Refusal {
-            reason: rbac::REASON_NO_VCLUSTER_ROLE,
+            reason: Reason::VClusterRoleNotFound,
             message: format!(
                 "no RoleBinding in {namespace} binds a Role to ServiceAccount {sa}, so rbac.mode PatchVClusterRoles has no Role to append to; use rbac.mode Dedicated"
             ),
@@ -395,7 +399,7 @@ pub fn find_vcluster_role(
         .any(|r| r.metadata.namespace.as_deref() == Some(namespace) && r.name_any() == target);
     if !exists {
         return Err(Refusal {
-            reason: rbac::REASON_NO_VCLUSTER_ROLE,
+            reason: Reason::VClusterRoleNotFound,
             message: format!(
                 "a RoleBinding binds ServiceAccount {sa} to Role {target}, which does not exist in {namespace}; rbac.mode PatchVClusterRoles appends to it"
             ),
@@ -404,7 +408,7 @@ pub fn find_vcluster_role(
     let others = rbac::other_subjects(bindings, namespace, &target, sa);
     if !others.is_empty() {
         return Err(Refusal {
-            reason: rbac::REASON_SHARED_ROLE,
+            reason: Reason::SharedVClusterRole,
             message: format!(
                 "Role {target} in {namespace} is bound to {} besides ServiceAccount {sa}: rbac.mode PatchVClusterRoles would grant the plugin's rules to them too; use rbac.mode Dedicated, or bind that Role to the vCluster's service account only",
                 others.join(", ")

@@ -5,6 +5,7 @@
 //! delete, and an install waits for it with `VClusterNotFound`).
 
 use std::collections::{BTreeMap, BTreeSet};
+use vcp_crds::Reason;
 
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -13,7 +14,7 @@ use vcp_crds::{FINALIZER, SyncedType, VClusterPlugin, VClusterPluginSpec, VClust
 
 use super::decide::*;
 use crate::policy::Policy;
-use crate::rbac::{self, Served};
+use crate::rbac::Served;
 use crate::status::Check;
 use crate::workload::{Refusal, SYNCER_CONTAINER, Workload, WorkloadKind};
 
@@ -253,7 +254,7 @@ fn refusals_keep_the_refused_plugin_out_and_the_others_in() {
     seen.judged.insert(
         "invalid".into(),
         Refusal {
-            reason: "InvalidWorkload",
+            reason: Reason::InvalidWorkload,
             message: "the API server refused it".into(),
         },
     );
@@ -281,7 +282,7 @@ fn a_workload_that_is_not_a_vcluster_gets_no_plugin() {
     let p = plugin("p", 1, &[]);
     let mut seen = observed(vec![p.clone()]);
     seen.facts.service_account = Err(Refusal {
-        reason: "NotAVCluster",
+        reason: Reason::NotAVCluster,
         message: "not the vCluster chart's".into(),
     });
     let plan = decide_for(Some(&seen), Intent::Install(&p));
@@ -299,9 +300,9 @@ fn a_workload_that_is_not_a_vcluster_gets_no_plugin() {
 fn refusals_that_depend_on_the_cluster_are_rechecked_soon() {
     assert_eq!(next_reconcile(&Check::Ok), RESYNC);
     for reason in [
-        rbac::REASON_UNKNOWN_TYPE,
-        rbac::REASON_NO_VCLUSTER_ROLE,
-        rbac::REASON_SHARED_ROLE,
+        Reason::UnknownType,
+        Reason::VClusterRoleNotFound,
+        Reason::SharedVClusterRole,
     ] {
         assert_eq!(
             next_reconcile(&Check::failed(reason, "m")),
