@@ -10,6 +10,7 @@
 //! | containers / init containers / volumes applied to the workload, conflicts, zero-write convergence | [`workload`] |
 //! | Role / RoleBinding / ClusterRole / ClusterRoleBinding and the rules derived from `syncedTypes` | [`rbac`] |
 //! | `observedGeneration`, `phase`, conditions, `lastTransitionTime` | [`status`] |
+//! | the condition and Event reasons, shared with the runtime and serialized as the API's strings | [`vcp_crds::Reason`] |
 //! | converging one vCluster, the unit of a reconcile (install and delete alike): the finalizer added, then *observe* the workload, its plugins, the cluster facts and the dry-run verdicts; *act* on the plan (workload under its lock, RBAC); *report* the status | [`vcluster`] |
 //! | *decide*, pure: every refusal before any write, in order (`NotAVCluster`, `PolicyDenied`, `UnknownType`, `ClusterScopedType`, `VClusterRoleNotFound`, `SharedVClusterRole`, `TooLarge`, `InvalidWorkload`, `Conflict`; `VClusterNotFound`), the workload body, every plugin's verdict, the status, the requeue (`RESYNC`, `RECHECK`) | [`vcluster::decide`] |
 //! | *observe*: the plugins of a vCluster, the cluster facts (identity, discovery, Roles and RoleBindings), the hooks' and dry runs' verdicts | [`vcluster::observe`] |

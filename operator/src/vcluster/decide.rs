@@ -83,7 +83,7 @@ pub enum RbacPlan {
     Keep,
     /// Not refused: its objects are applied when they differ, and in
     /// `rbac.mode: PatchVClusterRoles` its rules are appended to the vCluster's Role.
-    Grant(Grant),
+    Grant(Box<Grant>),
     /// Refused: it gets nothing, and loses what an earlier generation was given (its objects,
     /// from the caches, and its entries in the vCluster's Roles).
     Revoke,
@@ -165,7 +165,7 @@ pub fn decide(
     let (rbac, status, requeue) = match intent {
         Intent::Install(plugin) => {
             let (rbac, check) = match verdict(plugin) {
-                Ok(grant) => (RbacPlan::Grant(grant), Check::Ok),
+                Ok(grant) => (RbacPlan::Grant(Box::new(grant)), Check::Ok),
                 Err(refused) => (RbacPlan::Revoke, refused),
             };
             let outcome = Outcome {
