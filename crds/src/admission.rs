@@ -20,7 +20,7 @@
 //!   ClusterRoleBinding, in `vcp-plugin-requester`; `update` or `patch` on roles when the
 //!   vCluster's Role is patched, and on the workload, in `vcp-plugin-requester-changes`).
 
-use crate::{HookEvent, RbacMode, RoleRules, VClusterPluginSpec};
+use crate::{RbacMode, RoleRules, VClusterPluginSpec};
 
 /// Checks one binding of the requester policy makes (its ConfigMap names the first).
 pub const CHECKS_PER_SHARD: u32 = 24;
@@ -53,11 +53,10 @@ pub struct WrittenRbac {
 /// physical event, or an `rbac.role.extraRules` entry; cluster rules when it has an
 /// `rbac.clusterRole.extraRules` entry (nothing cluster-wide is derived).
 pub fn written_rbac(spec: &VClusterPluginSpec) -> WrittenRbac {
-    let physical_hook = spec.hooks.iter().any(|h| {
-        h.events
-            .iter()
-            .any(|e| matches!(e, HookEvent::CreatePhysical | HookEvent::UpdatePhysical))
-    });
+    let physical_hook = spec
+        .hooks
+        .iter()
+        .any(|h| h.events.iter().any(|e| e.is_physical()));
     let extra = |rules: Option<&RoleRules>| rules.is_some_and(|r| !r.extra_rules.is_empty());
     let rbac = spec.rbac.as_ref();
     let namespaced = spec.image.is_none()

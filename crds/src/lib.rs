@@ -22,11 +22,13 @@ pub mod fault;
 pub mod free_form;
 pub mod hooks;
 pub mod plugin;
+pub mod reason;
 mod schema;
 
 pub use admission::admission_plural;
 pub use car::{Car, CarSpec, CarStatus};
 pub use plugin::*;
+pub use reason::Reason;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

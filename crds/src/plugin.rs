@@ -30,36 +30,6 @@ pub const RBAC_READY: &str = "RBACReady";
 /// Condition type: the embedded runtime syncs what the plugin declares; written by the runtime.
 pub const RUNTIME_HEALTHY: &str = "RuntimeHealthy";
 
-/// Reason of an operator condition that holds.
-pub const REASON_INSTALLED: &str = "Installed";
-/// Reason of the `Ready` condition while the finalizer cleans up.
-pub const REASON_TERMINATING: &str = "Terminating";
-/// Reason of the operator's conditions when the vCluster has neither a StatefulSet nor a
-/// Deployment.
-pub const REASON_VCLUSTER_NOT_FOUND: &str = "VClusterNotFound";
-/// `RuntimeHealthy=True`: every synced type is listed and no object is failing.
-pub const REASON_SYNCING: &str = "Syncing";
-/// `RuntimeHealthy=False`: a synced type is still being listed.
-pub const REASON_STARTING: &str = "Starting";
-/// `RuntimeHealthy=False`: a synced type cannot be discovered or watched (retried).
-pub const REASON_TYPE_UNAVAILABLE: &str = "TypeUnavailable";
-/// `RuntimeHealthy=False`: some objects failed to sync and are being retried.
-pub const REASON_SYNC_ERRORS: &str = "SyncErrors";
-/// Reason of the `Warning` Event the runtime publishes on the `VClusterPlugin` for a host object
-/// of a translated name that the vCluster does not manage (or a virtual object in the way of a
-/// `FromHost` copy).
-pub const REASON_HOST_OBJECT_CONFLICT: &str = "HostObjectConflict";
-/// Reason of the `Warning` Event the runtime publishes on the `VClusterPlugin`, once per pod
-/// and set of fields, when pod hooks would change fields of an existing host pod that the API
-/// server refuses to change (Kubernetes' `ValidatePodUpdate`): those changes are skipped, the
-/// labels and annotations still written.
-pub const REASON_IMMUTABLE_POD_FIELDS: &str = "ImmutablePodFields";
-/// Reason of the `Normal` Event the runtime publishes on the `VClusterPlugin` when it deleted a
-/// host copy because its virtual object no longer matches `syncedTypes[].selector`
-/// (relabelled, or the selector narrowed), as vCluster deletes the copy of an object that
-/// leaves a sync selector.
-pub const REASON_SELECTOR_NO_LONGER_MATCHES: &str = "SelectorNoLongerMatches";
-
 /// A condition of `type_` as the operator and the runtime write it: status `True` when `holds`,
 /// else `False`; `lastTransitionTime` kept from `previous` (the condition as last written) when
 /// its status is the same, `now` otherwise (Kubernetes API conventions: the last time the
@@ -354,6 +324,17 @@ pub enum SyncDirection {
     FromHost,
 }
 
+impl SyncDirection {
+    /// Whether objects are copied to the host (`ToHost`): the runtime writes host objects
+    /// (and owns them through the vCluster's Service), rather than only reading them.
+    pub const fn is_to_host(self) -> bool {
+        match self {
+            SyncDirection::ToHost => true,
+            SyncDirection::FromHost => false,
+        }
+    }
+}
+
 /// CEL: `pointer` (a CEL expression of a JSON Pointer) folded the way vCluster's decoder
 /// matches field names: Go's `encoding/json` matches a JSON key to a struct field
 /// case-insensitively, with Unicode simple folding (its `fold.go`: `bytes.EqualFold`), under which
@@ -456,6 +437,18 @@ pub enum HookEvent {
     CreateVirtual,
     /// Before an object is updated in the virtual cluster.
     UpdateVirtual,
+}
+
+impl HookEvent {
+    /// Whether the event is a write to the host (`CreatePhysical`, `UpdatePhysical`): what a
+    /// hook on it does reaches the host cluster (the operator's policy and judging, the RBAC
+    /// granted for it, and the runtime's pod hooks depend on this).
+    pub const fn is_physical(self) -> bool {
+        match self {
+            HookEvent::CreatePhysical | HookEvent::UpdatePhysical => true,
+            HookEvent::CreateVirtual | HookEvent::UpdateVirtual => false,
+        }
+    }
 }
 
 /// One RFC 6902 operation: `from` is required by `move` and `copy` (a CEL rule). `value` is

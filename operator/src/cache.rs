@@ -19,7 +19,7 @@
 //!   Roles and RoleBindings of the vCluster's namespace (the Role bound to its service account,
 //!   every binding of that Role for `SharedVClusterRole`, the Roles carrying a plugin's added
 //!   rules): those are listed from the API server in that one namespace when needed
-//!   (`crate::install`: one list of each per reconcile of a plugin in that mode, or of a plugin
+//!   (`crate::vcluster::observe`: one list of each per reconcile of a plugin in that mode, or of a plugin
 //!   whose spec changed since its status was written, which may have left that mode);
 //! - ClusterRoles and ClusterRoleBindings labelled [`PLUGIN_NAME_LABEL`].
 //!
@@ -33,7 +33,7 @@
 //! - the operator's own workload writes are remembered ([`WrittenWorkloads`]) and preferred to
 //!   an older cached copy, so that the next reconcile of the same workload does not act on the
 //!   state before that write;
-//! - the finalizer path ([`crate::cleanup`]) reads the API server directly: it removes objects,
+//! - the finalizer path ([`crate::vcluster::delete`]) reads the API server directly: it removes objects,
 //!   and no later event would correct a removal skipped on a stale copy.
 
 use std::collections::HashMap;
@@ -383,7 +383,7 @@ impl WrittenWorkloads {
 ///
 /// The caches hold only workloads labelled `app=vcluster` (module docs): on a miss the
 /// StatefulSet, else the Deployment, is read from the API server
-/// ([`crate::writes::fetch_workload`]: at most two GETs), so that a workload without the
+/// ([`fetch_workload`]: at most two GETs), so that a workload without the
 /// chart's labels is still found (and refused as `NotAVCluster`), and `None` means that
 /// neither exists.
 ///
@@ -408,7 +408,33 @@ pub async fn workload(
             written.newest(seen(&*d), Workload::from_deployment(&d)),
         ));
     }
-    crate::writes::fetch_workload(client, namespace, name).await
+    fetch_workload(client, namespace, name).await
+}
+
+/// The workload of the vCluster `name` in `namespace`: the StatefulSet, else the Deployment,
+/// read from the API server (the cleanup and the sweep, and [`workload`] on a cache miss).
+///
+/// # Errors
+/// API errors other than 404.
+pub async fn fetch_workload(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Workload>> {
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
+    if let Some(s) = sts
+        .get_opt(name)
+        .await
+        .map_err(|e| Error::kube(format!("get StatefulSet {namespace}/{name}"), e))?
+    {
+        return Ok(Some(Workload::from_statefulset(&s)));
+    }
+    let deploy: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    Ok(deploy
+        .get_opt(name)
+        .await
+        .map_err(|e| Error::kube(format!("get Deployment {namespace}/{name}"), e))?
+        .map(|d| Workload::from_deployment(&d)))
 }
 
 /// Plurals and scopes found by API discovery, by `(apiVersion, kind)`, each trusted for

@@ -3,6 +3,7 @@
 //! [`crate::leader`].
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::policy::Policy;
 use crate::telemetry::Telemetry;
@@ -26,7 +27,7 @@ pub struct Config {
     /// Reconciles running at once (0: unbounded); default [`DEFAULT_CONCURRENCY`].
     pub concurrency: u16,
     /// How long the controller waits after a plugin's last trigger before reconciling it
-    /// (0: no debounce); default [`DEBOUNCE`](crate::controller::DEBOUNCE), 200 ms.
+    /// (0: no debounce); default [`DEBOUNCE`], 200 ms.
     pub debounce: std::time::Duration,
     /// `reportingInstance` of the Events (such as the pod name); default: none.
     pub instance: Option<String>,
@@ -46,7 +47,7 @@ impl Config {
             client,
             runtime_image: default_runtime_image(),
             concurrency: DEFAULT_CONCURRENCY,
-            debounce: crate::controller::DEBOUNCE,
+            debounce: DEBOUNCE,
             instance: None,
             policy: Policy::default(),
             leader_election: None,
@@ -54,6 +55,17 @@ impl Config {
         }
     }
 }
+
+/// Delay before a failed reconcile ([`crate::controller::error_policy`]) or sweep
+/// ([`crate::sweep`]) is retried.
+pub const RETRY: Duration = Duration::from_secs(5);
+
+/// How long the controller waits after the last trigger of a plugin before reconciling it
+/// (trailing-edge debounce, `kube::runtime::controller::Config::debounce`): the watch events
+/// of one reconcile's own writes (finalizer, workload, RBAC objects, status) coalesce into at
+/// most one more reconcile, which then reads caches that have seen those writes. The default of
+/// [`Config::debounce`] (`--debounce-ms`); what it costs and buys: docs/BENCHMARKS.md.
+pub const DEBOUNCE: Duration = Duration::from_millis(200);
 
 /// Reconciles running at once by default (`--concurrency`, env `VCP_CONCURRENCY`): 16.
 ///

@@ -1,5 +1,5 @@
-//! State shared by every reconcile ([`crate::controller`], [`crate::install`],
-//! [`crate::cleanup`]): the operator's client, the Event recorder, the policy, the watch
+//! State shared by every reconcile ([`crate::controller`], [`crate::vcluster`],
+//! [`crate::sweep`]): the operator's client, the Event recorder, the policy, the watch
 //! caches, the dry-run verdicts, and one lock per workload.
 
 use std::collections::HashMap;

@@ -6,15 +6,14 @@
 //! | step of a reconcile | module |
 //! | --- | --- |
 //! | add the finalizer `vcp.dev/cleanup` (to this plugin and its sibling plugins), remove it after the cleanup | [`crate::finalizer`] |
-//! | the install path: find the workload, judge every refusal (policy, cluster state, conflicts) before any write, apply the workload, the RBAC and the status | [`crate::install`] |
-//! | the removal on delete: exactly what was added, a missing workload does not block it | [`crate::cleanup`] |
+//! | converging the plugin's vCluster, for an install or a delete: observe (workload, plugins, cluster facts, dry runs) → decide (a pure plan: every refusal before any write) → act (workload, RBAC) → report (status) | [`crate::vcluster`] |
 //! | nothing left behind by a plugin deleted without the finalizer's cleanup: at start, after each delete, periodically | [`crate::sweep`] |
 //! | every write to the API server (server-side apply under [`vcp_crds::OPERATOR_FIELD_MANAGER`], deletes of the plugin's own objects, the status and its Event) | [`crate::writes`] |
 //! | state shared by reconciles (client, recorder, policy, caches, per-workload locks) | [`crate::context`] |
 //!
-//! A reconcile of a plugin that is not being deleted runs [`crate::install::install`], which
+//! A reconcile of a plugin that is not being deleted runs [`crate::vcluster::install`], which
 //! adds the finalizer and installs in the same reconcile. A plugin being deleted that carries
-//! the finalizer runs [`crate::cleanup::cleanup`], then the finalizer is removed
+//! the finalizer runs [`crate::vcluster::delete`], then the finalizer is removed
 //! ([`crate::finalizer::remove_finalizer`]); one without it is left alone. (Why not
 //! kube-runtime's `finalizer` helper: see [`crate::finalizer`].)
 //!
@@ -23,7 +22,7 @@
 //! discovery cache, so a converged plugin in `rbac.mode: Dedicated` costs no request at all
 //! (what costs direct reads: see [`crate::cache`]). The same watches trigger
 //! reconciles (of the plugins targeting a changed workload; of the plugin whose RBAC object
-//! changed), debounced by [`DEBOUNCE`].
+//! changed), debounced by [`DEBOUNCE`](crate::DEBOUNCE) (default of [`Config::debounce`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -40,24 +39,14 @@ use tracing::{debug, warn};
 use vcp_crds::{FINALIZER, PLUGIN_NAME_LABEL, VClusterPlugin};
 
 use crate::cache::{Caches, Discovery, WrittenWorkloads};
-use crate::config::Config;
+use crate::config::{Config, RETRY};
 use crate::context::{Context, WorkloadLocks};
 use crate::error::{Error, Result};
 use crate::judge::Verdicts;
-use crate::{cleanup, finalizer, install, sweep};
+use crate::{finalizer, sweep, vcluster};
 
 /// Name under which the operator reports Events.
 pub const CONTROLLER_NAME: &str = "vcluster-plugin-operator";
-
-/// Delay before a failed reconcile is retried.
-pub const RETRY: Duration = Duration::from_secs(5);
-
-/// How long the controller waits after the last trigger of a plugin before reconciling it
-/// (trailing-edge debounce, `kube::runtime::controller::Config::debounce`): the watch events
-/// of one reconcile's own writes (finalizer, workload, RBAC objects, status) coalesce into at
-/// most one more reconcile, which then reads caches that have seen those writes. The default of
-/// [`Config::debounce`] (`--debounce-ms`); what it costs and buys: docs/BENCHMARKS.md.
-pub const DEBOUNCE: Duration = Duration::from_millis(200);
 
 /// Runs the controller until `shutdown` completes (then in-flight reconciles finish) or the
 /// returned future is dropped.
@@ -249,8 +238,8 @@ fn plugin_of_labels<K: Resource>(obj: K) -> Option<ObjectRef<VClusterPlugin>> {
     Some(ObjectRef::new(name).within(namespace))
 }
 
-/// Reconciles one VClusterPlugin: the install path ([`install::install`]) while it is not
-/// being deleted, [`cleanup::cleanup`] once it is. The finalizer `vcp.dev/cleanup` is added
+/// Reconciles one VClusterPlugin: [`vcluster::install`] while it is not
+/// being deleted, [`vcluster::delete`] once it is. The finalizer `vcp.dev/cleanup` is added
 /// before anything is installed (in the same reconcile), and removed only after a successful
 /// cleanup.
 ///
@@ -280,9 +269,9 @@ async fn reconcile_inner(plugin: Arc<VClusterPlugin>, ctx: Arc<Context>) -> Resu
     let index = plugin.finalizers().iter().position(|f| f == FINALIZER);
     match (plugin.metadata.deletion_timestamp.is_some(), index) {
         // The install path adds the finalizer when missing, and goes on in the same reconcile.
-        (false, _) => install::install(&plugin, &ctx).await,
+        (false, _) => vcluster::install(&plugin, &ctx).await,
         (true, Some(i)) => {
-            let action = cleanup::cleanup(&plugin, &ctx).await?;
+            let action = vcluster::delete(&plugin, &ctx).await?;
             let api: Api<VClusterPlugin> = Api::namespaced(ctx.client.clone(), &namespace);
             finalizer::remove_finalizer(&api, &plugin, i).await?;
             ctx.written_statuses

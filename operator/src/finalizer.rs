@@ -7,7 +7,7 @@
 //!
 //! kube-runtime's `finalizer` helper is not used: it ends the reconcile that adds the finalizer
 //! (`Action::await_change()`, installing only in the next one) and adds it only to the object
-//! being reconciled, while [`crate::install`] adds it and installs in the same reconcile, and
+//! being reconciled, while [`crate::vcluster::install`] adds it and installs in the same reconcile, and
 //! adds it to the sibling plugins of the vCluster too, so that the workload is applied once
 //! with all of them (an apply body holds only plugins carrying the finalizer,
 //! [`crate::workload::contributes`]); and where the helper fails the reconcile when its `test`

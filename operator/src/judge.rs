@@ -21,7 +21,7 @@
 //! 3. when both pass, nothing is refused. Otherwise the plugins are judged one at a time, in
 //!    installation order ([`install_order`]): each step dry-runs the body of the plugins
 //!    accepted so far plus the next one. A plugin whose step the API server refuses gets
-//!    `Ready=False, reason=InvalidWorkload` ([`REASON_INVALID_WORKLOAD`]) with the API server's
+//!    `Ready=False, reason=InvalidWorkload` ([`InvalidWorkload`](vcp_crds::Reason::InvalidWorkload)) with the API server's
 //!    message; one whose step's Pod violates the Pod Security level, where the violation names
 //!    the plugin's container (its name), gets `reason=PolicyDenied` naming the level and the
 //!    API server's reason. Violations that name no plugin's container (the vCluster's own
@@ -50,6 +50,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
+use vcp_crds::Reason;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaimVolumeSource, Pod, PodTemplateSpec, Volume};
@@ -59,13 +60,10 @@ use serde_json::Value;
 use vcp_crds::VClusterPlugin;
 
 use crate::error::Result;
-use crate::policy::{ContainerPolicy, REASON_POLICY_DENIED};
+use crate::policy::ContainerPolicy;
 use crate::workload::{Refusal, Workload, WorkloadPlan, install_order, is_converged, plan};
 
 pub mod hooks;
-
-/// `Ready` reason of a plugin whose part of the workload the API server refuses.
-pub const REASON_INVALID_WORKLOAD: &str = "InvalidWorkload";
 
 /// The namespace label whose level Pod Security admission enforces on Pods.
 pub const POD_SECURITY_ENFORCE_LABEL: &str = "pod-security.kubernetes.io/enforce";
@@ -236,7 +234,7 @@ async fn verdict<D: DryRun>(dry: &D, workload: &Workload, plan: &WorkloadPlan) -
 
 fn invalid(workload: &Workload, message: &str) -> Refusal {
     Refusal {
-        reason: REASON_INVALID_WORKLOAD,
+        reason: Reason::InvalidWorkload,
         message: format!(
             "the API server refuses {} {}/{} with this plugin's part: {message}",
             workload.kind_str(),
@@ -248,7 +246,7 @@ fn invalid(workload: &Workload, message: &str) -> Refusal {
 
 fn pod_security(workload: &Workload, v: &PodSecurityViolation) -> Refusal {
     Refusal {
-        reason: REASON_POLICY_DENIED,
+        reason: Reason::PolicyDenied,
         message: format!(
             "with this plugin's container the vCluster's pods would violate the Pod Security level {:?} enforced in namespace {} (label {POD_SECURITY_ENFORCE_LABEL}); the API server's reason: {}",
             v.level, workload.namespace, v.detail
@@ -510,7 +508,7 @@ impl Verdicts {
             refused.insert(
                 name.clone(),
                 Refusal {
-                    reason: REASON_POLICY_DENIED,
+                    reason: Reason::PolicyDenied,
                     message: format!(
                         "{} change the vCluster's pods so that they would violate the Pod Security level {:?} enforced in namespace {} (label {POD_SECURITY_ENFORCE_LABEL}); the API server's reason for a representative pod: {}",
                         hook_names.join(", "),

@@ -10,17 +10,20 @@
 //! | containers / init containers / volumes applied to the workload, conflicts, zero-write convergence | [`workload`] |
 //! | Role / RoleBinding / ClusterRole / ClusterRoleBinding and the rules derived from `syncedTypes` | [`rbac`] |
 //! | `observedGeneration`, `phase`, conditions, `lastTransitionTime` | [`status`] |
-//! | the install path: finalizer added, every refusal judged before any write (`VClusterNotFound`, `UnknownType`, `VClusterRoleNotFound`), workload, RBAC, status, requeue | [`install`] |
+//! | the condition and Event reasons, shared with the runtime and serialized as the API's strings | [`vcp_crds::Reason`] |
+//! | converging one vCluster, the unit of a reconcile (install and delete alike): the finalizer added, then *observe* the workload, its plugins, the cluster facts and the dry-run verdicts; *act* on the plan (workload under its lock, RBAC); *report* the status | [`vcluster`] |
+//! | *decide*, pure: every refusal before any write, in order (`NotAVCluster`, `PolicyDenied`, `UnknownType`, `ClusterScopedType`, `VClusterRoleNotFound`, `SharedVClusterRole`, `TooLarge`, `InvalidWorkload`, `Conflict`; `VClusterNotFound`), the workload body, every plugin's verdict, the status, the requeue (`RESYNC`, `RECHECK`) | [`vcluster::decide`] |
+//! | *observe*: the plugins of a vCluster, the cluster facts (identity, discovery, Roles and RoleBindings), the hooks' and dry runs' verdicts | [`vcluster::observe`] |
+//! | *act*: the workload apply, the plugin's RBAC objects and vCluster Role entries, removal on delete (exactly what was added, a missing workload does not block it), the status | [`vcluster::act`] |
 //! | adding and removing the finalizer `vcp.dev/cleanup` | [`finalizer`] |
-//! | the removal on delete: exactly what was added, a missing workload does not block it | [`cleanup`] |
 //! | what plugins deleted without that removal left behind (finalizer removed by hand, operator stopped): swept at start, after each delete, periodically | [`sweep`] |
-//! | server-side apply under one field manager, zero writes once converged, deletes only of the plugin's own objects, Events | [`writes`] |
+//! | server-side apply under one field manager, zero writes once converged, deletes only of the plugin's own objects, Events, the dry-run requests | [`writes`] |
 //! | which RBAC rules a plugin may grant, what its container may ask for (`PolicyDenied`) | [`policy`] |
 //! | each plugin's part judged by server-side dry runs before the apply, the namespace's Pod Security level (`InvalidWorkload`, `PolicyDenied`) | [`judge`] |
 //! | watches, mappers, reconcile, retries | [`controller`] |
-//! | how to run the operator, its defaults | [`Config`] |
+//! | how to run the operator, its defaults (concurrency, debounce, retry delay) | [`Config`] |
 //! | state shared by reconciles, one lock per workload | [`context`] |
-//! | watch caches the install path reads, discovery cache | [`cache`] |
+//! | the reads of workloads: watch caches (install), direct reads (delete, sweep), discovery cache | [`cache`] |
 //! | `vcluster-plugin-operator import`: Helm values (`plugin:` / `plugins:`) to VClusterPlugins | [`import`] |
 //! | leader election on a Lease | [`leader`] |
 //! | metrics, health and readiness | [`telemetry`], served by [`http`] |
@@ -29,7 +32,6 @@
 //! Tests and the binary start the operator with [`run`] (or [`run_until`]) and a [`Config`].
 
 pub mod cache;
-pub mod cleanup;
 mod config;
 pub mod context;
 pub mod controller;
@@ -37,7 +39,6 @@ pub mod error;
 pub mod finalizer;
 pub mod http;
 pub mod import;
-pub mod install;
 pub mod judge;
 pub mod leader;
 pub mod operations;
@@ -46,6 +47,7 @@ pub mod rbac;
 pub mod status;
 pub mod sweep;
 pub mod telemetry;
+pub mod vcluster;
 pub mod workload;
 pub mod writes;
 
@@ -56,7 +58,7 @@ pub use vcp_crds::fault;
 
 use std::future::Future;
 
-pub use config::{Config, DEFAULT_CONCURRENCY, default_runtime_image};
+pub use config::{Config, DEBOUNCE, DEFAULT_CONCURRENCY, RETRY, default_runtime_image};
 pub use error::Error;
 pub use leader::LeaderElection;
 pub use telemetry::Telemetry;

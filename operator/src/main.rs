@@ -352,7 +352,7 @@ mod tests {
         let cli = Cli::try_parse_from(["vcluster-plugin-operator"]).expect("parse");
         assert_eq!(
             u128::from(cli.run.debounce_ms),
-            vcluster_plugin_operator::controller::DEBOUNCE.as_millis()
+            vcluster_plugin_operator::DEBOUNCE.as_millis()
         );
         let cli =
             Cli::try_parse_from(["vcluster-plugin-operator", "--debounce-ms", "0"]).expect("parse");

@@ -57,7 +57,7 @@ use std::path::Path;
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
-use vcp_crds::{HookEvent, VClusterPlugin};
+use vcp_crds::VClusterPlugin;
 
 use crate::rbac::{self, Plurals};
 
@@ -66,9 +66,6 @@ mod denial;
 pub mod pod;
 pub use containers::ContainerPolicy;
 pub use denial::Denial;
-
-/// `Ready` reason of a plugin whose rules the policy refuses.
-pub const REASON_POLICY_DENIED: &str = "PolicyDenied";
 
 /// The operator policy (see the module docs for the YAML schema and the defaults).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -386,11 +383,7 @@ pub fn check_admitted_resources(plugin: &VClusterPlugin, plurals: &Plurals) -> R
         .hooks
         .iter()
         .enumerate()
-        .filter(|(_, h)| {
-            h.events
-                .iter()
-                .any(|e| matches!(e, HookEvent::CreatePhysical | HookEvent::UpdatePhysical))
-        })
+        .filter(|(_, h)| h.events.iter().any(|e| e.is_physical()))
         .map(|(i, h)| (format!("spec.hooks[{i}]"), &h.api_version, &h.kind, None));
     for (field, api_version, kind, explicit) in synced.chain(hooks) {
         let Some(served) = rbac::served(plurals, api_version, kind) else {

@@ -13,7 +13,7 @@
 //!   alone;
 //! - hooks on physical events: get/list/watch/update/patch on the hooked resource;
 //! - a synced or hooked type must be namespaced: discovery's `namespaced: false` refuses the
-//!   plugin with [`REASON_CLUSTER_SCOPED_TYPE`] (the runtime syncs objects into the vCluster's
+//!   plugin with [`ClusterScopedType`](vcp_crds::Reason::ClusterScopedType) (the runtime syncs objects into the vCluster's
 //!   host namespace, and a Role cannot grant a cluster-scoped resource);
 //! - the embedded runtime: read VClusterPlugins of the namespace, patch its own status, and
 //!   write Events; with a `ToHost` type, get the vCluster's Service (named like the vCluster):
@@ -22,7 +22,7 @@
 //! `rbac.mode: PatchVClusterRoles` ([`patch_role`], [`restore_role`]): the plugin's namespaced
 //! rules are appended to the Role bound to the vCluster's service account (found through the
 //! RoleBindings of the namespace, [`target_role`]), unless any RoleBinding also binds that Role
-//! to another subject ([`other_subjects`], refused with [`REASON_SHARED_ROLE`]: the appended
+//! to another subject ([`other_subjects`], refused with [`SharedVClusterRole`](vcp_crds::Reason::SharedVClusterRole): the appended
 //! rules would widen them too); the rules added are recorded in the Role's
 //! annotation [`added_rules_annotation`] (JSON), so that removal takes exactly those entries
 //! out again and the Role's `rules`, labels and annotations are what they were, byte for byte.
@@ -52,14 +52,12 @@ pub use objects::{
     role_matches, role_name, service_account_name,
 };
 pub use rules::{
-    Plurals, REASON_CLUSTER_SCOPED_TYPE, REASON_UNKNOWN_TYPE, Served, cluster_rules, group_of,
-    namespaced_rules, normalize, served, types_to_resolve,
+    Plurals, Served, cluster_rules, group_of, namespaced_rules, normalize, served, types_to_resolve,
 };
 pub use vcluster_roles::{
-    ADDED_RULES_MAX_NAME, ADDED_RULES_PREFIX, REASON_NO_VCLUSTER_ROLE, REASON_SHARED_ROLE,
-    added_rules_annotation, legacy_added_rules_annotation, other_subjects, patch_records,
-    patch_role, record_keys, recorded_rules, restore_role, rules_under, target_role,
-    without_recorded,
+    ADDED_RULES_MAX_NAME, ADDED_RULES_PREFIX, added_rules_annotation,
+    legacy_added_rules_annotation, other_subjects, patch_records, patch_role, record_keys,
+    recorded_rules, restore_role, rules_under, target_role, without_recorded,
 };
 
 #[cfg(test)]

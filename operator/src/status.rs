@@ -33,6 +33,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use vcp_crds::Reason;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{Resource, ResourceExt};
@@ -41,10 +42,7 @@ use vcp_crds::{Phase, VClusterPlugin, VClusterPluginStatus, WorkloadRef};
 
 // The condition types and reasons are shared with the runtime and defined in `vcp_crds`;
 // re-exported here for the operator's other modules.
-pub use vcp_crds::{
-    RBAC_READY, READY, REASON_INSTALLED, REASON_STARTING, REASON_TERMINATING,
-    REASON_VCLUSTER_NOT_FOUND, RUNTIME_HEALTHY, WORKLOAD_PATCHED,
-};
+pub use vcp_crds::{RBAC_READY, READY, RUNTIME_HEALTHY, WORKLOAD_PATCHED};
 
 /// The conditions the operator owns; every other type (`RuntimeHealthy`) is the runtime's.
 pub const OPERATOR_CONDITIONS: [&str; 3] = [READY, WORKLOAD_PATCHED, RBAC_READY];
@@ -112,13 +110,9 @@ pub enum RuntimeHealth {
     },
 }
 
-/// `Ready`'s reason while `RuntimeHealthy` was reported for an older generation of the spec:
-/// the runtime has not yet started the syncers of the current one.
-pub const REASON_RUNTIME_UPDATING: &str = "RuntimeUpdating";
-
 /// Reads `RuntimeHealthy` from `status` (the runtime writes it under its own field manager) for
 /// the plugin's current `generation`: a report for an older generation is
-/// [`RuntimeHealth::Starting`] with reason [`REASON_RUNTIME_UPDATING`], whatever it says.
+/// [`RuntimeHealth::Starting`] with reason [`RuntimeUpdating`](vcp_crds::Reason::RuntimeUpdating), whatever it says.
 pub fn runtime_health(
     status: Option<&VClusterPluginStatus>,
     generation: Option<i64>,
@@ -131,7 +125,7 @@ pub fn runtime_health(
         && reported < current
     {
         return RuntimeHealth::Starting {
-            reason: REASON_RUNTIME_UPDATING.to_string(),
+            reason: Reason::RuntimeUpdating.to_string(),
             message: format!(
                 "the runtime reports generation {reported}, not yet {current} (it restarts its syncers on a spec change)"
             ),
@@ -144,7 +138,7 @@ pub fn runtime_health(
     };
     match c.status.as_str() {
         "True" => RuntimeHealth::Healthy,
-        "False" if reason != REASON_STARTING => RuntimeHealth::Unhealthy {
+        "False" if reason != Reason::Starting => RuntimeHealth::Unhealthy {
             reason,
             message: c.message.clone(),
         },
@@ -165,7 +159,7 @@ pub fn condition(
     now: &Time,
 ) -> Condition {
     let (holds, reason, message) = match check {
-        Check::Ok => (true, REASON_INSTALLED, ""),
+        Check::Ok => (true, Reason::Installed.as_str(), ""),
         Check::Failed { reason, message } => (false, reason.as_str(), message.as_str()),
     };
     vcp_crds::condition(type_, holds, reason, message, generation, previous, now)
@@ -186,7 +180,7 @@ pub fn desired(plugin: &VClusterPlugin, outcome: &Outcome, now: &Time) -> VClust
             .and_then(|s| s.conditions.iter().find(|c| c.type_ == t))
     };
     let ready = if outcome.terminating {
-        Check::failed(REASON_TERMINATING, "the VClusterPlugin is being deleted")
+        Check::failed(Reason::Terminating, "the VClusterPlugin is being deleted")
     } else {
         match (&outcome.workload_patched, &outcome.rbac) {
             (Check::Ok, Check::Ok) => Check::Ok,
@@ -205,7 +199,7 @@ pub fn desired(plugin: &VClusterPlugin, outcome: &Outcome, now: &Time) -> VClust
                 (Check::failed(reason, message), Phase::Degraded)
             }
         },
-        Check::Failed { ref reason, .. } if reason == REASON_VCLUSTER_NOT_FOUND => {
+        Check::Failed { ref reason, .. } if *reason == Reason::VClusterNotFound => {
             (ready, Phase::Pending)
         }
         Check::Failed { .. } => (ready, Phase::Failed),
@@ -414,7 +408,7 @@ mod tests {
     }
 
     fn not_found() -> Outcome {
-        let c = Check::failed(REASON_VCLUSTER_NOT_FOUND, "no vc");
+        let c = Check::failed(Reason::VClusterNotFound, "no vc");
         Outcome {
             workload: None,
             workload_patched: c.clone(),
@@ -447,7 +441,10 @@ mod tests {
         view.status = live;
         let again = desired(&view, &installed(), &t(200));
         assert!(!needs_write(view.status.as_ref(), &again));
-        assert!(ready_reason_is(view.status.as_ref(), REASON_INSTALLED));
+        assert!(ready_reason_is(
+            view.status.as_ref(),
+            Reason::Installed.as_str()
+        ));
         assert!(needs_write(
             read.status.as_ref(),
             &desired(&read, &installed(), &t(200))
@@ -537,8 +534,8 @@ mod tests {
         assert_eq!(s.phase, Some(Phase::Pending));
         assert_eq!(s.runtime.as_deref(), Some("img"));
         assert_eq!(cond(&s, READY).status, "False");
-        assert_eq!(cond(&s, READY).reason, REASON_VCLUSTER_NOT_FOUND);
-        assert!(ready_reason_is(Some(&s), REASON_VCLUSTER_NOT_FOUND));
+        assert_eq!(cond(&s, READY).reason, Reason::VClusterNotFound);
+        assert!(ready_reason_is(Some(&s), Reason::VClusterNotFound.as_str()));
     }
 
     #[test]
@@ -557,7 +554,7 @@ mod tests {
         o.terminating = true;
         let s = desired(&plugin(), &o, &t(1));
         assert_eq!(s.phase, Some(Phase::Terminating));
-        assert_eq!(cond(&s, READY).reason, REASON_TERMINATING);
+        assert_eq!(cond(&s, READY).reason, Reason::Terminating);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The sweep: nothing the operator made for a plugin outlives the plugin (issue 21, hole 4).
 //!
-//! The finalizer `vcp.dev/cleanup` ([`crate::cleanup`]) removes what was added when a plugin is
+//! The finalizer `vcp.dev/cleanup` ([`crate::vcluster::delete`]) removes what was added when a plugin is
 //! deleted, but a tenant may remove the finalizer by hand, and an operator stopped during a
 //! delete may never see it. The sweep removes, for every plugin that no longer exists, every
 //! object the operator itself labelled or annotated for it:
@@ -13,7 +13,8 @@
 //! - containers, init containers and volumes in a vCluster workload: the operator's
 //!   server-side-apply entry owns a container or init container named after a plugin that no
 //!   longer targets that workload (deleted, or moved to another vCluster): the workload's
-//!   apply is recomputed from the plugins that still exist ([`crate::cleanup::apply_without`]).
+//!   apply is recomputed from the plugins that still exist ([`crate::vcluster::reapply`]: the
+//!   same observe → decide → act as a reconcile).
 //!
 //! Only the operator's own marks count ([`owned_by_operator`]): a label or annotation counts
 //! when the operator's field manager ([`OPERATOR_FIELD_MANAGER`]) owns it in `managedFields`,
@@ -25,7 +26,7 @@
 //! ([`Scope::Plugin`]: the plugin's own labelled objects and its namespace's Roles and
 //! workloads), whether or not the finalizer ran; and every [`SWEEP_INTERVAL`] for every plugin,
 //! the safety net for a delete missed while the watch was down. A failed sweep is retried after
-//! [`crate::controller::RETRY`].
+//! [`crate::config::RETRY`].
 //!
 //! The pure part ([`Existing`], [`labelled_orphan`], [`orphan_records`], [`orphan_entries`])
 //! decides from the live objects and the existing plugins; [`sweep`] reads and writes. Reads
@@ -53,15 +54,14 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 use vcp_crds::{OPERATOR_FIELD_MANAGER, PLUGIN_NAME_LABEL, PLUGIN_NAMESPACE_LABEL, VClusterPlugin};
 
-use crate::cleanup;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::rbac::{self, ADDED_RULES_PREFIX};
 use crate::workload::{SYNCER_CONTAINER, Workload, owned_entries};
 
 /// How often every plugin is swept besides the start and the deletes (the same period as the
-/// install path's resync, [`crate::install::RESYNC`]).
-pub const SWEEP_INTERVAL: Duration = crate::install::RESYNC;
+/// install path's resync, [`crate::vcluster::RESYNC`]).
+pub const SWEEP_INTERVAL: Duration = crate::vcluster::RESYNC;
 
 /// How long the sweeper waits after a trigger for more (the deletes of one `kubectl delete`
 /// of several plugins), to sweep them together.
@@ -340,7 +340,7 @@ pub async fn sweep(ctx: &Context, scope: &Scope) -> Result<Swept> {
     for wl in cached {
         let lock = ctx.workload_lock(&wl.namespace, &wl.name);
         let _guard = lock.lock().await;
-        let Some(fresh) = crate::writes::fetch_workload(client, &wl.namespace, &wl.name).await?
+        let Some(fresh) = crate::cache::fetch_workload(client, &wl.namespace, &wl.name).await?
         else {
             continue;
         };
@@ -349,7 +349,7 @@ pub async fn sweep(ctx: &Context, scope: &Scope) -> Result<Swept> {
         if orphans.is_empty() {
             continue;
         }
-        cleanup::apply_without(ctx, &fresh, None).await?;
+        crate::vcluster::reapply(ctx, fresh.clone()).await?;
         swept.workloads.push(format!(
             "{}/{} ({})",
             fresh.namespace,
@@ -526,7 +526,7 @@ pub fn spawn(
                         "swept what deleted plugins left behind"
                     ),
                     Err(e) => {
-                        warn!(?scope, error = %e, "sweep failed; retrying in {}s", crate::controller::RETRY.as_secs());
+                        warn!(?scope, error = %e, "sweep failed; retrying in {}s", crate::config::RETRY.as_secs());
                         failed.insert(scope);
                     }
                 }
@@ -534,7 +534,7 @@ pub fn spawn(
             let wake = if failed.is_empty() {
                 next_all
             } else {
-                tokio::time::Instant::now() + crate::controller::RETRY
+                tokio::time::Instant::now() + crate::config::RETRY
             };
             pending = failed;
             tokio::select! {

@@ -46,7 +46,7 @@
 //! Refusals the operator decides from policy or cluster state (a rule the policy forbids, a
 //! type the host does not serve, no vCluster Role to append to) are judged for every plugin of
 //! the vCluster before [`plan`] runs, by every reconcile of that workload alike
-//! (`crate::install::ClusterFacts`): [`plan`] is only given the plugins those checks let
+//! ([`crate::vcluster::ClusterFacts`]): [`plan`] is only given the plugins those checks let
 //! through, and decides conflicts among them. A refused plugin therefore never appears in any
 //! reconcile's apply body, and the workload is not written for it.
 //!
@@ -63,20 +63,18 @@ mod converge;
 mod identity;
 mod merge;
 
-pub use budget::REASON_TOO_LARGE;
 pub use containers::{
-    PLUGIN_NAME_ENV, PLUGINS_MOUNT_PATH, PLUGINS_VOLUME, PluginKind, REASON_INVALID_CONFIG,
-    RESERVED_ENV_PREFIXES, RUNTIME_BINARY, V1_BASE_PORT, VCLUSTER_KUBECONFIG_DIR,
-    VCLUSTER_KUBECONFIG_KEY, VCLUSTER_KUBECONFIG_VOLUME, embedded_container,
-    embedded_v2_init_container, is_reserved_env, plugin_kind, v1_container, v2_init_container,
-    vcluster_kubeconfig_volume,
+    PLUGIN_NAME_ENV, PLUGINS_MOUNT_PATH, PLUGINS_VOLUME, PluginKind, RESERVED_ENV_PREFIXES,
+    RUNTIME_BINARY, V1_BASE_PORT, VCLUSTER_KUBECONFIG_DIR, VCLUSTER_KUBECONFIG_KEY,
+    VCLUSTER_KUBECONFIG_VOLUME, embedded_container, embedded_v2_init_container, is_reserved_env,
+    plugin_kind, v1_container, v2_init_container, vcluster_kubeconfig_volume,
 };
 pub use converge::{field_set, is_converged, is_subset, owned_entries};
 pub use identity::{
-    REASON_NOT_A_VCLUSTER, Refusal, SYNCER_CONTAINER, VCLUSTER_APP_LABEL, VCLUSTER_APP_VALUE,
-    VCLUSTER_RELEASE_LABEL, Workload, WorkloadKind, vcluster_identity,
+    Refusal, SYNCER_CONTAINER, VCLUSTER_APP_LABEL, VCLUSTER_APP_VALUE, VCLUSTER_RELEASE_LABEL,
+    Workload, WorkloadKind, vcluster_identity,
 };
-pub use merge::{REASON_CONFLICT, WorkloadPlan, contributes, install_order, plan};
+pub use merge::{WorkloadPlan, contributes, install_order, plan};
 
 #[cfg(test)]
 mod tests;

@@ -1,11 +1,11 @@
-//! The operator's requests to the API server, shared by the install path ([`crate::install`])
-//! and the cleanup ([`crate::cleanup`]).
+//! The operator's requests to the API server, made by converging a vCluster
+//! ([`crate::vcluster::act`]) and by the sweep ([`crate::sweep`]).
 //!
 //! DESIGN.md ("Operator contract"): every write is a server-side apply under one field manager,
 //! [`vcp_crds::OPERATOR_FIELD_MANAGER`], so only the fields the operator owns change; an object
 //! that already matches is not written (zero writes once converged); an object is deleted only
-//! when labelled as made for the plugin ([`crate::rbac::labels`]). The one read here,
-//! [`fetch_workload`], is the cleanup's (the install path reads the watch caches). The dry
+//! when labelled as made for the plugin ([`crate::rbac::labels`]). The reads are in
+//! [`crate::cache`] and [`crate::vcluster::observe`]. The dry
 //! runs that judge each plugin's part before the workload is applied ([`crate::judge`]) are
 //! sent by [`ApiDryRun`]; they store nothing.
 
@@ -32,33 +32,6 @@ use crate::judge::{self, DryRun, WorkloadAnswer};
 use crate::rbac::{self, DesiredRbac};
 use crate::status::{self, Outcome};
 use crate::workload::{self, Workload, WorkloadKind};
-
-/// The workload of the vCluster `name` in `namespace`: the StatefulSet, else the Deployment,
-/// read from the API server (the finalizer path; the install path reads
-/// [`crate::cache::workload`]).
-///
-/// # Errors
-/// API errors other than 404.
-pub async fn fetch_workload(
-    client: &Client,
-    namespace: &str,
-    name: &str,
-) -> Result<Option<Workload>> {
-    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
-    if let Some(s) = sts
-        .get_opt(name)
-        .await
-        .map_err(|e| Error::kube(format!("get StatefulSet {namespace}/{name}"), e))?
-    {
-        return Ok(Some(Workload::from_statefulset(&s)));
-    }
-    let deploy: Api<Deployment> = Api::namespaced(client.clone(), namespace);
-    Ok(deploy
-        .get_opt(name)
-        .await
-        .map_err(|e| Error::kube(format!("get Deployment {namespace}/{name}"), e))?
-        .map(|d| Workload::from_deployment(&d)))
-}
 
 /// Sends `patch` for `workload` unless it is already converged. Returns whether it wrote.
 /// The API server's answer is remembered in [`Context::written`].

@@ -50,6 +50,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use vcp_crds::Reason;
 
 use kube::api::Api;
 use kube::core::SelectorExt;
@@ -67,7 +68,6 @@ use crate::stats::{Outcome, TypeStats};
 use crate::syncer::Syncer;
 use crate::translate::UID_ANNOTATION;
 use crate::vanish::TypeGuard;
-use vcp_crds::REASON_SELECTOR_NO_LONGER_MATCHES;
 
 /// How a controller runs.
 #[derive(Clone)]
@@ -346,7 +346,7 @@ impl<S: Syncer> Controller<S> {
             self.ctx.host_namespace(),
         );
         info!(object = %key, host = %host_name, %selector, deselected = count, "{note}");
-        stats.notice(REASON_SELECTOR_NO_LONGER_MATCHES, note);
+        stats.notice(Reason::SelectorNoLongerMatches, note);
     }
 
     fn key_of_host(&self, obj: &S::Object) -> Option<ObjectKey> {

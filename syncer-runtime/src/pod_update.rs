@@ -16,7 +16,7 @@
 //! API server accepts: the hook's metadata changes always, its spec changes only when every one
 //! of them is allowed (all or none, so that a container is never half-changed); the rest is
 //! reported as skipped, by JSON pointer, for one `Warning` Event and a log line
-//! ([`vcp_crds::REASON_IMMUTABLE_POD_FIELDS`]).
+//! ([`ImmutablePodFields`](vcp_crds::Reason::ImmutablePodFields)).
 //!
 //! Conservative where the rule depends on values: tolerations may only be appended (an added
 //! entry at the end), `terminationGracePeriodSeconds` and `schedulingGates` count as immutable.

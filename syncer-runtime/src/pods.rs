@@ -14,13 +14,14 @@
 //! ([`existing_pod_update`]); the rest of the hook (labels, annotations) is applied.
 
 use std::sync::Arc;
+use vcp_crds::Reason;
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 use tracing::{info, warn};
-use vcp_crds::{Hook, HookEvent, REASON_IMMUTABLE_POD_FIELDS, RUNTIME_FIELD_MANAGER};
+use vcp_crds::{Hook, RUNTIME_FIELD_MANAGER};
 
 use crate::cache::Cache;
 use crate::driver::{self, ObjectKey, Reconcile, Settings, Side, Watch};
@@ -50,7 +51,7 @@ pub struct PodHookOptions {
 /// What of `desired` (the existing host pod `current` after the hooks) the API server accepts
 /// ([`mutable_update`]): when the hooks change fields it refuses to change on an existing pod,
 /// those changes are left out, with one log line and one `Warning` Event
-/// ([`REASON_IMMUTABLE_POD_FIELDS`]) per host pod name for the life of the runtime process, so
+/// ([`ImmutablePodFields`](vcp_crds::Reason::ImmutablePodFields)) per host pod name for the life of the runtime process, so
 /// the labels and annotations are still written and no refused update is ever sent.
 pub fn existing_pod_update(stats: &TypeStats, current: &Value, desired: Value) -> Value {
     let update = mutable_update(current, &desired);
@@ -66,8 +67,8 @@ pub fn existing_pod_update(stats: &TypeStats, current: &Value, desired: Value) -
         "the pod hooks change fields of host pod {namespace}/{name} that Kubernetes does not allow to change on an existing pod ({fields}); those changes are skipped, its labels and annotations are still synced"
     );
     if stats.warn_once(
-        &format!("{REASON_IMMUTABLE_POD_FIELDS}/{namespace}/{name}"),
-        REASON_IMMUTABLE_POD_FIELDS,
+        &format!("{}/{namespace}/{name}", Reason::ImmutablePodFields),
+        Reason::ImmutablePodFields,
         note.clone(),
     ) {
         warn!(pod = %format!("{namespace}/{name}"), skipped = %fields, "{note}");
@@ -83,9 +84,7 @@ pub fn physical_pod_hooks(hooks: &[Hook]) -> Vec<Hook> {
         .filter(|hook| {
             hook.api_version == "v1"
                 && hook.kind == "Pod"
-                && hook.events.iter().any(|event| {
-                    matches!(event, HookEvent::CreatePhysical | HookEvent::UpdatePhysical)
-                })
+                && hook.events.iter().any(|event| event.is_physical())
         })
         .cloned()
         .collect()

@@ -14,6 +14,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+use vcp_crds::Reason;
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -26,8 +27,7 @@ use kube::{Client, Resource, ResourceExt};
 use tokio::task::JoinSet;
 use tracing::{error, info, warn};
 use vcp_crds::{
-    REASON_HOST_OBJECT_CONFLICT, RUNTIME_FIELD_MANAGER, SyncDirection, SyncedType, VClusterPlugin,
-    VClusterPluginSpec,
+    RUNTIME_FIELD_MANAGER, SyncDirection, SyncedType, VClusterPlugin, VClusterPluginSpec,
 };
 
 pub use crate::context::{DEFAULT_RESYNC_PERIOD, DEFAULT_WORKERS};
@@ -153,11 +153,11 @@ pub async fn run(config: Config) -> Result<(), Error> {
     let config = Arc::new(config);
     // Events on the VClusterPlugin: `(type, reason, note)`.
     let (warning_tx, mut warnings) =
-        tokio::sync::mpsc::unbounded_channel::<(Severity, &'static str, String)>();
+        tokio::sync::mpsc::unbounded_channel::<(Severity, Reason, String)>();
     let on_conflict: ConflictReporter = {
         let warning_tx = warning_tx.clone();
         Arc::new(move |message| {
-            let _ = warning_tx.send((Severity::Warning, REASON_HOST_OBJECT_CONFLICT, message));
+            let _ = warning_tx.send((Severity::Warning, Reason::HostObjectConflict, message));
         })
     };
     let on_warning: EventSink = Arc::new(move |severity, reason, note| {
@@ -411,23 +411,27 @@ async fn run_type(
     };
     stats.set_type_error(None);
     let type_hooks = Hooks::for_type(&hooks, &synced.api_version, &synced.kind);
-    if synced.direction == SyncDirection::FromHost {
-        return from_host::run(FromHostOptions {
-            host: config.host.clone(),
-            virtual_: config.virtual_.clone(),
-            host_namespace: config.namespace.clone(),
-            virtual_namespace: config.namespace.clone(),
-            resource,
-            selector,
-            sync_status: synced.sync_status,
-            status_subresource,
-            hooks: type_hooks,
-            stats,
-            resync_period: config.resync_period,
-            on_conflict: Some(on_conflict),
-            retry_max: config.retry_max,
-        })
-        .await;
+    match synced.direction {
+        SyncDirection::FromHost => {
+            return from_host::run(FromHostOptions {
+                host: config.host.clone(),
+                virtual_: config.virtual_.clone(),
+                host_namespace: config.namespace.clone(),
+                virtual_namespace: config.namespace.clone(),
+                resource,
+                selector,
+                sync_status: synced.sync_status,
+                status_subresource,
+                hooks: type_hooks,
+                stats,
+                resync_period: config.resync_period,
+                on_conflict: Some(on_conflict),
+                retry_max: config.retry_max,
+            })
+            .await;
+        }
+        // The virtual-to-host sync below.
+        SyncDirection::ToHost => {}
     }
     // The owner of every host copy, read once per type as vCluster's syncer reads it once at
     // start-up (experimental.syncSettings.setOwner, its default).

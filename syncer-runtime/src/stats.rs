@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use vcp_crds::Reason;
 
 /// The last result of syncing one object.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,7 +83,7 @@ pub type WarnedKeys = std::sync::Arc<Mutex<std::collections::HashSet<String>>>;
 
 /// Where [`TypeStats::warn_once`] and [`TypeStats::notice`] send an Event: `(type, reason,
 /// note)`; the runtime publishes it on the `VClusterPlugin`.
-pub type EventSink = std::sync::Arc<dyn Fn(Severity, &'static str, String) + Send + Sync>;
+pub type EventSink = std::sync::Arc<dyn Fn(Severity, Reason, String) + Send + Sync>;
 
 /// Sync statistics of one type, shared between a syncer and the status reporter.
 #[derive(Default)]
@@ -145,7 +146,7 @@ impl TypeStats {
     }
 
     /// Sends a `Normal` Event `reason` / `note` to the [`EventSink`], if any.
-    pub fn notice(&self, reason: &'static str, note: String) {
+    pub fn notice(&self, reason: Reason, note: String) {
         if let Some(sink) = &self.warnings {
             sink(Severity::Normal, reason, note);
         }
@@ -166,7 +167,7 @@ impl TypeStats {
     /// Sends the warning `reason` / `note` to the [`EventSink`] the first time `key` is
     /// given (later calls with the same `key` do nothing, so a condition found on every sync is
     /// reported once); returns whether it was the first time.
-    pub fn warn_once(&self, key: &str, reason: &'static str, note: String) -> bool {
+    pub fn warn_once(&self, key: &str, reason: Reason, note: String) -> bool {
         let first = self
             .warned
             .lock()

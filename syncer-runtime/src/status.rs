@@ -25,15 +25,13 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::Resource;
 use serde_json::{Value, json};
-use vcp_crds::{
-    REASON_HOST_OBJECT_CONFLICT, REASON_STARTING, REASON_SYNC_ERRORS, REASON_SYNCING,
-    REASON_TYPE_UNAVAILABLE, RUNTIME_HEALTHY, SyncedObjects, VClusterPlugin,
-};
+use vcp_crds::Reason;
+use vcp_crds::{RUNTIME_HEALTHY, SyncedObjects, VClusterPlugin};
 
 use crate::stats::TypeSummary;
 
 /// What the runtime reports, without times: compared with the last report to skip writes.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct RuntimeStatus {
     /// `status.syncedObjects`: per synced type, the objects in sync and, when any, the
     /// conflicts.
@@ -43,7 +41,7 @@ pub struct RuntimeStatus {
     /// Whether `RuntimeHealthy` is `True`.
     pub healthy: bool,
     /// Reason of `RuntimeHealthy` (see the module docs).
-    pub reason: &'static str,
+    pub reason: Reason,
     /// Message of `RuntimeHealthy`.
     pub message: String,
     /// `metadata.generation` of the spec the syncers run.
@@ -68,11 +66,11 @@ pub fn desired(
         .map(|s| format!("{} {}", s.api_version, s.kind))
         .collect();
     let (healthy, reason, message) = if !type_errors.is_empty() {
-        (false, REASON_TYPE_UNAVAILABLE, type_errors.join("; "))
+        (false, Reason::TypeUnavailable, type_errors.join("; "))
     } else if failed > 0 {
         (
             false,
-            REASON_SYNC_ERRORS,
+            Reason::SyncErrors,
             format!(
                 "{failed} object(s) failed to sync and are being retried; see the runtime's logs"
             ),
@@ -80,7 +78,7 @@ pub fn desired(
     } else if conflicts > 0 {
         (
             false,
-            REASON_HOST_OBJECT_CONFLICT,
+            Reason::HostObjectConflict,
             format!(
                 "{conflicts} object(s) not synced: a host object of the same name is not managed \
                  by this vCluster and is left untouched (see the HostObjectConflict Events)"
@@ -89,13 +87,13 @@ pub fn desired(
     } else if !not_ready.is_empty() {
         (
             false,
-            REASON_STARTING,
+            Reason::Starting,
             format!("listing {}", not_ready.join(", ")),
         )
     } else {
         (
             true,
-            REASON_SYNCING,
+            Reason::Syncing,
             format!(
                 "{synced_total} object(s) in sync across {} type(s)",
                 types.len()
@@ -175,7 +173,7 @@ mod tests {
         let s = desired(&[cars.clone(), trucks.clone()], None, Some(4));
         // a conflict means an object is not synced: not healthy (README, "Status")
         assert!(!s.healthy);
-        assert_eq!(s.reason, "HostObjectConflict");
+        assert_eq!(s.reason.as_str(), "HostObjectConflict");
         assert_eq!(
             s.message,
             "1 object(s) not synced: a host object of the same name is not managed by this \
@@ -193,7 +191,7 @@ mod tests {
         cars.conflicts = 0;
         let s = desired(&[cars, trucks], None, Some(4));
         assert!(s.healthy);
-        assert_eq!(s.reason, "Syncing");
+        assert_eq!(s.reason.as_str(), "Syncing");
         assert_eq!(s.message, "5 object(s) in sync across 2 type(s)");
     }
 
@@ -208,7 +206,7 @@ mod tests {
         unavailable.ready = false;
 
         let s = desired(&[failing.clone(), listing.clone(), unavailable], None, None);
-        assert_eq!((s.healthy, s.reason), (false, "TypeUnavailable"));
+        assert_eq!((s.healthy, s.reason.as_str()), (false, "TypeUnavailable"));
         assert_eq!(s.message, "boats are not served");
 
         let mut conflicting = summary("Van", 1);
@@ -218,16 +216,19 @@ mod tests {
             None,
             None,
         );
-        assert_eq!((s.healthy, s.reason), (false, "SyncErrors"));
+        assert_eq!((s.healthy, s.reason.as_str()), (false, "SyncErrors"));
         assert_eq!(
             s.message,
             "2 object(s) failed to sync and are being retried; see the runtime's logs"
         );
         let s = desired(&[listing.clone(), conflicting], None, None);
-        assert_eq!((s.healthy, s.reason), (false, "HostObjectConflict"));
+        assert_eq!(
+            (s.healthy, s.reason.as_str()),
+            (false, "HostObjectConflict")
+        );
 
         let s = desired(&[summary("Car", 1), listing], None, None);
-        assert_eq!((s.healthy, s.reason), (false, "Starting"));
+        assert_eq!((s.healthy, s.reason.as_str()), (false, "Starting"));
         assert_eq!(s.message, "listing example.loft.sh/v1 Truck");
     }
 
@@ -243,14 +244,14 @@ mod tests {
         let s = desired(&[summary("Car", 1)], Some(&pods), None);
         assert_eq!(s.synced_total, 1);
         assert_eq!(s.synced_objects.len(), 1);
-        assert_eq!(s.reason, "Syncing");
+        assert_eq!(s.reason.as_str(), "Syncing");
         pods.type_error = Some("watching v1 Pod failed".into());
         pods.failed = 1;
         let s = desired(&[summary("Car", 1)], Some(&pods), None);
-        assert_eq!((s.healthy, s.reason), (false, "TypeUnavailable"));
+        assert_eq!((s.healthy, s.reason.as_str()), (false, "TypeUnavailable"));
         // no synced type at all: healthy, nothing in sync
         let s = desired(&[], None, Some(1));
-        assert_eq!((s.healthy, s.reason), (true, "Syncing"));
+        assert_eq!((s.healthy, s.reason.as_str()), (true, "Syncing"));
         assert_eq!(s.message, "0 object(s) in sync across 0 type(s)");
     }
 
@@ -260,7 +261,7 @@ mod tests {
         let first = condition(&healthy, None, &t(100));
         assert_eq!(first.type_, "RuntimeHealthy");
         assert_eq!(first.status, "True");
-        assert_eq!(first.reason, "Syncing");
+        assert_eq!(first.reason.as_str(), "Syncing");
         assert_eq!(first.observed_generation, Some(2));
         assert_eq!(first.last_transition_time, t(100));
         // same status, other message: time kept

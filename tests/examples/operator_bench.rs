@@ -34,7 +34,7 @@
 //!    `Ready=True` for its generation, with an idle operator running (started on the converged
 //!    state, and left until its reconcile counter stood still for 2 s); its floor is the same
 //!    single apply with no operator running, timed until the GET reads the object. The
-//!    operator's trigger debounce (`--debounce-ms`, default 200 ms, `controller::DEBOUNCE`)
+//!    operator's trigger debounce (`--debounce-ms`, default 200 ms, `vcluster_plugin_operator::DEBOUNCE`)
 //!    counts against it: `VCP_DEBOUNCE_MS=<ms>` in the bench's environment reaches every
 //!    operator process it starts (they inherit it), to weigh the debounce against the bulk
 //!    phase's reconciles and time; the last line names the value used. The percentiles of both
@@ -51,6 +51,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use vcp_crds::Reason;
 
 use futures::{StreamExt, stream};
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -658,7 +659,7 @@ async fn plugin_writes(
         "reportingController": controller::CONTROLLER_NAME,
         "reportingInstance": controller::CONTROLLER_NAME,
         "action": "Reconcile",
-        "reason": status::REASON_INSTALLED,
+        "reason": Reason::Installed,
         "type": "Normal",
         "note": "installed into \"StatefulSet vc\"",
         "regarding": {

@@ -479,7 +479,7 @@ async fn v2_image_plugins_share_the_plugins_volume_and_leave_no_trace() {
 }
 
 /// `UnknownType` depends on the cluster, not the spec: once the type's CRD is installed the
-/// plugin is judged again ([`vcluster_plugin_operator::install::RECHECK`]) and installed,
+/// plugin is judged again ([`vcluster_plugin_operator::vcluster::RECHECK`]) and installed,
 /// without any change to the plugin or its vCluster.
 #[tokio::test]
 async fn unknown_type_is_installed_once_its_crd_is_served() {
@@ -529,7 +529,7 @@ spec:
     .expect("install the Gadget CRD");
 
     let installed = {
-        let timeout = vcluster_plugin_operator::install::RECHECK + TIMEOUT;
+        let timeout = vcluster_plugin_operator::vcluster::RECHECK + TIMEOUT;
         wait_ready(&admin, ns, "gadgets", "True", None, timeout).await
     };
     assert_eq!(

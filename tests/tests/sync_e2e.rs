@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::time::Duration;
+use vcp_crds::Reason;
 
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
@@ -1482,7 +1483,7 @@ async fn selector_changes_delete_the_host_copies_that_left_it_and_say_so() {
             .expect("events")
             .items
             .into_iter()
-            .filter(|e| e.reason.as_deref() == Some(vcp_crds::REASON_SELECTOR_NO_LONGER_MATCHES))
+            .filter(|e| e.reason.as_deref() == Some(Reason::SelectorNoLongerMatches.as_str()))
             .map(|e| {
                 // kube's Recorder folds repeats of one reason on one object into a series
                 let count = e.series.as_ref().map_or(1, |s| s.count);
@@ -1669,7 +1670,7 @@ async fn pod_hook_on_an_immutable_field_is_skipped_once_and_labels_keep_syncing(
         &w.host,
         &w.host_ns,
         "car-plugin",
-        vcp_crds::REASON_IMMUTABLE_POD_FIELDS,
+        Reason::ImmutablePodFields.as_str(),
         TIMEOUT,
     )
     .await;
@@ -1716,7 +1717,7 @@ async fn pod_hook_on_an_immutable_field_is_skipped_once_and_labels_keep_syncing(
             .expect("events")
             .items
             .into_iter()
-            .filter(|e| e.reason.as_deref() == Some(vcp_crds::REASON_IMMUTABLE_POD_FIELDS))
+            .filter(|e| e.reason.as_deref() == Some(Reason::ImmutablePodFields.as_str()))
             .collect();
     let repeats: i32 = events
         .iter()
@@ -1789,7 +1790,7 @@ async fn pod_hook_on_an_immutable_field_beside_a_vcluster_is_skipped_once() {
         &w.host,
         &w.host_ns,
         "car-plugin",
-        vcp_crds::REASON_IMMUTABLE_POD_FIELDS,
+        Reason::ImmutablePodFields.as_str(),
         TIMEOUT,
     )
     .await;
@@ -1820,7 +1821,7 @@ async fn pod_hook_on_an_immutable_field_beside_a_vcluster_is_skipped_once() {
             .expect("events")
             .items
             .into_iter()
-            .filter(|e| e.reason.as_deref() == Some(vcp_crds::REASON_IMMUTABLE_POD_FIELDS))
+            .filter(|e| e.reason.as_deref() == Some(Reason::ImmutablePodFields.as_str()))
             .collect();
     let writes: Vec<_> = vcp_tests::audited_write_events(ControlPlane::shared(), Cluster::Host)
         .expect("audit log")

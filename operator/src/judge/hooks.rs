@@ -30,6 +30,7 @@
 //! A refusal names the plugin's hook (`spec.hooks[i]`, its name and event) and the field.
 
 use std::collections::BTreeMap;
+use vcp_crds::Reason;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -37,8 +38,8 @@ use serde_json::{Value, json};
 use vcp_crds::hooks::apply_hook;
 use vcp_crds::{Hook, HookEvent, JsonPatchOp, PluginVersion, VClusterPlugin};
 
+use crate::policy::ContainerPolicy;
 use crate::policy::pod::{self, lost_keys};
-use crate::policy::{ContainerPolicy, REASON_POLICY_DENIED};
 use crate::workload::Refusal;
 
 /// The prefix of the label and annotation keys vCluster tracks its objects by.
@@ -292,13 +293,9 @@ fn is_pod(hook: &Hook) -> bool {
     hook.api_version == "v1" && hook.kind == "Pod"
 }
 
-fn is_physical(event: HookEvent) -> bool {
-    matches!(event, HookEvent::CreatePhysical | HookEvent::UpdatePhysical)
-}
-
 fn refusal(i: usize, hook: &Hook, event: HookEvent, what: String) -> Refusal {
     Refusal {
-        reason: REASON_POLICY_DENIED,
+        reason: Reason::PolicyDenied,
         message: format!(
             "spec.hooks[{i}] ({}, {event:?} on {} {}) {what}",
             hook.name, hook.api_version, hook.kind
@@ -311,7 +308,7 @@ fn refusal(i: usize, hook: &Hook, event: HookEvent, what: String) -> Refusal {
 fn other_kinds(plugin: &VClusterPlugin, namespace: &str, vcluster: &str) -> Option<Refusal> {
     for (i, hook) in plugin.spec.hooks.iter().enumerate() {
         for &event in &hook.events {
-            if is_pod(hook) && is_physical(event) {
+            if is_pod(hook) && event.is_physical() {
                 continue;
             }
             let before = representative_object(&hook.api_version, &hook.kind, namespace, vcluster);

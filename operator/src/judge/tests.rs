@@ -4,6 +4,7 @@ use k8s_openapi::api::core::v1::{Container, PodSpec, VolumeMount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use vcp_crds::Reason;
 use vcp_crds::{FINALIZER, VClusterPluginSpec, VClusterRef};
 
 const RUNTIME: &str = "ghcr.io/vcp-dev/vcluster-plugin-operator:test";
@@ -263,7 +264,7 @@ fn the_bad_plugin_is_refused_and_the_others_accepted() {
     .unwrap();
     assert_eq!(refused.keys().collect::<Vec<_>>(), ["bad"]);
     let r = &refused["bad"];
-    assert_eq!(r.reason, REASON_INVALID_WORKLOAD);
+    assert_eq!(r.reason, Reason::InvalidWorkload);
     assert_eq!(
         r.message,
         "the API server refuses StatefulSet team-a/my-vcluster with this plugin's part: StatefulSet.apps \"my-vcluster\" is invalid: spec.template.spec.containers[1].volumeMounts[0].name: Not found: \"nope\""
@@ -295,7 +296,7 @@ fn pod_security_refuses_only_the_plugins_it_names() {
     let fake = Fake::new(vec!["loose", SYNCER_CONTAINER]);
     let refused = run(judge(&fake, &workload(), &[&tight, &loose], RUNTIME)).unwrap();
     assert_eq!(refused.keys().collect::<Vec<_>>(), ["loose"]);
-    assert_eq!(refused["loose"].reason, REASON_POLICY_DENIED);
+    assert_eq!(refused["loose"].reason, Reason::PolicyDenied);
     assert_eq!(
         refused["loose"].message,
         "with this plugin's container the vCluster's pods would violate the Pod Security level \"restricted:latest\" enforced in namespace team-a (label pod-security.kubernetes.io/enforce); the API server's reason: runAsNonRoot != true (pod or containers \"syncer\", \"loose\" must set securityContext.runAsNonRoot=true)"
@@ -401,7 +402,7 @@ fn hooks_that_break_pod_security_are_refused_by_the_dry_run_of_the_hooked_pod() 
     let refused = run(verdicts.hook_refusals(&fake, &wl, &[&good, &bad], &policy)).unwrap();
     assert_eq!(refused.keys().collect::<Vec<_>>(), ["bad"]);
     let r = &refused["bad"];
-    assert_eq!(r.reason, REASON_POLICY_DENIED);
+    assert_eq!(r.reason, Reason::PolicyDenied);
     assert!(
         r.message
             .starts_with("spec.hooks[0] (sidecar) change the vCluster's pods"),

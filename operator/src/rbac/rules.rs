@@ -17,19 +17,13 @@
 //! README's crd-sync sample does.
 
 use std::collections::BTreeMap;
+use vcp_crds::Reason;
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use kube::ResourceExt;
-use vcp_crds::{HookEvent, SyncDirection, VClusterPlugin};
+use vcp_crds::{SyncDirection, VClusterPlugin};
 
 use crate::workload::{PluginKind, Refusal, plugin_kind};
-
-/// `Ready` reason of a plugin naming a type the API server does not serve.
-pub const REASON_UNKNOWN_TYPE: &str = "UnknownType";
-/// `Ready` reason of a plugin syncing or hooking a cluster-scoped type (discovery's
-/// `namespaced: false`): the runtime syncs namespaced objects into the vCluster's host
-/// namespace, and a Role cannot grant access to a cluster-scoped resource.
-pub const REASON_CLUSTER_SCOPED_TYPE: &str = "ClusterScopedType";
 
 pub(super) const WRITE_VERBS: [&str; 7] = [
     "get", "list", "watch", "create", "update", "patch", "delete",
@@ -87,17 +81,13 @@ pub fn types_to_resolve(plugin: &VClusterPlugin) -> Vec<(String, String)> {
                 .spec
                 .hooks
                 .iter()
-                .filter(|h| h.events.iter().any(is_physical))
+                .filter(|h| h.events.iter().any(|e| e.is_physical()))
                 .map(|h| (h.api_version.clone(), h.kind.clone())),
         )
         .collect();
     out.sort();
     out.dedup();
     out
-}
-
-fn is_physical(e: &HookEvent) -> bool {
-    matches!(e, HookEvent::CreatePhysical | HookEvent::UpdatePhysical)
 }
 
 pub(super) fn rule(
@@ -143,8 +133,8 @@ pub fn served<'a>(plurals: &'a Plurals, api_version: &str, kind: &str) -> Option
 /// `explicit` (`syncedTypes[].resource`) when given, else the plural discovery found.
 ///
 /// # Errors
-/// A [`Refusal`] with [`REASON_CLUSTER_SCOPED_TYPE`] when discovery says the type is
-/// cluster-scoped; with [`REASON_UNKNOWN_TYPE`] when it is not served and `explicit` is absent.
+/// A [`Refusal`] with [`ClusterScopedType`](vcp_crds::Reason::ClusterScopedType) when discovery says the type is
+/// cluster-scoped; with [`UnknownType`](vcp_crds::Reason::UnknownType) when it is not served and `explicit` is absent.
 fn host_resource(
     plurals: &Plurals,
     field: &str,
@@ -154,7 +144,7 @@ fn host_resource(
 ) -> Result<String, Refusal> {
     match (served(plurals, api_version, kind), explicit) {
         (Some(s), _) if !s.namespaced => Err(Refusal {
-            reason: REASON_CLUSTER_SCOPED_TYPE,
+            reason: Reason::ClusterScopedType,
             message: format!(
                 "{field} ({api_version} {kind}) is cluster-scoped on the host API server (resource {}); a plugin syncs and hooks namespaced types only, in the vCluster's namespace",
                 s.plural
@@ -163,7 +153,7 @@ fn host_resource(
         (_, Some(r)) => Ok(r.to_string()),
         (Some(s), None) => Ok(s.plural.clone()),
         (None, None) => Err(Refusal {
-            reason: REASON_UNKNOWN_TYPE,
+            reason: Reason::UnknownType,
             message: format!(
                 "the host API server serves no kind {kind} in {api_version}; install its CRD or set syncedTypes[].resource"
             ),
@@ -174,8 +164,8 @@ fn host_resource(
 /// The namespaced rules of the plugin's Role: derived rules, then `rbac.role.extraRules`.
 ///
 /// # Errors
-/// A [`Refusal`] with [`REASON_UNKNOWN_TYPE`] when a needed plural is not in `plurals`, with
-/// [`REASON_CLUSTER_SCOPED_TYPE`] when a synced or hooked type is cluster-scoped.
+/// A [`Refusal`] with [`UnknownType`](vcp_crds::Reason::UnknownType) when a needed plural is not in `plurals`, with
+/// [`ClusterScopedType`](vcp_crds::Reason::ClusterScopedType) when a synced or hooked type is cluster-scoped.
 pub fn namespaced_rules(
     plugin: &VClusterPlugin,
     plurals: &Plurals,
@@ -202,7 +192,7 @@ pub fn namespaced_rules(
     // applied by vCluster itself (through `Mutate`) before its own write.
     let patches_afterwards = plugin_kind(plugin) != PluginKind::EmbeddedV2;
     for (i, h) in plugin.spec.hooks.iter().enumerate() {
-        if !patches_afterwards || !h.events.iter().any(is_physical) {
+        if !patches_afterwards || !h.events.iter().any(|e| e.is_physical()) {
             continue;
         }
         let resource = host_resource(
@@ -245,7 +235,7 @@ pub fn namespaced_rules(
             .spec
             .synced_types
             .iter()
-            .any(|t| t.direction == SyncDirection::ToHost)
+            .any(|t| t.direction.is_to_host())
         {
             push_unique(
                 &mut rules,

@@ -1,4 +1,5 @@
 use std::collections::BTreeMap;
+use vcp_crds::Reason;
 
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, Subject};
 use kube::ResourceExt;
@@ -241,7 +242,7 @@ fn cluster_scoped_types_are_refused_from_discoverys_scope() {
     let mut p = plugin(Some("img"));
     p.spec.synced_types = vec![synced("Secret", None), synced("Namespace", None)];
     let err = desired(&p, &served, SA).unwrap_err();
-    assert_eq!(err.reason, REASON_CLUSTER_SCOPED_TYPE);
+    assert_eq!(err.reason, Reason::ClusterScopedType);
     assert!(
         err.message
             .starts_with("spec.syncedTypes[1] (v1 Namespace)"),
@@ -252,7 +253,7 @@ fn cluster_scoped_types_are_refused_from_discoverys_scope() {
     p.spec.synced_types = vec![synced("Namespace", Some("namespaces"))];
     assert_eq!(
         namespaced_rules(&p, &served).unwrap_err().reason,
-        REASON_CLUSTER_SCOPED_TYPE
+        Reason::ClusterScopedType
     );
     // Nor does a hook.
     let mut p = plugin(Some("img"));
@@ -264,7 +265,7 @@ fn cluster_scoped_types_are_refused_from_discoverys_scope() {
         ..Default::default()
     }];
     let err = namespaced_rules(&p, &served).unwrap_err();
-    assert_eq!(err.reason, REASON_CLUSTER_SCOPED_TYPE);
+    assert_eq!(err.reason, Reason::ClusterScopedType);
     assert!(
         err.message.starts_with("spec.hooks[0] (v1 Node)"),
         "{}",
@@ -308,7 +309,7 @@ fn unknown_type_is_refused() {
         vec![("example.loft.sh/v1".into(), "Car".into())]
     );
     let err = desired(&p, &Plurals::new(), SA).unwrap_err();
-    assert_eq!(err.reason, REASON_UNKNOWN_TYPE);
+    assert_eq!(err.reason, Reason::UnknownType);
     assert!(err.message.contains("Car"));
 }
 

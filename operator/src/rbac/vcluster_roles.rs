@@ -17,13 +17,6 @@ use vcp_crds::PLUGIN_NAME_LABEL;
 use super::objects::{RBAC_GROUP, service_account_name};
 use super::rules::normalize;
 
-/// `Ready` reason of a `PatchVClusterRoles` plugin when no Role is bound to the vCluster's
-/// service account.
-pub const REASON_NO_VCLUSTER_ROLE: &str = "VClusterRoleNotFound";
-/// `Ready` reason of a `PatchVClusterRoles` plugin whose vCluster Role is bound to some subject
-/// besides the vCluster's service account ([`other_subjects`]): appending to it would grant
-/// the plugin's rules to them too.
-pub const REASON_SHARED_ROLE: &str = "SharedVClusterRole";
 /// Prefix of the annotations recording the rules a plugin appended to a vCluster Role (every
 /// scheme: [`added_rules_annotation`], [`legacy_added_rules_annotation`]).
 pub const ADDED_RULES_PREFIX: &str = "vcp.dev/added-rules.";

@@ -12,7 +12,7 @@
 //!
 //! The rule ([`admit_sizes`]): in installation order ([`install_order`]: creationTimestamp,
 //! then name, as for `Conflict`, so the plugin that was there first keeps working), a plugin
-//! is refused with `Ready=False, reason=TooLarge` ([`REASON_TOO_LARGE`]) when
+//! is refused with `Ready=False, reason=TooLarge` ([`TooLarge`](vcp_crds::Reason::TooLarge)) when
 //! - its own part is larger than [`PART_BUDGET`], or
 //! - the rest of the workload ([`base_size`]: its pod template without the plugins' entries,
 //!   its labels and annotations) plus the parts of the plugins admitted before it plus its own
@@ -29,6 +29,7 @@
 //! side.
 
 use std::collections::BTreeMap;
+use vcp_crds::Reason;
 
 use k8s_openapi::api::core::v1::PodSpec;
 use kube::ResourceExt;
@@ -38,9 +39,6 @@ use vcp_crds::VClusterPlugin;
 use super::converge::{field_set, owned_entries};
 use super::identity::{Refusal, SYNCER_CONTAINER, Workload};
 use super::merge::{install_order, plan};
-
-/// `Ready` reason of a plugin whose part would make the workload too large to store.
-pub const REASON_TOO_LARGE: &str = "TooLarge";
 
 /// etcd's default request limit (`--max-request-bytes`, 1.5 MiB): the largest write the API
 /// server can store, the object with its metadata and `managedFields` and the transaction's
@@ -161,7 +159,7 @@ pub fn admit_sizes(
         refused.insert(
             name.clone(),
             Refusal {
-                reason: REASON_TOO_LARGE,
+                reason: Reason::TooLarge,
                 message,
             },
         );
@@ -191,7 +189,7 @@ mod tests {
         );
         assert_eq!(refused.keys().collect::<Vec<_>>(), ["second"]);
         let r = &refused["second"];
-        assert_eq!(r.reason, REASON_TOO_LARGE);
+        assert_eq!(r.reason, Reason::TooLarge);
         assert!(r.message.contains("1610000 bytes"), "{}", r.message);
         assert!(r.message.contains("(first)"), "{}", r.message);
     }

@@ -9,6 +9,7 @@
 
 use k8s_openapi::api::core::v1::{Container, EnvVar, SecretVolumeSource, Volume, VolumeMount};
 use kube::ResourceExt;
+use vcp_crds::Reason;
 use vcp_crds::{PluginVersion, RUNTIME_ENV, VClusterPlugin};
 
 use super::identity::Refusal;
@@ -45,8 +46,6 @@ pub const VCLUSTER_KUBECONFIG_DIR: &str = "/var/run/vcp/vcluster";
 pub const VCLUSTER_KUBECONFIG_KEY: &str = "config";
 /// Port of the first v1 plugin; the i-th (0-based) v1 plugin listens on `14000 + i`.
 pub const V1_BASE_PORT: u32 = 14000;
-/// `Ready` reason of a v1 plugin whose `spec.config` cannot be rendered as YAML.
-pub const REASON_INVALID_CONFIG: &str = "InvalidConfig";
 
 /// How a plugin runs inside the vCluster pod.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -227,7 +226,7 @@ pub fn embedded_container(plugin: &VClusterPlugin, runtime_image: &str) -> Conta
 /// YAML (the chart has no such env: a deliberate difference, see tests/tests/chart_oracle.rs).
 ///
 /// # Errors
-/// A [`Refusal`] with [`REASON_INVALID_CONFIG`] when `spec.config` cannot be rendered.
+/// A [`Refusal`] with [`InvalidConfig`](vcp_crds::Reason::InvalidConfig) when `spec.config` cannot be rendered.
 pub fn v1_container(plugin: &VClusterPlugin, port: u32) -> Result<Container, Refusal> {
     let mut c = base_container(plugin, plugin.spec.image.as_deref().unwrap_or_default());
     let own = |name: &str, value: String| EnvVar {
@@ -250,7 +249,7 @@ pub fn v1_container(plugin: &VClusterPlugin, port: u32) -> Result<Container, Ref
     let mut push = |name: &str, value: String| env.push(own(name, value));
     if let Some(config) = &plugin.spec.config {
         let yaml = serde_yaml::to_string(config).map_err(|e| Refusal {
-            reason: REASON_INVALID_CONFIG,
+            reason: Reason::InvalidConfig,
             message: format!("spec.config cannot be rendered as YAML for PLUGIN_CONFIG: {e}"),
         })?;
         push("PLUGIN_CONFIG", yaml);

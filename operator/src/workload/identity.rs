@@ -8,6 +8,7 @@
 //! [`Refusal`], the verdict that leaves a plugin out, is shared by every step of the plan.
 
 use std::collections::BTreeMap;
+use vcp_crds::Reason;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
@@ -20,8 +21,8 @@ pub const SYNCER_CONTAINER: &str = "syncer";
 /// Why a plugin was left out of the workload; becomes its `Ready=False` condition.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
-    /// Condition reason, such as [`REASON_CONFLICT`](super::REASON_CONFLICT).
-    pub reason: &'static str,
+    /// Condition reason, such as [`Reason::Conflict`](Reason::Conflict).
+    pub reason: Reason,
     /// Human-readable message naming what to change.
     pub message: String,
 }
@@ -129,9 +130,6 @@ pub const VCLUSTER_APP_VALUE: &str = "vcluster";
 /// after the release.
 pub const VCLUSTER_RELEASE_LABEL: &str = "release";
 
-/// `Ready` reason of a plugin whose target workload is not a vCluster ([`vcluster_identity`]).
-pub const REASON_NOT_A_VCLUSTER: &str = "NotAVCluster";
-
 /// Decides whether `workload` is a vCluster, and which service account its pods run as.
 ///
 /// What counts (the vCluster chart, v0.30.0, `chart/templates/statefulset.yaml`, which renders
@@ -156,7 +154,7 @@ pub const REASON_NOT_A_VCLUSTER: &str = "NotAVCluster";
 /// the API server does).
 ///
 /// # Errors
-/// A [`Refusal`] with [`REASON_NOT_A_VCLUSTER`] naming the first requirement missed.
+/// A [`Refusal`] with [`NotAVCluster`](vcp_crds::Reason::NotAVCluster) naming the first requirement missed.
 pub fn vcluster_identity(workload: &Workload) -> Result<String, Refusal> {
     let what = format!(
         "{} {}/{}",
@@ -165,7 +163,7 @@ pub fn vcluster_identity(workload: &Workload) -> Result<String, Refusal> {
         workload.name
     );
     let refuse = |missing: String| Refusal {
-        reason: REASON_NOT_A_VCLUSTER,
+        reason: Reason::NotAVCluster,
         message: format!(
             "{what} is not a vCluster: {missing}; a VClusterPlugin is only installed into the StatefulSet or Deployment the vCluster chart makes (labels app: vcluster and release: <name> on it and on its pod template, a container `syncer`, a serviceAccountName); nothing was written"
         ),

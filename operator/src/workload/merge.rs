@@ -7,6 +7,7 @@
 //! newer one).
 
 use std::collections::{BTreeMap, BTreeSet};
+use vcp_crds::Reason;
 
 use k8s_openapi::api::core::v1::{Container, EmptyDirVolumeSource, Volume};
 use kube::ResourceExt;
@@ -19,10 +20,6 @@ use super::containers::{
 };
 use super::converge::{item_key, owned_entries, to_value};
 use super::identity::{Refusal, SYNCER_CONTAINER, Workload, vcluster_identity};
-
-/// `Ready` reason of a plugin whose container name is taken by a container the operator did
-/// not add.
-pub const REASON_CONFLICT: &str = "Conflict";
 
 /// Result of [`plan`].
 #[derive(Clone, Debug, PartialEq)]
@@ -191,7 +188,7 @@ fn name_conflict(workload: &Workload, owned: &Value, name: &str) -> Option<Refus
                 .is_some_and(|item| item.get("f:image").is_some());
             if !ours {
                 return Some(Refusal {
-                    reason: REASON_CONFLICT,
+                    reason: Reason::Conflict,
                     message: format!(
                         "{} {}/{} already has a {} named `{name}` that vcluster-plugin-operator did not add; rename the VClusterPlugin",
                         workload.kind_str(),
@@ -229,7 +226,7 @@ fn synced_type_conflict(
         .find_map(|(i, t)| {
             let owner = synced_by.get(&synced_type_key(&t.api_version, &t.kind))?;
             Some(Refusal {
-                reason: REASON_CONFLICT,
+                reason: Reason::Conflict,
                 message: format!(
                     "spec.syncedTypes[{i}] ({} {}) is already synced by the older VClusterPlugin `{owner}` in vCluster {}/{}; two plugins syncing one type would fight over the same host objects: remove the type from one of them",
                     t.api_version, t.kind, workload.namespace, workload.name

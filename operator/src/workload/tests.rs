@@ -1,4 +1,5 @@
 use std::collections::{BTreeMap, BTreeSet};
+use vcp_crds::Reason;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{
@@ -659,7 +660,7 @@ fn plugin_named_like_a_foreign_container_is_refused_not_fought() {
     let bad = plugin("syncer", None, None);
     let good = plugin("ok", None, None);
     let plan = plan(&workload(), &[&bad, &good], RUNTIME);
-    assert_eq!(plan.refused["syncer"].reason, REASON_CONFLICT);
+    assert_eq!(plan.refused["syncer"].reason, Reason::Conflict);
     assert_eq!(plan.installed, BTreeSet::from(["ok".to_string()]));
     let names: Vec<_> = containers(&plan.patch)
         .into_iter()
@@ -689,7 +690,7 @@ fn the_newer_of_two_plugins_syncing_one_type_is_refused() {
     let plan1 = plan(&workload(), &[&new, &old], RUNTIME);
     assert_eq!(plan1.installed, BTreeSet::from(["zz-old".to_string()]));
     let r = &plan1.refused["aa-new"];
-    assert_eq!(r.reason, REASON_CONFLICT);
+    assert_eq!(r.reason, Reason::Conflict);
     assert!(r.message.starts_with("spec.syncedTypes[1] (example.loft.sh/v2 Car) is already synced by the older VClusterPlugin `zz-old`"), "{}", r.message);
     assert!(
         init_containers(&plan1.patch).is_empty(),
@@ -787,7 +788,7 @@ fn a_chart_made_vcluster_counts_and_its_service_account_is_the_subject() {
 fn other_workloads_are_not_vclusters() {
     let refused = |sts: StatefulSet| {
         let r = vcluster_identity(&Workload::from_statefulset(&sts)).unwrap_err();
-        assert_eq!(r.reason, REASON_NOT_A_VCLUSTER);
+        assert_eq!(r.reason, Reason::NotAVCluster);
         r.message
     };
     // A database: its own labels, its own container, its own service account.
@@ -841,8 +842,8 @@ fn a_workload_that_is_not_a_vcluster_gets_no_plugin_and_loses_ours() {
     let a = plugin("a", None, None);
     let b = plugin("b", Some("img"), None);
     let plan = plan(&w, &[&a, &b], RUNTIME);
-    assert_eq!(plan.refused["a"].reason, REASON_NOT_A_VCLUSTER);
-    assert_eq!(plan.refused["b"].reason, REASON_NOT_A_VCLUSTER);
+    assert_eq!(plan.refused["a"].reason, Reason::NotAVCluster);
+    assert_eq!(plan.refused["b"].reason, Reason::NotAVCluster);
     assert!(plan.installed.is_empty());
     assert!(plan.patch.get("spec").is_none());
     // Owning nothing, that body is converged: no write at all.

@@ -1,0 +1,204 @@
+//! Converging one vCluster is the unit of the operator's work (DESIGN.md, "Operator contract";
+//! issue 25). A reconcile of a `VClusterPlugin` converges the vCluster the plugin targets, in
+//! four steps, whatever the reconcile is for ([`Intent`]: install a plugin, remove a deleted
+//! one, or re-apply the workload for the sweep):
+//! 1. *observe* ([`observe`]): read the workload, the plugins installed into it, the cluster
+//!    facts their refusals depend on and the verdicts of the hooks' judging and the dry runs;
+//! 2. *decide* ([`decide`], pure, unit-tested without an API server): compute the [`Plan`],
+//!    every write, every plugin's verdict and the reconciled plugin's status;
+//! 3. *act* ([`act`]): apply the workload, unless converged, under the workload's lock, then
+//!    the reconciled plugin's RBAC;
+//! 4. *report* ([`act::report`]): write its status (and an Event when `Ready`'s reason changed).
+//!
+//! The workload's lock ([`Context::workload_lock`]) is held from the first read of the
+//! workload to its apply, so reconciles of plugins of the same vCluster (and the sweep) compute
+//! and send the workload's body one at a time.
+//!
+//! [`install`] adds the finalizer `vcp.dev/cleanup` first ([`crate::finalizer`]: to this plugin,
+//! and, once the workload is found, to the other plugins of the vCluster that lack it, so that
+//! the workload is applied once with all of them). It reads the workload from the watch caches
+//! ([`crate::cache::workload`]); [`delete`] and [`reapply`] (the sweep) read it from the API
+//! server ([`crate::cache::fetch_workload`]), for a removal skipped because a cache had not yet
+//! seen an object would not be corrected by any later event once the finalizer is gone.
+
+pub mod act;
+pub mod decide;
+pub mod observe;
+#[cfg(test)]
+mod tests;
+
+use kube::ResourceExt;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use std::sync::Arc;
+use vcp_crds::{FINALIZER, VClusterPlugin};
+
+use crate::cache;
+use crate::context::Context;
+use crate::error::Result;
+use crate::finalizer::with_finalizer;
+pub use decide::{
+    ClusterFacts, Grant, Intent, Observed, Plan, RECHECK, RESYNC, RbacPlan, decide, next_reconcile,
+};
+
+/// Converges the vCluster of `plugin`, which is not being deleted, to install it (see the
+/// module docs).
+///
+/// Under the workload's lock, the finalizer is added first to this plugin and then to every
+/// other plugin of the vCluster that lacks it and is not being deleted (each would add it in
+/// its own reconcile before anything is installed for it): the workload is then planned with
+/// all of them and applied once, instead of once per plugin as each gains its finalizer.
+///
+/// # Errors
+/// API errors (the finalizer patches, discovery, the dry runs, the writes); the controller
+/// retries.
+pub async fn install(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
+    let namespace = plugin.namespace().unwrap_or_default();
+    let vcluster = plugin.spec.vcluster.name.clone();
+
+    let lock = ctx.workload_lock(&namespace, &vcluster);
+    let guard = lock.lock().await;
+    // The cached copy may be newer than the one this reconcile was started with (another
+    // reconcile of the vCluster may have added its finalizer meanwhile).
+    let Some(latest) = ctx.plugins.get(&ObjectRef::from_obj(plugin)) else {
+        // Gone since this reconcile started (deleted without the finalizer): nothing may be
+        // written for it; the sweep (`crate::sweep`) removes what it had.
+        return Ok(Action::await_change());
+    };
+    let latest = (*latest).clone();
+    if latest.metadata.deletion_timestamp.is_some() {
+        // Deleted since this reconcile started: the deletion's own trigger runs the cleanup.
+        return Ok(Action::await_change());
+    }
+    let plugin = &with_finalizer(ctx, &latest).await?;
+    let wl = cache::workload(
+        &ctx.client,
+        &ctx.caches,
+        &ctx.written,
+        &namespace,
+        &vcluster,
+    )
+    .await?;
+    let observed = match wl {
+        Some(wl) => {
+            let fresher = with_sibling_finalizers(ctx, plugin).await?;
+            Some(observe::vcluster(ctx, wl, &fresher, None).await?)
+        }
+        None => None,
+    };
+    let plan = decide(
+        observed.as_ref(),
+        Intent::Install(plugin),
+        &ctx.policy,
+        &ctx.runtime_image,
+    );
+    act::workload(ctx, observed.as_ref(), &plan).await?;
+    drop(guard);
+    act::rbac(ctx, plugin, observed.as_ref(), &plan.rbac).await?;
+    if let Some(outcome) = &plan.status {
+        act::report(ctx, plugin, outcome).await?;
+    }
+    Ok(requeue(&plan))
+}
+
+/// Converges the vCluster of `plugin`, which is being deleted and carries the finalizer, to
+/// remove exactly what was added for it (DESIGN.md, "Operator contract"): its `Terminating`
+/// status first ([`decide::terminating`]; only informative, a failure is logged), then the
+/// workload applied from the *other* plugins installed into the vCluster, less those refused
+/// (judged as for an install, so a plugin too large or whose part the API server refuses never
+/// holds up another's removal; server-side apply then removes this plugin's containers, and,
+/// when it was the last v2 plugin, the shared `plugins` volume and `/plugins` mount; with no
+/// plugin left the operator's field manager owns nothing and the pod template is the
+/// original), then its RBAC ([`RbacPlan::Remove`]). A workload that no longer exists does not
+/// block this. The finalizer itself is removed by [`crate::controller::reconcile`] once this
+/// returns `Ok` ([`crate::finalizer::remove_finalizer`]).
+///
+/// A plugin deleted without this (its finalizer removed by hand, or deleted while the operator
+/// was stopped) is cleaned up by the sweep ([`crate::sweep`]).
+///
+/// # Errors
+/// API errors; the finalizer stays and the removal is retried.
+pub async fn delete(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
+    let namespace = plugin.namespace().unwrap_or_default();
+    let name = plugin.name_any();
+    let vcluster = plugin.spec.vcluster.name.clone();
+
+    let lock = ctx.workload_lock(&namespace, &vcluster);
+    let guard = lock.lock().await;
+    let wl = cache::fetch_workload(&ctx.client, &namespace, &vcluster).await?;
+    if let Err(e) = act::report(ctx, plugin, &decide::terminating(wl.as_ref())).await {
+        // Only informative: never let it block the removal.
+        tracing::warn!(plugin = %format!("{namespace}/{name}"), error = %e, "cannot write Terminating status");
+    }
+    let observed = match wl {
+        Some(wl) => Some(observe::vcluster(ctx, wl, &[], Some(&name)).await?),
+        None => None,
+    };
+    let plan = decide(
+        observed.as_ref(),
+        Intent::Delete(plugin),
+        &ctx.policy,
+        &ctx.runtime_image,
+    );
+    act::workload(ctx, observed.as_ref(), &plan).await?;
+    drop(guard);
+    act::rbac(ctx, plugin, observed.as_ref(), &plan.rbac).await?;
+    Ok(requeue(&plan))
+}
+
+/// Applies the workload `wl` again from the plugins installed into it, judged as an install
+/// judges them (the sweep, [`crate::sweep`]: the entries of plugins that no longer exist come
+/// out). The caller holds the workload's lock ([`Context::workload_lock`]) and read `wl` from
+/// the API server. Returns whether it wrote.
+///
+/// # Errors
+/// Discovery, the dry runs and the apply.
+pub async fn reapply(ctx: &Context, wl: crate::workload::Workload) -> Result<bool> {
+    let observed = observe::vcluster(ctx, wl, &[], None).await?;
+    let plan = decide(
+        Some(&observed),
+        Intent::Sweep,
+        &ctx.policy,
+        &ctx.runtime_image,
+    );
+    act::workload(ctx, Some(&observed), &plan).await
+}
+
+/// `plugin` and the other plugins of its vCluster that are not being deleted, each carrying the
+/// finalizer (added now to those that lack it, [`with_finalizer`]): the copies newer than the
+/// plugins' watch cache.
+///
+/// # Errors
+/// The finalizer patches.
+async fn with_sibling_finalizers(
+    ctx: &Context,
+    plugin: &VClusterPlugin,
+) -> Result<Vec<VClusterPlugin>> {
+    let namespace = plugin.namespace().unwrap_or_default();
+    let vcluster = &plugin.spec.vcluster.name;
+    let mut fresher = vec![plugin.clone()];
+    let unfinalized: Vec<Arc<VClusterPlugin>> = ctx
+        .plugins
+        .state()
+        .into_iter()
+        .filter(|p| {
+            p.namespace().as_deref() == Some(namespace.as_str())
+                && &p.spec.vcluster.name == vcluster
+                && p.name_any() != plugin.name_any()
+                && p.metadata.deletion_timestamp.is_none()
+                && !p.finalizers().iter().any(|f| f == FINALIZER)
+        })
+        .collect();
+    for other in unfinalized {
+        fresher.push(with_finalizer(ctx, &other).await?);
+    }
+    Ok(fresher)
+}
+
+/// The controller's [`Action`] for `plan`'s requeue.
+fn requeue(plan: &Plan) -> Action {
+    match plan.requeue {
+        Some(after) => Action::requeue(after),
+        None => Action::await_change(),
+    }
+}

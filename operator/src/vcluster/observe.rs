@@ -1,0 +1,198 @@
+//! *Observe*: the reads of converging one vCluster ([`super`]): the plugins installed into its
+//! workload ([`candidates`], from the plugins' watch cache), the cluster facts their refusals
+//! depend on ([`cluster_facts`]: the workload's identity, discovery, the namespace's Roles and
+//! RoleBindings), and the verdicts of the hooks' judging and of the server-side dry runs
+//! ([`judge_parts`], [`crate::judge`]; dry runs store nothing). The workload itself is read by
+//! [`crate::cache::workload`] (install) or [`crate::cache::fetch_workload`] (delete, sweep).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
+use vcp_crds::VClusterPlugin;
+
+use super::decide::{ClusterFacts, Observed, admitted, find_vcluster_role};
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::rbac::{self, Plurals};
+use crate::workload::{self, Refusal, Workload};
+use crate::writes::ApiDryRun;
+
+/// Observes the vCluster whose workload is `wl`: the plugins installed into it
+/// ([`candidates`], with the copies in `fresher` in place of their cached ones, except
+/// `without`), the cluster facts ([`cluster_facts`]), and the verdicts of the hooks' judging
+/// and the dry runs for the plugins [`admitted`] lets in ([`judge_parts`]).
+///
+/// # Errors
+/// Discovery, the lists of Roles and RoleBindings, the dry runs.
+pub async fn vcluster(
+    ctx: &Context,
+    wl: Workload,
+    fresher: &[VClusterPlugin],
+    without: Option<&str>,
+) -> Result<Observed> {
+    let plugins = candidates(ctx, &wl.namespace, &wl.name, fresher, without);
+    let refs: Vec<&VClusterPlugin> = plugins.iter().collect();
+    let facts = cluster_facts(ctx, &wl, &refs).await?;
+    let (sized, _) = admitted(&wl, &facts, &ctx.policy, &refs, &ctx.runtime_image);
+    let judged = judge_parts(ctx, &wl, sized).await?;
+    Ok(Observed {
+        workload: wl,
+        plugins,
+        facts,
+        judged,
+    })
+}
+
+/// The plugins installed into `vcluster` of `namespace` according to the watch cache
+/// ([`workload::contributes`]), except `without`, with the copies in `fresher` (newer than the
+/// cache, such as the answers to the finalizer patches) in place of their cached ones. Which of
+/// them are refused is decided by [`super::decide`].
+pub fn candidates(
+    ctx: &Context,
+    namespace: &str,
+    vcluster: &str,
+    fresher: &[VClusterPlugin],
+    without: Option<&str>,
+) -> Vec<VClusterPlugin> {
+    let is_fresher = |p: &VClusterPlugin| {
+        fresher
+            .iter()
+            .any(|f| f.name_any() == p.name_any() && f.namespace() == p.namespace())
+    };
+    let cached = ctx.plugins.state();
+    cached
+        .iter()
+        .filter(|p| workload::contributes(p, namespace, vcluster))
+        .filter(|p| !is_fresher(p))
+        .map(|p| (**p).clone())
+        .chain(
+            fresher
+                .iter()
+                .filter(|p| workload::contributes(p, namespace, vcluster))
+                .cloned(),
+        )
+        .filter(|p| without.is_none_or(|w| p.name_any() != w))
+        .collect()
+}
+
+/// Reads the facts ([`ClusterFacts`]) `plugins` (all of the vCluster whose workload is `wl`) depend on: the
+/// workload's identity, plurals from [`Context::discovery`], and, when some plugin uses
+/// `rbac.mode: PatchVClusterRoles`, the namespace's Roles and RoleBindings from the API
+/// server (one list of each). Not a vCluster: nothing is read.
+///
+/// # Errors
+/// Discovery failures other than "not served"; the API server's answers to the lists.
+pub async fn cluster_facts(
+    ctx: &Context,
+    wl: &Workload,
+    plugins: &[&VClusterPlugin],
+) -> Result<ClusterFacts> {
+    let service_account = workload::vcluster_identity(wl);
+    let Ok(sa) = &service_account else {
+        return Ok(ClusterFacts {
+            service_account,
+            plurals: Plurals::new(),
+            vcluster_role: None,
+            roles: None,
+        });
+    };
+    let plurals = ctx.discovery.plurals_of(&ctx.client, plugins).await?;
+    let (vcluster_role, roles) = if plugins.iter().any(|p| rbac::patches_vcluster_roles(p)) {
+        let roles = list_roles(&ctx.client, &wl.namespace).await?;
+        let bindings = list_role_bindings(&ctx.client, &wl.namespace).await?;
+        let found = find_vcluster_role(&bindings, &roles, &wl.namespace, &wl.name, sa);
+        (Some(found), Some(roles))
+    } else {
+        (None, None)
+    };
+    Ok(ClusterFacts {
+        service_account,
+        plurals,
+        vcluster_role,
+        roles,
+    })
+}
+
+/// The refusals, by name, of the plugins of `accepted` (those of `wl` that policy, cluster
+/// state and size budgets let in, [`admitted`]) whose hooks or part of `wl` are refused
+/// ([`crate::judge`]: server-side dry runs, made only when the body or the workload changed;
+/// verdicts are kept in [`Context::verdicts`]).
+///
+/// # Errors
+/// The dry runs' errors other than a refusal.
+pub async fn judge_parts(
+    ctx: &Context,
+    wl: &Workload,
+    accepted: Vec<&VClusterPlugin>,
+) -> Result<BTreeMap<String, Refusal>> {
+    let dry = ApiDryRun(&ctx.client);
+    // What the plugins' hooks do to the vCluster's pods first (issue 21): a refused plugin's
+    // part is then not judged, nor installed.
+    let hooked = ctx
+        .verdicts
+        .hook_refusals(&dry, wl, &accepted, &ctx.policy.containers)
+        .await?;
+    let accepted: Vec<&VClusterPlugin> = accepted
+        .into_iter()
+        .filter(|p| !hooked.contains_key(&p.name_any()))
+        .collect();
+    let mut refused = ctx
+        .verdicts
+        .refusals(&dry, wl, &accepted, &ctx.runtime_image)
+        .await?;
+    refused.extend(hooked);
+    Ok(refused)
+}
+
+/// The Roles of the plugin's namespace that [`super::act::sync_vcluster_roles`] must look at:
+/// all of them (`listed`: those [`cluster_facts`] listed, else listed now) when the plugin uses
+/// `rbac.mode: PatchVClusterRoles` or its spec changed since the status was last written
+/// (`status.observedGeneration`: it may have left that mode, and its added rules must come
+/// out); else the cached ones (labelled as made for a plugin, [`crate::cache`]), for a plugin
+/// that has been in `rbac.mode: Dedicated` since its status was written has no rules in any
+/// other Role.
+///
+/// # Errors
+/// The API server's answer to the list.
+pub async fn roles_to_sync(
+    ctx: &Context,
+    plugin: &VClusterPlugin,
+    listed: Option<&[Role]>,
+) -> Result<Vec<Role>> {
+    let namespace = plugin.namespace().unwrap_or_default();
+    if let Some(roles) = listed {
+        return Ok(roles.to_vec());
+    }
+    let observed = plugin.status.as_ref().and_then(|s| s.observed_generation);
+    if rbac::patches_vcluster_roles(plugin) || observed != plugin.metadata.generation {
+        return list_roles(&ctx.client, &namespace).await;
+    }
+    Ok(ctx.caches.roles_in(&namespace))
+}
+
+/// Every Role of `namespace`, read from the API server (the finalizer path, and
+/// `rbac.mode: PatchVClusterRoles`: [`cluster_facts`], [`roles_to_sync`]).
+///
+/// # Errors
+/// The API server's answer to the list.
+pub async fn list_roles(client: &Client, namespace: &str) -> Result<Vec<Role>> {
+    Ok(Api::<Role>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| Error::kube(format!("list Roles in {namespace}"), e))?
+        .items)
+}
+
+/// Every RoleBinding of `namespace`, read from the API server ([`cluster_facts`]).
+///
+/// # Errors
+/// The API server's answer to the list.
+pub async fn list_role_bindings(client: &Client, namespace: &str) -> Result<Vec<RoleBinding>> {
+    Ok(Api::<RoleBinding>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| Error::kube(format!("list RoleBindings in {namespace}"), e))?
+        .items)
+}
