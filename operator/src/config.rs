@@ -56,8 +56,8 @@ impl Config {
     }
 }
 
-/// Delay before a failed reconcile ([`crate::controller::error_policy`]) or sweep
-/// ([`crate::sweep`]) is retried.
+/// Delay before a failed sweep ([`crate::sweep`]) is retried. A failed reconcile waits a
+/// delay of its own plugin instead, growing with each consecutive failure ([`crate::retry`]).
 pub const RETRY: Duration = Duration::from_secs(5);
 
 /// How long the controller waits after the last trigger of a plugin before reconciling it

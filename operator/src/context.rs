@@ -47,6 +47,9 @@ pub struct Context {
     /// One lock per workload: reconciles of plugins of the same vCluster compute and send the
     /// workload's apply body one at a time ([`Context::workload_lock`]).
     pub workload_locks: WorkloadLocks,
+    /// The delays before failed reconciles are retried, per plugin
+    /// ([`crate::controller::error_policy`]).
+    pub retries: Arc<crate::retry::Retries>,
 }
 
 impl Context {

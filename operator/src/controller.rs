@@ -35,14 +35,16 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
-use tracing::{debug, warn};
+use tracing::{debug, instrument, warn};
 use vcp_crds::{FINALIZER, PLUGIN_NAME_LABEL, VClusterPlugin};
 
 use crate::cache::{Caches, Discovery, WrittenWorkloads};
-use crate::config::{Config, RETRY};
+use crate::config::Config;
 use crate::context::{Context, WorkloadLocks};
 use crate::error::{Error, Result};
 use crate::judge::Verdicts;
+use crate::retry::Retries;
+use crate::trace::Key;
 use crate::{finalizer, sweep, vcluster};
 
 /// Name under which the operator reports Events.
@@ -72,18 +74,24 @@ pub async fn run_until(
     let (plugins_ready_tx, plugins_ready) = tokio::sync::watch::channel(false);
     let (sweeps, scopes) = sweep::channel();
     let gone = sweeps.clone();
+    // The per-plugin retry delays ([`crate::retry`]): a deleted plugin's go with it, and a
+    // re-list drops those of plugins deleted during a watch outage.
+    let retries = Arc::new(Retries::default());
+    let (listed, retries_of_deleted) = (store.clone(), retries.clone());
     let plugins = watcher(Api::<VClusterPlugin>::all(client.clone()), wc)
         .modify(|p: &mut VClusterPlugin| p.metadata.managed_fields = None)
         .reflect(writer)
         .inspect(move |event| match event {
             // A re-list after a watch error: deletes during the outage came as no event.
             Ok(watcher::Event::InitDone) if *plugins_ready_tx.borrow() => {
+                retries_of_deleted.retain(|p| listed.get(p).is_some());
                 sweeps.sweep(sweep::Scope::All);
             }
             Ok(watcher::Event::InitDone) => {
                 let _ = plugins_ready_tx.send(true);
             }
             Ok(watcher::Event::Delete(p)) => {
+                retries_of_deleted.forget(&ObjectRef::from_obj(p));
                 sweeps.sweep(sweep::Scope::Plugin {
                     namespace: p.namespace().unwrap_or_default(),
                     name: p.name_any(),
@@ -114,6 +122,7 @@ pub async fn run_until(
         discovery: Discovery::default(),
         verdicts: Verdicts::default(),
         workload_locks: WorkloadLocks::default(),
+        retries,
     });
 
     // Ready (while leading) once the API server answers a list of VClusterPlugins with the
@@ -243,15 +252,32 @@ fn plugin_of_labels<K: Resource>(obj: K) -> Option<ObjectRef<VClusterPlugin>> {
 /// before anything is installed (in the same reconcile), and removed only after a successful
 /// cleanup.
 ///
+/// Runs in a span `reconcile` with the fields `plugin` (`namespace/name`) and `vcluster`
+/// (`namespace/name` of its workload); the spans of its writes nest in it ([`crate::trace`]).
+/// A success resets the plugin's retry delays ([`crate::retry`]).
+///
 /// # Errors
-/// Any API error; the controller retries after [`RETRY`] ([`error_policy`]).
+/// Any API error; the controller retries after a delay that grows with each consecutive
+/// failure of the plugin ([`error_policy`]).
+#[instrument(
+    skip_all,
+    fields(
+        plugin = %Key::of(&*plugin),
+        vcluster = %Key::new(plugin.metadata.namespace.as_deref().unwrap_or_default(), &plugin.spec.vcluster.name),
+    )
+)]
 pub async fn reconcile(plugin: Arc<VClusterPlugin>, ctx: Arc<Context>) -> Result<Action> {
     let started = std::time::Instant::now();
     let telemetry = ctx.telemetry.clone();
+    let retries = ctx.retries.clone();
     let namespace = plugin.namespace().unwrap_or_default();
     let name = plugin.name_any();
+    let key = ObjectRef::from_obj(&*plugin);
     let resource_version = plugin.resource_version().unwrap_or_default();
     let result = reconcile_inner(plugin, ctx).await;
+    if result.is_ok() {
+        retries.succeeded(&key);
+    }
     telemetry.observe_reconcile_of(&namespace, &name, &resource_version);
     telemetry.observe_reconcile(
         started.elapsed(),
@@ -283,13 +309,22 @@ async fn reconcile_inner(plugin: Arc<VClusterPlugin>, ctx: Arc<Context>) -> Resu
     }
 }
 
-/// Logs the error and retries after [`RETRY`].
-pub fn error_policy(plugin: Arc<VClusterPlugin>, error: &Error, _ctx: Arc<Context>) -> Action {
+/// Logs the error (in a span `error_policy` with the fields of [`reconcile`]'s) and retries
+/// after the plugin's next delay ([`crate::retry`]: 0.5 s doubling up to 30 s, plus jitter,
+/// reset by a success).
+#[instrument(
+    skip_all,
+    fields(
+        plugin = %Key::of(&*plugin),
+        vcluster = %Key::new(plugin.metadata.namespace.as_deref().unwrap_or_default(), &plugin.spec.vcluster.name),
+    )
+)]
+pub fn error_policy(plugin: Arc<VClusterPlugin>, error: &Error, ctx: Arc<Context>) -> Action {
+    let delay = ctx.retries.failed(&ObjectRef::from_obj(&*plugin));
     warn!(
-        plugin = %format!("{}/{}", plugin.namespace().unwrap_or_default(), plugin.name_any()),
         error = %error,
-        "reconcile failed; retrying in {}s",
-        RETRY.as_secs()
+        retry_in_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+        "reconcile failed; retrying"
     );
-    Action::requeue(RETRY)
+    Action::requeue(delay)
 }

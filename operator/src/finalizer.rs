@@ -103,7 +103,9 @@ pub async fn remove_finalizer(
     }
 }
 
-/// Sends the JSON patch `ops` (RFC 6902) to `plugin`'s `metadata.finalizers`.
+/// Sends the JSON patch `ops` (RFC 6902) to `plugin`'s `metadata.finalizers`, in a span
+/// with the write's `kind`, `object` and `action` ([`crate::trace`]).
+#[tracing::instrument(skip_all, fields(kind = "VClusterPlugin", object = %crate::trace::Key::of(plugin), action))]
 async fn finalizer_patch(
     api: &Api<VClusterPlugin>,
     plugin: &VClusterPlugin,

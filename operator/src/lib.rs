@@ -21,7 +21,9 @@
 //! | which RBAC rules a plugin may grant, what its container may ask for (`PolicyDenied`) | [`policy`] |
 //! | each plugin's part judged by server-side dry runs before the apply, the namespace's Pod Security level (`InvalidWorkload`, `PolicyDenied`) | [`judge`] |
 //! | watches, mappers, reconcile, retries | [`controller`] |
-//! | how to run the operator, its defaults (concurrency, debounce, retry delay) | [`Config`] |
+//! | the delay before a failed reconcile is retried: per plugin, exponential with jitter, reset by a success | [`retry`] |
+//! | the fields of the tracing spans (a reconcile's plugin and vCluster, a write's kind and object) | [`trace`] |
+//! | how to run the operator, its defaults (concurrency, debounce, the sweep's retry delay) | [`Config`] |
 //! | state shared by reconciles, one lock per workload | [`context`] |
 //! | the reads of workloads: watch caches (install), direct reads (delete, sweep), discovery cache | [`cache`] |
 //! | `vcluster-plugin-operator import`: Helm values (`plugin:` / `plugins:`) to VClusterPlugins | [`import`] |
@@ -44,9 +46,11 @@ pub mod leader;
 pub mod operations;
 pub mod policy;
 pub mod rbac;
+pub mod retry;
 pub mod status;
 pub mod sweep;
 pub mod telemetry;
+pub mod trace;
 pub mod vcluster;
 pub mod workload;
 pub mod writes;

@@ -192,8 +192,13 @@ fn run(args: RunArgs) -> ExitCode {
 }
 
 async fn run_controller(args: RunArgs) -> ExitCode {
+    // One JSON object a line; `span` holds the fields of the current span and `spans` those of
+    // every span it is in, outermost first: a reconcile's `plugin` and `vcluster`, a write's
+    // `kind` and `object` (`vcluster_plugin_operator::trace`).
     tracing_subscriber::fmt()
         .json()
+        .with_current_span(true)
+        .with_span_list(true)
         .with_writer(std::io::stderr)
         .with_env_filter(EnvFilter::try_new(&args.log).unwrap_or_else(|_| EnvFilter::new("info")))
         .init();

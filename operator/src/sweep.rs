@@ -51,12 +51,13 @@ use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
-use tracing::{debug, info, warn};
+use tracing::{Instrument, debug, info, info_span, instrument, warn};
 use vcp_crds::{OPERATOR_FIELD_MANAGER, PLUGIN_NAME_LABEL, PLUGIN_NAMESPACE_LABEL, VClusterPlugin};
 
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::rbac::{self, ADDED_RULES_PREFIX};
+use crate::trace::{self, Key};
 use crate::workload::{SYNCER_CONTAINER, Workload, owned_entries};
 
 /// How often every plugin is swept besides the start and the deletes (the same period as the
@@ -387,11 +388,16 @@ async fn restore_orphan_records(
         else {
             continue;
         };
-        match api.patch(&name, &pp, &Patch::Merge(&patch)).await {
+        let span = info_span!("restore_role", kind = "Role", object = %Key::of(&role));
+        let sent = api
+            .patch(&name, &pp, &Patch::Merge(&patch))
+            .instrument(span.clone())
+            .await;
+        match sent {
             Ok(_) => swept.restored_roles.push(format!("{namespace}/{name}")),
             // Changed since the list: the next sweep (or the Role's plugin) looks again.
             Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {
-                debug!(role = %format!("{namespace}/{name}"), "Role changed during the sweep");
+                span.in_scope(|| debug!("Role changed during the sweep"));
             }
             Err(e) => {
                 return Err(Error::kube(
@@ -449,7 +455,8 @@ where
 
 /// Deletes the object of `meta` with its uid and resourceVersion as preconditions (one
 /// recreated or changed since it was listed is left for the next look). Returns whether it was
-/// deleted.
+/// deleted. Runs in a span with the object's `kind` and `object` ([`crate::trace`]).
+#[instrument(skip_all, fields(kind = %trace::kind::<K>(), object = %Key::of_meta(meta)))]
 async fn delete<K>(api: &Api<K>, meta: &ObjectMeta) -> Result<bool>
 where
     K: Resource + Clone + DeserializeOwned + Debug,

@@ -128,7 +128,7 @@ pub async fn delete(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
     let wl = cache::fetch_workload(&ctx.client, &namespace, &vcluster).await?;
     if let Err(e) = act::report(ctx, plugin, &decide::terminating(wl.as_ref())).await {
         // Only informative: never let it block the removal.
-        tracing::warn!(plugin = %format!("{namespace}/{name}"), error = %e, "cannot write Terminating status");
+        tracing::warn!(error = %e, "cannot write Terminating status");
     }
     let observed = match wl {
         Some(wl) => Some(observe::vcluster(ctx, wl, &[], Some(&name)).await?),
@@ -153,6 +153,7 @@ pub async fn delete(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
 ///
 /// # Errors
 /// Discovery, the dry runs and the apply.
+#[tracing::instrument(skip_all, fields(vcluster = %crate::trace::Key::new(&wl.namespace, &wl.name)))]
 pub async fn reapply(ctx: &Context, wl: crate::workload::Workload) -> Result<bool> {
     let observed = observe::vcluster(ctx, wl, &[], None).await?;
     let plan = decide(

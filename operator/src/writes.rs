@@ -8,6 +8,10 @@
 //! [`crate::cache`] and [`crate::vcluster::observe`]. The dry
 //! runs that judge each plugin's part before the workload is applied ([`crate::judge`]) are
 //! sent by [`ApiDryRun`]; they store nothing.
+//!
+//! Each request runs in a span of its own with the fields `kind` and `object` (`namespace/name`
+//! of the object written, [`crate::trace`]), nested in the reconcile's span (`plugin`,
+//! `vcluster`); the log lines say what was done, the spans to what.
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -23,7 +27,7 @@ use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tracing::{info, warn};
+use tracing::{info, instrument, warn};
 use vcp_crds::{OPERATOR_FIELD_MANAGER, VClusterPlugin};
 
 use crate::context::Context;
@@ -31,6 +35,7 @@ use crate::error::{Error, Result};
 use crate::judge::{self, DryRun, WorkloadAnswer};
 use crate::rbac::{self, DesiredRbac};
 use crate::status::{self, Outcome};
+use crate::trace::{self, Key};
 use crate::workload::{self, Workload, WorkloadKind};
 
 /// Sends `patch` for `workload` unless it is already converged. Returns whether it wrote.
@@ -38,6 +43,7 @@ use crate::workload::{self, Workload, WorkloadKind};
 ///
 /// # Errors
 /// The API server's answer to the apply.
+#[instrument(skip_all, fields(kind = workload.kind_str(), object = %Key::new(&workload.namespace, &workload.name)))]
 pub async fn apply_workload(ctx: &Context, workload: &Workload, patch: &Value) -> Result<bool> {
     if workload::is_converged(workload, patch) {
         return Ok(false);
@@ -77,7 +83,7 @@ pub async fn apply_workload(ctx: &Context, workload: &Workload, patch: &Value) -
         }
     };
     ctx.verdicts.applied(workload, generation);
-    info!("{action}");
+    info!("server-side apply");
     Ok(true)
 }
 
@@ -87,6 +93,7 @@ pub async fn apply_workload(ctx: &Context, workload: &Workload, patch: &Value) -
 pub struct ApiDryRun<'a>(pub &'a Client);
 
 impl DryRun for ApiDryRun<'_> {
+    #[instrument(name = "dry_run_workload", skip_all, fields(kind = workload.kind_str(), object = %Key::new(&workload.namespace, &workload.name)))]
     async fn workload(&self, workload: &Workload, body: &Value) -> Result<WorkloadAnswer> {
         let pp = PatchParams::apply(OPERATOR_FIELD_MANAGER).force().dry_run();
         let action = format!(
@@ -116,6 +123,7 @@ impl DryRun for ApiDryRun<'_> {
         }
     }
 
+    #[instrument(name = "dry_run_pod", skip_all, fields(kind = "Pod", object = %Key::of(pod)))]
     async fn pod(&self, pod: &Pod) -> Result<Option<String>> {
         let namespace = pod.namespace().unwrap_or_default();
         let pp = PostParams {
@@ -135,7 +143,6 @@ impl DryRun for ApiDryRun<'_> {
                 // the Pod Security level cannot be judged now; the workload's own dry run
                 // still was.
                 warn!(
-                    namespace = %namespace,
                     code = s.code,
                     error = %s.message,
                     "cannot check the vCluster's pod against the namespace's Pod Security level"
@@ -155,6 +162,7 @@ impl DryRun for ApiDryRun<'_> {
 ///
 /// # Errors
 /// The API server's answer to the status apply (Event failures are only logged).
+#[instrument(skip_all, fields(kind = "VClusterPlugin", object = %Key::of(plugin)))]
 pub async fn write_status(plugin: &VClusterPlugin, outcome: &Outcome, ctx: &Context) -> Result<()> {
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     // The cached plugin may not show this process's last status write yet
@@ -219,7 +227,7 @@ pub async fn write_status(plugin: &VClusterPlugin, outcome: &Outcome, ctx: &Cont
             secondary: None,
         };
         if let Err(e) = ctx.recorder.publish(&event, &plugin.object_ref(&())).await {
-            warn!(plugin = %format!("{namespace}/{name}"), error = %e, "cannot publish Event");
+            warn!(error = %e, "cannot publish Event");
         }
     }
     Ok(())
@@ -298,30 +306,45 @@ where
     K: Resource + Clone + DeserializeOwned + Serialize + Debug,
     K::DynamicType: Default,
 {
-    let kind = K::kind(&Default::default()).to_string();
     match (desired, live) {
         (Some(d), Some(l)) if matches(&l, &d) => Ok(()),
-        (Some(d), _) => {
-            let name = d.name_any();
-            api.patch(
-                &name,
-                &PatchParams::apply(OPERATOR_FIELD_MANAGER).force(),
-                &Patch::Apply(&d),
-            )
-            .await
-            .map_err(|e| Error::kube(format!("server-side apply {kind} {name}"), e))?;
-            info!("server-side apply {kind} {name}");
-            Ok(())
-        }
+        (Some(d), _) => apply(&api, &d).await,
         (None, Some(l)) => delete_if_ours(&api, &l.name_any(), &l, plugin).await,
         (None, None) => Ok(()),
     }
 }
 
-/// Deletes `live` (named `name`) when it carries the labels of `plugin`; 404 is success.
+/// Server-side applies `desired` under [`OPERATOR_FIELD_MANAGER`], in a span with its `kind`
+/// and `object`.
+#[instrument(skip_all, fields(kind = %trace::kind::<K>(), object = %Key::of(desired)))]
+async fn apply<K>(api: &Api<K>, desired: &K) -> Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
+    K::DynamicType: Default,
+{
+    let name = desired.name_any();
+    api.patch(
+        &name,
+        &PatchParams::apply(OPERATOR_FIELD_MANAGER).force(),
+        &Patch::Apply(desired),
+    )
+    .await
+    .map_err(|e| {
+        Error::kube(
+            format!("server-side apply {} {name}", trace::kind::<K>()),
+            e,
+        )
+    })?;
+    info!("server-side apply");
+    Ok(())
+}
+
+/// Deletes `live` (named `name`) when it carries the labels of `plugin`; 404 is success. Runs
+/// in a span with the object's `kind` and `object`.
 ///
 /// # Errors
 /// The API server's answer to the delete.
+#[instrument(skip_all, fields(kind = %trace::kind::<K>(), object = %Key::of(live)))]
 pub async fn delete_if_ours<K>(
     api: &Api<K>,
     name: &str,
@@ -341,7 +364,7 @@ where
     let kind = K::kind(&Default::default()).to_string();
     match api.delete(name, &DeleteParams::default()).await {
         Ok(_) => {
-            info!("deleted {kind} {name}");
+            info!("deleted");
             Ok(())
         }
         Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),

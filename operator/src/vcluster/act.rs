@@ -10,7 +10,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use std::fmt::Debug;
-use tracing::info;
+use tracing::{info, instrument};
 use vcp_crds::{OPERATOR_FIELD_MANAGER, VClusterPlugin};
 
 use super::decide::{Observed, Plan, RbacPlan};
@@ -19,6 +19,7 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::rbac::{self, DesiredRbac};
 use crate::status::Outcome;
+use crate::trace::Key;
 use crate::writes::{apply_rbac, apply_workload, delete_if_ours, write_status};
 
 /// Sends the plan's workload body unless the workload is already converged. The caller holds
@@ -159,41 +160,60 @@ pub async fn sync_vcluster_roles(
         let Some(patch) = rbac::patch_role(role, &name, &others, desired) else {
             continue;
         };
-        let action = format!("merge-patch the rules of Role {namespace}/{role_name}");
-        let pp = PatchParams {
-            field_manager: Some(OPERATOR_FIELD_MANAGER.into()),
-            ..Default::default()
-        };
-        match roles_api
-            .patch(&role_name, &pp, &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                let fresh = roles_api
-                    .get_opt(&role_name)
-                    .await
-                    .map_err(|e| Error::kube(format!("get Role {namespace}/{role_name}"), e))?;
-                let Some(patch) = fresh.and_then(|r| rbac::patch_role(&r, &name, &others, desired))
-                else {
-                    continue;
-                };
-                roles_api
-                    .patch(&role_name, &pp, &Patch::Merge(&patch))
-                    .await
-                    .map_err(|e| Error::kube(action.clone(), e))?;
-            }
-            Err(e) => return Err(Error::kube(action, e)),
-        }
-        info!(
-            "{} rules of VClusterPlugin {name} in Role {namespace}/{role_name}",
-            if desired.is_some() {
-                "appended"
-            } else {
-                "removed the"
-            }
-        );
+        patch_role_rules(&roles_api, role, patch, desired.is_some(), |fresh| {
+            rbac::patch_role(fresh, &name, &others, desired)
+        })
+        .await?;
     }
+    Ok(())
+}
+
+/// Sends the merge patch `patch` of the reconciled plugin's entries (appended when `appends`,
+/// removed otherwise) to the Role `role`, under [`OPERATOR_FIELD_MANAGER`]; on 409 Conflict
+/// reads the Role again and sends `recompute` of the fresh copy once (nothing when it needs
+/// none). Runs in a span with `kind` Role and `object` ([`crate::trace`]).
+///
+/// # Errors
+/// The API server's answers, including a second 409 Conflict.
+#[instrument(skip_all, fields(kind = "Role", object = %Key::of(role)))]
+async fn patch_role_rules(
+    roles_api: &Api<Role>,
+    role: &Role,
+    patch: serde_json::Value,
+    appends: bool,
+    recompute: impl Fn(&Role) -> Option<serde_json::Value>,
+) -> Result<()> {
+    let role_name = role.name_any();
+    let key = Key::of(role);
+    let action = format!("merge-patch the rules of Role {key}");
+    let pp = PatchParams {
+        field_manager: Some(OPERATOR_FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match roles_api
+        .patch(&role_name, &pp, &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            let fresh = roles_api
+                .get_opt(&role_name)
+                .await
+                .map_err(|e| Error::kube(format!("get Role {key}"), e))?;
+            let Some(patch) = fresh.as_ref().and_then(recompute) else {
+                return Ok(());
+            };
+            roles_api
+                .patch(&role_name, &pp, &Patch::Merge(&patch))
+                .await
+                .map_err(|e| Error::kube(action.clone(), e))?;
+        }
+        Err(e) => return Err(Error::kube(action, e)),
+    }
+    info!(
+        "{} the plugin's rules",
+        if appends { "appended" } else { "removed" }
+    );
     Ok(())
 }
 
