@@ -25,7 +25,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter as EventReporte
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use tokio::task::JoinSet;
-use tracing::{error, info, warn};
+use tracing::{Instrument, error, info, info_span, warn};
 use vcp_crds::{
     RUNTIME_FIELD_MANAGER, SyncDirection, SyncedType, VClusterPlugin, VClusterPluginSpec,
 };
@@ -36,7 +36,7 @@ use crate::controller::{self, ConflictReporter};
 use crate::error::Error;
 use crate::from_host::{self, FromHostOptions};
 use crate::hooks::{ClientHook, Hooks, declarative_hooks};
-use crate::pods::{PodHookOptions, physical_pod_hooks, run_pod_hooks};
+use crate::pods::{PodHookOptions, physical_pod_hooks, run_pod_hooks, update_filter};
 use crate::retry::Retry;
 use crate::stats::{EventSink, Severity, TypeStats, WarnedKeys};
 use crate::status::{self, RuntimeStatus};
@@ -333,14 +333,18 @@ impl Generation {
                     .sharing_warned(warned.clone()),
             );
             generation.types.push(stats.clone());
-            generation.tasks.spawn(run_type(
-                config.clone(),
-                vcluster.clone(),
-                synced,
-                hooks.clone(),
-                stats,
-                on_conflict.clone(),
-            ));
+            let span = info_span!("sync", plugin = %config.plugin, vcluster = %vcluster, kind = %synced.kind);
+            generation.tasks.spawn(
+                run_type(
+                    config.clone(),
+                    vcluster.clone(),
+                    synced,
+                    hooks.clone(),
+                    stats,
+                    on_conflict.clone(),
+                )
+                .instrument(span),
+            );
         }
         if config.pod_sync == PodSync::Hooks && !physical_pod_hooks(&spec.hooks).is_empty() {
             let stats = Arc::new(
@@ -350,13 +354,18 @@ impl Generation {
                     .sharing_warned(warned.clone()),
             );
             generation.pod_hooks = Some(stats.clone());
-            generation.tasks.spawn(run_pod_hooks(PodHookOptions {
-                host: config.host.clone(),
-                namespace: config.namespace.clone(),
-                vcluster: vcluster.clone(),
-                hooks: Hooks::for_type(&hooks, "v1", "Pod"),
-                stats,
-            }));
+            let span =
+                info_span!("sync", plugin = %config.plugin, vcluster = %vcluster, kind = "Pod");
+            generation.tasks.spawn(
+                run_pod_hooks(PodHookOptions {
+                    host: config.host.clone(),
+                    namespace: config.namespace.clone(),
+                    vcluster: vcluster.clone(),
+                    hooks: Hooks::for_type(&hooks, "v1", "Pod"),
+                    stats,
+                })
+                .instrument(span),
+            );
         }
         info!(
             vcluster = %vcluster,
@@ -464,7 +473,9 @@ async fn run_type(
     };
     let mut options = controller::Options::from(&register);
     options.on_conflict = Some(on_conflict);
-    let ctx = SyncContext::new(register, resource, translator, type_hooks, stats);
+    let filter = update_filter(&synced.api_version, &synced.kind);
+    let ctx = SyncContext::new(register, resource, translator, type_hooks, stats)
+        .with_update_filter(filter);
     controller::run(syncer, ctx, options).await
 }
 

@@ -78,6 +78,9 @@ pub enum Severity {
     Warning,
 }
 
+/// The most keys a [`WarnedKeys`] set remembers (10,000; see [`TypeStats::warn_once`]).
+pub const MAX_WARNED: usize = 10_000;
+
 /// The keys [`TypeStats::warn_once`] has warned about (shared, see [`TypeStats::sharing_warned`]).
 pub type WarnedKeys = std::sync::Arc<Mutex<std::collections::HashSet<String>>>;
 
@@ -166,17 +169,41 @@ impl TypeStats {
 
     /// Sends the warning `reason` / `note` to the [`EventSink`] the first time `key` is
     /// given (later calls with the same `key` do nothing, so a condition found on every sync is
-    /// reported once); returns whether it was the first time.
+    /// reported once); returns whether it was the first time. A warning about one object has a
+    /// key starting with the object's uid and a space, so that [`TypeStats::forget_warnings_about`]
+    /// forgets it when the object goes. The set holds at most [`MAX_WARNED`] keys: when it is
+    /// full it starts again empty (a condition still found then is reported once more).
     pub fn warn_once(&self, key: &str, reason: Reason, note: String) -> bool {
         let first = self
             .warned
             .lock()
-            .map(|mut warned| warned.insert(key.to_string()))
+            .map(|mut warned| {
+                if warned.len() >= MAX_WARNED && !warned.contains(key) {
+                    warned.clear();
+                }
+                warned.insert(key.to_string())
+            })
             .unwrap_or(false);
         if first && let Some(sink) = &self.warnings {
             sink(Severity::Warning, reason, note);
         }
         first
+    }
+
+    /// Forgets the warnings given about the object with `uid` (it is gone: a new object of the
+    /// same name is warned about again).
+    pub fn forget_warnings_about(&self, uid: &str) {
+        if let Ok(mut warned) = self.warned.lock() {
+            warned.retain(|key| {
+                key.strip_prefix(uid)
+                    .is_none_or(|rest| !rest.starts_with(' '))
+            });
+        }
+    }
+
+    /// How many warning keys are remembered (shared with every [`TypeStats`] of the set).
+    pub fn warned_len(&self) -> usize {
+        self.warned.lock().map(|w| w.len()).unwrap_or(0)
     }
 
     /// Counts one finished reconcile of `key` in the [`ReconcileLog`], if any.
@@ -264,6 +291,45 @@ impl TypeStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn warnings_are_given_once_per_key_forgotten_with_their_object_and_bounded() {
+        let sent = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let sink = sent.clone();
+        let stats = TypeStats::new("v1", "Pod").with_warnings(std::sync::Arc::new(
+            move |severity, reason, note| {
+                sink.lock().unwrap().push((severity, reason, note));
+            },
+        ));
+        let key = "uid-1 ImmutablePodFields /spec/nodeName";
+        assert!(stats.warn_once(key, Reason::ImmutablePodFields, "a".into()));
+        assert!(!stats.warn_once(key, Reason::ImmutablePodFields, "a".into()));
+        // other skipped fields of the same pod, and a pod whose uid starts alike, are new
+        assert!(stats.warn_once(
+            "uid-1 ImmutablePodFields /spec/x",
+            Reason::ImmutablePodFields,
+            "b".into()
+        ));
+        assert!(stats.warn_once(
+            "uid-10 ImmutablePodFields /spec/nodeName",
+            Reason::ImmutablePodFields,
+            "c".into()
+        ));
+        assert_eq!(sent.lock().unwrap().len(), 3);
+        // the pod went: its warnings are forgotten, the other pod's are kept
+        stats.forget_warnings_about("uid-1");
+        assert_eq!(stats.warned_len(), 1);
+        assert!(stats.warn_once(key, Reason::ImmutablePodFields, "a".into()));
+        // never more than MAX_WARNED keys
+        for n in 0..MAX_WARNED + 5 {
+            stats.warn_once(
+                &format!("u{n} ImmutablePodFields f"),
+                Reason::ImmutablePodFields,
+                String::new(),
+            );
+        }
+        assert!(stats.warned_len() <= MAX_WARNED, "{}", stats.warned_len());
+    }
 
     #[test]
     fn reconciles_are_counted_per_kind_and_key_in_the_shared_log() {
