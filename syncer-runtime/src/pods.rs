@@ -16,6 +16,7 @@
 use std::sync::Arc;
 use vcp_crds::Reason;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
@@ -59,7 +60,8 @@ pub struct PodHookOptions {
 /// ([`mutable_update`]): when the hooks change fields it refuses to change on an existing pod,
 /// those changes are left out, with one log line and one `Warning` Event
 /// ([`ImmutablePodFields`](vcp_crds::Reason::ImmutablePodFields)) per host pod (its uid) and set of skipped fields, so
-/// the labels and annotations are still written and no refused update is ever sent.
+/// the labels and annotations are still written and no refused update is ever sent. The Event
+/// names the pod as its `related` object.
 pub fn existing_pod_update(stats: &TypeStats, current: &Value, desired: Value) -> Value {
     let update = mutable_update(current, &desired);
     if update.skipped.is_empty() {
@@ -76,7 +78,16 @@ pub fn existing_pod_update(stats: &TypeStats, current: &Value, desired: Value) -
     // keyed by the pod's uid and the skipped fields: a recreated pod of the same name, or other
     // skipped fields, are warned about again; forgotten when the pod goes (the driver's delete)
     let uid = current["metadata"]["uid"].as_str().unwrap_or(name);
-    if stats.warn_once(
+    let pod = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: Some(namespace.into()),
+        name: Some(name.into()),
+        uid: current["metadata"]["uid"].as_str().map(str::to_string),
+        ..ObjectReference::default()
+    };
+    if stats.warn_once_about(
+        Some(pod),
         &format!("{uid} {} {fields}", Reason::ImmutablePodFields),
         Reason::ImmutablePodFields,
         note.clone(),

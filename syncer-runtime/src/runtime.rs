@@ -17,6 +17,7 @@ use std::time::Duration;
 use vcp_crds::Reason;
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, ApiResource, GroupVersionKind, Patch, PatchParams};
 use kube::core::Selector;
@@ -152,16 +153,20 @@ pub async fn run(config: Config) -> Result<(), Error> {
         })?;
     let config = Arc::new(config);
     // Events on the VClusterPlugin: `(type, reason, note)`.
-    let (warning_tx, mut warnings) =
-        tokio::sync::mpsc::unbounded_channel::<(Severity, Reason, String)>();
+    let (warning_tx, mut warnings) = tokio::sync::mpsc::unbounded_channel::<(
+        Severity,
+        Reason,
+        String,
+        Option<ObjectReference>,
+    )>();
     let on_conflict: ConflictReporter = {
         let warning_tx = warning_tx.clone();
         Arc::new(move |message| {
-            let _ = warning_tx.send((Severity::Warning, Reason::HostObjectConflict, message));
+            let _ = warning_tx.send((Severity::Warning, Reason::HostObjectConflict, message, None));
         })
     };
-    let on_warning: EventSink = Arc::new(move |severity, reason, note| {
-        let _ = warning_tx.send((severity, reason, note));
+    let on_warning: EventSink = Arc::new(move |severity, reason, note, related| {
+        let _ = warning_tx.send((severity, reason, note, related));
     });
     let recorder = Recorder::new(
         config.host.clone(),
@@ -226,7 +231,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
                 Ok(Err(error)) => error!(%error, "a syncer stopped"),
                 Err(error) => error!(%error, "a syncer task failed"),
             },
-            Some((severity, reason, message)) = warnings.recv() => {
+            Some((severity, reason, message, related)) = warnings.recv() => {
                 let event = Event {
                     type_: match severity {
                         Severity::Normal => EventType::Normal,
@@ -235,7 +240,8 @@ pub async fn run(config: Config) -> Result<(), Error> {
                     reason: reason.into(),
                     note: Some(message.chars().take(1000).collect()),
                     action: "Sync".into(),
-                    secondary: None,
+                    // the object the Event is about, if not the plugin: its own Event
+                    secondary: related,
                 };
                 if let Err(error) = recorder.publish(&event, &plugin_ref).await {
                     warn!(%error, "cannot publish an Event on the VClusterPlugin (the syncer identity needs create on events.k8s.io events)");

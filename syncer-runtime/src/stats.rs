@@ -1,5 +1,6 @@
 //! In-memory sync statistics per synced type, read by the status reporter.
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -86,7 +87,8 @@ pub type WarnedKeys = std::sync::Arc<Mutex<std::collections::HashSet<String>>>;
 
 /// Where [`TypeStats::warn_once`] and [`TypeStats::notice`] send an Event: `(type, reason,
 /// note)`; the runtime publishes it on the `VClusterPlugin`.
-pub type EventSink = std::sync::Arc<dyn Fn(Severity, Reason, String) + Send + Sync>;
+pub type EventSink =
+    std::sync::Arc<dyn Fn(Severity, Reason, String, Option<ObjectReference>) + Send + Sync>;
 
 /// Sync statistics of one type, shared between a syncer and the status reporter.
 #[derive(Default)]
@@ -151,7 +153,7 @@ impl TypeStats {
     /// Sends a `Normal` Event `reason` / `note` to the [`EventSink`], if any.
     pub fn notice(&self, reason: Reason, note: String) {
         if let Some(sink) = &self.warnings {
-            sink(Severity::Normal, reason, note);
+            sink(Severity::Normal, reason, note, None);
         }
     }
 
@@ -174,6 +176,20 @@ impl TypeStats {
     /// forgets it when the object goes. The set holds at most [`MAX_WARNED`] keys: when it is
     /// full it starts again empty (a condition still found then is reported once more).
     pub fn warn_once(&self, key: &str, reason: Reason, note: String) -> bool {
+        self.warn_once_about(None, key, reason, note)
+    }
+
+    /// [`TypeStats::warn_once`] about the object `related`: the Event names it as its
+    /// `related` object, so warnings about two objects are two Events (an Event recorder counts
+    /// a second Event with the same reason, regarding and related object, whatever its note,
+    /// as a repeat of the first).
+    pub fn warn_once_about(
+        &self,
+        related: Option<ObjectReference>,
+        key: &str,
+        reason: Reason,
+        note: String,
+    ) -> bool {
         let first = self
             .warned
             .lock()
@@ -185,7 +201,7 @@ impl TypeStats {
             })
             .unwrap_or(false);
         if first && let Some(sink) = &self.warnings {
-            sink(Severity::Warning, reason, note);
+            sink(Severity::Warning, reason, note, related);
         }
         first
     }
@@ -297,8 +313,8 @@ mod tests {
         let sent = std::sync::Arc::new(Mutex::new(Vec::new()));
         let sink = sent.clone();
         let stats = TypeStats::new("v1", "Pod").with_warnings(std::sync::Arc::new(
-            move |severity, reason, note| {
-                sink.lock().unwrap().push((severity, reason, note));
+            move |severity, reason, note, related| {
+                sink.lock().unwrap().push((severity, reason, note, related));
             },
         ));
         let key = "uid-1 ImmutablePodFields /spec/nodeName";
