@@ -10,21 +10,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Service;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::Api;
 use kube::core::NamespaceScope;
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::json;
-use tracing::{info, warn};
-use vcp_crds::RUNTIME_FIELD_MANAGER;
+use tracing::warn;
 
 use crate::error::Error;
 use crate::hooks::{HookPoint, Hooks};
 use crate::own_writes::OwnWrites;
-use crate::patch::{guarded_merge_patch, to_json};
+use crate::patch::to_json;
 use crate::stats::TypeStats;
 use crate::translate::NamespacedTranslator;
+use crate::write::{Cluster, Part, Target, UpdateFilter, Writer};
 
 /// How often every synced object is reconciled again by default (5 minutes), in a plugin's
 /// [`RegisterContext`] and in the declarative runtime's configuration alike.
@@ -159,14 +158,14 @@ pub async fn vcluster_owner_uid(
 }
 
 /// What a [`Syncer`](crate::sdk::Syncer) gets on every call: the clients, the type's translator and hooks, and the
-/// write helpers (vcluster-sdk's `SyncContext` plus the `NamespacedTranslator` helpers).
+/// write helpers (vcluster-sdk's `SyncContext` plus the `NamespacedTranslator` helpers). Every
+/// write goes through the runtime's one write path ([`crate::write`]); host creates and patches
+/// are tracked as own writes ([`crate::own_writes`]).
 pub struct SyncContext<K: SyncObject> {
     register: RegisterContext,
     dynamic_type: K::DynamicType,
     translator: NamespacedTranslator,
-    hooks: Hooks,
-    stats: Arc<TypeStats>,
-    own_writes: OwnWrites,
+    writer: Writer,
 }
 
 impl<K: SyncObject> SyncContext<K> {
@@ -179,19 +178,29 @@ impl<K: SyncObject> SyncContext<K> {
         hooks: Hooks,
         stats: Arc<TypeStats>,
     ) -> Self {
+        let writer = Writer::new(translator.api_version(), translator.kind(), hooks, stats)
+            .tracking_own_writes();
         Self {
             register,
             dynamic_type,
             translator,
-            hooks,
-            stats,
-            own_writes: OwnWrites::default(),
+            writer,
         }
+    }
+
+    /// This context, passing every host update through `filter` after the hooks (the pod
+    /// syncers supply [`crate::pods::existing_pod_update`]: what an existing pod accepts).
+    #[must_use]
+    pub(crate) fn with_update_filter(mut self, filter: Option<UpdateFilter>) -> Self {
+        self.writer = self.writer.with_update_filter(filter);
+        self
     }
 
     /// The runtime's own host writes not yet seen on the host watch ([`crate::own_writes`]).
     pub(crate) fn own_writes(&self) -> &OwnWrites {
-        &self.own_writes
+        self.writer
+            .own_writes()
+            .expect("a SyncContext's writer tracks its own writes")
     }
 
     /// Client of the host cluster.
@@ -221,12 +230,12 @@ impl<K: SyncObject> SyncContext<K> {
 
     /// The type's hooks.
     pub fn hooks(&self) -> &Hooks {
-        &self.hooks
+        self.writer.hooks()
     }
 
     /// The type's statistics.
     pub fn stats(&self) -> &Arc<TypeStats> {
-        &self.stats
+        self.writer.stats()
     }
 
     /// The type's dynamic type.
@@ -245,12 +254,12 @@ impl<K: SyncObject> SyncContext<K> {
         Api::all_with(self.register.virtual_.clone(), &self.dynamic_type).constrain(namespace)
     }
 
-    fn describe(&self, verb: &str, side: &str, namespace: &str, name: &str) -> String {
-        format!(
-            "{verb} {side} {} {} {namespace}/{name}",
-            self.translator.api_version(),
-            self.translator.kind()
-        )
+    fn host_target(&self) -> Target<K> {
+        Target {
+            api: self.host_api(),
+            cluster: Cluster::Host,
+            namespace: self.register.host_namespace.clone(),
+        }
     }
 
     /// Creates `host_obj` (the translated copy of `virtual_obj`) on the host after the
@@ -260,26 +269,10 @@ impl<K: SyncObject> SyncContext<K> {
     /// A hook's error, or [`Error::Kube`] (409 AlreadyExists when the host object appeared
     /// meanwhile: retried by the controller).
     pub async fn sync_to_host_create(&self, virtual_obj: &K, host_obj: K) -> Result<(), Error> {
-        let host_obj = self
-            .hooks
-            .apply_typed(HookPoint::CreatePhysical, host_obj)?;
-        let host_name = host_obj.name_any();
-        let params = PostParams {
-            field_manager: Some(RUNTIME_FIELD_MANAGER.into()),
-            ..PostParams::default()
-        };
-        self.stats.count_write();
-        self.own_writes
-            .track(&host_name, self.host_api().create(&params, &host_obj))
+        let _ = virtual_obj;
+        self.writer
+            .create(&self.host_target(), HookPoint::CreatePhysical, host_obj)
             .await
-            .map_err(|e| {
-                Error::kube(
-                    self.describe("create", "host", self.host_namespace(), &host_name),
-                    e,
-                )
-            })?;
-        info!(kind = %self.translator.kind(), host = %host_name, virtual_namespace = %virtual_obj.namespace().unwrap_or_default(), virtual_name = %virtual_obj.name_any(), "created host object");
-        Ok(())
     }
 
     /// Brings the host object `host_obj` to `updated` (vcluster-sdk's `SyncToHostUpdate`):
@@ -297,40 +290,17 @@ impl<K: SyncObject> SyncContext<K> {
         let host_name = host_obj.name_any();
         let current = to_json(host_obj, &host_name)?;
         let desired = to_json(&updated, &host_name)?;
-        let desired = if self.hooks.handles(HookPoint::UpdatePhysical) {
-            self.hooks.apply(HookPoint::UpdatePhysical, desired)?
-        } else {
-            desired
-        };
-        // An existing pod refuses most spec changes: write what it accepts, report the rest once.
-        let desired = if self.translator.api_version() == "v1" && self.translator.kind() == "Pod" {
-            crate::pods::existing_pod_update(&self.stats, &current, desired)
-        } else {
-            desired
-        };
-        let Some(patch) = guarded_merge_patch(&current, &desired, host_obj.resource_version())
-        else {
-            return Ok(());
-        };
-        self.stats.count_write();
-        let params = PatchParams {
-            field_manager: Some(RUNTIME_FIELD_MANAGER.into()),
-            ..PatchParams::default()
-        };
-        let api = self.host_api();
-        self.own_writes
-            .track(
+        self.writer
+            .patch(
+                &self.host_target(),
                 &host_name,
-                api.patch(&host_name, &params, &Patch::Merge(&patch)),
+                Part::Object,
+                &[HookPoint::UpdatePhysical],
+                &current,
+                desired,
+                host_obj.resource_version(),
             )
-            .await
-            .map_err(|e| {
-                Error::kube(
-                    self.describe("patch", "host", self.host_namespace(), &host_name),
-                    e,
-                )
-            })?;
-        info!(kind = %self.translator.kind(), host = %host_name, "updated host object");
+            .await?;
         Ok(())
     }
 
@@ -340,23 +310,9 @@ impl<K: SyncObject> SyncContext<K> {
     /// # Errors
     /// A hook's error, or [`Error::Kube`].
     pub async fn delete_host(&self, host_obj: &K) -> Result<(), Error> {
-        let host_name = host_obj.name_any();
-        if self.hooks.handles(HookPoint::DeletePhysical) {
-            self.hooks
-                .apply(HookPoint::DeletePhysical, to_json(host_obj, &host_name)?)?;
-        }
-        self.stats.count_write();
-        let deleted = delete_exact(&self.host_api(), host_obj)
-            .await
-            .map_err(|e| {
-                Error::kube(
-                    self.describe("delete", "host", self.host_namespace(), &host_name),
-                    e,
-                )
-            })?;
-        if deleted {
-            info!(kind = %self.translator.kind(), host = %host_name, "deleted host object");
-        }
+        self.writer
+            .delete(&self.host_target(), HookPoint::DeletePhysical, host_obj)
+            .await?;
         Ok(())
     }
 
@@ -384,61 +340,22 @@ impl<K: SyncObject> SyncContext<K> {
         }
         let mut desired = current.clone();
         desired["status"] = host_status.clone();
-        let desired = if self.hooks.handles(HookPoint::UpdateVirtual) {
-            self.hooks.apply(HookPoint::UpdateVirtual, desired)?
-        } else {
-            desired
+        let to = Target {
+            api: self.virtual_api(&namespace),
+            cluster: Cluster::Virtual,
+            namespace,
         };
-        let current_status = json!({"status": current.get("status")});
-        let desired_status = json!({"status": desired.get("status")});
-        let Some(patch) = guarded_merge_patch(
-            &current_status,
-            &desired_status,
-            virtual_obj.resource_version(),
-        ) else {
-            return Ok(());
-        };
-        let api = self.virtual_api(&namespace);
-        let params = PatchParams {
-            field_manager: Some(RUNTIME_FIELD_MANAGER.into()),
-            ..PatchParams::default()
-        };
-        self.stats.count_write();
-        let result = if subresource {
-            api.patch_status(&name, &params, &Patch::Merge(&patch))
-                .await
-        } else {
-            api.patch(&name, &params, &Patch::Merge(&patch)).await
-        };
-        result.map_err(|e| {
-            Error::kube(
-                self.describe("patch status of", "virtual", &namespace, &name),
-                e,
+        self.writer
+            .patch(
+                &to,
+                &name,
+                Part::Status { subresource },
+                &[HookPoint::UpdateVirtual],
+                &current,
+                desired,
+                virtual_obj.resource_version(),
             )
-        })?;
+            .await?;
         Ok(())
-    }
-}
-
-/// Deletes `obj` through `api`, with its uid as precondition (a newer object of the same name is
-/// never deleted). `Ok(false)` when it was gone already (404).
-///
-/// # Errors
-/// The API error of any other failure.
-pub(crate) async fn delete_exact<K: SyncObject>(
-    api: &Api<K>,
-    obj: &K,
-) -> Result<bool, kube::Error> {
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: obj.uid(),
-            resource_version: None,
-        }),
-        ..DeleteParams::default()
-    };
-    match api.delete(&obj.name_any(), &params).await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
-        Err(e) => Err(e),
     }
 }

@@ -363,5 +363,9 @@ fn hooked<K: SyncObject>(hooks: &Hooks, point: HookPoint, obj: Arc<K>) -> Result
     if !hooks.handles(point) {
         return Ok(obj);
     }
-    Ok(Arc::new(hooks.apply_typed(point, (*obj).clone())?))
+    Ok(Arc::new(crate::write::apply_typed(
+        hooks,
+        point,
+        (*obj).clone(),
+    )?))
 }

@@ -253,7 +253,12 @@ async fn watch<R: Reconcile>(
             watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => {
                 reconciler.key_of(side, obj, false)
             }
-            watcher::Event::Delete(obj) => reconciler.key_of(side, obj, true),
+            watcher::Event::Delete(obj) => {
+                if let Some(uid) = obj.meta().uid.as_deref() {
+                    reconciler.stats().forget_warnings_about(uid);
+                }
+                reconciler.key_of(side, obj, true)
+            }
             watcher::Event::InitDone => {
                 push_all(reconciler, queue);
                 None
@@ -285,6 +290,10 @@ async fn work<R: Reconcile>(
     }
 }
 
+/// The reconcile of one object: its span carries the type and the object (inside the span of
+/// the plugin's type task, which carries the plugin and the vCluster), so every log line of the
+/// reconcile and of its writes names them.
+#[tracing::instrument(name = "reconcile", skip_all, fields(kind = %reconciler.stats().kind(), object = %key))]
 async fn process<R: Reconcile>(
     reconciler: &R,
     key: &ObjectKey,
@@ -315,9 +324,9 @@ async fn process<R: Reconcile>(
         }
         Err(error) => {
             if error.is_conflict() {
-                debug!(kind = %stats.kind(), object = %key, %error, "stale cache, retrying");
+                debug!(%error, "stale cache, retrying");
             } else {
-                warn!(kind = %stats.kind(), object = %key, %error, "sync failed, retrying with backoff");
+                warn!(%error, "sync failed, retrying with backoff");
             }
             stats.record(&id, Some(Outcome::Failed(error.to_string())));
             queue.retry(key.clone());

@@ -179,6 +179,17 @@ impl Error {
             _ => false,
         }
     }
+
+    /// Whether this is an API error 404 (NotFound): the object, or its namespace, does not
+    /// exist.
+    pub fn is_not_found(&self) -> bool {
+        match self {
+            Error::Kube { source, .. } => {
+                matches!(&**source, kube::Error::Api(status) if status.code == 404)
+            }
+            _ => false,
+        }
+    }
 }
 
 /// An API error in one line: `HTTP <code> <reason>: <message>` for error responses of the API
@@ -225,5 +236,7 @@ mod tests {
         assert!(Error::kube("patch", api_error(409, "Conflict", "changed")).is_conflict());
         assert!(!Error::kube("patch", api_error(422, "Invalid", "bad spec")).is_conflict());
         assert!(!Error::kube("patch", api_error(404, "NotFound", "gone")).is_conflict());
+        assert!(Error::kube("create", api_error(404, "NotFound", "no namespace")).is_not_found());
+        assert!(!Error::kube("create", api_error(409, "AlreadyExists", "x")).is_not_found());
     }
 }

@@ -25,22 +25,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use kube::core::Selector;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use tracing::info;
-use vcp_crds::RUNTIME_FIELD_MANAGER;
 
 use crate::cache::Cache;
-use crate::context::delete_exact;
 use crate::driver::{self, ConflictReporter, ObjectKey, Reconcile, Settings, Side, Watch};
 use crate::error::Error;
 use crate::hooks::{HookPoint, Hooks};
-use crate::patch::{guarded_merge_patch, to_json};
+use crate::patch::to_json;
 use crate::stats::{Outcome, TypeStats};
 use crate::translate::{FromHostTranslator, MANAGED_BY_LABEL};
+use crate::write::{Cluster, Part, Patched, Target, Writer};
 
 /// Everything [`run`] needs.
 #[derive(Clone)]
@@ -79,6 +77,7 @@ struct FromHost {
     translator: FromHostTranslator,
     host_store: Cache<DynamicObject>,
     virtual_store: Cache<DynamicObject>,
+    writer: Writer,
 }
 
 /// Runs the host-to-virtual sync of one type until the future is dropped (see the module
@@ -119,6 +118,12 @@ pub async fn run(opts: FromHostOptions) -> Result<(), Error> {
         ),
         host_store: Cache::new(),
         virtual_store: Cache::new(),
+        writer: Writer::new(
+            &ar.api_version,
+            &ar.kind,
+            opts.hooks.clone(),
+            opts.stats.clone(),
+        ),
         opts,
     };
     driver::run(from_host, watches, settings).await;
@@ -210,13 +215,6 @@ impl FromHost {
         )
     }
 
-    fn describe(&self, verb: &str, name: &str) -> String {
-        format!(
-            "{verb} virtual {} {} {}/{name}",
-            self.opts.resource.api_version, self.opts.resource.kind, self.opts.virtual_namespace
-        )
-    }
-
     /// Whether `obj` is a copy this runtime made of host object `name`.
     fn is_ours(&self, obj: &DynamicObject, name: &str) -> bool {
         self.translator.is_virtual_copy_of(&obj.metadata, name)
@@ -245,31 +243,28 @@ impl FromHost {
         }
     }
 
+    fn target(&self) -> Target<DynamicObject> {
+        Target {
+            api: self.virtual_api(),
+            cluster: Cluster::Virtual,
+            namespace: self.opts.virtual_namespace.clone(),
+        }
+    }
+
     async fn create_virtual(&self, host: &DynamicObject) -> Result<(), Error> {
-        let name = host.name_any();
-        let desired = to_json(&self.translator.virtual_object(host, None), &name)?;
-        let desired = self.opts.hooks.apply(HookPoint::CreateVirtual, desired)?;
-        let obj: DynamicObject = serde_json::from_value(desired).map_err(|source| Error::Json {
-            what: format!("hooked virtual object {name}"),
-            source,
-        })?;
-        let params = PostParams {
-            field_manager: Some(RUNTIME_FIELD_MANAGER.into()),
-            ..PostParams::default()
-        };
-        self.opts.stats.count_write();
-        let result = self.virtual_api().create(&params, &obj).await;
-        let result = match result {
-            Err(kube::Error::Api(status)) if status.code == 404 => {
+        let obj = self.translator.virtual_object(host, None);
+        let to = self.target();
+        match self
+            .writer
+            .create(&to, HookPoint::CreateVirtual, obj.clone())
+            .await
+        {
+            Err(e) if e.is_not_found() => {
                 self.ensure_namespace().await?;
-                self.opts.stats.count_write();
-                self.virtual_api().create(&params, &obj).await
+                self.writer.create(&to, HookPoint::CreateVirtual, obj).await
             }
             other => other,
-        };
-        result.map_err(|e| Error::kube(self.describe("create", &name), e))?;
-        info!(kind = %self.opts.resource.kind, name = %name, namespace = %self.opts.virtual_namespace, "copied host object into the virtual cluster");
-        Ok(())
+        }
     }
 
     async fn update_virtual(
@@ -283,22 +278,25 @@ impl FromHost {
         current.types.clone_from(&desired.types);
         let current = to_json(&current, &name)?;
         let desired = to_json(&desired, &name)?;
-        let desired = self.opts.hooks.apply(HookPoint::UpdateVirtual, desired)?;
-        let params = PatchParams {
-            field_manager: Some(RUNTIME_FIELD_MANAGER.into()),
-            ..PatchParams::default()
-        };
-        if let Some(patch) = guarded_merge_patch(&current, &desired, virtual_obj.resource_version())
+        let to = self.target();
+        let rv = virtual_obj.resource_version();
+        let desired = match self
+            .writer
+            .patch(
+                &to,
+                &name,
+                Part::Object,
+                &[HookPoint::UpdateVirtual],
+                &current,
+                desired,
+                rv.clone(),
+            )
+            .await?
         {
-            self.opts.stats.count_write();
-            self.virtual_api()
-                .patch(&name, &params, &Patch::Merge(&patch))
-                .await
-                .map_err(|e| Error::kube(self.describe("patch", &name), e))?;
-            info!(kind = %self.opts.resource.kind, name = %name, "updated the virtual copy of a host object");
             // the status follows on the next reconcile (the patch moved the resourceVersion)
-            return Ok(());
-        }
+            Patched::Sent => return Ok(()),
+            Patched::Unchanged(desired) => desired,
+        };
         if !self.opts.sync_status {
             return Ok(());
         }
@@ -310,43 +308,26 @@ impl FromHost {
         }
         let mut with_status = desired;
         with_status["status"] = host_status.clone();
-        let with_status = self
-            .opts
-            .hooks
-            .apply(HookPoint::UpdateVirtual, with_status)?;
-        let Some(patch) = guarded_merge_patch(
-            &json!({"status": virtual_obj.data.get("status")}),
-            &json!({"status": with_status.get("status")}),
-            virtual_obj.resource_version(),
-        ) else {
-            return Ok(());
-        };
-        self.opts.stats.count_write();
-        let api = self.virtual_api();
-        let result = if self.opts.status_subresource {
-            api.patch_status(&name, &params, &Patch::Merge(&patch))
-                .await
-        } else {
-            api.patch(&name, &params, &Patch::Merge(&patch)).await
-        };
-        result.map_err(|e| Error::kube(self.describe("patch status of", &name), e))?;
+        self.writer
+            .patch(
+                &to,
+                &name,
+                Part::Status {
+                    subresource: self.opts.status_subresource,
+                },
+                &[HookPoint::UpdateVirtual],
+                &current,
+                with_status,
+                rv,
+            )
+            .await?;
         Ok(())
     }
 
     async fn delete_virtual(&self, virtual_obj: &DynamicObject) -> Result<(), Error> {
-        let name = virtual_obj.name_any();
-        if self.opts.hooks.handles(HookPoint::DeleteVirtual) {
-            self.opts
-                .hooks
-                .apply(HookPoint::DeleteVirtual, to_json(virtual_obj, &name)?)?;
-        }
-        self.opts.stats.count_write();
-        let deleted = delete_exact(&self.virtual_api(), virtual_obj)
-            .await
-            .map_err(|e| Error::kube(self.describe("delete", &name), e))?;
-        if deleted {
-            info!(kind = %self.opts.resource.kind, name = %name, "deleted the virtual copy of a deleted host object");
-        }
+        self.writer
+            .delete(&self.target(), HookPoint::DeleteVirtual, virtual_obj)
+            .await?;
         Ok(())
     }
 }

@@ -11,21 +11,15 @@
 //! type applied in order. [`DeclarativeHook`] makes one declared hook a [`ClientHook`], so the
 //! declarative runtime runs its hooks through the same points as a plugin written in code.
 
+use serde_json::Value;
 use std::fmt::Debug;
 use std::sync::Arc;
-
-use kube::{Resource, ResourceExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
-use serde_json::Value;
 /// The pure application of declared hooks lives in `vcp_crds::hooks`, shared with the operator,
 /// which judges what the hooks do to a vCluster's pods before it installs a plugin.
 pub use vcp_crds::hooks::{apply_hook, apply_hooks, hooks_for};
 use vcp_crds::{Hook, HookEvent};
 
-use crate::error::Error;
-pub use crate::error::HookError;
-use crate::patch::to_json;
+pub use vcp_crds::hooks::HookError;
 
 /// Where a [`ClientHook`] is called, as in the vcluster-sdk: the write (or read) of an object
 /// in the virtual cluster or on the host (`physical`).
@@ -182,28 +176,6 @@ impl Hooks {
             };
         }
         Ok(obj)
-    }
-
-    /// [`Self::apply`] on a typed object (converted to JSON and back); `obj` itself when no hook
-    /// implements `point`.
-    ///
-    /// # Errors
-    /// A hook's error, or [`Error::Json`] when the hooked JSON no longer fits the type.
-    pub fn apply_typed<K: Resource + Serialize + DeserializeOwned>(
-        &self,
-        point: HookPoint,
-        obj: K,
-    ) -> Result<K, Error> {
-        if !self.handles(point) {
-            return Ok(obj);
-        }
-        let name = obj.name_any();
-        let value = to_json(&obj, &name)?;
-        let value = self.apply(point, value)?;
-        serde_json::from_value(value).map_err(|source| Error::Json {
-            what: format!("{name} after the {point:?} hooks"),
-            source,
-        })
     }
 }
 

@@ -13,6 +13,8 @@
 //! - [`from_host`]: host-to-virtual (`FromHost`) syncing;
 //! - [`pod_update`]: what a hook may change on an existing pod (pure);
 //! - [`pods`]: physical pod hooks on the host pods a vCluster made (`--pod-sync=hooks`);
+//! - `write` (internal): the one write path of every syncer: hooks, guarded merge patch, field
+//!   manager, write count and own-write tracking;
 //! - [`v2`]: vCluster's v2 plugin protocol (go-plugin + gRPC `pluginv2.Plugin`), spoken by
 //!   [`sdk::Plugin`] and the runtime binary when vCluster starts them from `/plugins`;
 //! - [`runtime`]: the declarative runtime ([`runtime::run`]) that reads its `VClusterPlugin`
@@ -42,6 +44,7 @@ pub mod syncer;
 pub mod translate;
 pub mod v2;
 mod vanish;
+mod write;
 
 pub use error::Error;
 pub use runtime::{Config, PodSync, run};

@@ -322,8 +322,13 @@ async fn main_v2() -> Result<(), Error> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // each line carries its spans' fields: the current span's (`span`) and every enclosing
+    // one's (`spans`: the type task's plugin, vCluster and kind, the reconcile's object, the
+    // write's verb and cluster)
     tracing_subscriber::fmt()
         .json()
+        .with_current_span(true)
+        .with_span_list(true)
         .with_writer(std::io::stderr)
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),

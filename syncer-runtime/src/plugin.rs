@@ -12,7 +12,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use tracing::{info, warn};
+use tracing::{Instrument, info, info_span, warn};
 #[cfg(feature = "test-faults")]
 use vcp_crds::fault::AbortAfterWrites;
 
@@ -138,17 +138,24 @@ impl Plugin {
             translator.api_version().to_string(),
             translator.kind().to_string(),
         );
+        let key_kind = key.1.clone();
         let launch: Launch = Box::new(move |hooks| {
             Box::pin(async move {
                 let hooks = Hooks::for_type(&hooks, translator.api_version(), translator.kind());
+                let filter =
+                    crate::pods::update_filter(translator.api_version(), translator.kind());
                 let ctx = SyncContext::new(
                     context.clone(),
                     syncer.dynamic_type(),
                     translator,
                     hooks,
                     stats,
-                );
-                controller::run(syncer, ctx, controller::Options::from(&context)).await
+                )
+                .with_update_filter(filter);
+                let span = info_span!("sync", vcluster = %context.vcluster, kind = %key_kind);
+                controller::run(syncer, ctx, controller::Options::from(&context))
+                    .instrument(span)
+                    .await
             })
         });
         self.syncers.push((key, launch));

@@ -16,21 +16,29 @@
 use std::sync::Arc;
 use vcp_crds::Reason;
 
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::Value;
-use tracing::{info, warn};
-use vcp_crds::{Hook, RUNTIME_FIELD_MANAGER};
+use tracing::warn;
+use vcp_crds::Hook;
 
 use crate::cache::Cache;
 use crate::driver::{self, ObjectKey, Reconcile, Settings, Side, Watch};
 use crate::error::Error;
 use crate::hooks::{HookPoint, Hooks};
-use crate::patch::{guarded_merge_patch, to_json};
+use crate::patch::to_json;
 use crate::pod_update::mutable_update;
 use crate::stats::{Outcome, TypeStats};
 use crate::translate::MANAGED_BY_LABEL;
+use crate::write::{Cluster, Part, Target, UpdateFilter, Writer};
+
+/// The [`UpdateFilter`] of the syncers of `api_version` / `kind`: [`existing_pod_update`] for
+/// `v1` `Pod` (an existing pod refuses most spec changes), none for every other type.
+pub(crate) fn update_filter(api_version: &str, kind: &str) -> Option<UpdateFilter> {
+    (api_version == "v1" && kind == "Pod").then_some(existing_pod_update as UpdateFilter)
+}
 
 /// Everything [`run_pod_hooks`] needs.
 #[derive(Clone)]
@@ -51,8 +59,9 @@ pub struct PodHookOptions {
 /// What of `desired` (the existing host pod `current` after the hooks) the API server accepts
 /// ([`mutable_update`]): when the hooks change fields it refuses to change on an existing pod,
 /// those changes are left out, with one log line and one `Warning` Event
-/// ([`ImmutablePodFields`](vcp_crds::Reason::ImmutablePodFields)) per host pod name for the life of the runtime process, so
-/// the labels and annotations are still written and no refused update is ever sent.
+/// ([`ImmutablePodFields`](vcp_crds::Reason::ImmutablePodFields)) per host pod (its uid) and set of skipped fields, so
+/// the labels and annotations are still written and no refused update is ever sent. The Event
+/// names the pod as its `related` object.
 pub fn existing_pod_update(stats: &TypeStats, current: &Value, desired: Value) -> Value {
     let update = mutable_update(current, &desired);
     if update.skipped.is_empty() {
@@ -66,8 +75,20 @@ pub fn existing_pod_update(stats: &TypeStats, current: &Value, desired: Value) -
     let note = format!(
         "the pod hooks change fields of host pod {namespace}/{name} that Kubernetes does not allow to change on an existing pod ({fields}); those changes are skipped, its labels and annotations are still synced"
     );
-    if stats.warn_once(
-        &format!("{}/{namespace}/{name}", Reason::ImmutablePodFields),
+    // keyed by the pod's uid and the skipped fields: a recreated pod of the same name, or other
+    // skipped fields, are warned about again; forgotten when the pod goes (the driver's delete)
+    let uid = current["metadata"]["uid"].as_str().unwrap_or(name);
+    let pod = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: Some(namespace.into()),
+        name: Some(name.into()),
+        uid: current["metadata"]["uid"].as_str().map(str::to_string),
+        ..ObjectReference::default()
+    };
+    if stats.warn_once_about(
+        Some(pod),
+        &format!("{uid} {} {fields}", Reason::ImmutablePodFields),
         Reason::ImmutablePodFields,
         note.clone(),
     ) {
@@ -118,6 +139,8 @@ pub async fn run_pod_hooks(opts: PodHookOptions) -> Result<(), Error> {
         retry_max: crate::retry::DEFAULT_RETRY_MAX,
     };
     let pods = PodHooks {
+        writer: Writer::new("v1", "Pod", opts.hooks.clone(), opts.stats.clone())
+            .with_update_filter(Some(existing_pod_update)),
         api,
         cache: Cache::new(),
         opts,
@@ -131,6 +154,7 @@ struct PodHooks {
     opts: PodHookOptions,
     api: Api<DynamicObject>,
     cache: Cache<DynamicObject>,
+    writer: Writer,
 }
 
 impl Reconcile for PodHooks {
@@ -168,27 +192,23 @@ impl Reconcile for PodHooks {
         if pod.metadata.deletion_timestamp.is_some() {
             return Ok(None);
         }
-        let hooks = &self.opts.hooks;
         let current = to_json(&pod, name)?;
-        let desired = hooks.apply(HookPoint::CreatePhysical, current.clone())?;
-        let desired = hooks.apply(HookPoint::UpdatePhysical, desired)?;
-        let desired = existing_pod_update(&self.opts.stats, &current, desired);
-        let Some(patch) = guarded_merge_patch(&current, &desired, pod.resource_version()) else {
-            return Ok(Some(Outcome::InSync));
+        let to = Target {
+            api: self.api.clone(),
+            cluster: Cluster::Host,
+            namespace: namespace.clone(),
         };
-        self.opts.stats.count_write();
-        self.api
+        self.writer
             .patch(
+                &to,
                 name,
-                &PatchParams {
-                    field_manager: Some(RUNTIME_FIELD_MANAGER.into()),
-                    ..PatchParams::default()
-                },
-                &Patch::Merge(&patch),
+                Part::Object,
+                &[HookPoint::CreatePhysical, HookPoint::UpdatePhysical],
+                &current,
+                current.clone(),
+                pod.resource_version(),
             )
-            .await
-            .map_err(|e| Error::kube(format!("patch host pod {namespace}/{name}"), e))?;
-        info!(pod = %name, "applied pod hooks");
+            .await?;
         Ok(Some(Outcome::InSync))
     }
 }

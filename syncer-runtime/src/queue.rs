@@ -10,12 +10,23 @@ use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use tokio::sync::mpsc;
 
 /// Shortest delay before a failed key is retried.
 const MIN_BACKOFF: Duration = Duration::from_millis(200);
 /// Longest delay before a failed key is retried.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// The per-key retry delays: [`MIN_BACKOFF`] doubling up to [`MAX_BACKOFF`], no jitter, never
+/// giving up (the same crate and shape as the watch retries of [`crate::retry`]).
+fn backoff() -> ExponentialBuilder {
+    ExponentialBuilder::default()
+        .with_min_delay(MIN_BACKOFF)
+        .with_max_delay(MAX_BACKOFF)
+        .with_factor(2.0)
+        .without_max_times()
+}
 
 /// The sending side: cheap to clone, pushes are deduplicated while a key is queued.
 pub(crate) struct WorkQueue<K> {
@@ -37,7 +48,8 @@ struct State<K> {
     queued: HashSet<K>,
     /// Keys a worker holds right now.
     processing: HashSet<K>,
-    failures: HashMap<K, u32>,
+    /// The backoff of each failing key (its next delay), until it is forgotten.
+    failures: HashMap<K, ExponentialBackoff>,
     /// Keys in backoff, and when it ends: pushed only by the delayed retry until then.
     held_until: HashMap<K, Instant>,
 }
@@ -102,11 +114,12 @@ impl<K: Eq + Hash + Clone + Send + 'static> WorkQueue<K> {
         let Ok(mut s) = self.state.lock() else {
             return;
         };
-        let n = s.failures.entry(key.clone()).or_insert(0);
-        *n = n.saturating_add(1);
-        let delay = MIN_BACKOFF
-            .saturating_mul(2u32.saturating_pow(n.saturating_sub(1).min(16)))
-            .min(MAX_BACKOFF);
+        let delay = s
+            .failures
+            .entry(key.clone())
+            .or_insert_with(|| backoff().build())
+            .next()
+            .unwrap_or(MAX_BACKOFF);
         s.queued.remove(&key);
         s.held_until.insert(key.clone(), Instant::now() + delay);
         drop(s);
@@ -208,6 +221,15 @@ mod tests {
         assert_eq!(receiver.next().await, Some("k"));
         receiver.done(&"k");
         assert!(receiver.rx.lock().await.is_empty());
+    }
+
+    #[test]
+    fn retry_delays_double_from_200_ms_up_to_30_s() {
+        let delays: Vec<u128> = backoff().build().take(10).map(|d| d.as_millis()).collect();
+        assert_eq!(
+            delays,
+            [200, 400, 800, 1600, 3200, 6400, 12800, 25600, 30000, 30000]
+        );
     }
 
     #[tokio::test]

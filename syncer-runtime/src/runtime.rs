@@ -17,6 +17,7 @@ use std::time::Duration;
 use vcp_crds::Reason;
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, ApiResource, GroupVersionKind, Patch, PatchParams};
 use kube::core::Selector;
@@ -25,7 +26,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter as EventReporte
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use tokio::task::JoinSet;
-use tracing::{error, info, warn};
+use tracing::{Instrument, error, info, info_span, warn};
 use vcp_crds::{
     RUNTIME_FIELD_MANAGER, SyncDirection, SyncedType, VClusterPlugin, VClusterPluginSpec,
 };
@@ -36,7 +37,7 @@ use crate::controller::{self, ConflictReporter};
 use crate::error::Error;
 use crate::from_host::{self, FromHostOptions};
 use crate::hooks::{ClientHook, Hooks, declarative_hooks};
-use crate::pods::{PodHookOptions, physical_pod_hooks, run_pod_hooks};
+use crate::pods::{PodHookOptions, physical_pod_hooks, run_pod_hooks, update_filter};
 use crate::retry::Retry;
 use crate::stats::{EventSink, Severity, TypeStats, WarnedKeys};
 use crate::status::{self, RuntimeStatus};
@@ -152,16 +153,20 @@ pub async fn run(config: Config) -> Result<(), Error> {
         })?;
     let config = Arc::new(config);
     // Events on the VClusterPlugin: `(type, reason, note)`.
-    let (warning_tx, mut warnings) =
-        tokio::sync::mpsc::unbounded_channel::<(Severity, Reason, String)>();
+    let (warning_tx, mut warnings) = tokio::sync::mpsc::unbounded_channel::<(
+        Severity,
+        Reason,
+        String,
+        Option<ObjectReference>,
+    )>();
     let on_conflict: ConflictReporter = {
         let warning_tx = warning_tx.clone();
         Arc::new(move |message| {
-            let _ = warning_tx.send((Severity::Warning, Reason::HostObjectConflict, message));
+            let _ = warning_tx.send((Severity::Warning, Reason::HostObjectConflict, message, None));
         })
     };
-    let on_warning: EventSink = Arc::new(move |severity, reason, note| {
-        let _ = warning_tx.send((severity, reason, note));
+    let on_warning: EventSink = Arc::new(move |severity, reason, note, related| {
+        let _ = warning_tx.send((severity, reason, note, related));
     });
     let recorder = Recorder::new(
         config.host.clone(),
@@ -226,7 +231,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
                 Ok(Err(error)) => error!(%error, "a syncer stopped"),
                 Err(error) => error!(%error, "a syncer task failed"),
             },
-            Some((severity, reason, message)) = warnings.recv() => {
+            Some((severity, reason, message, related)) = warnings.recv() => {
                 let event = Event {
                     type_: match severity {
                         Severity::Normal => EventType::Normal,
@@ -235,7 +240,8 @@ pub async fn run(config: Config) -> Result<(), Error> {
                     reason: reason.into(),
                     note: Some(message.chars().take(1000).collect()),
                     action: "Sync".into(),
-                    secondary: None,
+                    // the object the Event is about, if not the plugin: its own Event
+                    secondary: related,
                 };
                 if let Err(error) = recorder.publish(&event, &plugin_ref).await {
                     warn!(%error, "cannot publish an Event on the VClusterPlugin (the syncer identity needs create on events.k8s.io events)");
@@ -333,14 +339,18 @@ impl Generation {
                     .sharing_warned(warned.clone()),
             );
             generation.types.push(stats.clone());
-            generation.tasks.spawn(run_type(
-                config.clone(),
-                vcluster.clone(),
-                synced,
-                hooks.clone(),
-                stats,
-                on_conflict.clone(),
-            ));
+            let span = info_span!("sync", plugin = %config.plugin, vcluster = %vcluster, kind = %synced.kind);
+            generation.tasks.spawn(
+                run_type(
+                    config.clone(),
+                    vcluster.clone(),
+                    synced,
+                    hooks.clone(),
+                    stats,
+                    on_conflict.clone(),
+                )
+                .instrument(span),
+            );
         }
         if config.pod_sync == PodSync::Hooks && !physical_pod_hooks(&spec.hooks).is_empty() {
             let stats = Arc::new(
@@ -350,13 +360,18 @@ impl Generation {
                     .sharing_warned(warned.clone()),
             );
             generation.pod_hooks = Some(stats.clone());
-            generation.tasks.spawn(run_pod_hooks(PodHookOptions {
-                host: config.host.clone(),
-                namespace: config.namespace.clone(),
-                vcluster: vcluster.clone(),
-                hooks: Hooks::for_type(&hooks, "v1", "Pod"),
-                stats,
-            }));
+            let span =
+                info_span!("sync", plugin = %config.plugin, vcluster = %vcluster, kind = "Pod");
+            generation.tasks.spawn(
+                run_pod_hooks(PodHookOptions {
+                    host: config.host.clone(),
+                    namespace: config.namespace.clone(),
+                    vcluster: vcluster.clone(),
+                    hooks: Hooks::for_type(&hooks, "v1", "Pod"),
+                    stats,
+                })
+                .instrument(span),
+            );
         }
         info!(
             vcluster = %vcluster,
@@ -464,7 +479,9 @@ async fn run_type(
     };
     let mut options = controller::Options::from(&register);
     options.on_conflict = Some(on_conflict);
-    let ctx = SyncContext::new(register, resource, translator, type_hooks, stats);
+    let filter = update_filter(&synced.api_version, &synced.kind);
+    let ctx = SyncContext::new(register, resource, translator, type_hooks, stats)
+        .with_update_filter(filter);
     controller::run(syncer, ctx, options).await
 }
 

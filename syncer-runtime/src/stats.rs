@@ -1,5 +1,6 @@
 //! In-memory sync statistics per synced type, read by the status reporter.
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -78,12 +79,16 @@ pub enum Severity {
     Warning,
 }
 
+/// The most keys a [`WarnedKeys`] set remembers (10,000; see [`TypeStats::warn_once`]).
+pub const MAX_WARNED: usize = 10_000;
+
 /// The keys [`TypeStats::warn_once`] has warned about (shared, see [`TypeStats::sharing_warned`]).
 pub type WarnedKeys = std::sync::Arc<Mutex<std::collections::HashSet<String>>>;
 
 /// Where [`TypeStats::warn_once`] and [`TypeStats::notice`] send an Event: `(type, reason,
 /// note)`; the runtime publishes it on the `VClusterPlugin`.
-pub type EventSink = std::sync::Arc<dyn Fn(Severity, Reason, String) + Send + Sync>;
+pub type EventSink =
+    std::sync::Arc<dyn Fn(Severity, Reason, String, Option<ObjectReference>) + Send + Sync>;
 
 /// Sync statistics of one type, shared between a syncer and the status reporter.
 #[derive(Default)]
@@ -148,7 +153,7 @@ impl TypeStats {
     /// Sends a `Normal` Event `reason` / `note` to the [`EventSink`], if any.
     pub fn notice(&self, reason: Reason, note: String) {
         if let Some(sink) = &self.warnings {
-            sink(Severity::Normal, reason, note);
+            sink(Severity::Normal, reason, note, None);
         }
     }
 
@@ -166,17 +171,55 @@ impl TypeStats {
 
     /// Sends the warning `reason` / `note` to the [`EventSink`] the first time `key` is
     /// given (later calls with the same `key` do nothing, so a condition found on every sync is
-    /// reported once); returns whether it was the first time.
+    /// reported once); returns whether it was the first time. A warning about one object has a
+    /// key starting with the object's uid and a space, so that [`TypeStats::forget_warnings_about`]
+    /// forgets it when the object goes. The set holds at most [`MAX_WARNED`] keys: when it is
+    /// full it starts again empty (a condition still found then is reported once more).
     pub fn warn_once(&self, key: &str, reason: Reason, note: String) -> bool {
+        self.warn_once_about(None, key, reason, note)
+    }
+
+    /// [`TypeStats::warn_once`] about the object `related`: the Event names it as its
+    /// `related` object, so warnings about two objects are two Events (an Event recorder counts
+    /// a second Event with the same reason, regarding and related object, whatever its note,
+    /// as a repeat of the first).
+    pub fn warn_once_about(
+        &self,
+        related: Option<ObjectReference>,
+        key: &str,
+        reason: Reason,
+        note: String,
+    ) -> bool {
         let first = self
             .warned
             .lock()
-            .map(|mut warned| warned.insert(key.to_string()))
+            .map(|mut warned| {
+                if warned.len() >= MAX_WARNED && !warned.contains(key) {
+                    warned.clear();
+                }
+                warned.insert(key.to_string())
+            })
             .unwrap_or(false);
         if first && let Some(sink) = &self.warnings {
-            sink(Severity::Warning, reason, note);
+            sink(Severity::Warning, reason, note, related);
         }
         first
+    }
+
+    /// Forgets the warnings given about the object with `uid` (it is gone: a new object of the
+    /// same name is warned about again).
+    pub fn forget_warnings_about(&self, uid: &str) {
+        if let Ok(mut warned) = self.warned.lock() {
+            warned.retain(|key| {
+                key.strip_prefix(uid)
+                    .is_none_or(|rest| !rest.starts_with(' '))
+            });
+        }
+    }
+
+    /// How many warning keys are remembered (shared with every [`TypeStats`] of the set).
+    pub fn warned_len(&self) -> usize {
+        self.warned.lock().map(|w| w.len()).unwrap_or(0)
     }
 
     /// Counts one finished reconcile of `key` in the [`ReconcileLog`], if any.
@@ -264,6 +307,45 @@ impl TypeStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn warnings_are_given_once_per_key_forgotten_with_their_object_and_bounded() {
+        let sent = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let sink = sent.clone();
+        let stats = TypeStats::new("v1", "Pod").with_warnings(std::sync::Arc::new(
+            move |severity, reason, note, related| {
+                sink.lock().unwrap().push((severity, reason, note, related));
+            },
+        ));
+        let key = "uid-1 ImmutablePodFields /spec/nodeName";
+        assert!(stats.warn_once(key, Reason::ImmutablePodFields, "a".into()));
+        assert!(!stats.warn_once(key, Reason::ImmutablePodFields, "a".into()));
+        // other skipped fields of the same pod, and a pod whose uid starts alike, are new
+        assert!(stats.warn_once(
+            "uid-1 ImmutablePodFields /spec/x",
+            Reason::ImmutablePodFields,
+            "b".into()
+        ));
+        assert!(stats.warn_once(
+            "uid-10 ImmutablePodFields /spec/nodeName",
+            Reason::ImmutablePodFields,
+            "c".into()
+        ));
+        assert_eq!(sent.lock().unwrap().len(), 3);
+        // the pod went: its warnings are forgotten, the other pod's are kept
+        stats.forget_warnings_about("uid-1");
+        assert_eq!(stats.warned_len(), 1);
+        assert!(stats.warn_once(key, Reason::ImmutablePodFields, "a".into()));
+        // never more than MAX_WARNED keys
+        for n in 0..MAX_WARNED + 5 {
+            stats.warn_once(
+                &format!("u{n} ImmutablePodFields f"),
+                Reason::ImmutablePodFields,
+                String::new(),
+            );
+        }
+        assert!(stats.warned_len() <= MAX_WARNED, "{}", stats.warned_len());
+    }
 
     #[test]
     fn reconciles_are_counted_per_kind_and_key_in_the_shared_log() {

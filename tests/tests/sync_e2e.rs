@@ -1636,10 +1636,20 @@ async fn pod_hook_on_an_immutable_field_is_skipped_once_and_labels_keep_syncing(
         "labels": {"hooked": "yes"},
         "jsonPatch": [{"op": "replace", "path": "/spec/containers/0/name", "value": "renamed"}]
     }]);
+    // only this test's pods: the virtual cluster is shared, and another test's pod synced here
+    // drew a second ImmutablePodFields Warning, which the Event recorder counted as series 2
+    spec["syncedTypes"]
+        .as_array_mut()
+        .expect("types")
+        .push(json!({
+            "apiVersion": "v1", "kind": "Pod", "syncStatus": true,
+            "selector": {"matchLabels": {"e2e": "immut"}}
+        }));
     let w = world_with("immut", &["immut-a"], spec, PodSync::Full).await;
     let host_pods =
         Api::<DynamicObject>::namespaced_with(w.host.clone(), &w.host_ns, &pods_resource());
-    let virtual_pod = |labels: Value| {
+    let virtual_pod = |mut labels: Value| {
+        labels["e2e"] = json!("immut");
         json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "web", "namespace": "immut-a", "labels": labels},
