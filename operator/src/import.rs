@@ -11,7 +11,7 @@
 //! namespace, targeting the given vCluster. The keys the chart reads are carried over: `image`,
 //! `imagePullPolicy`, `version`, `command`, `args`, `env` and `envFrom` (v1 only: the chart
 //! renders none for a v2 plugin's init container, and its values schema refuses them under
-//! `plugins:`; `tests/tests/chart_oracle.rs` checks this against the chart), `resources`,
+//! `plugins:`; `tests/tests/oracle_chart.rs` checks this against the chart), `resources`,
 //! `securityContext`, `volumeMounts` (without a mount of the v2 plugins' volume `plugins`, which
 //! the operator makes itself and the CRD refuses from a plugin), `config` (v1 only: a v2 plugin gets its config from the
 //! vCluster's own values, and the VClusterPlugin schema refuses `config` with v2), and

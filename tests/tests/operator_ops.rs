@@ -830,7 +830,7 @@ async fn deployment_vcluster_with_several_plugins_added_and_removed_independentl
         serde_yaml::to_string(&json!({ "greeting": "hello", "replicas": 2 })).unwrap();
     assert_eq!(
         env,
-        // the chart's order (tests/tests/chart_oracle.rs): the plugin address and name first
+        // the chart's order (tests/tests/oracle_chart.rs): the plugin address and name first
         [
             (
                 "VCLUSTER_PLUGIN_ADDRESS".to_string(),
@@ -868,7 +868,7 @@ async fn deployment_vcluster_with_several_plugins_added_and_removed_independentl
     .await;
     wait_ready(&admin, ns, "v2", "True", None, TIMEOUT).await;
     let with_v2 = template(&admin, ns, Kind::Deployment).await;
-    // after the chart's own init container (init-container-order, tests/tests/chart_oracle.rs)
+    // after the chart's own init container (init-container-order, tests/tests/oracle_chart.rs)
     assert_eq!(
         container_names(&with_v2, "initContainers"),
         ["kubernetes", "v2"]

@@ -223,7 +223,7 @@ pub fn embedded_container(plugin: &VClusterPlugin, runtime_image: &str) -> Conta
 /// The legacy v1 sidecar listening on `localhost:<port>`: env `VCLUSTER_PLUGIN_ADDRESS` and
 /// `VCLUSTER_PLUGIN_NAME` first, then `spec.env`, as vCluster's chart renders it
 /// (`vcluster.legacyPlugins.containers`), then `PLUGIN_CONFIG` from `spec.config` rendered as
-/// YAML (the chart has no such env: a deliberate difference, see tests/tests/chart_oracle.rs).
+/// YAML (the chart has no such env: a deliberate difference, see tests/tests/oracle_chart.rs).
 ///
 /// # Errors
 /// A [`Refusal`] with [`InvalidConfig`](vcp_crds::Reason::InvalidConfig) when `spec.config` cannot be rendered.

@@ -16,9 +16,9 @@
 //! Each state's shape (phase, `Ready` and `RuntimeHealthy` status and reason, every condition
 //! type, being deleted or not, the generation observed) must equal the committed fixture's, so
 //! a change of what the operator or runtime writes fails here until the fixtures are recorded
-//! again: `VCP_RECORD_ARGOCD_FIXTURES=1 cargo test -p vcp-tests --test argocd_states_e2e`
+//! again: `VCP_RECORD_ARGOCD_FIXTURES=1 cargo test -p vcp-tests --test runtime_argocd_states`
 //! (uids, resource versions, managed fields and times are normalized away). The expected Argo
-//! CD health of each fixture is in tests/tests/argocd_health.rs, from the README's table.
+//! CD health of each fixture is in tests/tests/oracle_argocd_health.rs, from the README's table.
 
 use std::time::Duration;
 
@@ -110,9 +110,9 @@ fn check_fixture(file: &str, what: &str, plugin: &VClusterPlugin) {
     if std::env::var_os("VCP_RECORD_ARGOCD_FIXTURES").is_some() {
         let yaml = serde_yaml::to_string(&captured).expect("YAML");
         let text = format!(
-            "# Captured by tests/tests/argocd_states_e2e.rs from the real operator and runtime: \
+            "# Captured by tests/tests/runtime_argocd_states.rs from the real operator and runtime: \
              {what}.\n# Re-record: VCP_RECORD_ARGOCD_FIXTURES=1 cargo test -p vcp-tests --test \
-             argocd_states_e2e\n{yaml}"
+             runtime_argocd_states\n{yaml}"
         );
         std::fs::write(&path, text).expect("write fixture");
         println!("recorded {file}");
@@ -126,7 +126,7 @@ fn check_fixture(file: &str, what: &str, plugin: &VClusterPlugin) {
         shape(&committed),
         "{file}: what the operator and runtime write ({what}) no longer matches the committed \
          fixture; re-record with VCP_RECORD_ARGOCD_FIXTURES=1 cargo test -p vcp-tests --test \
-         argocd_states_e2e and check tests/tests/argocd_health.rs"
+         runtime_argocd_states and check tests/tests/oracle_argocd_health.rs"
     );
     println!("{file}: {what}: {}", shape(&captured));
 }
