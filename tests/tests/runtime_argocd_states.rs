@@ -185,9 +185,10 @@ async fn the_health_inputs_are_what_operator_and_runtime_write() {
         .service_account_client(Cluster::Host, ns, "vc-my-vcluster")
         .await
         .expect("a token of the vCluster's service account");
-    let mut config = vcp_syncer_runtime::Config::new(account, virtual_.clone(), ns, "car-sync");
-    config.status_interval = Duration::from_millis(300);
-    let runtime = tokio::spawn(vcp_syncer_runtime::run(config));
+    let runtime = vcp_tests::start_runtime(account, virtual_.clone(), ns, "car-sync", |c| {
+        c.status_interval = Duration::from_millis(300);
+    })
+    .task;
     let virtual_cars = Api::<DynamicObject>::namespaced_with(virtual_.clone(), "team", &cars());
     let put_car = |name: &'static str| {
         let virtual_cars = virtual_cars.clone();
@@ -218,15 +219,12 @@ async fn the_health_inputs_are_what_operator_and_runtime_write() {
     .await;
     check_fixture("ready.yaml", "installed, the runtime syncing 1 Car", &ready);
     let status_writes = || {
-        vcp_tests::audited_write_events(cp, Cluster::Host)
-            .expect("audit log")
-            .into_iter()
-            .filter(|w| {
-                w.user == Identity::Operator.user()
-                    && w.uri
-                        .contains(&format!("/namespaces/{ns}/vclusterplugins/car-sync/status"))
-            })
-            .count()
+        vcp_tests::Audit::writes()
+            .in_control_plane(cp)
+            .by(Identity::Operator)
+            .uri_contains(&format!("/namespaces/{ns}/vclusterplugins/car-sync/status"))
+            .attempts()
+            .len()
     };
     let writes_when_ready = status_writes();
 
