@@ -234,30 +234,24 @@ fn convert_entry(
     };
 
     let version = match (legacy, map.get("version")) {
-        (true, Some(Value::String(v))) if v == "v2" => PluginVersion::V2,
+        (_, Some(Value::String(v))) if v == "v2" => PluginVersion::V2,
         (true, None) => PluginVersion::V1,
         (true, Some(Value::String(v))) if v == "v1" => PluginVersion::V1,
-        (true, Some(other)) => {
-            warn(
-                "version",
-                format!(
-                    "`{}` is not `v2`, so the chart runs this plugin as a v1 sidecar; imported as `version: v1`",
-                    scalar_text(other)
-                ),
-            );
-            PluginVersion::V1
-        }
         (false, None) => PluginVersion::V2,
-        (false, Some(Value::String(v))) if v == "v2" => PluginVersion::V2,
-        (false, Some(other)) => {
-            warn(
-                "version",
-                format!(
-                    "`{}` ignored: entries of `plugins:` are always v2 (put a v1 sidecar under `plugin:`)",
-                    scalar_text(other)
-                ),
-            );
-            PluginVersion::V2
+        (legacy, Some(other)) => {
+            let (version, note) = if legacy {
+                (
+                    PluginVersion::V1,
+                    "is not `v2`, so the chart runs this plugin as a v1 sidecar; imported as `version: v1`",
+                )
+            } else {
+                (
+                    PluginVersion::V2,
+                    "ignored: entries of `plugins:` are always v2 (put a v1 sidecar under `plugin:`)",
+                )
+            };
+            warn("version", format!("`{}` {note}", scalar_text(other)));
+            version
         }
     };
 

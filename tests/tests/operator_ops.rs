@@ -14,7 +14,7 @@ use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::{Client, ResourceExt};
+use kube::Client;
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, OnceCell};
 use vcluster_plugin_operator::LeaderElection;

@@ -187,6 +187,21 @@ fn identity(before: &PodSpec, after: &PodSpec) -> Result<(), Denial> {
     Ok(())
 }
 
+/// Refuses `<at>.securityContext.windowsOptions.hostProcess: true` (a pod's or a container's).
+fn host_process(
+    at: &str,
+    windows: Option<&k8s_openapi::api::core::v1::WindowsSecurityContextOptions>,
+) -> Result<(), Denial> {
+    match windows.and_then(|w| w.host_process) {
+        Some(true) => Err(denial(
+            format!("{at}.securityContext.windowsOptions.hostProcess"),
+            "true",
+            "a Windows host process has the node's full access (Pod Security baseline: HostProcess)",
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn pod_security_context(policy: &ContainerPolicy, sc: &PodSecurityContext) -> Result<(), Denial> {
     for (i, s) in sc.sysctls.iter().flatten().enumerate() {
         if !BASELINE_SAFE_SYSCTLS.contains(&s.name.as_str()) {
@@ -200,18 +215,7 @@ fn pod_security_context(policy: &ContainerPolicy, sc: &PodSecurityContext) -> Re
             ));
         }
     }
-    if sc
-        .windows_options
-        .as_ref()
-        .and_then(|w| w.host_process)
-        .unwrap_or(false)
-    {
-        return Err(denial(
-            "spec.securityContext.windowsOptions.hostProcess",
-            "true",
-            "a Windows host process has the node's full access (Pod Security baseline: HostProcess)",
-        ));
-    }
+    host_process("spec", sc.windows_options.as_ref())?;
     // The fields a container's securityContext shares with the pod's, judged alike.
     let shared = SecurityContext {
         run_as_user: sc.run_as_user,
@@ -296,18 +300,7 @@ fn container(
     before: Option<&Container>,
 ) -> Result<(), Denial> {
     if let Some(sc) = &c.security_context {
-        if sc
-            .windows_options
-            .as_ref()
-            .and_then(|w| w.host_process)
-            .unwrap_or(false)
-        {
-            return Err(denial(
-                format!("{at}.securityContext.windowsOptions.hostProcess"),
-                "true",
-                "a Windows host process has the node's full access (Pod Security baseline: HostProcess)",
-            ));
-        }
+        host_process(at, sc.windows_options.as_ref())?;
         containers::security_context(policy, sc).map_err(|d| Denial {
             source: d.source.replacen("spec.", &format!("{at}."), 1),
             ..d
