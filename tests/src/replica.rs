@@ -14,6 +14,21 @@ use vcluster_plugin_operator::{Config, LeaderElection, Telemetry, run_until};
 
 use crate::control_plane::{Cluster, Identity};
 
+/// CRDs, the operator's RBAC (cluster and leader-election), namespace `vcp-system` on the
+/// shared host cluster ([`crate::install_operator_rbac`]), once per test binary; returns an
+/// admin client of the host cluster.
+pub async fn prepare_host() -> Client {
+    static SETUP: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    let cp = crate::control_plane::ControlPlane::shared();
+    SETUP
+        .get_or_init(|| async {
+            let admin = cp.client(Cluster::Host, Identity::Admin).await;
+            crate::fixtures::install_operator_rbac(&admin).await;
+        })
+        .await;
+    cp.client(Cluster::Host, Identity::Admin).await
+}
+
 /// The runtime image a [`Replica`] installs (`--runtime-image`).
 pub const REPLICA_RUNTIME_IMAGE: &str = "vcp-test/runtime:e2e";
 

@@ -128,3 +128,11 @@ pub fn container<'a>(template: &'a Value, name: &str) -> &'a Value {
         .and_then(|cs| cs.iter().find(|c| c["name"] == name))
         .unwrap_or_else(|| panic!("no container {name} in {template:#}"))
 }
+
+/// The spec of an embedded plugin for the vCluster [`VC`] syncing the tutorial's Cars.
+pub fn embedded_car_spec() -> Value {
+    serde_json::json!({
+        "vcluster": { "name": VC },
+        "syncedTypes": [{ "apiVersion": "example.loft.sh/v1", "kind": "Car" }],
+    })
+}

@@ -13,57 +13,40 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Container;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::{Client, ResourceExt};
-use serde_json::{Value, json};
-use tokio::sync::{Mutex, OnceCell};
+use serde_json::json;
+use tokio::sync::Mutex;
 use vcluster_plugin_operator::policy::Policy;
 use vcp_crds::VClusterPlugin;
 use vcp_tests::workload::{
     Kind, VC, container, container_names, containers, create_vcluster, create_workload, template,
 };
-use vcp_tests::{
-    Cluster, ControlPlane, Identity, Replica, condition, create_plugin, delete_plugin, wait_for,
-    wait_ready,
-};
+use vcp_tests::{Replica, condition, create_plugin, delete_plugin, wait_for, wait_ready};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Serializes the tests that run an operator.
 static LOCK: Mutex<()> = Mutex::const_new(());
 
-/// CRDs, the operator's RBAC (cluster and leader-election), namespace `vcp-system`; once.
-async fn setup() -> Client {
-    static SETUP: OnceCell<()> = OnceCell::const_new();
-    let cp = ControlPlane::shared();
-    SETUP
-        .get_or_init(|| async {
-            let admin = cp.client(Cluster::Host, Identity::Admin).await;
-            vcp_tests::install_operator_rbac(&admin).await;
-        })
-        .await;
-    cp.client(Cluster::Host, Identity::Admin).await
-}
-
-fn embedded_car_spec() -> Value {
-    json!({
-        "vcluster": { "name": VC },
-        "syncedTypes": [{ "apiVersion": "example.loft.sh/v1", "kind": "Car" }],
-    })
-}
-
-// Least privilege (item 9)
+// Drift and lifecycle (item 5)
 
 /// The sidecar removed by someone else — a full update without it (a replace-style upgrade) or
 /// a JSON patch — is added back; a foreign server-side apply without it leaves it alone.
 #[tokio::test]
 async fn removed_sidecar_is_added_back() {
     let _guard = LOCK.lock().await;
-    let admin = setup().await;
+    let admin = vcp_tests::replica::prepare_host().await;
     let ns = "ops-drift-sidecar";
     let original = create_vcluster(&admin, ns, Kind::StatefulSet).await;
     let r = Replica::start("drift-sidecar", None).await;
-    create_plugin(&admin, ns, "car-syncer", embedded_car_spec()).await;
+    create_plugin(
+        &admin,
+        ns,
+        "car-syncer",
+        vcp_tests::workload::embedded_car_spec(),
+    )
+    .await;
     wait_ready(&admin, ns, "car-syncer", "True", None, TIMEOUT).await;
     let installed = template(&admin, ns, Kind::StatefulSet).await;
     assert_eq!(
@@ -147,11 +130,17 @@ async fn removed_sidecar_is_added_back() {
 #[tokio::test]
 async fn edited_dedicated_role_is_restored() {
     let _guard = LOCK.lock().await;
-    let admin = setup().await;
+    let admin = vcp_tests::replica::prepare_host().await;
     let ns = "ops-drift-role";
     create_vcluster(&admin, ns, Kind::StatefulSet).await;
     let r = Replica::start("drift-role", None).await;
-    create_plugin(&admin, ns, "car-syncer", embedded_car_spec()).await;
+    create_plugin(
+        &admin,
+        ns,
+        "car-syncer",
+        vcp_tests::workload::embedded_car_spec(),
+    )
+    .await;
     wait_ready(&admin, ns, "car-syncer", "True", None, TIMEOUT).await;
     let roles = Api::<Role>::namespaced(admin.clone(), ns);
     let bindings = Api::<RoleBinding>::namespaced(admin.clone(), ns);
@@ -197,11 +186,17 @@ async fn edited_dedicated_role_is_restored() {
 #[tokio::test]
 async fn deleted_vcluster_is_reported_and_reinstalled_when_it_returns() {
     let _guard = LOCK.lock().await;
-    let admin = setup().await;
+    let admin = vcp_tests::replica::prepare_host().await;
     let ns = "ops-vcluster-gone";
     let original = create_vcluster(&admin, ns, Kind::StatefulSet).await;
     let r = Replica::start("vcluster-gone", None).await;
-    create_plugin(&admin, ns, "car-syncer", embedded_car_spec()).await;
+    create_plugin(
+        &admin,
+        ns,
+        "car-syncer",
+        vcp_tests::workload::embedded_car_spec(),
+    )
+    .await;
     wait_ready(&admin, ns, "car-syncer", "True", None, TIMEOUT).await;
 
     Api::<StatefulSet>::namespaced(admin.clone(), ns)
@@ -241,11 +236,17 @@ async fn deleted_vcluster_is_reported_and_reinstalled_when_it_returns() {
 #[tokio::test]
 async fn plugin_deleted_while_the_operator_is_down_is_cleaned_up_when_it_returns() {
     let _guard = LOCK.lock().await;
-    let admin = setup().await;
+    let admin = vcp_tests::replica::prepare_host().await;
     let ns = "ops-down";
     let original = create_vcluster(&admin, ns, Kind::StatefulSet).await;
     let r = Replica::start("down-1", None).await;
-    create_plugin(&admin, ns, "car-syncer", embedded_car_spec()).await;
+    create_plugin(
+        &admin,
+        ns,
+        "car-syncer",
+        vcp_tests::workload::embedded_car_spec(),
+    )
+    .await;
     wait_ready(&admin, ns, "car-syncer", "True", None, TIMEOUT).await;
     r.stop().await;
 
@@ -291,7 +292,7 @@ async fn plugin_deleted_while_the_operator_is_down_is_cleaned_up_when_it_returns
 #[tokio::test]
 async fn deployment_vcluster_with_several_plugins_added_and_removed_independently() {
     let _guard = LOCK.lock().await;
-    let admin = setup().await;
+    let admin = vcp_tests::replica::prepare_host().await;
     let ns = "ops-deploy";
     let original = create_vcluster(&admin, ns, Kind::Deployment).await;
     // `legacy` mounts the vCluster's own volume `data`, which the default container policy
@@ -299,7 +300,13 @@ async fn deployment_vcluster_with_several_plugins_added_and_removed_independentl
     let policy = Policy::from_yaml("containers:\n  allowedVolumes: [data]\n").unwrap();
     let r = Replica::start_with_policy("deploy", None, policy).await;
 
-    create_plugin(&admin, ns, "embedded", embedded_car_spec()).await;
+    create_plugin(
+        &admin,
+        ns,
+        "embedded",
+        vcp_tests::workload::embedded_car_spec(),
+    )
+    .await;
     let p = wait_ready(&admin, ns, "embedded", "True", None, TIMEOUT).await;
     let w = p.status.unwrap().workload.unwrap();
     assert_eq!((w.kind.as_str(), w.name.as_str()), ("Deployment", VC));
@@ -426,5 +433,3 @@ async fn deployment_vcluster_with_several_plugins_added_and_removed_independentl
     assert_eq!(template(&admin, ns, Kind::Deployment).await, original);
     r.stop().await;
 }
-
-// Status (item 7)

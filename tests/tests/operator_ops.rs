@@ -13,36 +13,23 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::Client;
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
-use tokio::sync::{Mutex, OnceCell};
+use tokio::sync::Mutex;
 use vcluster_plugin_operator::LeaderElection;
 use vcp_crds::{OPERATOR_FIELD_MANAGER, VClusterPlugin};
 use vcp_tests::replica::user_agent;
 use vcp_tests::workload::{Kind, VC, create_vcluster, create_workload};
 use vcp_tests::{
-    Audit, AuditedWrite, Cluster, ControlPlane, Identity, Replica, condition, create_plugin,
-    delete_plugin, wait_for, wait_ready,
+    Audit, AuditedWrite, Identity, Replica, condition, create_plugin, delete_plugin, wait_for,
+    wait_ready,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Serializes the tests that run an operator.
 static LOCK: Mutex<()> = Mutex::const_new(());
-
-/// CRDs, the operator's RBAC (cluster and leader-election), namespace `vcp-system`; once.
-async fn setup() -> Client {
-    static SETUP: OnceCell<()> = OnceCell::const_new();
-    let cp = ControlPlane::shared();
-    SETUP
-        .get_or_init(|| async {
-            let admin = cp.client(Cluster::Host, Identity::Admin).await;
-            vcp_tests::install_operator_rbac(&admin).await;
-        })
-        .await;
-    cp.client(Cluster::Host, Identity::Admin).await
-}
 
 /// The value of a metric line `name` (exact, with labels) in a Prometheus text body.
 fn metric(body: &str, name: &str) -> Option<f64> {
@@ -71,13 +58,6 @@ async fn touch_plugin(admin: &Client, ns: &str, name: &str, value: &str) {
         )
         .await
         .expect("touch plugin");
-}
-
-fn embedded_car_spec() -> Value {
-    json!({
-        "vcluster": { "name": VC },
-        "syncedTypes": [{ "apiVersion": "example.loft.sh/v1", "kind": "Car" }],
-    })
 }
 
 // Least privilege (item 9)
@@ -137,7 +117,7 @@ fn operator_rbac_has_no_wildcards() {
 #[tokio::test]
 async fn two_replicas_only_the_leader_writes_and_a_dead_leader_is_replaced() {
     let _guard = LOCK.lock().await;
-    let admin = setup().await;
+    let admin = vcp_tests::replica::prepare_host().await;
     let ns = "ops-ha";
     create_vcluster(&admin, ns, Kind::StatefulSet).await;
     let election = |id: &str| LeaderElection {
@@ -176,7 +156,13 @@ async fn two_replicas_only_the_leader_writes_and_a_dead_leader_is_replaced() {
     assert_eq!(metric(&b_metrics, "vcp_leader"), Some(0.0), "{b_metrics}");
     assert_eq!(holder().await.as_deref(), Some("replica-a"));
 
-    create_plugin(&admin, ns, "first", embedded_car_spec()).await;
+    create_plugin(
+        &admin,
+        ns,
+        "first",
+        vcp_tests::workload::embedded_car_spec(),
+    )
+    .await;
     wait_ready(&admin, ns, "first", "True", None, TIMEOUT).await;
     let writes = operator_writes(ns);
     assert!(
@@ -237,7 +223,7 @@ async fn two_replicas_only_the_leader_writes_and_a_dead_leader_is_replaced() {
 #[tokio::test]
 async fn metrics_healthz_and_readyz_are_served() {
     let _guard = LOCK.lock().await;
-    let admin = setup().await;
+    let admin = vcp_tests::replica::prepare_host().await;
     let ns = "ops-metrics";
     create_vcluster(&admin, ns, Kind::StatefulSet).await;
     let r = Replica::start("metrics", None).await;
@@ -248,7 +234,13 @@ async fn metrics_healthz_and_readyz_are_served() {
     .await;
     assert_eq!(r.get("/nope").await.0, 404);
 
-    create_plugin(&admin, ns, "measured", embedded_car_spec()).await;
+    create_plugin(
+        &admin,
+        ns,
+        "measured",
+        vcp_tests::workload::embedded_car_spec(),
+    )
+    .await;
     wait_ready(&admin, ns, "measured", "True", None, TIMEOUT).await;
     r.wait_reconciles(1).await;
     let (code, body) = r.get("/metrics").await;
@@ -270,7 +262,7 @@ async fn metrics_healthz_and_readyz_are_served() {
     r.stop().await;
 }
 
-// Drift and lifecycle (item 5)
+// Status (item 7)
 
 /// Conditions `Ready`, `WorkloadPatched`, `RBACReady`: `lastTransitionTime` stays on reconciles
 /// that change nothing and on a new generation with the same status, and moves when the status
@@ -278,11 +270,17 @@ async fn metrics_healthz_and_readyz_are_served() {
 #[tokio::test]
 async fn conditions_move_only_on_a_change_and_events_are_published() {
     let _guard = LOCK.lock().await;
-    let admin = setup().await;
+    let admin = vcp_tests::replica::prepare_host().await;
     let ns = "ops-status";
     vcp_tests::create_namespace(&admin, ns).await;
     let r = Replica::start("status", None).await;
-    create_plugin(&admin, ns, "watched", embedded_car_spec()).await;
+    create_plugin(
+        &admin,
+        ns,
+        "watched",
+        vcp_tests::workload::embedded_car_spec(),
+    )
+    .await;
     let missing = wait_ready(
         &admin,
         ns,
@@ -390,7 +388,7 @@ async fn conditions_move_only_on_a_change_and_events_are_published() {
 #[tokio::test]
 async fn restart_and_touches_after_convergence_make_zero_writes() {
     let _guard = LOCK.lock().await;
-    let admin = setup().await;
+    let admin = vcp_tests::replica::prepare_host().await;
     let namespaces: Vec<(String, Kind)> = (0..4)
         .map(|i| {
             (
@@ -404,7 +402,7 @@ async fn restart_and_touches_after_convergence_make_zero_writes() {
         })
         .collect();
     let plugins = [
-        ("embedded", embedded_car_spec()),
+        ("embedded", vcp_tests::workload::embedded_car_spec()),
         (
             "legacy",
             json!({ "vcluster": { "name": VC }, "image": "ghcr.io/example/v1:1", "version": "v1",

@@ -18,7 +18,6 @@ use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
 };
 use serde_json::{Value, json};
-use sha2::Digest;
 use vcp_crds::VClusterPlugin;
 use vcp_syncer_runtime::PodSync;
 use vcp_tests::runtime::{

@@ -16,7 +16,6 @@ use vcp_crds::Reason;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
-use sha2::Digest;
 use vcp_syncer_runtime::PodSync;
 use vcp_tests::runtime::{
     TIMEOUT, apply_dynamic as apply, default_spec, pods_resource, world, world_with,
