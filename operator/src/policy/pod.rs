@@ -187,6 +187,22 @@ fn identity(before: &PodSpec, after: &PodSpec) -> Result<(), Denial> {
     Ok(())
 }
 
+/// The [`denial`] of `value` at `source`, which is not among `allowed`: the reason is `what`,
+/// then the Pod Security `control` (level and name) with the list it allows.
+fn not_listed(
+    source: String,
+    value: String,
+    what: &str,
+    (control, allowed): (&str, &[&str]),
+) -> Denial {
+    let allowed = allowed.join(", ");
+    denial(
+        source,
+        value,
+        format!("{what} (Pod Security {control}: {allowed})"),
+    )
+}
+
 /// Refuses `<at>.securityContext.windowsOptions.hostProcess: true` (a pod's or a container's).
 fn host_process(
     at: &str,
@@ -205,13 +221,11 @@ fn host_process(
 fn pod_security_context(policy: &ContainerPolicy, sc: &PodSecurityContext) -> Result<(), Denial> {
     for (i, s) in sc.sysctls.iter().flatten().enumerate() {
         if !BASELINE_SAFE_SYSCTLS.contains(&s.name.as_str()) {
-            return Err(denial(
+            return Err(not_listed(
                 format!("spec.securityContext.sysctls[{i}].name"),
                 format!("{:?}", s.name),
-                format!(
-                    "a sysctl outside the safe set (Pod Security baseline: Sysctls: {})",
-                    BASELINE_SAFE_SYSCTLS.join(", ")
-                ),
+                "a sysctl outside the safe set",
+                ("baseline: Sysctls", BASELINE_SAFE_SYSCTLS.as_slice()),
             ));
         }
     }
@@ -236,12 +250,13 @@ fn volumes(policy: &ContainerPolicy, before: &PodSpec, after: &PodSpec) -> Resul
         let at = format!("spec.volumes[{i}]");
         let kind = volume_type(v);
         if !RESTRICTED_VOLUME_TYPES.contains(&kind.as_str()) {
-            return Err(denial(
+            return Err(not_listed(
                 format!("{at}.{kind}"),
                 format!("{{name: {:?}}}", v.name),
-                format!(
-                    "a {kind} volume reaches outside the pod (Pod Security restricted: Volume Types: {})",
-                    RESTRICTED_VOLUME_TYPES.join(", ")
+                &format!("a {kind} volume reaches outside the pod"),
+                (
+                    "restricted: Volume Types",
+                    RESTRICTED_VOLUME_TYPES.as_slice(),
                 ),
             ));
         }
