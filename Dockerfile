@@ -10,7 +10,7 @@
 # The runtime image is distroless (glibc, CA certificates, no shell) and runs as non-root; both
 # binaries are static, so they need nothing from it.
 #
-# No container engine runs where the tests run: tests/tests/dockerfile.rs replays the build
+# No container engine runs where the tests run: tests/tests/packaging_dockerfile.rs replays the build
 # stage (the context as .dockerignore leaves it, each COPY, the RUN with the ENV, in a chroot)
 # and checks the final stage against what it produced.
 

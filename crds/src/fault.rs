@@ -7,7 +7,7 @@
 //! API server has answered the n-th *write* with a 2xx status, before the operator sees the
 //! answer. `abort` raises `SIGABRT`: like `SIGKILL`, no destructor, no graceful shutdown and no
 //! Lease release runs, so the process dies exactly between two writes, which is what
-//! `tests/tests/operator_kill.rs` needs to show that every write boundary is safe to die at.
+//! `tests/tests/faults_operator_kill.rs` needs to show that every write boundary is safe to die at.
 //! With [`STOP_AFTER_WRITES_ENV`] (`VCP_FAULT_STOP_AFTER_WRITES`) instead, the process stops
 //! itself with `SIGSTOP` at that point, so that a test can send it a real `SIGKILL` at exactly
 //! that boundary (or `SIGCONT`).
@@ -25,7 +25,7 @@
 //!
 //! The module exists only with the crate's `test-faults` feature, which only the test crate
 //! enables (through the operator's and the runtime's features of the same name): release
-//! builds have no fault layer and no `VCP_FAULT_*` variable at all (tests/tests/dockerfile.rs
+//! builds have no fault layer and no `VCP_FAULT_*` variable at all (tests/tests/packaging_dockerfile.rs
 //! searches the image replay's binaries for the text).
 
 use std::future::Future;

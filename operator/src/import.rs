@@ -11,7 +11,7 @@
 //! namespace, targeting the given vCluster. The keys the chart reads are carried over: `image`,
 //! `imagePullPolicy`, `version`, `command`, `args`, `env` and `envFrom` (v1 only: the chart
 //! renders none for a v2 plugin's init container, and its values schema refuses them under
-//! `plugins:`; `tests/tests/chart_oracle.rs` checks this against the chart), `resources`,
+//! `plugins:`; `tests/tests/oracle_chart.rs` checks this against the chart), `resources`,
 //! `securityContext`, `volumeMounts` (without a mount of the v2 plugins' volume `plugins`, which
 //! the operator makes itself and the CRD refuses from a plugin), `config` (v1 only: a v2 plugin gets its config from the
 //! vCluster's own values, and the VClusterPlugin schema refuses `config` with v2), and
@@ -234,30 +234,24 @@ fn convert_entry(
     };
 
     let version = match (legacy, map.get("version")) {
-        (true, Some(Value::String(v))) if v == "v2" => PluginVersion::V2,
+        (_, Some(Value::String(v))) if v == "v2" => PluginVersion::V2,
         (true, None) => PluginVersion::V1,
         (true, Some(Value::String(v))) if v == "v1" => PluginVersion::V1,
-        (true, Some(other)) => {
-            warn(
-                "version",
-                format!(
-                    "`{}` is not `v2`, so the chart runs this plugin as a v1 sidecar; imported as `version: v1`",
-                    scalar_text(other)
-                ),
-            );
-            PluginVersion::V1
-        }
         (false, None) => PluginVersion::V2,
-        (false, Some(Value::String(v))) if v == "v2" => PluginVersion::V2,
-        (false, Some(other)) => {
-            warn(
-                "version",
-                format!(
-                    "`{}` ignored: entries of `plugins:` are always v2 (put a v1 sidecar under `plugin:`)",
-                    scalar_text(other)
-                ),
-            );
-            PluginVersion::V2
+        (legacy, Some(other)) => {
+            let (version, note) = if legacy {
+                (
+                    PluginVersion::V1,
+                    "is not `v2`, so the chart runs this plugin as a v1 sidecar; imported as `version: v1`",
+                )
+            } else {
+                (
+                    PluginVersion::V2,
+                    "ignored: entries of `plugins:` are always v2 (put a v1 sidecar under `plugin:`)",
+                )
+            };
+            warn("version", format!("`{}` {note}", scalar_text(other)));
+            version
         }
     };
 

@@ -15,7 +15,7 @@
 //!   only at its next renewal, and while the API server cannot be reached it keeps reporting
 //!   the Lease as held (it retries, and says nothing), so the controller of a partitioned
 //!   leader kept running and wrote again as soon as the partition healed, beside the new leader
-//!   (`tests/tests/operator_lease.rs`). It leads again once both agree;
+//!   (`tests/tests/faults_operator_lease.rs`). It leads again once both agree;
 //! - on shutdown the controller stops gracefully, then the Lease is released so another replica
 //!   takes over without waiting for it to expire. A replica that dies without releasing it is
 //!   replaced once the Lease has expired (within `duration`).

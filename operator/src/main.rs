@@ -245,8 +245,8 @@ async fn run_controller(args: RunArgs) -> ExitCode {
     // kube-runtime holds its applier until the plugin cache is ready, and its graceful
     // shutdown waits for the applier, so a signal that came before the caches filled (the API
     // server slow or unreachable at start-up) was never answered
-    // (tests/tests/operator_lease.rs). Exiting mid-reconcile is safe: every write boundary
-    // survives a kill (tests/tests/operator_kill.rs).
+    // (tests/tests/faults_operator_lease.rs). Exiting mid-reconcile is safe: every write boundary
+    // survives a kill (tests/tests/faults_operator_kill.rs).
     let deadline = {
         let shutdown = shutdown.clone();
         async move {

@@ -234,53 +234,70 @@ pub fn check_rule(policy: &Policy, scope: Scope, rule: &PolicyRule) -> Option<St
             }
         }
     }
-    if let Some(v) = rule.verbs.iter().find(|v| {
-        policy
-            .forbidden_verbs
-            .iter()
-            .any(|f| f.eq_ignore_ascii_case(v))
-    }) {
-        return Some(format!(
-            "verb {v:?} (policy forbiddenVerbs: {})",
-            policy.forbidden_verbs.join(", ")
-        ));
-    }
-    if let Some(r) = resources.iter().find(|r| {
-        policy
-            .forbidden_resources
-            .iter()
-            .any(|f| matches_resource(f, r))
-    }) {
-        return Some(format!(
-            "resource {r:?} (policy forbiddenResources: {})",
-            policy.forbidden_resources.join(", ")
-        ));
-    }
-    if scope == Scope::Cluster {
-        let cluster = &policy.cluster_scoped;
-        if let Some(v) = rule
-            .verbs
-            .iter()
-            .find(|v| !cluster.allowed_verbs.iter().any(|a| a == *v || a == "*"))
-        {
-            return Some(format!(
-                "verb {v:?} in a cluster-scoped rule (policy clusterScoped.allowedVerbs: {})",
-                cluster.allowed_verbs.join(", ")
-            ));
-        }
-        if let Some(r) = resources.iter().find(|r| {
-            cluster
-                .forbidden_resources
+    let forbidden = &policy.forbidden_resources;
+    let namespaced = first_refused(
+        &rule.verbs,
+        |v| {
+            policy
+                .forbidden_verbs
                 .iter()
-                .any(|f| matches_resource(f, r) || (r.starts_with('*') && policy.allow_wildcards))
-        }) {
-            return Some(format!(
-                "cluster-wide access to {r:?} (policy clusterScoped.forbiddenResources: {})",
-                cluster.forbidden_resources.join(", ")
-            ));
-        }
+                .any(|f| f.eq_ignore_ascii_case(v))
+        },
+        |v| format!("verb {v:?}"),
+        ("forbiddenVerbs", policy.forbidden_verbs.as_slice()),
+    )
+    .or_else(|| {
+        first_refused(
+            resources,
+            |r| forbidden.iter().any(|f| matches_resource(f, r)),
+            |r| format!("resource {r:?}"),
+            ("forbiddenResources", forbidden.as_slice()),
+        )
+    });
+    if namespaced.is_some() || scope != Scope::Cluster {
+        return namespaced;
     }
-    None
+    let cluster = &policy.cluster_scoped;
+    first_refused(
+        &rule.verbs,
+        |v| !cluster.allowed_verbs.iter().any(|a| a == v || a == "*"),
+        |v| format!("verb {v:?} in a cluster-scoped rule"),
+        (
+            "clusterScoped.allowedVerbs",
+            cluster.allowed_verbs.as_slice(),
+        ),
+    )
+    .or_else(|| {
+        first_refused(
+            resources,
+            |r| {
+                cluster.forbidden_resources.iter().any(|f| {
+                    matches_resource(f, r) || (r.starts_with('*') && policy.allow_wildcards)
+                })
+            },
+            |r| format!("cluster-wide access to {r:?}"),
+            (
+                "clusterScoped.forbiddenResources",
+                cluster.forbidden_resources.as_slice(),
+            ),
+        )
+    })
+}
+
+/// The first of `values` that `refused` holds for, as `what` says it, followed by the policy
+/// `setting` (its name and its list) that refuses it.
+fn first_refused(
+    values: &[String],
+    refused: impl Fn(&str) -> bool,
+    what: impl Fn(&str) -> String,
+    (setting, listed): (&str, &[String]),
+) -> Option<String> {
+    let v = values.iter().find(|v| refused(v))?;
+    Some(format!(
+        "{} (policy {setting}: {})",
+        what(v),
+        listed.join(", ")
+    ))
 }
 
 /// Checks the container fields of `plugin` and every rule it would grant (see the module

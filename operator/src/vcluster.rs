@@ -86,15 +86,7 @@ pub async fn install(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
         }
         None => None,
     };
-    let plan = decide(
-        observed.as_ref(),
-        Intent::Install(plugin),
-        &ctx.policy,
-        &ctx.runtime_image,
-    );
-    act::workload(ctx, observed.as_ref(), &plan).await?;
-    drop(guard);
-    act::rbac(ctx, plugin, observed.as_ref(), &plan.rbac).await?;
+    let plan = decide_and_act(ctx, plugin, &observed, Intent::Install(plugin), guard).await?;
     if let Some(outcome) = &plan.status {
         act::report(ctx, plugin, outcome).await?;
     }
@@ -134,16 +126,30 @@ pub async fn delete(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
         Some(wl) => Some(observe::vcluster(ctx, wl, &[], Some(&name)).await?),
         None => None,
     };
-    let plan = decide(
-        observed.as_ref(),
-        Intent::Delete(plugin),
-        &ctx.policy,
-        &ctx.runtime_image,
-    );
-    act::workload(ctx, observed.as_ref(), &plan).await?;
-    drop(guard);
-    act::rbac(ctx, plugin, observed.as_ref(), &plan.rbac).await?;
+    let plan = decide_and_act(ctx, plugin, &observed, Intent::Delete(plugin), guard).await?;
     Ok(requeue(&plan))
+}
+
+/// The decide and act steps of [`install`] and [`delete`] for `plugin`: the plan for `intent`
+/// from `observed`, the workload applied while `guard` (the vCluster's workload lock) is held,
+/// then the lock released and the plugin's RBAC converged. Returns the plan (its status and
+/// requeue are the caller's).
+///
+/// # Errors
+/// The workload's apply and the RBAC writes.
+async fn decide_and_act(
+    ctx: &Context,
+    plugin: &VClusterPlugin,
+    observed: &Option<Observed>,
+    intent: Intent<'_>,
+    guard: tokio::sync::MutexGuard<'_, ()>,
+) -> Result<Plan> {
+    let observed = observed.as_ref();
+    let plan = decide(observed, intent, &ctx.policy, &ctx.runtime_image);
+    act::workload(ctx, observed, &plan).await?;
+    drop(guard);
+    act::rbac(ctx, plugin, observed, &plan.rbac).await?;
+    Ok(plan)
 }
 
 /// Applies the workload `wl` again from the plugins installed into it, judged as an install

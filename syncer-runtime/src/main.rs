@@ -165,18 +165,11 @@ fn plugin_name_env() -> Option<String> {
 /// [`Error::PluginNameMismatch`] when both are set and differ; [`Error::NoPluginName`] when
 /// neither is.
 fn plugin_name(flag: Option<String>, written: Option<String>) -> Result<String, Error> {
-    match (flag, written) {
-        (Some(asked), Some(written)) if asked != written => Err(Error::PluginNameMismatch {
-            asked,
-            asked_by: "--plugin",
-            written,
-            written_by: "$VCLUSTER_PLUGIN_NAME",
-        }),
-        (_, Some(name)) | (Some(name), None) => Ok(name),
-        (None, None) => Err(Error::NoPluginName {
-            what: "neither --plugin nor $VCLUSTER_PLUGIN_NAME is set".into(),
-        }),
-    }
+    one_name(
+        (flag, "--plugin"),
+        (written, "$VCLUSTER_PLUGIN_NAME"),
+        "neither --plugin nor $VCLUSTER_PLUGIN_NAME is set",
+    )
 }
 
 /// The v2 plugin's name: its folder (`folder`, from vCluster's `Initialize`, written by the
@@ -187,16 +180,34 @@ fn plugin_name(flag: Option<String>, written: Option<String>) -> Result<String, 
 /// [`Error::PluginNameMismatch`] when both are known and differ; [`Error::NoPluginName`] when
 /// neither is.
 fn v2_plugin_name(folder: Option<String>, env: Option<String>) -> Result<String, Error> {
-    match (folder, env) {
-        (Some(written), Some(asked)) if asked != written => Err(Error::PluginNameMismatch {
+    one_name(
+        (env, "$VCLUSTER_PLUGIN_NAME"),
+        (folder, "the plugin's folder under /plugins"),
+        "vCluster sent no working directory and VCLUSTER_PLUGIN_NAME is not set",
+    )
+}
+
+/// The plugin's name from two sources, each with what it is called in an error: `written`
+/// wins when set, `asked` is taken otherwise.
+///
+/// # Errors
+/// [`Error::PluginNameMismatch`] when both are set and differ; [`Error::NoPluginName`] with
+/// `neither` when neither is.
+fn one_name(
+    (asked, asked_by): (Option<String>, &'static str),
+    (written, written_by): (Option<String>, &'static str),
+    neither: &str,
+) -> Result<String, Error> {
+    match (asked, written) {
+        (Some(asked), Some(written)) if asked != written => Err(Error::PluginNameMismatch {
             asked,
-            asked_by: "$VCLUSTER_PLUGIN_NAME",
+            asked_by,
             written,
-            written_by: "the plugin's folder under /plugins",
+            written_by,
         }),
-        (Some(name), _) | (None, Some(name)) => Ok(name),
+        (_, Some(name)) | (Some(name), None) => Ok(name),
         (None, None) => Err(Error::NoPluginName {
-            what: "vCluster sent no working directory and VCLUSTER_PLUGIN_NAME is not set".into(),
+            what: neither.into(),
         }),
     }
 }

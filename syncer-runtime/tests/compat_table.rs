@@ -3,7 +3,7 @@
 //! bytes cut to 52 + `-` + 10 hex of sha256, then `.-` → `-`; single-namespace `HostName`
 //! `<name>-x-<namespace>-x-<vcluster>`; `HostLabels` / `HostAnnotations` with the
 //! `managed-annotations` bookkeeping of `applyMaps`; no `managed-labels` on create). The
-//! translation oracle (`tests/tests/translate_oracle.rs`) checks the same against vCluster's
+//! translation oracle (`tests/tests/oracle_translate.rs`) checks the same against vCluster's
 //! own code on generated cases.
 //!
 //! The expected names are literals computed outside this crate (Python's hashlib), not by the

@@ -4,7 +4,7 @@
 
 use anyhow::Context as _;
 
-use crate::control_plane::{Cluster, ControlPlane};
+use crate::control_plane::{Cluster, ControlPlane, Identity};
 
 /// The complete audit events of `cluster`'s audit log, one JSON value per line. A last line
 /// the API server is still writing (no newline yet) is left out; the log survives
@@ -94,6 +94,224 @@ pub fn audited_write_events(
         });
     }
     Ok(writes)
+}
+
+/// Entry point of the audit-log queries: [`Audit::writes`].
+#[derive(Clone, Copy, Debug)]
+pub struct Audit;
+
+impl Audit {
+    /// A query over the write requests of the shared control plane's host API server; narrow
+    /// it with [`Writes`]' filters (each one further restricts), then read it with
+    /// [`Writes::attempts`], [`Writes::succeeded`] or [`Writes::requests`]. For example, the
+    /// operator's successful StatefulSet writes in namespace `ns` since `t`:
+    /// `Audit::writes().by(Identity::Operator).in_namespace(ns).resource("statefulsets").since(t).succeeded()`.
+    #[must_use]
+    pub fn writes() -> Writes<'static> {
+        Writes::default()
+    }
+}
+
+/// A query over the write requests of one audit log (see [`Audit::writes`]). Every filter is
+/// a conjunction; an unset filter keeps everything.
+#[derive(Clone, Debug)]
+pub struct Writes<'a> {
+    cp: Option<&'a ControlPlane>,
+    cluster: Cluster,
+    user: Option<String>,
+    namespace: Option<String>,
+    cluster_objects: bool,
+    resources: Vec<String>,
+    verb: Option<String>,
+    uri_contains: Vec<String>,
+    uri_excludes: Vec<String>,
+    since: Option<std::time::SystemTime>,
+}
+
+impl Default for Writes<'_> {
+    fn default() -> Self {
+        Self {
+            cp: None,
+            cluster: Cluster::Host,
+            user: None,
+            namespace: None,
+            cluster_objects: false,
+            resources: Vec::new(),
+            verb: None,
+            uri_contains: Vec::new(),
+            uri_excludes: Vec::new(),
+            since: None,
+        }
+    }
+}
+
+impl<'a> Writes<'a> {
+    /// Reads `cp`'s audit logs instead of [`ControlPlane::shared`]'s.
+    #[must_use]
+    pub fn in_control_plane<'b>(self, cp: &'b ControlPlane) -> Writes<'b> {
+        Writes {
+            cp: Some(cp),
+            ..self
+        }
+    }
+
+    /// Reads `cluster`'s audit log (default: [`Cluster::Host`]).
+    #[must_use]
+    pub fn on(self, cluster: Cluster) -> Self {
+        Self { cluster, ..self }
+    }
+
+    /// Only the requests `identity` made (its user name, [`Identity::user`]).
+    #[must_use]
+    pub fn by(self, identity: Identity) -> Self {
+        self.by_user(identity.user())
+    }
+
+    /// Only the requests user `user` made.
+    #[must_use]
+    pub fn by_user(self, user: &str) -> Self {
+        Self {
+            user: Some(user.to_string()),
+            ..self
+        }
+    }
+
+    /// Only the requests to objects in namespace `ns` (the request path contains
+    /// `/namespaces/<ns>/`), and with [`Writes::and_its_cluster_objects`] also the cluster-scoped
+    /// objects named for it.
+    #[must_use]
+    pub fn in_namespace(self, ns: &str) -> Self {
+        Self {
+            namespace: Some(ns.to_string()),
+            ..self
+        }
+    }
+
+    /// With [`Writes::in_namespace`]: also the requests to cluster-scoped objects (a path
+    /// without `/namespaces/`) named `vcp:<ns>:…`, the ClusterRoles and ClusterRoleBindings of
+    /// the namespace's plugins (the name as `objectRef.name` records it, or in the path, plain
+    /// or percent-encoded). [`Writes::resource`] does not narrow these.
+    #[must_use]
+    pub fn and_its_cluster_objects(self) -> Self {
+        Self {
+            cluster_objects: true,
+            ..self
+        }
+    }
+
+    /// Only the requests to namespaced resource `resource` (a segment of the request path,
+    /// such as `statefulsets`); several calls keep any of them.
+    #[must_use]
+    pub fn resource(mut self, resource: &str) -> Self {
+        self.resources.push(resource.to_string());
+        self
+    }
+
+    /// Only the requests with verb `verb` (`create`, `update`, `patch`, `delete`,
+    /// `deletecollection`).
+    #[must_use]
+    pub fn verb(self, verb: &str) -> Self {
+        Self {
+            verb: Some(verb.to_string()),
+            ..self
+        }
+    }
+
+    /// Only the requests whose URI contains `part`; several calls require each.
+    #[must_use]
+    pub fn uri_contains(mut self, part: &str) -> Self {
+        self.uri_contains.push(part.to_string());
+        self
+    }
+
+    /// Leaves out the requests whose URI contains `part` (such as `/leases` or `/events`).
+    #[must_use]
+    pub fn excluding(mut self, part: &str) -> Self {
+        self.uri_excludes.push(part.to_string());
+        self
+    }
+
+    /// Leaves out the dry runs (`dryRun=` in the URI: the operator's admission probes, which
+    /// persist nothing).
+    #[must_use]
+    pub fn without_dry_runs(self) -> Self {
+        self.excluding("dryRun=")
+    }
+
+    /// Only the requests the API server received at or after `t`.
+    #[must_use]
+    pub fn since(self, t: std::time::SystemTime) -> Self {
+        Self {
+            since: Some(t),
+            ..self
+        }
+    }
+
+    fn keeps(&self, w: &AuditedWrite) -> bool {
+        let path = w.uri.split('?').next().unwrap_or_default();
+        let in_scope = self.namespace.as_deref().is_none_or(|ns| {
+            let namespaced = path.contains(&format!("/namespaces/{ns}/"))
+                && (self.resources.is_empty()
+                    || path
+                        .split('/')
+                        .any(|seg| self.resources.iter().any(|r| r == seg)));
+            let named = self.cluster_objects
+                && !path.contains("/namespaces/")
+                && (w.object_name.starts_with(&format!("vcp:{ns}:"))
+                    || path.contains(&format!("vcp:{ns}:"))
+                    || path.contains(&format!("vcp%3A{ns}%3A")));
+            namespaced || named
+        });
+        let resource = self.namespace.is_some()
+            || self.resources.is_empty()
+            || path
+                .split('/')
+                .any(|seg| self.resources.iter().any(|r| r == seg));
+        in_scope
+            && resource
+            && self.user.as_deref().is_none_or(|u| w.user == u)
+            && self.verb.as_deref().is_none_or(|v| w.verb == v)
+            && self.since.is_none_or(|t| w.received_at >= t)
+            && self.uri_contains.iter().all(|p| w.uri.contains(p.as_str()))
+            && !self.uri_excludes.iter().any(|p| w.uri.contains(p.as_str()))
+    }
+
+    /// Every matching request, refused or not, in order.
+    ///
+    /// # Panics
+    /// When the audit log cannot be read or a complete line is not JSON.
+    #[must_use]
+    pub fn attempts(&self) -> Vec<AuditedWrite> {
+        let cp = self.cp.unwrap_or_else(|| ControlPlane::shared());
+        audited_write_events(cp, self.cluster)
+            .expect("audit log")
+            .into_iter()
+            .filter(|w| self.keeps(w))
+            .collect()
+    }
+
+    /// The matching requests that succeeded (response code 2xx), in order.
+    ///
+    /// # Panics
+    /// As [`Writes::attempts`].
+    #[must_use]
+    pub fn succeeded(&self) -> Vec<AuditedWrite> {
+        let mut writes = self.attempts();
+        writes.retain(|w| (200..300).contains(&w.code));
+        writes
+    }
+
+    /// [`Writes::attempts`] as `(verb, request URI)` pairs.
+    ///
+    /// # Panics
+    /// As [`Writes::attempts`].
+    #[must_use]
+    pub fn requests(&self) -> Vec<(String, String)> {
+        self.attempts()
+            .into_iter()
+            .map(|w| (w.verb, w.uri))
+            .collect()
+    }
 }
 
 /// The request URIs of the `list` and `watch` requests `user` made on `cluster` (the audit

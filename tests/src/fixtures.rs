@@ -297,3 +297,15 @@ pub fn string_map<const N: usize>(pairs: [(&str, &str); N]) -> BTreeMap<String, 
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
 }
+
+/// The API server's message when `result` is a refusal, `None` when it succeeded.
+///
+/// # Panics
+/// When `result` failed otherwise than with an API answer.
+pub fn refusal<T>(result: Result<T, kube::Error>) -> Option<String> {
+    match result {
+        Ok(_) => None,
+        Err(kube::Error::Api(e)) => Some(format!("{} ({})", e.message, e.code)),
+        Err(e) => panic!("not an API answer: {e}"),
+    }
+}

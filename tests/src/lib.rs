@@ -19,7 +19,11 @@
 //! audit logs), [`fixtures`] (vCluster's chart rendered by helm, CRDs, namespaces, YAML), [`plugins`] (the
 //! shared operator and `VClusterPlugin` helpers), [`process`] (the workspace's binaries as
 //! processes: the operator binary a test can kill), [`proxy`] (a TCP proxy a test can pause:
-//! a network partition), [`wait`] (polling until a condition holds).
+//! a network partition), [`wait`] (polling until a condition holds), [`runtime`] (the
+//! declarative runtime in-process, and the `World` of a runtime test), [`replica`]
+//! (an operator replica in-process that a test can stop or kill), [`logs`] (the
+//! process's own warnings, captured), [`workload`] (a vCluster's
+//! workload of either kind, as its chart renders it).
 //! Their items are re-exported at the crate root.
 //!
 //! [`cpu`] reads the CPU time of a bench's processes from `/proc`; [`plot`] draws the benches'
@@ -33,27 +37,34 @@ pub mod control_plane;
 pub mod cpu;
 pub mod fixtures;
 pub mod image;
+pub mod logs;
 pub mod plot;
 pub mod plugins;
 pub mod process;
 pub mod proxy;
+pub mod replica;
+pub mod runtime;
 pub mod wait;
+pub mod workload;
 
 pub use admission::{
     ADMISSION_OVERLAY, TENANT_RBAC, bind_tenant_rights, install_admission_policies,
 };
-pub use audit::{AuditedWrite, audited_reads, audited_write_events, audited_writes};
+pub use audit::{Audit, AuditedWrite, Writes, audited_reads, audited_write_events, audited_writes};
 pub use control_plane::{Cluster, ControlPlane, Identity, config_from, repo_root};
 pub use fixtures::{
     TEST_FIELD_MANAGER, apply_yaml, apply_yaml_file, create_namespace, create_yaml, install_crds,
-    install_operator_rbac, oracle_paths, render_vcluster_chart, string_map, vcluster_workload,
-    vcluster_workload_with,
+    install_operator_rbac, oracle_paths, refusal, render_vcluster_chart, string_map,
+    vcluster_workload, vcluster_workload_with,
 };
 pub use plugins::{
-    condition, create_plugin, delete_plugin, operator_reconciles, operator_telemetry, poke_plugin,
-    poll_event, poll_ready, start_shared_operator, start_shared_operator_with_policy, wait_event,
-    wait_operator_reconciled, wait_ready,
+    condition, create_plugin, delete_plugin, install_operator_role, operator_reconciles,
+    operator_telemetry, poke_plugin, poll_event, poll_ready, prepare_operator_host,
+    start_shared_operator, start_shared_operator_with_policy, wait_event, wait_operator_reconciled,
+    wait_ready,
 };
 pub use process::{OperatorOptions, OperatorProcess, exit_signal, http_get, workspace_binary};
 pub use proxy::{TcpProxy, kubeconfig_server};
+pub use replica::Replica;
+pub use runtime::{Runtime, World, start_runtime};
 pub use wait::{poll_for, wait_for};

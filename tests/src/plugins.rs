@@ -48,16 +48,7 @@ pub async fn start_shared_operator_with_policy(
     let cp = ControlPlane::shared();
     let admin = cp.client(Cluster::Host, Identity::Admin).await;
     if STARTED.get().is_none() {
-        install_crds(&admin).await;
-        for file in [
-            "config/rbac/role.yaml",
-            "config/rbac/test-user-binding.yaml",
-        ] {
-            apply_yaml_file(&admin, file, None)
-                .await
-                .unwrap_or_else(|e| panic!("apply {file}: {e:#}"));
-        }
-        install_admission_policies(cp, &admin).await;
+        prepare_operator_host(cp, &admin).await;
         STARTED.get_or_init(|| {
             std::thread::spawn(move || {
                 let rt = tokio::runtime::Runtime::new().expect("operator runtime");
@@ -77,6 +68,34 @@ pub async fn start_shared_operator_with_policy(
         });
     }
     admin
+}
+
+/// The operator's ClusterRole (`config/rbac/role.yaml`) and its binding to the static-token
+/// user `vcp-operator` (`config/rbac/test-user-binding.yaml`) on the cluster of `admin`.
+///
+/// # Panics
+/// When either file is refused.
+pub async fn install_operator_role(admin: &Client) {
+    for file in [
+        "config/rbac/role.yaml",
+        "config/rbac/test-user-binding.yaml",
+    ] {
+        apply_yaml_file(admin, file, None)
+            .await
+            .unwrap_or_else(|e| panic!("apply {file}: {e:#}"));
+    }
+}
+
+/// What an operator bounded by the trust model needs on `cp`'s host cluster (`admin` is its
+/// admin client): the CRDs, [`install_operator_role`] and the admission policies
+/// ([`install_admission_policies`]).
+///
+/// # Panics
+/// When any of them is refused.
+pub async fn prepare_operator_host(cp: &ControlPlane, admin: &Client) {
+    install_crds(admin).await;
+    install_operator_role(admin).await;
+    install_admission_policies(cp, admin).await;
 }
 
 /// The telemetry of this test binary's shared operator ([`start_shared_operator`]): its

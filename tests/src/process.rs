@@ -47,7 +47,7 @@ pub fn workspace_binary(package: &str, bin: &str) -> PathBuf {
         .current_dir(repo_root())
         .args(["build", "--locked", "-p", package, "--bin", bin])
         // The test-only fault point (`vcp_crds::fault`), which release builds leave out: both
-        // binary packages forward the feature (operator_kill.rs and runtime_kill.rs drive it).
+        // binary packages forward the feature (faults_operator_kill.rs and faults_runtime_kill.rs drive it).
         .args(["--features", "test-faults"])
         .env("CARGO_TARGET_DIR", profile.parent().expect("target folder"));
     if profile.file_name().is_some_and(|n| n == "release") {

@@ -1,180 +1,35 @@
-//! The operator's operations, drift handling, lifecycle, idempotency and status, end to end on
-//! the real host API server (RBAC on). Every operator runs in-process under the
-//! `vcp-operator` identity (config/rbac) on a runtime of its own, so a test can stop it
-//! gracefully or kill it (drop its runtime: no cleanup, no Lease release, like a crashed pod).
-//! Each replica sends its own `User-Agent`, so the audit log tells replicas apart.
+//! The operator's operations, end to end on the real host API server (RBAC on): least
+//! privilege of its RBAC, leader election between replicas, its HTTP endpoints, conditions and
+//! Events that move only on a change, and idempotency (zero writes after convergence). Every
+//! operator runs in-process under the `vcp-operator` identity (config/rbac) as a
+//! [`vcp_tests::Replica`] on a runtime of its own, so a test can stop it gracefully or kill it.
+//! Drift and lifecycle are in `operator_drift.rs`.
 //!
 //! Tests that run an operator hold [`LOCK`]: two operators of one control plane would both
 //! reconcile every plugin. Each test keeps to its own namespaces.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Container;
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Client, ResourceExt};
+use kube::Client;
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::{Mutex, OnceCell, oneshot};
-use vcluster_plugin_operator::policy::Policy;
-use vcluster_plugin_operator::{Config, LeaderElection, Telemetry, run_until};
+use tokio::sync::Mutex;
+use vcluster_plugin_operator::LeaderElection;
 use vcp_crds::{OPERATOR_FIELD_MANAGER, VClusterPlugin};
+use vcp_tests::replica::user_agent;
+use vcp_tests::workload::{Kind, VC, create_vcluster, create_workload};
 use vcp_tests::{
-    AuditedWrite, Cluster, ControlPlane, Identity, condition, create_plugin, delete_plugin,
-    wait_for, wait_ready,
+    Audit, AuditedWrite, Identity, Replica, condition, create_plugin, delete_plugin, wait_for,
+    wait_ready,
 };
 
-const RUNTIME_IMAGE: &str = "vcp-test/runtime:e2e";
 const TIMEOUT: Duration = Duration::from_secs(60);
-const VC: &str = "my-vcluster";
 
 /// Serializes the tests that run an operator.
 static LOCK: Mutex<()> = Mutex::const_new(());
-
-// ---------------------------------------------------------------------------------------------
-// Support
-
-/// CRDs, the operator's RBAC (cluster and leader-election), namespace `vcp-system`; once.
-async fn setup() -> Client {
-    static SETUP: OnceCell<()> = OnceCell::const_new();
-    let cp = ControlPlane::shared();
-    SETUP
-        .get_or_init(|| async {
-            let admin = cp.client(Cluster::Host, Identity::Admin).await;
-            vcp_tests::install_operator_rbac(&admin).await;
-        })
-        .await;
-    cp.client(Cluster::Host, Identity::Admin).await
-}
-
-fn user_agent(replica: &str) -> String {
-    format!("vcluster-plugin-operator/{replica}")
-}
-
-/// One operator replica on its own runtime, serving /metrics, /healthz, /readyz on a free port.
-struct Replica {
-    runtime: Option<tokio::runtime::Runtime>,
-    telemetry: Arc<Telemetry>,
-    addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    done: Option<oneshot::Receiver<Result<(), String>>>,
-}
-
-impl Replica {
-    async fn start(name: &str, election: Option<LeaderElection>) -> Replica {
-        Replica::start_with_policy(name, election, Policy::default()).await
-    }
-
-    /// A replica with the operator policy `policy` (what `--policy-file` sets).
-    async fn start_with_policy(
-        name: &str,
-        election: Option<LeaderElection>,
-        policy: Policy,
-    ) -> Replica {
-        let mut kc = ControlPlane::shared()
-            .config(Cluster::Host, Identity::Operator)
-            .await
-            .expect("operator kubeconfig");
-        kc.headers.push((
-            http::header::USER_AGENT,
-            http::HeaderValue::from_str(&user_agent(name)).unwrap(),
-        ));
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("replica runtime");
-        let telemetry = Arc::new(Telemetry::new());
-        let (stop_tx, stop_rx) = oneshot::channel::<()>();
-        let (done_tx, done_rx) = oneshot::channel();
-        let (addr_tx, addr_rx) = oneshot::channel();
-        let t = telemetry.clone();
-        let instance = name.to_string();
-        runtime.spawn(async move {
-            let client = Client::try_from(kc).expect("operator client");
-            let listener = vcluster_plugin_operator::http::bind("127.0.0.1:0".parse().unwrap())
-                .await
-                .expect("bind");
-            let _ = addr_tx.send(listener.local_addr().unwrap());
-            tokio::spawn(vcluster_plugin_operator::http::serve(
-                listener,
-                t.clone(),
-                std::future::pending(),
-            ));
-            let mut config = Config::new(client);
-            config.runtime_image = RUNTIME_IMAGE.into();
-            config.telemetry = t;
-            config.leader_election = election;
-            config.instance = Some(instance);
-            config.policy = policy;
-            let res = run_until(config, async {
-                let _ = stop_rx.await;
-            })
-            .await;
-            let _ = done_tx.send(res.map_err(|e| e.to_string()));
-        });
-        let addr = addr_rx.await.expect("replica started");
-        Replica {
-            runtime: Some(runtime),
-            telemetry,
-            addr,
-            stop: Some(stop_tx),
-            done: Some(done_rx),
-        }
-    }
-
-    /// Graceful stop (as on SIGTERM): `run_until` must return `Ok`.
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        let res = self.done.take().unwrap().await.expect("operator ended");
-        assert_eq!(res, Ok(()), "graceful stop");
-        self.runtime.take().unwrap().shutdown_background();
-    }
-
-    /// Dies on the spot: nothing more runs, nothing is released.
-    fn kill(mut self) {
-        self.runtime.take().unwrap().shutdown_background();
-    }
-
-    async fn get(&self, path: &str) -> (u16, String) {
-        http_get(self.addr, path).await
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        if let Some(rt) = self.runtime.take() {
-            rt.shutdown_background();
-        }
-    }
-}
-
-/// A minimal HTTP/1.1 GET: status code and body.
-async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-    .expect("send");
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).await.expect("read");
-    let code = raw
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("status line");
-    let body = raw
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (code, body)
-}
 
 /// The value of a metric line `name` (exact, with labels) in a Prometheus text body.
 fn metric(body: &str, name: &str) -> Option<f64> {
@@ -182,126 +37,15 @@ fn metric(body: &str, name: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
-#[derive(Clone, Copy, PartialEq)]
-enum Kind {
-    StatefulSet,
-    Deployment,
-}
-
-/// The chart values that make vCluster's chart render a Deployment instead of a StatefulSet
-/// (no volume claim: the data lives in an emptyDir).
-const DEPLOYMENT_VALUES: &str =
-    "controlPlane:\n  statefulSet:\n    persistence:\n      volumeClaim:\n        enabled: false\n";
-
-/// Creates the vCluster in `ns` as its chart (vCluster v0.30.0) renders it, the way
-/// `helm install` does (field manager `helm`): its ServiceAccounts, config Secret and Services
-/// once, and the workload `my-vcluster` of `kind`; returns the workload's original
-/// `spec.template`.
-async fn create_workload(admin: &Client, ns: &str, kind: Kind) -> Value {
-    let values = match kind {
-        Kind::StatefulSet => "",
-        Kind::Deployment => DEPLOYMENT_VALUES,
-    };
-    let yaml = vcp_tests::vcluster_workload_with(ns, values);
-    let mut workload = None;
-    for doc in yaml.split("---\n") {
-        let created = vcp_tests::create_yaml(admin, doc, Some(ns), "helm").await;
-        let is_workload =
-            doc.contains("\nkind: StatefulSet\n") || doc.contains("\nkind: Deployment\n");
-        match created {
-            Ok(objects) => {
-                for object in objects {
-                    if object
-                        .types
-                        .as_ref()
-                        .is_some_and(|t| t.kind == "StatefulSet" || t.kind == "Deployment")
-                    {
-                        workload = Some(object);
-                    }
-                }
-            }
-            // the ServiceAccounts, Secret and Services survive a deleted workload
-            Err(error) if !is_workload && format!("{error:#}").contains("AlreadyExists") => {}
-            Err(error) => panic!("create the vCluster: {error:#}"),
-        }
-    }
-    // the template as the typed objects serialize it, like `template` reads it back
-    let workload = serde_json::to_value(workload.expect("the chart's workload")).expect("json");
-    match kind {
-        Kind::StatefulSet => {
-            let sts: StatefulSet = serde_json::from_value(workload).expect("StatefulSet");
-            serde_json::to_value(sts.spec.expect("spec").template)
-        }
-        Kind::Deployment => {
-            let d: Deployment = serde_json::from_value(workload).expect("Deployment");
-            serde_json::to_value(d.spec.expect("spec").template)
-        }
-    }
-    .expect("json")
-}
-
-async fn vcluster(admin: &Client, ns: &str, kind: Kind) -> Value {
-    vcp_tests::create_namespace(admin, ns).await;
-    create_workload(admin, ns, kind).await
-}
-
-/// The live pod template of the workload.
-async fn template(admin: &Client, ns: &str, kind: Kind) -> Value {
-    match kind {
-        Kind::StatefulSet => serde_json::to_value(
-            Api::<StatefulSet>::namespaced(admin.clone(), ns)
-                .get(VC)
-                .await
-                .expect("get StatefulSet")
-                .spec
-                .unwrap()
-                .template,
-        ),
-        Kind::Deployment => serde_json::to_value(
-            Api::<Deployment>::namespaced(admin.clone(), ns)
-                .get(VC)
-                .await
-                .expect("get Deployment")
-                .spec
-                .unwrap()
-                .template,
-        ),
-    }
-    .unwrap()
-}
-
-fn containers(template: &Value, list: &str) -> Vec<Value> {
-    template["spec"][list]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-}
-
-fn container_names(template: &Value, list: &str) -> Vec<String> {
-    containers(template, list)
-        .iter()
-        .map(|c| c["name"].as_str().unwrap().to_string())
-        .collect()
-}
-
-fn container<'a>(template: &'a Value, name: &str) -> &'a Value {
-    template["spec"]["containers"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["name"] == name))
-        .unwrap_or_else(|| panic!("no container {name} in {template:#}"))
-}
-
 /// The operator's (user `vcp-operator`) write requests so far concerning namespace `ns` or its
 /// cluster-scoped objects, Leases excluded.
 fn operator_writes(ns: &str) -> Vec<AuditedWrite> {
-    vcp_tests::audited_write_events(ControlPlane::shared(), Cluster::Host)
-        .expect("audit log")
-        .into_iter()
-        .filter(|w| w.user == Identity::Operator.user() && !w.uri.contains("/leases"))
-        .filter(|w| {
-            w.uri.contains(&format!("/namespaces/{ns}/")) || w.uri.contains(&format!("vcp:{ns}:"))
-        })
-        .collect()
+    Audit::writes()
+        .by(Identity::Operator)
+        .in_namespace(ns)
+        .and_its_cluster_objects()
+        .excluding("/leases")
+        .attempts()
 }
 
 /// Merge-patches an annotation onto the plugin (a watch event: one more reconcile).
@@ -316,24 +60,6 @@ async fn touch_plugin(admin: &Client, ns: &str, name: &str, value: &str) {
         .expect("touch plugin");
 }
 
-/// Waits until `replica` has finished at least `n` reconciles.
-async fn wait_reconciles(replica: &Replica, n: u64) {
-    let t = replica.telemetry.clone();
-    wait_for(TIMEOUT, || {
-        let t = t.clone();
-        async move { (t.reconciles() >= n).then_some(()) }
-    })
-    .await;
-}
-
-fn embedded_car_spec() -> Value {
-    json!({
-        "vcluster": { "name": VC },
-        "syncedTypes": [{ "apiVersion": "example.loft.sh/v1", "kind": "Car" }],
-    })
-}
-
-// ---------------------------------------------------------------------------------------------
 // Least privilege (item 9)
 
 /// No rule of the operator's RBAC (config/rbac/*.yaml) uses a wildcard.
@@ -383,7 +109,6 @@ fn operator_rbac_has_no_wildcards() {
     );
 }
 
-// ---------------------------------------------------------------------------------------------
 // Operations (item 8)
 
 /// Two replicas on one Lease: only the holder reconciles and writes; a standby is ready but
@@ -392,9 +117,9 @@ fn operator_rbac_has_no_wildcards() {
 #[tokio::test]
 async fn two_replicas_only_the_leader_writes_and_a_dead_leader_is_replaced() {
     let _guard = LOCK.lock().await;
-    let admin = setup().await;
+    let admin = vcp_tests::replica::prepare_host().await;
     let ns = "ops-ha";
-    vcluster(&admin, ns, Kind::StatefulSet).await;
+    create_vcluster(&admin, ns, Kind::StatefulSet).await;
     let election = |id: &str| LeaderElection {
         lease_name: "ops-ha".into(),
         namespace: "vcp-system".into(),
@@ -431,7 +156,13 @@ async fn two_replicas_only_the_leader_writes_and_a_dead_leader_is_replaced() {
     assert_eq!(metric(&b_metrics, "vcp_leader"), Some(0.0), "{b_metrics}");
     assert_eq!(holder().await.as_deref(), Some("replica-a"));
 
-    create_plugin(&admin, ns, "first", embedded_car_spec()).await;
+    create_plugin(
+        &admin,
+        ns,
+        "first",
+        vcp_tests::workload::embedded_car_spec(),
+    )
+    .await;
     wait_ready(&admin, ns, "first", "True", None, TIMEOUT).await;
     let writes = operator_writes(ns);
     assert!(
@@ -492,9 +223,9 @@ async fn two_replicas_only_the_leader_writes_and_a_dead_leader_is_replaced() {
 #[tokio::test]
 async fn metrics_healthz_and_readyz_are_served() {
     let _guard = LOCK.lock().await;
-    let admin = setup().await;
+    let admin = vcp_tests::replica::prepare_host().await;
     let ns = "ops-metrics";
-    vcluster(&admin, ns, Kind::StatefulSet).await;
+    create_vcluster(&admin, ns, Kind::StatefulSet).await;
     let r = Replica::start("metrics", None).await;
     assert_eq!(r.get("/healthz").await, (200, "ok\n".to_string()));
     wait_for(TIMEOUT, || async {
@@ -503,9 +234,15 @@ async fn metrics_healthz_and_readyz_are_served() {
     .await;
     assert_eq!(r.get("/nope").await.0, 404);
 
-    create_plugin(&admin, ns, "measured", embedded_car_spec()).await;
+    create_plugin(
+        &admin,
+        ns,
+        "measured",
+        vcp_tests::workload::embedded_car_spec(),
+    )
+    .await;
     wait_ready(&admin, ns, "measured", "True", None, TIMEOUT).await;
-    wait_reconciles(&r, 1).await;
+    r.wait_reconciles(1).await;
     let (code, body) = r.get("/metrics").await;
     assert_eq!(code, 200);
     let success = metric(&body, "vcp_reconcile_total{result=\"success\"}").unwrap_or(0.0);
@@ -525,383 +262,6 @@ async fn metrics_healthz_and_readyz_are_served() {
     r.stop().await;
 }
 
-// ---------------------------------------------------------------------------------------------
-// Drift and lifecycle (item 5)
-
-/// The sidecar removed by someone else — a full update without it (a replace-style upgrade) or
-/// a JSON patch — is added back; a foreign server-side apply without it leaves it alone.
-#[tokio::test]
-async fn removed_sidecar_is_added_back() {
-    let _guard = LOCK.lock().await;
-    let admin = setup().await;
-    let ns = "ops-drift-sidecar";
-    let original = vcluster(&admin, ns, Kind::StatefulSet).await;
-    let r = Replica::start("drift-sidecar", None).await;
-    create_plugin(&admin, ns, "car-syncer", embedded_car_spec()).await;
-    wait_ready(&admin, ns, "car-syncer", "True", None, TIMEOUT).await;
-    let installed = template(&admin, ns, Kind::StatefulSet).await;
-    assert_eq!(
-        container_names(&installed, "containers"),
-        ["syncer", "car-syncer"]
-    );
-
-    let api = Api::<StatefulSet>::namespaced(admin.clone(), ns);
-    let back = || {
-        let admin = admin.clone();
-        let installed = installed.clone();
-        async move { (template(&admin, ns, Kind::StatefulSet).await == installed).then_some(()) }
-    };
-
-    // A replace-style upgrade: the whole object without the sidecar, by another manager.
-    let mut live = api.get(VC).await.unwrap();
-    live.spec
-        .as_mut()
-        .unwrap()
-        .template
-        .spec
-        .as_mut()
-        .unwrap()
-        .containers
-        .retain(|c| c.name == "syncer");
-    live.metadata.managed_fields = None;
-    api.replace(
-        VC,
-        &PostParams {
-            field_manager: Some("helm".into()),
-            ..Default::default()
-        },
-        &live,
-    )
-    .await
-    .expect("replace without the sidecar");
-    wait_for(TIMEOUT, back).await;
-
-    // A JSON patch removing it.
-    api.patch(
-        VC,
-        &PatchParams::default(),
-        &Patch::<()>::Json(
-            serde_json::from_value(json!([
-                { "op": "test", "path": "/spec/template/spec/containers/1/name", "value": "car-syncer" },
-                { "op": "remove", "path": "/spec/template/spec/containers/1" },
-            ]))
-            .unwrap(),
-        ),
-    )
-    .await
-    .expect("JSON patch removing the sidecar");
-    wait_for(TIMEOUT, back).await;
-
-    // A Helm-like server-side apply of the chart's own fields does not remove what the
-    // operator owns: nothing to repair, and the sidecar stays.
-    let chart: StatefulSet = serde_json::from_value(json!({
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": { "name": VC, "namespace": ns },
-        "spec": { "serviceName": "my-vcluster-headless",
-                  "selector": { "matchLabels": { "app": "vcluster", "release": VC } },
-                  "template": original },
-    }))
-    .unwrap();
-    api.patch(
-        VC,
-        &PatchParams::apply("helm").force(),
-        &Patch::Apply(&chart),
-    )
-    .await
-    .expect("helm apply");
-    assert_eq!(template(&admin, ns, Kind::StatefulSet).await, installed);
-
-    delete_plugin(&admin, ns, "car-syncer", TIMEOUT).await;
-    assert_eq!(template(&admin, ns, Kind::StatefulSet).await, original);
-    r.stop().await;
-}
-
-/// The dedicated Role edited by someone else is restored; its RoleBinding deleted is created
-/// again.
-#[tokio::test]
-async fn edited_dedicated_role_is_restored() {
-    let _guard = LOCK.lock().await;
-    let admin = setup().await;
-    let ns = "ops-drift-role";
-    vcluster(&admin, ns, Kind::StatefulSet).await;
-    let r = Replica::start("drift-role", None).await;
-    create_plugin(&admin, ns, "car-syncer", embedded_car_spec()).await;
-    wait_ready(&admin, ns, "car-syncer", "True", None, TIMEOUT).await;
-    let roles = Api::<Role>::namespaced(admin.clone(), ns);
-    let bindings = Api::<RoleBinding>::namespaced(admin.clone(), ns);
-    let role_name = "vcp-plugin-car-syncer";
-    let rules = roles.get(role_name).await.expect("Role").rules;
-    let subjects = bindings.get(role_name).await.expect("RoleBinding").subjects;
-
-    roles
-        .patch(
-            role_name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "rules": [{
-                "apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"],
-            }] })),
-        )
-        .await
-        .expect("edit Role");
-    wait_for(TIMEOUT, || {
-        let roles = roles.clone();
-        let rules = rules.clone();
-        async move { (roles.get(role_name).await.ok()?.rules == rules).then_some(()) }
-    })
-    .await;
-
-    bindings
-        .delete(role_name, &DeleteParams::default())
-        .await
-        .expect("delete RoleBinding");
-    wait_for(TIMEOUT, || {
-        let bindings = bindings.clone();
-        let subjects = subjects.clone();
-        async move { (bindings.get_opt(role_name).await.ok()??.subjects == subjects).then_some(()) }
-    })
-    .await;
-    let p = wait_ready(&admin, ns, "car-syncer", "True", None, TIMEOUT).await;
-    assert_eq!(condition(&p, "RBACReady").unwrap().status, "True");
-    delete_plugin(&admin, ns, "car-syncer", TIMEOUT).await;
-    r.stop().await;
-}
-
-/// The vCluster StatefulSet deleted → `Ready=False, VClusterNotFound` (phase Pending);
-/// created again → installed again.
-#[tokio::test]
-async fn deleted_vcluster_is_reported_and_reinstalled_when_it_returns() {
-    let _guard = LOCK.lock().await;
-    let admin = setup().await;
-    let ns = "ops-vcluster-gone";
-    let original = vcluster(&admin, ns, Kind::StatefulSet).await;
-    let r = Replica::start("vcluster-gone", None).await;
-    create_plugin(&admin, ns, "car-syncer", embedded_car_spec()).await;
-    wait_ready(&admin, ns, "car-syncer", "True", None, TIMEOUT).await;
-
-    Api::<StatefulSet>::namespaced(admin.clone(), ns)
-        .delete(VC, &DeleteParams::default())
-        .await
-        .expect("delete StatefulSet");
-    let p = wait_ready(
-        &admin,
-        ns,
-        "car-syncer",
-        "False",
-        Some("VClusterNotFound"),
-        TIMEOUT,
-    )
-    .await;
-    assert_eq!(
-        p.status.as_ref().unwrap().phase,
-        Some(vcp_crds::Phase::Pending)
-    );
-    assert!(condition(&p, "Ready").unwrap().message.contains(VC));
-
-    let recreated = create_workload(&admin, ns, Kind::StatefulSet).await;
-    assert_eq!(recreated, original);
-    wait_ready(&admin, ns, "car-syncer", "True", None, TIMEOUT).await;
-    let live = template(&admin, ns, Kind::StatefulSet).await;
-    assert_eq!(
-        container_names(&live, "containers"),
-        ["syncer", "car-syncer"]
-    );
-    delete_plugin(&admin, ns, "car-syncer", TIMEOUT).await;
-    assert_eq!(template(&admin, ns, Kind::StatefulSet).await, original);
-    r.stop().await;
-}
-
-/// A plugin deleted while the operator is down keeps its finalizer and its sidecar; when the
-/// operator returns it removes exactly what it added, then the finalizer.
-#[tokio::test]
-async fn plugin_deleted_while_the_operator_is_down_is_cleaned_up_when_it_returns() {
-    let _guard = LOCK.lock().await;
-    let admin = setup().await;
-    let ns = "ops-down";
-    let original = vcluster(&admin, ns, Kind::StatefulSet).await;
-    let r = Replica::start("down-1", None).await;
-    create_plugin(&admin, ns, "car-syncer", embedded_car_spec()).await;
-    wait_ready(&admin, ns, "car-syncer", "True", None, TIMEOUT).await;
-    r.stop().await;
-
-    let api = Api::<VClusterPlugin>::namespaced(admin.clone(), ns);
-    api.delete("car-syncer", &DeleteParams::default())
-        .await
-        .expect("delete plugin");
-    let pending = api.get("car-syncer").await.expect("still there: finalizer");
-    assert!(pending.metadata.deletion_timestamp.is_some());
-    assert_eq!(pending.finalizers(), [vcp_crds::FINALIZER]);
-    let live = template(&admin, ns, Kind::StatefulSet).await;
-    assert_eq!(
-        container_names(&live, "containers"),
-        ["syncer", "car-syncer"]
-    );
-
-    let r = Replica::start("down-2", None).await;
-    wait_for(TIMEOUT, || {
-        let api = api.clone();
-        async move {
-            api.get_opt("car-syncer")
-                .await
-                .ok()?
-                .is_none()
-                .then_some(())
-        }
-    })
-    .await;
-    assert_eq!(template(&admin, ns, Kind::StatefulSet).await, original);
-    assert!(
-        Api::<Role>::namespaced(admin.clone(), ns)
-            .get_opt("vcp-plugin-car-syncer")
-            .await
-            .unwrap()
-            .is_none()
-    );
-    r.stop().await;
-}
-
-/// A vCluster that runs as a Deployment, with an embedded, a v2 and a v1 plugin (the v1 one
-/// with every container field): each is added and removed without touching the others'
-/// entries; removing the last restores the original template.
-#[tokio::test]
-async fn deployment_vcluster_with_several_plugins_added_and_removed_independently() {
-    let _guard = LOCK.lock().await;
-    let admin = setup().await;
-    let ns = "ops-deploy";
-    let original = vcluster(&admin, ns, Kind::Deployment).await;
-    // `legacy` mounts the vCluster's own volume `data`, which the default container policy
-    // refuses: the platform team allows it (README, "Operator policy").
-    let policy = Policy::from_yaml("containers:\n  allowedVolumes: [data]\n").unwrap();
-    let r = Replica::start_with_policy("deploy", None, policy).await;
-
-    create_plugin(&admin, ns, "embedded", embedded_car_spec()).await;
-    let p = wait_ready(&admin, ns, "embedded", "True", None, TIMEOUT).await;
-    let w = p.status.unwrap().workload.unwrap();
-    assert_eq!((w.kind.as_str(), w.name.as_str()), ("Deployment", VC));
-    let with_embedded = template(&admin, ns, Kind::Deployment).await;
-    let embedded = container(&with_embedded, "embedded").clone();
-    let syncer = container(&with_embedded, "syncer").clone();
-    assert_eq!(syncer, original["spec"]["containers"][0]);
-
-    create_plugin(
-        &admin,
-        ns,
-        "legacy",
-        json!({
-            "vcluster": { "name": VC },
-            "image": "ghcr.io/loft-sh/vcluster-example:0.0.1",
-            "version": "v1",
-            "imagePullPolicy": "Always",
-            "command": ["/plugin"],
-            "args": ["--verbose"],
-            "env": [{ "name": "LOG_LEVEL", "value": "debug" }],
-            "envFrom": [{ "configMapRef": { "name": "legacy-env" } }],
-            "resources": { "requests": { "cpu": "10m" }, "limits": { "memory": "64Mi" } },
-            "securityContext": { "runAsNonRoot": true, "readOnlyRootFilesystem": true },
-            "volumeMounts": [{ "name": "data", "mountPath": "/legacy-data", "readOnly": true }],
-            "config": { "greeting": "hello", "replicas": 2 },
-        }),
-    )
-    .await;
-    wait_ready(&admin, ns, "legacy", "True", None, TIMEOUT).await;
-    let with_legacy = template(&admin, ns, Kind::Deployment).await;
-    assert_eq!(
-        container_names(&with_legacy, "containers"),
-        ["syncer", "embedded", "legacy"]
-    );
-    assert_eq!(container(&with_legacy, "embedded"), &embedded, "untouched");
-    assert_eq!(container(&with_legacy, "syncer"), &syncer, "untouched");
-    let legacy: Container =
-        serde_json::from_value(container(&with_legacy, "legacy").clone()).unwrap();
-    assert_eq!(
-        legacy.image.as_deref(),
-        Some("ghcr.io/loft-sh/vcluster-example:0.0.1")
-    );
-    assert_eq!(legacy.image_pull_policy.as_deref(), Some("Always"));
-    assert_eq!(legacy.command, Some(vec!["/plugin".to_string()]));
-    assert_eq!(legacy.args, Some(vec!["--verbose".to_string()]));
-    let env: Vec<(String, String)> = legacy
-        .env
-        .clone()
-        .unwrap()
-        .into_iter()
-        .map(|e| (e.name, e.value.unwrap_or_default()))
-        .collect();
-    let config_yaml =
-        serde_yaml::to_string(&json!({ "greeting": "hello", "replicas": 2 })).unwrap();
-    assert_eq!(
-        env,
-        // the chart's order (tests/tests/chart_oracle.rs): the plugin address and name first
-        [
-            (
-                "VCLUSTER_PLUGIN_ADDRESS".to_string(),
-                "localhost:14000".to_string()
-            ),
-            ("VCLUSTER_PLUGIN_NAME".into(), "legacy".into()),
-            ("LOG_LEVEL".into(), "debug".into()),
-            ("PLUGIN_CONFIG".into(), config_yaml),
-        ]
-    );
-    assert_eq!(
-        serde_json::to_value(&legacy.env_from).unwrap(),
-        json!([{ "configMapRef": { "name": "legacy-env" } }])
-    );
-    assert_eq!(
-        serde_json::to_value(&legacy.resources).unwrap(),
-        json!({ "requests": { "cpu": "10m" }, "limits": { "memory": "64Mi" } })
-    );
-    assert_eq!(
-        serde_json::to_value(&legacy.security_context).unwrap(),
-        json!({ "runAsNonRoot": true, "readOnlyRootFilesystem": true })
-    );
-    assert_eq!(
-        serde_json::to_value(&legacy.volume_mounts).unwrap(),
-        json!([{ "name": "data", "mountPath": "/legacy-data", "readOnly": true }])
-    );
-    let legacy_json = container(&with_legacy, "legacy").clone();
-
-    create_plugin(
-        &admin,
-        ns,
-        "v2",
-        json!({ "vcluster": { "name": VC }, "image": "ghcr.io/example/v2-plugin:1.0" }),
-    )
-    .await;
-    wait_ready(&admin, ns, "v2", "True", None, TIMEOUT).await;
-    let with_v2 = template(&admin, ns, Kind::Deployment).await;
-    // after the chart's own init container (init-container-order, tests/tests/chart_oracle.rs)
-    assert_eq!(
-        container_names(&with_v2, "initContainers"),
-        ["kubernetes", "v2"]
-    );
-    assert_eq!(container(&with_v2, "embedded"), &embedded, "untouched");
-    assert_eq!(container(&with_v2, "legacy"), &legacy_json, "untouched");
-
-    // Remove them one at a time: what remains is exactly what it was.
-    delete_plugin(&admin, ns, "legacy", TIMEOUT).await;
-    let without_legacy = template(&admin, ns, Kind::Deployment).await;
-    assert_eq!(
-        container_names(&without_legacy, "containers"),
-        ["syncer", "embedded"]
-    );
-    assert_eq!(container(&without_legacy, "embedded"), &embedded);
-    assert_eq!(
-        containers(&without_legacy, "initContainers"),
-        containers(&with_v2, "initContainers")
-    );
-    assert_eq!(
-        without_legacy["spec"]["volumes"],
-        with_v2["spec"]["volumes"]
-    );
-
-    delete_plugin(&admin, ns, "v2", TIMEOUT).await;
-    assert_eq!(template(&admin, ns, Kind::Deployment).await, with_embedded);
-
-    delete_plugin(&admin, ns, "embedded", TIMEOUT).await;
-    assert_eq!(template(&admin, ns, Kind::Deployment).await, original);
-    r.stop().await;
-}
-
-// ---------------------------------------------------------------------------------------------
 // Status (item 7)
 
 /// Conditions `Ready`, `WorkloadPatched`, `RBACReady`: `lastTransitionTime` stays on reconciles
@@ -910,11 +270,17 @@ async fn deployment_vcluster_with_several_plugins_added_and_removed_independentl
 #[tokio::test]
 async fn conditions_move_only_on_a_change_and_events_are_published() {
     let _guard = LOCK.lock().await;
-    let admin = setup().await;
+    let admin = vcp_tests::replica::prepare_host().await;
     let ns = "ops-status";
     vcp_tests::create_namespace(&admin, ns).await;
     let r = Replica::start("status", None).await;
-    create_plugin(&admin, ns, "watched", embedded_car_spec()).await;
+    create_plugin(
+        &admin,
+        ns,
+        "watched",
+        vcp_tests::workload::embedded_car_spec(),
+    )
+    .await;
     let missing = wait_ready(
         &admin,
         ns,
@@ -943,7 +309,7 @@ async fn conditions_move_only_on_a_change_and_events_are_published() {
     // A reconcile that changes nothing: no status write, same times.
     let done = r.telemetry.reconciles();
     touch_plugin(&admin, ns, "watched", "1").await;
-    wait_reconciles(&r, done + 1).await;
+    r.wait_reconciles(done + 1).await;
     let api = Api::<VClusterPlugin>::namespaced(admin.clone(), ns);
     let same = api.get("watched").await.unwrap();
     assert_eq!(times(&same), t0);
@@ -1014,7 +380,6 @@ async fn conditions_move_only_on_a_change_and_events_are_published() {
     r.stop().await;
 }
 
-// ---------------------------------------------------------------------------------------------
 // Idempotency (item 6)
 
 /// Many converged objects (4 vClusters — 2 StatefulSets, 2 Deployments — with an embedded, a
@@ -1023,7 +388,7 @@ async fn conditions_move_only_on_a_change_and_events_are_published() {
 #[tokio::test]
 async fn restart_and_touches_after_convergence_make_zero_writes() {
     let _guard = LOCK.lock().await;
-    let admin = setup().await;
+    let admin = vcp_tests::replica::prepare_host().await;
     let namespaces: Vec<(String, Kind)> = (0..4)
         .map(|i| {
             (
@@ -1037,7 +402,7 @@ async fn restart_and_touches_after_convergence_make_zero_writes() {
         })
         .collect();
     let plugins = [
-        ("embedded", embedded_car_spec()),
+        ("embedded", vcp_tests::workload::embedded_car_spec()),
         (
             "legacy",
             json!({ "vcluster": { "name": VC }, "image": "ghcr.io/example/v1:1", "version": "v1",
@@ -1052,7 +417,7 @@ async fn restart_and_touches_after_convergence_make_zero_writes() {
     ];
     let first = Replica::start("idem-1", None).await;
     for (ns, kind) in &namespaces {
-        vcluster(&admin, ns, *kind).await;
+        create_vcluster(&admin, ns, *kind).await;
         for (name, spec) in &plugins {
             create_plugin(&admin, ns, name, spec.clone()).await;
         }
@@ -1078,7 +443,7 @@ async fn restart_and_touches_after_convergence_make_zero_writes() {
 
     let second = Replica::start("idem-2", None).await;
     // Every plugin is reconciled once at start ...
-    wait_reconciles(&second, total).await;
+    second.wait_reconciles(total).await;
     // ... and again for each touch of a plugin and of a workload.
     for (ns, kind) in &namespaces {
         for (name, _) in &plugins {
@@ -1100,7 +465,7 @@ async fn restart_and_touches_after_convergence_make_zero_writes() {
             }
         }
     }
-    wait_reconciles(&second, 2 * total).await;
+    second.wait_reconciles(2 * total).await;
     // Reconciles queued by the workload touches finish too.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after = writes();

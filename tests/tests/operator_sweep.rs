@@ -32,7 +32,7 @@ use serde_json::{Value, json};
 use vcluster_plugin_operator::rbac::added_rules_annotation;
 use vcp_crds::{FINALIZER, VClusterPlugin};
 use vcp_tests::{
-    Cluster, ControlPlane, Identity, OperatorOptions, OperatorProcess, wait_for, wait_ready,
+    Audit, Cluster, ControlPlane, Identity, OperatorOptions, OperatorProcess, wait_for, wait_ready,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -85,16 +85,7 @@ async fn stop(op: OperatorProcess) {
 
 /// CRDs, the operator's RBAC and the admission policies bounding it.
 async fn setup(admin: &Client) {
-    vcp_tests::install_crds(admin).await;
-    for file in [
-        "config/rbac/role.yaml",
-        "config/rbac/test-user-binding.yaml",
-    ] {
-        vcp_tests::apply_yaml_file(admin, file, None)
-            .await
-            .unwrap_or_else(|e| panic!("apply {file}: {e:#}"));
-    }
-    vcp_tests::install_admission_policies(ControlPlane::shared(), admin).await;
+    vcp_tests::prepare_operator_host(ControlPlane::shared(), admin).await;
 }
 
 /// The namespace `ns` with a vCluster's workload and Role as its chart renders them, and the
@@ -324,23 +315,22 @@ async fn delete_without_finalizer(tenant: &Client, ns: &str, name: &str, deletin
 /// The operator's successful deletes of cluster-scoped objects named `vcp:<ns>:…` and of
 /// Roles and RoleBindings in `ns`, received after `since`, as `resource/name`.
 fn operator_deletes(ns: &str, since: SystemTime) -> Vec<String> {
-    let mut out: Vec<String> =
-        vcp_tests::audited_write_events(ControlPlane::shared(), Cluster::Host)
-            .expect("audit log")
-            .into_iter()
-            .filter(|w| w.user == Identity::Operator.user() && w.verb == "delete")
-            .filter(|w| (200..300).contains(&w.code) && w.received_at >= since)
-            .filter(|w| {
-                w.object_name.starts_with(&format!("vcp:{ns}:"))
-                    || w.uri.contains(&format!("/namespaces/{ns}/roles"))
-                    || w.uri.contains(&format!("/namespaces/{ns}/rolebindings"))
-            })
-            .map(|w| {
-                let path = w.uri.split('?').next().unwrap_or_default();
-                let resource = path.rsplit('/').nth(1).unwrap_or_default();
-                format!("{resource}/{}", w.object_name)
-            })
-            .collect();
+    let mut out: Vec<String> = Audit::writes()
+        .by(Identity::Operator)
+        .verb("delete")
+        .since(since)
+        .in_namespace(ns)
+        .resource("roles")
+        .resource("rolebindings")
+        .and_its_cluster_objects()
+        .succeeded()
+        .into_iter()
+        .map(|w| {
+            let path = w.uri.split('?').next().unwrap_or_default();
+            let resource = path.rsplit('/').nth(1).unwrap_or_default();
+            format!("{resource}/{}", w.object_name)
+        })
+        .collect();
     out.sort();
     out
 }

@@ -204,27 +204,20 @@ pub(crate) fn security_context(
     }
     if !policy.allow_unconfined {
         let unconfined = "a container without the runtime's confinement (policy containers.allowUnconfined: false)";
-        if let Some(p) = sc
-            .seccomp_profile
-            .as_ref()
-            .filter(|p| p.type_ == "Unconfined")
-        {
-            return Err(denial(
-                at("seccompProfile.type"),
-                format!("{:?}", p.type_),
-                unconfined.into(),
-            ));
-        }
-        if let Some(p) = sc
-            .app_armor_profile
-            .as_ref()
-            .filter(|p| p.type_ == "Unconfined")
-        {
-            return Err(denial(
-                at("appArmorProfile.type"),
-                format!("{:?}", p.type_),
-                unconfined.into(),
-            ));
+        let profiles = [
+            (
+                "seccompProfile.type",
+                sc.seccomp_profile.as_ref().map(|p| &p.type_),
+            ),
+            (
+                "appArmorProfile.type",
+                sc.app_armor_profile.as_ref().map(|p| &p.type_),
+            ),
+        ];
+        for (field, type_) in profiles {
+            if let Some(type_) = type_.filter(|t| *t == "Unconfined") {
+                return Err(denial(at(field), format!("{type_:?}"), unconfined.into()));
+            }
         }
         if let Some(m) = sc.proc_mount.as_ref().filter(|m| *m == "Unmasked") {
             return Err(denial(at("procMount"), format!("{m:?}"), unconfined.into()));

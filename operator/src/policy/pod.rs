@@ -187,31 +187,49 @@ fn identity(before: &PodSpec, after: &PodSpec) -> Result<(), Denial> {
     Ok(())
 }
 
+/// The [`denial`] of `value` at `source`, which is not among `allowed`: the reason is `what`,
+/// then the Pod Security `control` (level and name) with the list it allows.
+fn not_listed(
+    source: String,
+    value: String,
+    what: &str,
+    (control, allowed): (&str, &[&str]),
+) -> Denial {
+    let allowed = allowed.join(", ");
+    denial(
+        source,
+        value,
+        format!("{what} (Pod Security {control}: {allowed})"),
+    )
+}
+
+/// Refuses `<at>.securityContext.windowsOptions.hostProcess: true` (a pod's or a container's).
+fn host_process(
+    at: &str,
+    windows: Option<&k8s_openapi::api::core::v1::WindowsSecurityContextOptions>,
+) -> Result<(), Denial> {
+    match windows.and_then(|w| w.host_process) {
+        Some(true) => Err(denial(
+            format!("{at}.securityContext.windowsOptions.hostProcess"),
+            "true",
+            "a Windows host process has the node's full access (Pod Security baseline: HostProcess)",
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn pod_security_context(policy: &ContainerPolicy, sc: &PodSecurityContext) -> Result<(), Denial> {
     for (i, s) in sc.sysctls.iter().flatten().enumerate() {
         if !BASELINE_SAFE_SYSCTLS.contains(&s.name.as_str()) {
-            return Err(denial(
+            return Err(not_listed(
                 format!("spec.securityContext.sysctls[{i}].name"),
                 format!("{:?}", s.name),
-                format!(
-                    "a sysctl outside the safe set (Pod Security baseline: Sysctls: {})",
-                    BASELINE_SAFE_SYSCTLS.join(", ")
-                ),
+                "a sysctl outside the safe set",
+                ("baseline: Sysctls", BASELINE_SAFE_SYSCTLS.as_slice()),
             ));
         }
     }
-    if sc
-        .windows_options
-        .as_ref()
-        .and_then(|w| w.host_process)
-        .unwrap_or(false)
-    {
-        return Err(denial(
-            "spec.securityContext.windowsOptions.hostProcess",
-            "true",
-            "a Windows host process has the node's full access (Pod Security baseline: HostProcess)",
-        ));
-    }
+    host_process("spec", sc.windows_options.as_ref())?;
     // The fields a container's securityContext shares with the pod's, judged alike.
     let shared = SecurityContext {
         run_as_user: sc.run_as_user,
@@ -232,12 +250,13 @@ fn volumes(policy: &ContainerPolicy, before: &PodSpec, after: &PodSpec) -> Resul
         let at = format!("spec.volumes[{i}]");
         let kind = volume_type(v);
         if !RESTRICTED_VOLUME_TYPES.contains(&kind.as_str()) {
-            return Err(denial(
+            return Err(not_listed(
                 format!("{at}.{kind}"),
                 format!("{{name: {:?}}}", v.name),
-                format!(
-                    "a {kind} volume reaches outside the pod (Pod Security restricted: Volume Types: {})",
-                    RESTRICTED_VOLUME_TYPES.join(", ")
+                &format!("a {kind} volume reaches outside the pod"),
+                (
+                    "restricted: Volume Types",
+                    RESTRICTED_VOLUME_TYPES.as_slice(),
                 ),
             ));
         }
@@ -296,18 +315,7 @@ fn container(
     before: Option<&Container>,
 ) -> Result<(), Denial> {
     if let Some(sc) = &c.security_context {
-        if sc
-            .windows_options
-            .as_ref()
-            .and_then(|w| w.host_process)
-            .unwrap_or(false)
-        {
-            return Err(denial(
-                format!("{at}.securityContext.windowsOptions.hostProcess"),
-                "true",
-                "a Windows host process has the node's full access (Pod Security baseline: HostProcess)",
-            ));
-        }
+        host_process(at, sc.windows_options.as_ref())?;
         containers::security_context(policy, sc).map_err(|d| Denial {
             source: d.source.replacen("spec.", &format!("{at}."), 1),
             ..d

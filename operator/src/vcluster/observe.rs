@@ -178,11 +178,7 @@ pub async fn roles_to_sync(
 /// # Errors
 /// The API server's answer to the list.
 pub async fn list_roles(client: &Client, namespace: &str) -> Result<Vec<Role>> {
-    Ok(Api::<Role>::namespaced(client.clone(), namespace)
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| Error::kube(format!("list Roles in {namespace}"), e))?
-        .items)
+    list_in(client, namespace, "Roles").await
 }
 
 /// Every RoleBinding of `namespace`, read from the API server ([`cluster_facts`]).
@@ -190,9 +186,20 @@ pub async fn list_roles(client: &Client, namespace: &str) -> Result<Vec<Role>> {
 /// # Errors
 /// The API server's answer to the list.
 pub async fn list_role_bindings(client: &Client, namespace: &str) -> Result<Vec<RoleBinding>> {
-    Ok(Api::<RoleBinding>::namespaced(client.clone(), namespace)
+    list_in(client, namespace, "RoleBindings").await
+}
+
+/// Every object of kind `K` (called `kinds` in an error) in `namespace`, from the API server.
+async fn list_in<K>(client: &Client, namespace: &str, kinds: &str) -> Result<Vec<K>>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    Ok(Api::<K>::namespaced(client.clone(), namespace)
         .list(&ListParams::default())
         .await
-        .map_err(|e| Error::kube(format!("list RoleBindings in {namespace}"), e))?
+        .map_err(|e| Error::kube(format!("list {kinds} in {namespace}"), e))?
         .items)
 }

@@ -137,20 +137,10 @@ pub fn is_operator_volume(name: &str) -> bool {
 /// stored before those rules existed).
 fn base_container(plugin: &VClusterPlugin, image: &str) -> Container {
     let spec = &plugin.spec;
-    let env: Vec<EnvVar> = spec
-        .env
-        .iter()
-        .flatten()
-        .filter(|e| !is_reserved_env(&e.name))
-        .cloned()
-        .collect();
-    let mounts: Vec<VolumeMount> = spec
-        .volume_mounts
-        .iter()
-        .flatten()
-        .filter(|m| !is_operator_volume(&m.name))
-        .cloned()
-        .collect();
+    let env = kept(spec.env.as_deref(), |e: &EnvVar| !is_reserved_env(&e.name));
+    let mounts = kept(spec.volume_mounts.as_deref(), |m: &VolumeMount| {
+        !is_operator_volume(&m.name)
+    });
     Container {
         name: plugin.name_any(),
         image: Some(image.to_string()),
@@ -164,6 +154,16 @@ fn base_container(plugin: &VClusterPlugin, image: &str) -> Container {
         volume_mounts: Some(mounts).filter(|m| !m.is_empty()),
         ..Default::default()
     }
+}
+
+/// The entries of `items` (none when absent) that `keep` accepts, in order.
+fn kept<T: Clone>(items: Option<&[T]>, keep: impl Fn(&T) -> bool) -> Vec<T> {
+    items
+        .into_iter()
+        .flatten()
+        .filter(|item| keep(item))
+        .cloned()
+        .collect()
 }
 
 /// [`base_container`] for the embedded runtime, whose container is the operator's: it holds the
@@ -223,7 +223,7 @@ pub fn embedded_container(plugin: &VClusterPlugin, runtime_image: &str) -> Conta
 /// The legacy v1 sidecar listening on `localhost:<port>`: env `VCLUSTER_PLUGIN_ADDRESS` and
 /// `VCLUSTER_PLUGIN_NAME` first, then `spec.env`, as vCluster's chart renders it
 /// (`vcluster.legacyPlugins.containers`), then `PLUGIN_CONFIG` from `spec.config` rendered as
-/// YAML (the chart has no such env: a deliberate difference, see tests/tests/chart_oracle.rs).
+/// YAML (the chart has no such env: a deliberate difference, see tests/tests/oracle_chart.rs).
 ///
 /// # Errors
 /// A [`Refusal`] with [`InvalidConfig`](vcp_crds::Reason::InvalidConfig) when `spec.config` cannot be rendered.

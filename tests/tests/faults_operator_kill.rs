@@ -24,8 +24,8 @@ use kube::{Client, Resource};
 use serde_json::{Value, json};
 use vcp_crds::{PLUGIN_NAMESPACE_LABEL, VClusterPlugin};
 use vcp_tests::{
-    AuditedWrite, Cluster, ControlPlane, Identity, OperatorOptions, OperatorProcess, exit_signal,
-    wait_for, wait_ready,
+    Audit, AuditedWrite, Cluster, ControlPlane, Identity, OperatorOptions, OperatorProcess,
+    exit_signal, wait_for, wait_ready,
 };
 
 const PLUGIN: &str = "cars";
@@ -63,16 +63,7 @@ async fn stop(op: OperatorProcess) {
 /// CRDs, the operator's RBAC and the admission policies bounding it; the namespace `ns` with a
 /// vCluster's workload as its chart renders it.
 async fn setup(admin: &Client) {
-    vcp_tests::install_crds(admin).await;
-    for file in [
-        "config/rbac/role.yaml",
-        "config/rbac/test-user-binding.yaml",
-    ] {
-        vcp_tests::apply_yaml_file(admin, file, None)
-            .await
-            .unwrap_or_else(|e| panic!("apply {file}: {e:#}"));
-    }
-    vcp_tests::install_admission_policies(ControlPlane::shared(), admin).await;
+    vcp_tests::prepare_operator_host(ControlPlane::shared(), admin).await;
 }
 
 async fn prepare(admin: &Client, ns: &str) {
@@ -100,17 +91,13 @@ fn spec() -> Value {
 /// cluster-scoped `vcp:<ns>:…` ones), Leases and dry runs left out: what the fault point
 /// counts.
 fn writes(ns: &str) -> Vec<AuditedWrite> {
-    vcp_tests::audited_write_events(ControlPlane::shared(), Cluster::Host)
-        .expect("audit log")
-        .into_iter()
-        .filter(|w| w.user == Identity::Operator.user())
-        .filter(|w| (200..300).contains(&w.code))
-        .filter(|w| !w.uri.contains("/leases") && !w.uri.contains("dryRun="))
-        .filter(|w| {
-            w.uri.contains(&format!("/namespaces/{ns}/"))
-                || w.object_name.starts_with(&format!("vcp:{ns}:"))
-        })
-        .collect()
+    Audit::writes()
+        .by(Identity::Operator)
+        .in_namespace(ns)
+        .and_its_cluster_objects()
+        .excluding("/leases")
+        .without_dry_runs()
+        .succeeded()
 }
 
 /// A write as `verb path` with `ns` replaced by `NS` (the query left out): one key per object

@@ -23,8 +23,8 @@ use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use vcp_crds::VClusterPlugin;
 use vcp_tests::{
-    Cluster, ControlPlane, Identity, apply_yaml, condition, poll_event, poll_ready, repo_root,
-    vcluster_workload, wait_ready,
+    Audit, Cluster, ControlPlane, Identity, apply_yaml, condition, poll_event, poll_ready,
+    repo_root, vcluster_workload, wait_ready,
 };
 
 const NS: &str = "invalid-corpus";
@@ -197,20 +197,14 @@ async fn versions(admin: &Client) -> BTreeMap<String, String> {
 /// and dry runs (`dryRun=All`: the operator's admission probes, which persist nothing). A no-op
 /// patch keeps an object's resourceVersion but is listed here.
 fn operator_workload_and_rbac_writes() -> Vec<(String, String)> {
-    vcp_tests::audited_writes(
-        ControlPlane::shared(),
-        Cluster::Host,
-        Identity::Operator.user(),
-    )
-    .expect("audit log")
-    .into_iter()
-    .filter(|(_, uri)| {
-        (uri.contains(&format!("/namespaces/{NS}/")) || uri.contains(&format!("vcp:{NS}:")))
-            && !uri.contains("/vclusterplugins/")
-            && !uri.contains("/events")
-            && !uri.contains("dryRun=All")
-    })
-    .collect()
+    Audit::writes()
+        .by(Identity::Operator)
+        .in_namespace(NS)
+        .and_its_cluster_objects()
+        .excluding("/vclusterplugins/")
+        .excluding("/events")
+        .excluding("dryRun=All")
+        .requests()
 }
 
 #[tokio::test]

@@ -22,9 +22,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use vcp_crds::VClusterPlugin;
-use vcp_tests::{
-    Cluster, ControlPlane, apply_yaml, vcluster_workload, vcluster_workload_with, wait_for,
-};
+use vcp_tests::{Audit, apply_yaml, vcluster_workload, vcluster_workload_with, wait_for};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 const OPERATOR: &str = "vcp-operator";
@@ -37,52 +35,27 @@ async fn setup() -> Client {
     vcp_tests::start_shared_operator_with_policy("vcp-test/runtime:trust", policy).await
 }
 
-/// The `Ready` condition of plugin `name` once it is set for the current generation with
-/// `status` and `reason`; returns its message.
-async fn wait_ready(
-    plugins: &Api<VClusterPlugin>,
-    name: &str,
-    status: &str,
-    reason: &str,
-) -> String {
-    wait_for(TIMEOUT, || {
-        let plugins = plugins.clone();
-        async move {
-            let p = plugins.get(name).await.ok()?;
-            let s = p.status?;
-            if s.observed_generation != p.metadata.generation {
-                return None;
-            }
-            s.conditions
-                .into_iter()
-                .find(|c| c.type_ == "Ready" && c.status == status && c.reason == reason)
-                .map(|c| c.message)
-        }
-    })
-    .await
+/// The message of `p`'s `Ready` condition.
+fn ready_message(p: &VClusterPlugin) -> String {
+    vcp_tests::condition(p, "Ready")
+        .expect("a Ready condition")
+        .message
+        .clone()
 }
 
 /// The operator's writes (audit log) to workloads and RBAC objects of namespace `ns`: the
 /// StatefulSets, Deployments, Roles and RoleBindings in it, and the ClusterRoles and
 /// ClusterRoleBindings named for its plugins (`vcp:<ns>:<name>`).
 fn operator_writes_in(ns: &str) -> Vec<(String, String)> {
-    vcp_tests::audited_writes(ControlPlane::shared(), Cluster::Host, OPERATOR)
-        .expect("audit log")
-        .into_iter()
-        .filter(|(_, uri)| {
-            let path = uri.split('?').next().unwrap_or_default();
-            let segments: Vec<&str> = path.split('/').collect();
-            let has = |resource: &str| segments.contains(&resource);
-            let in_ns = path.contains(&format!("/namespaces/{ns}/"))
-                && ["statefulsets", "deployments", "roles", "rolebindings"]
-                    .into_iter()
-                    .any(has);
-            let cluster = ["clusterroles", "clusterrolebindings"].into_iter().any(has)
-                && (path.contains(&format!("vcp:{ns}:"))
-                    || path.contains(&format!("vcp%3A{ns}%3A")));
-            in_ns || cluster
-        })
-        .collect()
+    Audit::writes()
+        .by_user(OPERATOR)
+        .in_namespace(ns)
+        .resource("statefulsets")
+        .resource("deployments")
+        .resource("roles")
+        .resource("rolebindings")
+        .and_its_cluster_objects()
+        .requests()
 }
 
 fn plugin_yaml(name: &str, vcluster: &str, spec: &str) -> String {
@@ -174,7 +147,9 @@ spec:
         ("embedded-at-web", "Deployment trust-not-a-vcluster/web"),
         ("v2-at-web", "Deployment trust-not-a-vcluster/web"),
     ] {
-        let message = wait_ready(&plugins, name, "False", "NotAVCluster").await;
+        let message = ready_message(
+            &vcp_tests::wait_ready(&admin, NS, name, "False", Some("NotAVCluster"), TIMEOUT).await,
+        );
         assert!(
             message.starts_with(&format!("{what} is not a vCluster: ")),
             "{name}: {message}"
@@ -242,8 +217,9 @@ async fn the_rbac_subject_is_the_service_account_of_the_pod_template() {
     )
     .await
     .expect("plugin");
-    let plugins = Api::<VClusterPlugin>::namespaced(admin.clone(), NS);
-    wait_ready(&plugins, "car-syncer", "True", "Installed").await;
+    ready_message(
+        &vcp_tests::wait_ready(&admin, NS, "car-syncer", "True", Some("Installed"), TIMEOUT).await,
+    );
     let expected = vec![Subject {
         kind: "ServiceAccount".into(),
         name: "custom-sa".into(),
@@ -294,8 +270,17 @@ async fn a_narrowing_policy_stops_a_type_synced_by_kind_through_its_plural() {
     )
     .await
     .expect("plugin");
-    let plugins = Api::<VClusterPlugin>::namespaced(admin.clone(), NS);
-    let message = wait_ready(&plugins, "secret-syncer", "False", "PolicyDenied").await;
+    let message = ready_message(
+        &vcp_tests::wait_ready(
+            &admin,
+            NS,
+            "secret-syncer",
+            "False",
+            Some("PolicyDenied"),
+            TIMEOUT,
+        )
+        .await,
+    );
     assert!(
         message.contains("resource \"secrets\" (policy forbiddenResources: secrets)"),
         "{message}"
@@ -360,8 +345,17 @@ subjects:
     )
     .await
     .expect("plugin");
-    let plugins = Api::<VClusterPlugin>::namespaced(admin.clone(), NS);
-    let message = wait_ready(&plugins, "patcher", "False", "SharedVClusterRole").await;
+    let message = ready_message(
+        &vcp_tests::wait_ready(
+            &admin,
+            NS,
+            "patcher",
+            "False",
+            Some("SharedVClusterRole"),
+            TIMEOUT,
+        )
+        .await,
+    );
     assert!(message.contains("Role vc-my-vcluster"), "{message}");
     assert!(message.contains("User jane"), "{message}");
     // The Event the operator publishes right after its status write: the evidence that it looked.
@@ -397,8 +391,17 @@ async fn a_cluster_scoped_kind_is_refused_from_discoverys_scope() {
     )
     .await
     .expect("plugin");
-    let plugins = Api::<VClusterPlugin>::namespaced(admin.clone(), NS);
-    let message = wait_ready(&plugins, "namespace-syncer", "False", "ClusterScopedType").await;
+    let message = ready_message(
+        &vcp_tests::wait_ready(
+            &admin,
+            NS,
+            "namespace-syncer",
+            "False",
+            Some("ClusterScopedType"),
+            TIMEOUT,
+        )
+        .await,
+    );
     assert!(
         message.starts_with("spec.syncedTypes[1] (v1 Namespace) is cluster-scoped"),
         "{message}"
@@ -458,8 +461,17 @@ async fn a_plural_admission_could_not_guess_is_refused_unless_resource_names_it(
     )
     .await
     .expect("plugin");
-    let plugins = Api::<VClusterPlugin>::namespaced(admin.clone(), NS);
-    let message = wait_ready(&plugins, "people-syncer", "False", "PolicyDenied").await;
+    let message = ready_message(
+        &vcp_tests::wait_ready(
+            &admin,
+            NS,
+            "people-syncer",
+            "False",
+            Some("PolicyDenied"),
+            TIMEOUT,
+        )
+        .await,
+    );
     assert!(
         message.starts_with("spec.syncedTypes[0] (trust.vcp.test/v1 Person) "),
         "{message}"
@@ -480,7 +492,17 @@ async fn a_plural_admission_could_not_guess_is_refused_unless_resource_names_it(
     )
     .await
     .expect("plugin");
-    wait_ready(&plugins, "people-syncer", "True", "Installed").await;
+    ready_message(
+        &vcp_tests::wait_ready(
+            &admin,
+            NS,
+            "people-syncer",
+            "True",
+            Some("Installed"),
+            TIMEOUT,
+        )
+        .await,
+    );
     let role = Api::<Role>::namespaced(admin.clone(), NS)
         .get("vcp-plugin-people-syncer")
         .await

@@ -16,9 +16,9 @@
 //! Each state's shape (phase, `Ready` and `RuntimeHealthy` status and reason, every condition
 //! type, being deleted or not, the generation observed) must equal the committed fixture's, so
 //! a change of what the operator or runtime writes fails here until the fixtures are recorded
-//! again: `VCP_RECORD_ARGOCD_FIXTURES=1 cargo test -p vcp-tests --test argocd_states_e2e`
+//! again: `VCP_RECORD_ARGOCD_FIXTURES=1 cargo test -p vcp-tests --test runtime_argocd_states`
 //! (uids, resource versions, managed fields and times are normalized away). The expected Argo
-//! CD health of each fixture is in tests/tests/argocd_health.rs, from the README's table.
+//! CD health of each fixture is in tests/tests/oracle_argocd_health.rs, from the README's table.
 
 use std::time::Duration;
 
@@ -110,9 +110,9 @@ fn check_fixture(file: &str, what: &str, plugin: &VClusterPlugin) {
     if std::env::var_os("VCP_RECORD_ARGOCD_FIXTURES").is_some() {
         let yaml = serde_yaml::to_string(&captured).expect("YAML");
         let text = format!(
-            "# Captured by tests/tests/argocd_states_e2e.rs from the real operator and runtime: \
+            "# Captured by tests/tests/runtime_argocd_states.rs from the real operator and runtime: \
              {what}.\n# Re-record: VCP_RECORD_ARGOCD_FIXTURES=1 cargo test -p vcp-tests --test \
-             argocd_states_e2e\n{yaml}"
+             runtime_argocd_states\n{yaml}"
         );
         std::fs::write(&path, text).expect("write fixture");
         println!("recorded {file}");
@@ -126,7 +126,7 @@ fn check_fixture(file: &str, what: &str, plugin: &VClusterPlugin) {
         shape(&committed),
         "{file}: what the operator and runtime write ({what}) no longer matches the committed \
          fixture; re-record with VCP_RECORD_ARGOCD_FIXTURES=1 cargo test -p vcp-tests --test \
-         argocd_states_e2e and check tests/tests/argocd_health.rs"
+         runtime_argocd_states and check tests/tests/oracle_argocd_health.rs"
     );
     println!("{file}: {what}: {}", shape(&captured));
 }
@@ -185,9 +185,10 @@ async fn the_health_inputs_are_what_operator_and_runtime_write() {
         .service_account_client(Cluster::Host, ns, "vc-my-vcluster")
         .await
         .expect("a token of the vCluster's service account");
-    let mut config = vcp_syncer_runtime::Config::new(account, virtual_.clone(), ns, "car-sync");
-    config.status_interval = Duration::from_millis(300);
-    let runtime = tokio::spawn(vcp_syncer_runtime::run(config));
+    let runtime = vcp_tests::start_runtime(account, virtual_.clone(), ns, "car-sync", |c| {
+        c.status_interval = Duration::from_millis(300);
+    })
+    .task;
     let virtual_cars = Api::<DynamicObject>::namespaced_with(virtual_.clone(), "team", &cars());
     let put_car = |name: &'static str| {
         let virtual_cars = virtual_cars.clone();
@@ -218,15 +219,12 @@ async fn the_health_inputs_are_what_operator_and_runtime_write() {
     .await;
     check_fixture("ready.yaml", "installed, the runtime syncing 1 Car", &ready);
     let status_writes = || {
-        vcp_tests::audited_write_events(cp, Cluster::Host)
-            .expect("audit log")
-            .into_iter()
-            .filter(|w| {
-                w.user == Identity::Operator.user()
-                    && w.uri
-                        .contains(&format!("/namespaces/{ns}/vclusterplugins/car-sync/status"))
-            })
-            .count()
+        vcp_tests::Audit::writes()
+            .in_control_plane(cp)
+            .by(Identity::Operator)
+            .uri_contains(&format!("/namespaces/{ns}/vclusterplugins/car-sync/status"))
+            .attempts()
+            .len()
     };
     let writes_when_ready = status_writes();
 

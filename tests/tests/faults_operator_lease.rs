@@ -24,8 +24,8 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use vcp_crds::VClusterPlugin;
 use vcp_tests::{
-    AuditedWrite, Cluster, ControlPlane, Identity, OperatorOptions, OperatorProcess, TcpProxy,
-    wait_for,
+    Audit, AuditedWrite, Cluster, ControlPlane, Identity, OperatorOptions, OperatorProcess,
+    TcpProxy, wait_for,
 };
 
 /// Lease duration of the replicas, seconds.
@@ -108,13 +108,11 @@ async fn wait_leading(op: &OperatorProcess, want: bool, timeout: Duration) -> Op
 
 /// The operator's writes in namespace `ns` (Leases and dry runs left out), in order.
 fn writes(ns: &str) -> Vec<AuditedWrite> {
-    vcp_tests::audited_write_events(ControlPlane::shared(), Cluster::Host)
-        .expect("audit log")
-        .into_iter()
-        .filter(|w| w.user == Identity::Operator.user())
-        .filter(|w| !w.uri.contains("dryRun="))
-        .filter(|w| w.uri.contains(&format!("/namespaces/{ns}/")))
-        .collect()
+    Audit::writes()
+        .by(Identity::Operator)
+        .in_namespace(ns)
+        .without_dry_runs()
+        .attempts()
 }
 
 /// The replicas whose writes follow one another in `writes`, each run of writes by one

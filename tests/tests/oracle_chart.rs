@@ -451,13 +451,13 @@ async fn operator_installs_what_the_vcluster_chart_renders() {
         let outcome = differences(&admin, case, &values).await;
         for name in &outcome.deliberate {
             *applied.entry(name).or_default() += 1;
-            eprintln!("chart_oracle: {case}: deliberate difference {name}");
+            eprintln!("oracle_chart: {case}: deliberate difference {name}");
         }
         for (path, change) in outcome.differences {
             unexplained.push(format!("{case}: {path}: {change}"));
         }
         eprintln!(
-            "chart_oracle: {case}: {} fields of the chart's plugin parts and rules compared",
+            "oracle_chart: {case}: {} fields of the chart's plugin parts and rules compared",
             outcome.fields
         );
         fields += outcome.fields;
@@ -473,5 +473,5 @@ async fn operator_installs_what_the_vcluster_chart_renders() {
             "deliberate difference {name} ({why}) never occurred: remove it"
         );
     }
-    println!("chart_oracle: {fields} fields identical to vCluster's chart (3 values files)");
+    println!("oracle_chart: {fields} fields identical to vCluster's chart (3 values files)");
 }

@@ -16,7 +16,9 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use vcp_crds::{Car, VClusterPlugin};
-use vcp_tests::{Cluster, ControlPlane, Identity, TEST_FIELD_MANAGER, exit_signal, wait_for};
+use vcp_tests::{
+    Audit, Cluster, ControlPlane, Identity, TEST_FIELD_MANAGER, exit_signal, wait_for,
+};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -136,11 +138,11 @@ fn host_name(case: &str) -> String {
 /// The runtime's (`vcp-syncer`) successful writes in host namespace `rk-<case>`, as
 /// `(verb, path)`.
 fn runtime_writes(case: &str) -> Vec<(String, String)> {
-    vcp_tests::audited_write_events(ControlPlane::shared(), Cluster::Host)
-        .expect("audit log")
+    Audit::writes()
+        .by(Identity::Syncer)
+        .in_namespace(&format!("rk-{case}"))
+        .succeeded()
         .into_iter()
-        .filter(|w| w.user == Identity::Syncer.user() && (200..300).contains(&w.code))
-        .filter(|w| w.uri.contains(&format!("/namespaces/rk-{case}/")))
         .map(|w| {
             (
                 w.verb,
@@ -205,19 +207,7 @@ async fn a_runtime_killed_between_a_host_create_and_its_status_report_creates_on
     let virtual_ = cp.client(Cluster::Virtual, Identity::Admin).await;
     for client in [&host, &virtual_] {
         vcp_tests::install_crds(client).await;
-        vcp_tests::apply_yaml(
-            client,
-            r"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: vcp-runtime-kill-syncer}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
-subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: vcp-syncer}]
-",
-            None,
-        )
-        .await
-        .expect("bind vcp-syncer to cluster-admin");
+        vcp_tests::runtime::syncer_is_cluster_admin(client).await;
     }
 
     // The reference: an uninterrupted run.

@@ -1,7 +1,7 @@
 //! config/argocd: the VClusterPlugin health check, run by a real Lua 5.1 interpreter (the
 //! dialect) and by gopher-lua with only the libraries Argo CD opens (the engine Argo CD embeds,
 //! tests/argocd-lua) against the statuses the real operator and runtime wrote
-//! (tests/fixtures/argocd, captured by tests/tests/argocd_states_e2e.rs) and the transient
+//! (tests/fixtures/argocd, captured by tests/tests/runtime_argocd_states.rs) and the transient
 //! states made from them; the expected health is the README's table. The argocd-cm snippet
 //! embeds that same Lua; the example Application ignores the operator's fields on the
 //! vCluster's StatefulSet.
@@ -139,7 +139,7 @@ fn run_gopher_lua(health_lua: &Path, object: &Value, case: &str) -> (String, Str
     (text("status"), text("message"))
 }
 
-/// A captured fixture (tests/tests/argocd_states_e2e.rs writes them from the real operator and
+/// A captured fixture (tests/tests/runtime_argocd_states.rs writes them from the real operator and
 /// runtime) as the JSON object Argo CD reads.
 fn captured(file: &str) -> Value {
     let path = fixtures().join(file);

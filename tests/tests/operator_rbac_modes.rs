@@ -49,15 +49,11 @@ subjects:
 
 /// Write requests of the operator (audit log) in namespace `ns` whose URI contains `part`.
 fn operator_writes_to(ns: &str, part: &str) -> Vec<(String, String)> {
-    vcp_tests::audited_writes(
-        vcp_tests::ControlPlane::shared(),
-        vcp_tests::Cluster::Host,
-        vcp_tests::Identity::Operator.user(),
-    )
-    .expect("audit log")
-    .into_iter()
-    .filter(|(_, uri)| uri.contains(&format!("/namespaces/{ns}/")) && uri.contains(part))
-    .collect()
+    vcp_tests::Audit::writes()
+        .by(vcp_tests::Identity::Operator)
+        .in_namespace(ns)
+        .uri_contains(part)
+        .requests()
 }
 
 /// The parts of the Role that must come back exactly: rules, labels, annotations.

@@ -292,10 +292,11 @@ async fn the_bound_account_can_do_what_the_plugin_declares_and_nothing_more() {
     let virtual_ = cp.client(Cluster::Virtual, Identity::Admin).await;
     vcp_tests::install_crds(&virtual_).await;
     vcp_tests::create_namespace(&virtual_, "team").await;
-    let mut config =
-        vcp_syncer_runtime::Config::new(as_account.clone(), virtual_.clone(), NS, "grants");
-    config.status_interval = Duration::from_millis(300);
-    let runtime = tokio::spawn(vcp_syncer_runtime::run(config));
+    let runtime =
+        vcp_tests::start_runtime(as_account.clone(), virtual_.clone(), NS, "grants", |c| {
+            c.status_interval = Duration::from_millis(300);
+        })
+        .task;
     let cars = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("example.loft.sh", "v1", "Car"),
         "cars",

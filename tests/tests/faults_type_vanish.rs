@@ -351,19 +351,7 @@ async fn a_vanished_type_keeps_its_host_copies_and_resumes() {
     // The runtime's identity is admin in both clusters here (RBAC is not the subject; in a
     // vCluster its virtual kubeconfig is admin too).
     for client in [&host, &virtual_] {
-        vcp_tests::apply_yaml(
-            client,
-            r"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: vcp-vanish-syncer}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
-subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: vcp-syncer}]
-",
-            None,
-        )
-        .await
-        .expect("bind vcp-syncer to cluster-admin");
+        vcp_tests::runtime::syncer_is_cluster_admin(client).await;
     }
     let services =
         ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Service"), "services");

@@ -13,10 +13,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use vcp_crds::{OPERATOR_FIELD_MANAGER, VClusterPlugin};
-use vcp_tests::{
-    Cluster, ControlPlane, Identity, condition, create_plugin, delete_plugin, wait_event,
-    wait_ready,
-};
+use vcp_tests::{Audit, Identity, condition, create_plugin, delete_plugin, wait_event, wait_ready};
 
 const RUNTIME_IMAGE: &str = "vcp-test/runtime:e2e";
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -80,17 +77,11 @@ fn operator_owns_something(s: &StatefulSet) -> bool {
 
 /// The operator's write requests so far that concern namespace `ns` or its cluster objects.
 fn operator_writes(ns: &str) -> Vec<(String, String)> {
-    vcp_tests::audited_writes(
-        ControlPlane::shared(),
-        Cluster::Host,
-        Identity::Operator.user(),
-    )
-    .expect("audit log")
-    .into_iter()
-    .filter(|(_, uri)| {
-        uri.contains(&format!("/namespaces/{ns}/")) || uri.contains(&format!("vcp:{ns}:"))
-    })
-    .collect()
+    Audit::writes()
+        .by(Identity::Operator)
+        .in_namespace(ns)
+        .and_its_cluster_objects()
+        .requests()
 }
 
 #[tokio::test]

@@ -684,7 +684,7 @@ fn translation_matches_vcluster() {
         for (name, k) in d {
             *differences.entry(name).or_default() += k;
         }
-        eprintln!("translate_oracle: {what}: {n} cases identical to vCluster");
+        eprintln!("oracle_translate: {what}: {n} cases identical to vCluster");
         total += n;
     };
 
@@ -708,12 +708,12 @@ fn translation_matches_vcluster() {
 
     for (name, why) in DELIBERATE_DIFFERENCES {
         let n = differences.get(name).copied().unwrap_or_default();
-        eprintln!("translate_oracle: deliberate difference {name} applied to {n} cases: {why}");
+        eprintln!("oracle_translate: deliberate difference {name} applied to {n} cases: {why}");
         assert!(
             n > 0,
             "deliberate difference {name} never applied: remove it from the list"
         );
     }
-    println!("translate_oracle: {total} cases compared with vCluster v0.30.0, all identical");
+    println!("oracle_translate: {total} cases compared with vCluster v0.30.0, all identical");
     assert!(total >= 10_000, "only {total} cases compared");
 }

@@ -15,8 +15,8 @@ use kube::Client;
 use kube::api::Api;
 use serde_json::{Value, json};
 use vcp_tests::{
-    Cluster, ControlPlane, Identity, apply_yaml, condition, create_plugin, vcluster_workload,
-    wait_event, wait_ready,
+    Audit, Identity, apply_yaml, condition, create_plugin, vcluster_workload, wait_event,
+    wait_ready,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -33,11 +33,11 @@ async fn template(admin: &Client) -> Value {
 /// The operator's writes (dry runs included) in [`NS`] from the audit log:
 /// `(verb, request URI, response code)`.
 fn operator_writes() -> Vec<(String, String, u16)> {
-    vcp_tests::audited_write_events(ControlPlane::shared(), Cluster::Host)
-        .expect("audit log")
+    Audit::writes()
+        .by(Identity::Operator)
+        .in_namespace(NS)
+        .attempts()
         .into_iter()
-        .filter(|w| w.user == Identity::Operator.user())
-        .filter(|w| w.uri.contains(&format!("/namespaces/{NS}/")))
         .map(|w| (w.verb, w.uri, w.code))
         .collect()
 }

@@ -20,8 +20,8 @@
 //! apart from the test's (`admin`) in the audit logs.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -49,44 +49,6 @@ const CONVERGE: Duration = Duration::from_secs(150);
 /// The tests restart API servers and measure request timing: one at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Warning-level log events of this process (the in-process runtime's included), each as its
-/// message and fields, captured from the first call on.
-fn warnings() -> &'static Mutex<Vec<String>> {
-    use tracing_subscriber::layer::SubscriberExt as _;
-
-    struct Capture;
-    struct Fields(String);
-    impl tracing::field::Visit for Fields {
-        fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-            self.0.push_str(&format!("{}={value:?} ", field.name()));
-        }
-    }
-    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Capture {
-        fn on_event(
-            &self,
-            event: &tracing::Event<'_>,
-            _: tracing_subscriber::layer::Context<'_, S>,
-        ) {
-            let mut fields = Fields(String::new());
-            event.record(&mut fields);
-            if let Ok(mut all) = warnings().lock() {
-                all.push(fields.0);
-            }
-        }
-    }
-
-    static WARNINGS: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
-    static INSTALLED: OnceLock<()> = OnceLock::new();
-    let warnings = WARNINGS.get_or_init(|| Mutex::new(Vec::new()));
-    INSTALLED.get_or_init(|| {
-        let subscriber = tracing_subscriber::registry()
-            .with(tracing_subscriber::filter::LevelFilter::WARN)
-            .with(Capture);
-        tracing::subscriber::set_global_default(subscriber).expect("install the log capture");
-    });
-    warnings
-}
-
 /// A control plane of the test's own (its etcd and API servers are stopped, restarted or
 /// compacted), with the CRDs installed and the runtime's identity made cluster-admin in both
 /// clusters.
@@ -95,26 +57,9 @@ async fn own_control_plane() -> ControlPlane {
     for cluster in [Cluster::Host, Cluster::Virtual] {
         let client = cp.client(cluster, Identity::Admin).await;
         vcp_tests::install_crds(&client).await;
-        syncer_is_cluster_admin(&client).await;
+        vcp_tests::runtime::syncer_is_cluster_admin(&client).await;
     }
     cp
-}
-
-/// Grants `vcp-syncer` everything on `cluster` (the runtime's identity in these tests).
-async fn syncer_is_cluster_admin(client: &Client) {
-    vcp_tests::apply_yaml(
-        client,
-        r"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: vcp-faults-syncer}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
-subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: vcp-syncer}]
-",
-        None,
-    )
-    .await
-    .expect("bind vcp-syncer to cluster-admin");
 }
 
 /// Retries `op` every 200 ms while it fails (the API server it talks to may be restarting),
@@ -212,14 +157,7 @@ impl Fault {
 
 /// The operator, in-process as `vcp-operator` with its RBAC, on `cp`'s host cluster.
 async fn start_operator(cp: &ControlPlane, host: &Client) -> tokio::task::JoinHandle<()> {
-    for file in [
-        "config/rbac/role.yaml",
-        "config/rbac/test-user-binding.yaml",
-    ] {
-        vcp_tests::apply_yaml_file(host, file, None)
-            .await
-            .unwrap_or_else(|e| panic!("apply {file}: {e:#}"));
-    }
+    vcp_tests::install_operator_role(host).await;
     let mut config =
         vcluster_plugin_operator::Config::new(cp.client(Cluster::Host, Identity::Operator).await);
     config.runtime_image = "vcp-test/runtime:faults".into();
@@ -233,7 +171,7 @@ async fn start_operator(cp: &ControlPlane, host: &Client) -> tokio::task::JoinHa
 /// Watch failures the runtime logged (its `watch failed, retrying with backoff` warnings)
 /// whose message says 410 (Gone / Expired / too old resource version), so far.
 fn watch_410s() -> usize {
-    warnings()
+    vcp_tests::logs::warnings()
         .lock()
         .expect("warnings")
         .iter()
@@ -248,7 +186,7 @@ fn watch_410s() -> usize {
 
 /// The runtime's watch failures logged so far (any cause), for the report.
 fn watch_failures() -> Vec<String> {
-    warnings()
+    vcp_tests::logs::warnings()
         .lock()
         .expect("warnings")
         .iter()
@@ -310,13 +248,14 @@ async fn restart_scenario(cp: &Arc<ControlPlane>, restart: Fault, tag: &str) {
         )
         .await
         .expect("apply plugin");
-    let config = vcp_syncer_runtime::Config::new(
+    let runtime = vcp_tests::start_runtime(
         cp.client(Cluster::Host, Identity::Syncer).await,
         cp.client(Cluster::Virtual, Identity::Syncer).await,
         &host_ns,
         "cars",
-    );
-    let runtime = tokio::spawn(vcp_syncer_runtime::run(config));
+        |_| {},
+    )
+    .task;
 
     // Create the Cars, CONCURRENCY at a time; the restart starts once half of them exist.
     let created = Arc::new(AtomicUsize::new(0));
@@ -690,7 +629,7 @@ async fn api_server_restarts_during_a_1000_car_sync_converge() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_etcd_restart_during_a_1000_car_sync_converges() {
     let _serial = SERIAL.lock().await;
-    let _ = warnings();
+    let _ = vcp_tests::logs::warnings();
     let cp = Arc::new(own_control_plane().await);
     restart_scenario(&cp, Fault::Etcd, "faults-etcd").await;
 }
@@ -701,7 +640,7 @@ async fn an_etcd_restart_during_a_1000_car_sync_converges() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_etcd_compaction_during_a_1000_car_sync_converges() {
     let _serial = SERIAL.lock().await;
-    let _ = warnings();
+    let _ = vcp_tests::logs::warnings();
     let cp = Arc::new(own_control_plane().await);
     restart_scenario(&cp, Fault::Compaction, "faults-compact").await;
 }
@@ -752,7 +691,7 @@ impl ClientHook for Interloper {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_409_is_retried_after_backoff_and_converges() {
     let _serial = SERIAL.lock().await;
-    let warnings = warnings();
+    let warnings = vcp_tests::logs::warnings();
     let cp = own_control_plane().await;
     let host = cp.client(Cluster::Host, Identity::Admin).await;
     let virtual_ = cp.client(Cluster::Virtual, Identity::Admin).await;
@@ -854,10 +793,10 @@ async fn a_real_409_is_retried_after_backoff_and_converges() {
 
     // A stale cache is no warning: nothing at warning level names the object. (The capture
     // itself works: a warning of the test's own is seen.)
-    tracing::warn!(probe = "sync_faults", "capture check");
+    tracing::warn!(probe = "faults_sync", "capture check");
     let warned = warnings.lock().expect("warnings").clone();
     assert!(
-        warned.iter().any(|w| w.contains("sync_faults")),
+        warned.iter().any(|w| w.contains("faults_sync")),
         "the capture saw nothing: {warned:?}"
     );
     let about_audi: Vec<_> = warned

@@ -14,8 +14,8 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use vcp_crds::{OPERATOR_FIELD_MANAGER, VClusterPlugin};
 use vcp_tests::{
-    Cluster, ControlPlane, Identity, apply_yaml, condition, create_plugin, delete_plugin,
-    vcluster_workload, wait_event, wait_for, wait_ready,
+    Audit, Identity, apply_yaml, condition, create_plugin, delete_plugin, vcluster_workload,
+    wait_event, wait_for, wait_ready,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -68,15 +68,10 @@ const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The operator's requests that write (or dry-run a write) in namespace `ns`:
 /// `(verb, request URI)`, from the host API server's audit log.
 fn operator_writes(ns: &str) -> Vec<(String, String)> {
-    vcp_tests::audited_writes(
-        ControlPlane::shared(),
-        Cluster::Host,
-        Identity::Operator.user(),
-    )
-    .expect("audit log")
-    .into_iter()
-    .filter(|(_, uri)| uri.contains(&format!("/namespaces/{ns}/")))
-    .collect()
+    Audit::writes()
+        .by(Identity::Operator)
+        .in_namespace(ns)
+        .requests()
 }
 
 fn is_dry_run(uri: &str) -> bool {
@@ -85,15 +80,13 @@ fn is_dry_run(uri: &str) -> bool {
 
 /// The response codes of the operator's dry-run Pod creates in `ns` (the Pod Security check).
 fn dry_run_pod_codes(ns: &str) -> Vec<u16> {
-    vcp_tests::audited_write_events(ControlPlane::shared(), Cluster::Host)
-        .expect("audit log")
+    Audit::writes()
+        .by(Identity::Operator)
+        .verb("create")
+        .uri_contains(&format!("/api/v1/namespaces/{ns}/pods?"))
+        .uri_contains("dryRun=All")
+        .attempts()
         .into_iter()
-        .filter(|w| {
-            w.user == Identity::Operator.user()
-                && w.verb == "create"
-                && w.uri.starts_with(&format!("/api/v1/namespaces/{ns}/pods?"))
-                && is_dry_run(&w.uri)
-        })
         .map(|w| w.code)
         .collect()
 }
