@@ -25,8 +25,9 @@
 //! ([`Scope::All`]); after each plugin delete the plugins' watch reports
 //! ([`Scope::Plugin`]: the plugin's own labelled objects and its namespace's Roles and
 //! workloads), whether or not the finalizer ran; and every [`SWEEP_INTERVAL`] for every plugin,
-//! the safety net for a delete missed while the watch was down. A failed sweep is retried after
-//! [`crate::config::RETRY`].
+//! the safety net for a delete missed while the watch was down. What one object's read or write
+//! fails never stops the rest: the sweep goes on, collects the failures ([`Swept::failed`]),
+//! and retries the scope after [`crate::config::RETRY`], doubling up to [`SWEEP_INTERVAL`].
 //!
 //! The pure part ([`Existing`], [`labelled_orphan`], [`orphan_records`], [`orphan_entries`])
 //! decides from the live objects and the existing plugins; [`sweep`] reads and writes. Reads
@@ -43,6 +44,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
+
+use backon::BackoffBuilder as _;
 
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -149,14 +152,25 @@ pub fn owned_by_operator(meta: &ObjectMeta, field: &str, key: &str) -> bool {
 }
 
 /// The plugin (namespace, name) an object was labelled for by the operator, when both labels
-/// are there and the operator owns them.
+/// are there, the operator owns them, and the object is where and what the operator makes for
+/// that plugin: a namespaced object lives in the plugin's namespace and is named
+/// [`rbac::role_name`], a cluster-scoped one is named [`rbac::cluster_role_name`] (the same
+/// names `config/admission/operator-bounds.yaml` lets the operator delete).
+///
+/// `managedFields` alone proves nothing: any client that may update an object may rewrite
+/// them, so a tenant could claim an object of theirs (or of a name the operator may not
+/// delete) as the operator's; the name and namespace are what the operator itself derives.
 pub fn labelled_for(meta: &ObjectMeta) -> Option<(String, String)> {
     let labels = meta.labels.as_ref()?;
     let name = labels.get(PLUGIN_NAME_LABEL)?;
     let namespace = labels.get(PLUGIN_NAMESPACE_LABEL)?;
     let ours = owned_by_operator(meta, "labels", PLUGIN_NAME_LABEL)
         && owned_by_operator(meta, "labels", PLUGIN_NAMESPACE_LABEL);
-    ours.then(|| (namespace.clone(), name.clone()))
+    let derived = match meta.namespace.as_deref() {
+        Some(ns) => ns == namespace && meta.name.as_deref() == Some(&rbac::role_name(name)),
+        None => meta.name.as_deref() == Some(&rbac::cluster_role_name(namespace, name)),
+    };
+    (ours && derived).then(|| (namespace.clone(), name.clone()))
 }
 
 /// Whether the object of `meta` was labelled by the operator for a plugin that no longer
@@ -223,11 +237,26 @@ pub struct Swept {
     pub restored_roles: Vec<String>,
     /// Workloads applied again without orphaned entries, as `namespace/name`.
     pub workloads: Vec<String>,
+    /// What could not be read or written, each with the API server's answer; the sweep went
+    /// on with the rest, and retries the whole scope later ([`spawn`]).
+    pub failed: Vec<String>,
 }
 
 impl Swept {
     fn is_empty(&self) -> bool {
-        self.deleted.is_empty() && self.restored_roles.is_empty() && self.workloads.is_empty()
+        self.deleted.is_empty()
+            && self.restored_roles.is_empty()
+            && self.workloads.is_empty()
+            && self.failed.is_empty()
+    }
+
+    /// Records `result`'s error, if any, in [`Swept::failed`] (the sweep goes on: one object
+    /// the operator cannot remove, such as one a tenant made to look like the operator's,
+    /// never holds up the others).
+    fn note(&mut self, result: Result<()>) {
+        if let Err(e) = result {
+            self.failed.push(e.to_string());
+        }
     }
 }
 
@@ -235,9 +264,13 @@ impl Swept {
 /// exist, takes their records out of vCluster Roles, and applies the workloads that hold their
 /// entries again from the plugins that exist.
 ///
+/// Every read and write is tried whatever failed before it: the API server's refusals are
+/// collected in [`Swept::failed`] (a 404 or a failed precondition on delete, and a 409
+/// Conflict on a Role's patch, are not failures: the object changed, the next sweep looks
+/// again).
+///
 /// # Errors
-/// The API server's answers (a 404 or a failed precondition on delete, and a 409 Conflict on a
-/// Role's patch, are not errors: the object changed, the next sweep looks again).
+/// None today; the `Result` leaves room for a failure that stops the whole sweep.
 pub async fn sweep(ctx: &Context, scope: &Scope) -> Result<Swept> {
     let existing = Existing::new(ctx.plugins.state().iter().map(|p| &**p));
     let mut swept = Swept::default();
@@ -252,22 +285,24 @@ pub async fn sweep(ctx: &Context, scope: &Scope) -> Result<Swept> {
     let client = &ctx.client;
 
     // Bindings before roles: the grant goes first.
-    delete_orphans(
+    let result = delete_orphans(
         Api::<ClusterRoleBinding>::all(client.clone()),
         |_| Api::all(client.clone()),
         &labelled,
         &existing,
         &mut swept,
     )
-    .await?;
-    delete_orphans(
+    .await;
+    swept.note(result);
+    let result = delete_orphans(
         Api::<ClusterRole>::all(client.clone()),
         |_| Api::all(client.clone()),
         &labelled,
         &existing,
         &mut swept,
     )
-    .await?;
+    .await;
+    swept.note(result);
     let (bindings, roles) = match namespace {
         Some(ns) => (
             Api::<RoleBinding>::namespaced(client.clone(), ns),
@@ -275,22 +310,24 @@ pub async fn sweep(ctx: &Context, scope: &Scope) -> Result<Swept> {
         ),
         None => (Api::all(client.clone()), Api::all(client.clone())),
     };
-    delete_orphans(
+    let result = delete_orphans(
         bindings,
         |ns| Api::namespaced(client.clone(), ns),
         &labelled,
         &existing,
         &mut swept,
     )
-    .await?;
-    delete_orphans(
+    .await;
+    swept.note(result);
+    let result = delete_orphans(
         roles,
         |ns| Api::namespaced(client.clone(), ns),
         &labelled,
         &existing,
         &mut swept,
     )
-    .await?;
+    .await;
+    swept.note(result);
     // Records are on Roles no label selects (the vCluster's own), so they are listed per
     // namespace, never cluster-wide (the operator's reads of Roles across the cluster carry a
     // label selector, `crate::cache`): the deleted plugin's namespace, or every namespace with
@@ -314,7 +351,8 @@ pub async fn sweep(ctx: &Context, scope: &Scope) -> Result<Swept> {
             .collect(),
     };
     for ns in namespaces {
-        restore_orphan_records(ctx, &ns, &existing, &mut swept).await?;
+        let result = restore_orphan_records(ctx, &ns, &existing, &mut swept).await;
+        swept.note(result);
     }
 
     // Workloads: picked from the cache (all of the namespace after a delete: the cache may not
@@ -341,16 +379,23 @@ pub async fn sweep(ctx: &Context, scope: &Scope) -> Result<Swept> {
     for wl in cached {
         let lock = ctx.workload_lock(&wl.namespace, &wl.name);
         let _guard = lock.lock().await;
-        let Some(fresh) = crate::cache::fetch_workload(client, &wl.namespace, &wl.name).await?
-        else {
-            continue;
+        let fresh = match crate::cache::fetch_workload(client, &wl.namespace, &wl.name).await {
+            Ok(Some(fresh)) => fresh,
+            Ok(None) => continue,
+            Err(e) => {
+                swept.failed.push(e.to_string());
+                continue;
+            }
         };
         let existing = Existing::new(ctx.plugins.state().iter().map(|p| &**p));
         let orphans = orphan_entries(&fresh, &existing);
         if orphans.is_empty() {
             continue;
         }
-        crate::vcluster::reapply(ctx, fresh.clone()).await?;
+        if let Err(e) = crate::vcluster::reapply(ctx, fresh.clone()).await {
+            swept.failed.push(e.to_string());
+            continue;
+        }
         swept.workloads.push(format!(
             "{}/{} ({})",
             fresh.namespace,
@@ -399,12 +444,13 @@ async fn restore_orphan_records(
             Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {
                 span.in_scope(|| debug!("Role changed during the sweep"));
             }
-            Err(e) => {
-                return Err(Error::kube(
+            Err(e) => swept.failed.push(
+                Error::kube(
                     format!("merge-patch the rules of Role {namespace}/{name}"),
                     e,
-                ));
-            }
+                )
+                .to_string(),
+            ),
         }
     }
     Ok(())
@@ -438,7 +484,14 @@ where
             Some(ns) => api_of(ns),
             None => api.clone(),
         };
-        if delete(&api, obj.meta()).await? {
+        let deleted = match delete(&api, obj.meta()).await {
+            Ok(deleted) => deleted,
+            Err(e) => {
+                swept.failed.push(e.to_string());
+                continue;
+            }
+        };
+        if deleted {
             swept.deleted.push(format!(
                 "{kind} {}{}",
                 obj.meta()
@@ -515,6 +568,8 @@ pub fn spawn(
         }
         let mut pending: BTreeSet<Scope> = BTreeSet::from([Scope::All]);
         let mut next_all = tokio::time::Instant::now() + SWEEP_INTERVAL;
+        // The delays between retries of sweeps that left failures, reset by a clean sweep.
+        let mut retries: Option<backon::ExponentialBackoff> = None;
         loop {
             let mut failed = BTreeSet::new();
             // `All` covers every plugin scope.
@@ -525,23 +580,34 @@ pub fn spawn(
             for scope in std::mem::take(&mut pending) {
                 match sweep(&ctx, &scope).await {
                     Ok(swept) if swept.is_empty() => debug!(?scope, "swept: nothing left behind"),
-                    Ok(swept) => info!(
-                        ?scope,
-                        deleted = ?swept.deleted,
-                        roles = ?swept.restored_roles,
-                        workloads = ?swept.workloads,
-                        "swept what deleted plugins left behind"
-                    ),
+                    Ok(swept) => {
+                        info!(
+                            ?scope,
+                            deleted = ?swept.deleted,
+                            roles = ?swept.restored_roles,
+                            workloads = ?swept.workloads,
+                            "swept what deleted plugins left behind"
+                        );
+                        if !swept.failed.is_empty() {
+                            warn!(?scope, failed = ?swept.failed, "the sweep could not remove everything; the rest was swept, the scope is retried");
+                            failed.insert(scope);
+                        }
+                    }
                     Err(e) => {
-                        warn!(?scope, error = %e, "sweep failed; retrying in {}s", crate::config::RETRY.as_secs());
+                        warn!(?scope, error = %e, "sweep failed; retrying");
                         failed.insert(scope);
                     }
                 }
             }
             let wake = if failed.is_empty() {
+                retries = None;
                 next_all
             } else {
-                tokio::time::Instant::now() + crate::config::RETRY
+                let delay = retries
+                    .get_or_insert_with(|| retry_builder().build())
+                    .next()
+                    .unwrap_or(SWEEP_INTERVAL);
+                tokio::time::Instant::now() + delay
             };
             pending = failed;
             tokio::select! {
@@ -561,6 +627,18 @@ pub fn spawn(
             }
         }
     })
+}
+
+/// The delays between retries of a sweep that left failures: [`crate::config::RETRY`]
+/// doubling up to [`SWEEP_INTERVAL`], never exhausted. A failure that stays (an object the
+/// operator may not delete, a workload whose apply the API server refuses) is thus retried a
+/// few times, then every [`SWEEP_INTERVAL`], instead of every few seconds for ever.
+fn retry_builder() -> backon::ExponentialBuilder {
+    backon::ExponentialBuilder::default()
+        .with_min_delay(crate::config::RETRY)
+        .with_max_delay(SWEEP_INTERVAL)
+        .with_factor(2.0)
+        .without_max_times()
 }
 
 #[cfg(test)]

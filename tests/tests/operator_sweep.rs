@@ -312,6 +312,68 @@ async fn delete_without_finalizer(tenant: &Client, ns: &str, name: &str, deletin
     assert!(api.get_opt(name).await.unwrap().is_none(), "{name} is gone");
 }
 
+/// The name of the RoleBinding [`plant_forged_binding`] makes: sorted before `vcp-plugin-*`.
+const PLANTED: &str = "aaa-plant";
+
+/// As `tenant` (who may write Roles and RoleBindings in `ns`): a Role of its own and the
+/// RoleBinding [`PLANTED`] binding it to the vCluster's account, labelled for a plugin `ghost`
+/// of `ns` that does not exist, its `managedFields` rewritten so that the operator's field
+/// manager seems to own those labels (any client that may update an object may do that).
+async fn plant_forged_binding(tenant: &Client, ns: &str) {
+    use kube::api::{Patch, PatchParams, PostParams};
+    let roles = Api::<Role>::namespaced(tenant.clone(), ns);
+    let role: Role = serde_json::from_value(json!({
+        "metadata": { "name": "harmless" },
+        "rules": [{ "apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"] }],
+    }))
+    .unwrap();
+    roles
+        .create(&PostParams::default(), &role)
+        .await
+        .expect("tenant's Role");
+    let bindings = Api::<RoleBinding>::namespaced(tenant.clone(), ns);
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": { "name": PLANTED, "labels": {
+            (vcp_crds::PLUGIN_NAME_LABEL): "ghost", (vcp_crds::PLUGIN_NAMESPACE_LABEL): ns,
+        } },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "harmless" },
+        "subjects": [{ "kind": "ServiceAccount", "name": "vc-my-vcluster", "namespace": ns }],
+    }))
+    .unwrap();
+    bindings
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("tenant's RoleBinding");
+    let forged = json!([{ "op": "replace", "path": "/metadata/managedFields", "value": [
+        { "manager": (vcp_crds::OPERATOR_FIELD_MANAGER), "operation": "Apply",
+          "apiVersion": "rbac.authorization.k8s.io/v1", "fieldsType": "FieldsV1",
+          "fieldsV1": { "f:metadata": { "f:labels": {
+              format!("f:{}", vcp_crds::PLUGIN_NAME_LABEL): {},
+              format!("f:{}", vcp_crds::PLUGIN_NAMESPACE_LABEL): {},
+          } } } },
+        { "manager": "tenant", "operation": "Update",
+          "apiVersion": "rbac.authorization.k8s.io/v1", "fieldsType": "FieldsV1",
+          "fieldsV1": { "f:roleRef": {}, "f:subjects": {} } },
+    ] }]);
+    let patched = bindings
+        .patch(
+            PLANTED,
+            &PatchParams::default(),
+            &Patch::Json::<()>(serde_json::from_value(forged).unwrap()),
+        )
+        .await
+        .expect("rewrite managedFields");
+    assert!(
+        vcluster_plugin_operator::sweep::owned_by_operator(
+            &patched.metadata,
+            "labels",
+            vcp_crds::PLUGIN_NAME_LABEL
+        ),
+        "the forged managedFields were stored: {:?}",
+        patched.metadata.managed_fields
+    );
+}
+
 /// The operator's successful deletes of cluster-scoped objects named `vcp:<ns>:…` and of
 /// Roles and RoleBindings in `ns`, received after `since`, as `resource/name`.
 fn operator_deletes(ns: &str, since: SystemTime) -> Vec<String> {
@@ -419,6 +481,11 @@ async fn what_plugins_deleted_without_their_finalizer_left_behind_is_swept() {
     }
     let left = leftovers(&admin, ns, &["cars", "patcher"], Some(&chart_role)).await;
     assert!(left.len() >= 7, "nobody removed anything yet: {left:?}");
+    // The second independent attack: a tenant's own RoleBinding, sorted before the plugin's,
+    // labelled for a plugin that does not exist and with `managedFields` rewritten to claim the
+    // labels as the operator's. The operator may not delete it (operator-bounds), and the sweep
+    // stopped at that refusal, leaving every later leftover of every tenant behind.
+    plant_forged_binding(&tenant, ns).await;
     let since = SystemTime::now();
     let op = start("sweep-b");
     let swept = vcp_tests::poll_for(TIMEOUT, || async {
@@ -443,6 +510,26 @@ async fn what_plugins_deleted_without_their_finalizer_left_behind_is_swept() {
         (template(&admin, ns).await == original).then_some(())
     })
     .await;
+    // The planted binding is the tenant's: still there, and never a delete attempt of it.
+    assert!(
+        Api::<RoleBinding>::namespaced(admin.clone(), ns)
+            .get_opt(PLANTED)
+            .await
+            .unwrap()
+            .is_some(),
+        "the tenant's {PLANTED} was deleted"
+    );
+    let attempts = Audit::writes()
+        .by(Identity::Operator)
+        .verb("delete")
+        .since(since)
+        .in_namespace(ns)
+        .resource("rolebindings")
+        .attempts();
+    assert!(
+        attempts.iter().all(|w| w.object_name != PLANTED),
+        "the operator tried to delete the tenant's {PLANTED}: {attempts:?}"
+    );
 
     colliding_names_keep_their_records(&admin).await;
     stop(op).await;

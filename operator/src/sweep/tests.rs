@@ -223,3 +223,51 @@ fn workload_entries_of_plugins_that_are_gone_or_moved_are_orphans() {
     // Entries another manager owns are not the operator's.
     assert!(orphan_entries(&workload(&[], &[]), &Existing::default()).is_empty());
 }
+
+/// The second independent attack: `managedFields` are the client's to write, so a labelled
+/// object counts as the operator's only where and as the operator names what it makes for the
+/// plugin of its labels (`vcp-plugin-<name>` in the plugin's namespace, `vcp:<ns>:<name>`
+/// cluster-wide), the objects `config/admission/operator-bounds.yaml` lets it delete.
+#[test]
+fn a_labelled_object_counts_only_under_the_name_the_operator_gives_it() {
+    let existing = Existing::default();
+    let namespaced = |namespace: &str, name: &str| {
+        let mut meta = labelled("team-a", "ghost", OPERATOR_FIELD_MANAGER);
+        meta.namespace = Some(namespace.into());
+        meta.name = Some(name.into());
+        meta
+    };
+    assert!(labelled_orphan(
+        &namespaced("team-a", "vcp-plugin-ghost"),
+        &existing
+    ));
+    for (namespace, name) in [
+        ("team-a", "aaa-plant"),
+        ("team-a", "vcp-plugin-other"),
+        ("team-b", "vcp-plugin-ghost"),
+    ] {
+        assert!(
+            !labelled_orphan(&namespaced(namespace, name), &existing),
+            "{namespace}/{name}"
+        );
+    }
+    let mut cluster = labelled("team-a", "ghost", OPERATOR_FIELD_MANAGER);
+    assert!(labelled_orphan(&cluster, &existing));
+    cluster.name = Some("cluster-admin-ish".into());
+    assert!(!labelled_orphan(&cluster, &existing));
+    cluster.name = Some("vcp:team-b:ghost".into());
+    assert!(!labelled_orphan(&cluster, &existing));
+}
+
+/// A sweep that left failures is retried after `RETRY` (5 s), doubling, then every
+/// `SWEEP_INTERVAL` (10 min): 5, 10, 20, 40, 80, 160, 320, 600, 600 s.
+#[test]
+fn failed_sweeps_back_off_to_the_sweep_interval() {
+    use backon::BackoffBuilder as _;
+    let delays: Vec<u64> = retry_builder()
+        .build()
+        .take(9)
+        .map(|d| d.as_secs())
+        .collect();
+    assert_eq!(delays, [5, 10, 20, 40, 80, 160, 320, 600, 600]);
+}
