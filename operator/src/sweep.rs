@@ -268,10 +268,7 @@ impl Swept {
 /// collected in [`Swept::failed`] (a 404 or a failed precondition on delete, and a 409
 /// Conflict on a Role's patch, are not failures: the object changed, the next sweep looks
 /// again).
-///
-/// # Errors
-/// None today; the `Result` leaves room for a failure that stops the whole sweep.
-pub async fn sweep(ctx: &Context, scope: &Scope) -> Result<Swept> {
+pub async fn sweep(ctx: &Context, scope: &Scope) -> Swept {
     let existing = Existing::new(ctx.plugins.state().iter().map(|p| &**p));
     let mut swept = Swept::default();
     let (selector, namespace) = match scope {
@@ -403,7 +400,7 @@ pub async fn sweep(ctx: &Context, scope: &Scope) -> Result<Swept> {
             orphans.join(", ")
         ));
     }
-    Ok(swept)
+    swept
 }
 
 /// Takes the records of plugins that no longer exist ([`orphan_records`]) out of the Roles of
@@ -578,25 +575,21 @@ pub fn spawn(
                 next_all = tokio::time::Instant::now() + SWEEP_INTERVAL;
             }
             for scope in std::mem::take(&mut pending) {
-                match sweep(&ctx, &scope).await {
-                    Ok(swept) if swept.is_empty() => debug!(?scope, "swept: nothing left behind"),
-                    Ok(swept) => {
-                        info!(
-                            ?scope,
-                            deleted = ?swept.deleted,
-                            roles = ?swept.restored_roles,
-                            workloads = ?swept.workloads,
-                            "swept what deleted plugins left behind"
-                        );
-                        if !swept.failed.is_empty() {
-                            warn!(?scope, failed = ?swept.failed, "the sweep could not remove everything; the rest was swept, the scope is retried");
-                            failed.insert(scope);
-                        }
-                    }
-                    Err(e) => {
-                        warn!(?scope, error = %e, "sweep failed; retrying");
-                        failed.insert(scope);
-                    }
+                let swept = sweep(&ctx, &scope).await;
+                if swept.is_empty() {
+                    debug!(?scope, "swept: nothing left behind");
+                    continue;
+                }
+                info!(
+                    ?scope,
+                    deleted = ?swept.deleted,
+                    roles = ?swept.restored_roles,
+                    workloads = ?swept.workloads,
+                    "swept what deleted plugins left behind"
+                );
+                if !swept.failed.is_empty() {
+                    warn!(?scope, failed = ?swept.failed, "the sweep could not remove everything; the rest was swept, the scope is retried");
+                    failed.insert(scope);
                 }
             }
             let wake = if failed.is_empty() {
