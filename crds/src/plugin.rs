@@ -312,6 +312,120 @@ pub struct SyncedType {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::schema::label_selector")]
     pub selector: Option<LabelSelector>,
+    /// vCluster's `patches` of a custom resource (`config.TranslatePatch` of the v0.30 module's
+    /// `config/config.go`, documented under `sync.*.customResources.*.patches`), applied in
+    /// order to the copy on its way to the other side, and reversed on the way back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub patches: Vec<TranslatePatch>,
+    /// `FromHost` only: vCluster's `mappings` of `sync.fromHost.customResources.*` (which host
+    /// objects are copied, and where to). Absent: the identity mapping of the vCluster's host
+    /// namespace into the virtual namespace of the same name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mappings: Option<FromHostMappings>,
+    /// `ToHost` only: objects a host controller produces for a synced object (the Secret
+    /// cert-manager issues for a Certificate), brought back into the synced object's virtual
+    /// namespace under the virtual name, kept up to date, and removed when the synced object
+    /// goes. This project's addition: vCluster has no such option.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub produced: Vec<ProducedObject>,
+}
+
+/// One patch of a synced type, in vCluster's shape (`config.TranslatePatch`): `path`, and
+/// exactly one of `expression` (with an optional `reverseExpression`), `reference` or `labels`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    { "rule": "[has(self.expression), has(self.reference), has(self.labels)].filter(x, x).size() == 1", "message": "a patch has exactly one of expression (with an optional reverseExpression), reference or labels, as in vCluster's config.TranslatePatch" },
+    { "rule": "!has(self.reverseExpression) || has(self.expression)", "message": "reverseExpression is the way back of an expression: set expression too", "fieldPath": ".reverseExpression" },
+]))]
+pub struct TranslatePatch {
+    /// The field the patch targets, in vCluster's notation: dots, brackets (`a["b.c"]`,
+    /// `a[0]`) and `[*]` for every element. A path that is not found is skipped.
+    #[schemars(length(min = 1, max = 512))]
+    pub path: String,
+    /// JavaScript that computes the host value on the way to the host (for `FromHost`: the
+    /// virtual value), as in vCluster: `value`, `valueExists`, `context.vcluster.name` /
+    /// `namespace`, `context.hostObject`, `context.virtualObject`, `context.path`, `btoa`,
+    /// `atob`. Evaluated in a sandbox with a time and a memory bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 4096))]
+    pub expression: Option<String>,
+    /// JavaScript that computes the value on the way back (host to virtual for `ToHost`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 4096))]
+    pub reverse_expression: Option<String>,
+    /// The value names another object: on the way down it becomes that object's host name, on
+    /// the way back the virtual name again (vCluster's `TranslatePatchReference`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<TranslatePatchReference>,
+    /// The value is a label selector, translated so that it selects the host copies of the
+    /// objects it selects in the virtual cluster (vCluster's `TranslatePatchLabels`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<TranslatePatchLabels>,
+}
+
+/// A reference patch (vCluster's `config.TranslatePatchReference`). The paths are relative to
+/// the patch's `path` when that names an object, as in vCluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TranslatePatchReference {
+    /// `group/version` of the referenced object (`v1` for the core group).
+    #[schemars(length(min = 1, max = 317), regex(pattern = crate::schema::API_VERSION_PATTERN))]
+    pub api_version: String,
+    /// Path of the referenced object's `apiVersion`; `apiVersion` when not found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub api_version_path: Option<String>,
+    /// Kind of the referenced object.
+    #[schemars(length(min = 1, max = 63), regex(pattern = crate::schema::KIND_PATTERN))]
+    pub kind: String,
+    /// Path of the referenced object's kind; `kind` when not found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub kind_path: Option<String>,
+    /// Path of the referenced name; the patch's value itself when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub name_path: Option<String>,
+    /// Path of the referenced namespace; the object's own namespace when absent or not found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub namespace_path: Option<String>,
+}
+
+/// A label-selector patch (vCluster's `config.TranslatePatchLabels`, an empty object).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct TranslatePatchLabels {}
+
+/// vCluster's `config.FromHostMappings`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FromHostMappings {
+    /// `"host-namespace/name": "virtual-namespace/name"`, or `"host-namespace/*":
+    /// "virtual-namespace/*"` for every object of a host namespace. The host namespace must be
+    /// the vCluster's own.
+    #[serde(default)]
+    #[schemars(extend("maxProperties" = 64))]
+    pub by_name: BTreeMap<String, String>,
+}
+
+/// An object a host controller produces for a synced object, brought back (see
+/// [`SyncedType::produced`]).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProducedObject {
+    /// `group/version` of the produced object (`v1` for a Secret).
+    #[schemars(length(min = 1, max = 317), regex(pattern = crate::schema::API_VERSION_PATTERN))]
+    pub api_version: String,
+    /// Kind of the produced object.
+    #[schemars(length(min = 1, max = 63), regex(pattern = crate::schema::KIND_PATTERN))]
+    pub kind: String,
+    /// Path of its name in the synced object (vCluster's `namePath`): the host copy's value is
+    /// the host object's name, the virtual object's value the name it comes back under.
+    #[schemars(length(min = 1, max = 512))]
+    pub name_path: String,
 }
 
 /// Direction of a synced type.

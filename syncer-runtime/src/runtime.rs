@@ -328,7 +328,7 @@ impl Generation {
                 resource: Some("pods".into()),
                 direction: SyncDirection::ToHost,
                 sync_status: true,
-                selector: None,
+                ..SyncedType::default()
             });
         }
         for synced in synced_types {
