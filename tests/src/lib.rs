@@ -26,6 +26,10 @@
 //! workload of either kind, as its chart renders it).
 //! Their items are re-exported at the crate root.
 //!
+//! [`cert_manager`] runs the real cert-manager's controllers on the host (a driver built from
+//! its Go module); [`real_crds`] installs real controllers' CRDs from their modules' files;
+//! [`oracle`] asks vCluster's translate oracle for expected host names and selectors.
+//!
 //! [`cpu`] reads the CPU time of a bench's processes from `/proc`; [`plot`] draws the benches'
 //! plots.
 //!
@@ -33,15 +37,18 @@
 
 pub mod admission;
 pub mod audit;
+pub mod cert_manager;
 pub mod control_plane;
 pub mod cpu;
 pub mod fixtures;
 pub mod image;
 pub mod logs;
+pub mod oracle;
 pub mod plot;
 pub mod plugins;
 pub mod process;
 pub mod proxy;
+pub mod real_crds;
 pub mod replica;
 pub mod runtime;
 pub mod wait;
@@ -51,12 +58,14 @@ pub use admission::{
     ADMISSION_OVERLAY, TENANT_RBAC, bind_tenant_rights, install_admission_policies,
 };
 pub use audit::{Audit, AuditedWrite, Writes, audited_reads, audited_write_events, audited_writes};
+pub use cert_manager::{CertManager, cert_manager_resource, condition_status, tls_dns_names};
 pub use control_plane::{Cluster, ControlPlane, Identity, config_from, repo_root};
 pub use fixtures::{
     TEST_FIELD_MANAGER, apply_yaml, apply_yaml_file, create_namespace, create_yaml, install_crds,
     install_operator_rbac, oracle_paths, refusal, render_vcluster_chart, string_map,
     vcluster_workload, vcluster_workload_with,
 };
+pub use oracle::{translate_oracle, vcluster_host_label_selector, vcluster_host_name};
 pub use plugins::{
     condition, create_plugin, delete_plugin, install_operator_role, operator_reconciles,
     operator_telemetry, poke_plugin, poll_event, poll_ready, prepare_operator_host,
@@ -65,6 +74,9 @@ pub use plugins::{
 };
 pub use process::{OperatorOptions, OperatorProcess, exit_signal, http_get, workspace_binary};
 pub use proxy::{TcpProxy, kubeconfig_server};
+pub use real_crds::{
+    cert_manager_crd_files, gateway_api_crd_file, install_crd_files, service_monitor_crd_file,
+};
 pub use replica::Replica;
 pub use runtime::{Runtime, World, start_runtime};
 pub use wait::{poll_for, wait_for};

@@ -1,0 +1,83 @@
+//! vCluster's translation rules asked of vCluster's own code: the translate oracle
+//! (`tests/vcluster-go/cmd/translate-oracle`, built by `scripts/oracles build` against the pinned
+//! `github.com/loft-sh/vcluster`), for the expected values of end-to-end tests (the host name of
+//! a referenced object, the host selector of a `labels` patch). `tests/tests/oracle_translate.rs`
+//! compares the runtime's translation with the same oracle case by case.
+
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+
+use crate::fixtures::oracle_paths;
+
+/// vCluster's answers to `requests` (the oracle's JSON request lines, documented in its
+/// `main.go`), in order, from one oracle process.
+///
+/// # Panics
+/// When the oracle cannot be built or started, exits non-zero, or answers an `error` (an unknown
+/// `op`, a malformed request): the request and the answer are in the panic.
+pub fn translate_oracle(requests: &[Value]) -> Vec<Value> {
+    let mut child = Command::new(&oracle_paths()["TRANSLATE_ORACLE"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the translate oracle");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let input: String = requests.iter().map(|r| format!("{r}\n")).collect();
+    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+    let out = child.wait_with_output().expect("translate oracle output");
+    writer.join().expect("writer").expect("write requests");
+    assert!(
+        out.status.success(),
+        "translate oracle failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answers: Vec<Value> = String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("the oracle answers JSON"))
+        .collect();
+    assert_eq!(answers.len(), requests.len(), "one answer per request");
+    for (request, answer) in requests.iter().zip(&answers) {
+        assert!(answer.get("error").is_none(), "{request}: {answer}");
+    }
+    answers
+}
+
+/// The host name vCluster gives object `name` of virtual namespace `namespace` in vCluster
+/// `vcluster` (`translate.SingleNamespaceHostName`).
+///
+/// # Panics
+/// As [`translate_oracle`].
+pub fn vcluster_host_name(name: &str, namespace: &str, vcluster: &str) -> String {
+    let answer = translate_oracle(&[json!({
+        "op": "hostName", "name": name, "namespace": namespace, "vcluster": vcluster
+    })]);
+    answer[0]["name"]
+        .as_str()
+        .expect("the oracle answers a name")
+        .to_string()
+}
+
+/// The label selector vCluster writes on the host for `selector` (a `metav1.LabelSelector` as
+/// JSON) of vCluster `vcluster` in host namespace `host_namespace`
+/// (`translate.HostLabelSelector`: the rule of a `labels` patch); `None` for a null selector.
+///
+/// # Panics
+/// As [`translate_oracle`]; also when the oracle does not know the `hostLabelSelector` request.
+pub fn vcluster_host_label_selector(
+    selector: &Value,
+    vcluster: &str,
+    host_namespace: &str,
+) -> Option<Value> {
+    let answer = translate_oracle(&[json!({
+        "op": "hostLabelSelector", "vcluster": vcluster, "hostNamespace": host_namespace,
+        "selector": selector
+    })]);
+    if answer[0]["selectorNull"] == json!(true) {
+        return None;
+    }
+    Some(answer[0]["selector"].clone())
+}
