@@ -27,7 +27,7 @@
 //! Their items are re-exported at the crate root.
 //!
 //! [`cert_manager`] runs the real cert-manager's controllers on the host (a driver built from
-//! its Go module); [`real_crds`] installs real controllers' CRDs from their modules' files;
+//! its Go module), [`cert_manager_scenario`] is the cert-manager story of the end-to-end tests; [`real_crds`] installs real controllers' CRDs from their modules' files;
 //! [`oracle`] asks vCluster's translate oracle for expected host names and selectors.
 //!
 //! [`cpu`] reads the CPU time of a bench's processes from `/proc`; [`plot`] draws the benches'
@@ -38,6 +38,7 @@
 pub mod admission;
 pub mod audit;
 pub mod cert_manager;
+pub mod cert_manager_scenario;
 pub mod control_plane;
 pub mod cpu;
 pub mod fixtures;

@@ -1,0 +1,605 @@
+//! The cert-manager story of issue 22, end to end, with the real cert-manager
+//! ([`crate::cert_manager`]) on the host and the embedded runtime in-process
+//! ([`crate::runtime::world_with`]): shared by `tests/tests/e2e_cert_manager.rs` (the plugin
+//! written by hand, as the README shows it) and `tests/tests/e2e_cert_manager_import.rs` (the
+//! plugin `vcluster-plugin-operator import` makes of a `vcluster.yaml`), each in its own test
+//! binary and so its own virtual cluster (a plugin without a selector syncs every Certificate of
+//! the virtual cluster).
+//!
+//! The expected host names come from vCluster's own code (the translate oracle,
+//! [`crate::oracle::vcluster_host_name`]); what is issued comes from cert-manager's own
+//! controllers; the test only writes virtual objects (and, once, does on the host what
+//! `cmctl renew` does).
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
+};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use vcp_syncer_runtime::PodSync;
+
+use crate::audit::Audit;
+use crate::cert_manager::{CertManager, cert_manager_resource, condition_status, tls_dns_names};
+use crate::control_plane::{Cluster, ControlPlane, Identity};
+use crate::oracle::vcluster_host_name;
+use crate::real_crds::{cert_manager_crd_files, install_crd_files};
+use crate::runtime::{World, apply_dynamic, start_runtime, world_with};
+use crate::wait::wait_for;
+
+/// How long each step waits (cert-manager issues a self-signed certificate in about a second).
+pub const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The two virtual namespaces, each with the same Issuer, Certificate and Secret names.
+pub const NAMESPACES: [&str; 2] = ["cm-team-a", "cm-team-b"];
+
+/// The plugin of the README and of the common brief: Issuers, and Certificates with their status,
+/// `secretName` and `issuerRef.name` as `reference` patches, and the issued Secret brought back,
+/// for vCluster `vcluster`.
+pub fn readme_spec(vcluster: &str) -> Value {
+    json!({
+        "vcluster": {"name": vcluster},
+        "syncedTypes": [
+            {"apiVersion": "cert-manager.io/v1", "kind": "Issuer"},
+            {"apiVersion": "cert-manager.io/v1", "kind": "Certificate", "syncStatus": true,
+             "patches": [
+                {"path": "spec.secretName", "reference": {"apiVersion": "v1", "kind": "Secret"}},
+                {"path": "spec.issuerRef.name",
+                 "reference": {"apiVersion": "cert-manager.io/v1", "kind": "Issuer"}}
+             ],
+             "produced": [{"apiVersion": "v1", "kind": "Secret", "namePath": "spec.secretName"}]}
+        ]
+    })
+}
+
+fn rbac(kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", kind),
+        plural,
+    )
+}
+
+/// cert-manager's CRDs in both clusters (the virtual cluster serves the kinds its users write),
+/// and what the runtime's identity (`vcp-syncer`) needs beyond [`world_with`]'s grants: Issuers
+/// and Certificates written, Secrets read in the host namespace; Issuers and Certificates read,
+/// their status written, Secrets written in the virtual cluster.
+async fn prepare(host: &Client, virtual_: &Client, host_ns: &str) {
+    install_crd_files(virtual_, &cert_manager_crd_files()).await;
+    crate::fixtures::create_namespace(host, host_ns).await;
+    let all = [
+        "get", "list", "watch", "create", "update", "patch", "delete",
+    ];
+    let read = ["get", "list", "watch"];
+    apply_dynamic(host, &rbac("Role", "roles"), Some(host_ns), json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "vcp-syncer-cert-manager", "namespace": host_ns},
+        "rules": [
+            {"apiGroups": ["cert-manager.io"], "resources": ["issuers", "certificates"], "verbs": all},
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": read}
+        ]
+    }))
+    .await;
+    apply_dynamic(host, &rbac("RoleBinding", "rolebindings"), Some(host_ns), json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "vcp-syncer-cert-manager", "namespace": host_ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "vcp-syncer-cert-manager"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": Identity::Syncer.user()}]
+    }))
+    .await;
+    apply_dynamic(virtual_, &rbac("ClusterRole", "clusterroles"), None, json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "vcp-e2e-syncer-cert-manager"},
+        "rules": [
+            {"apiGroups": ["cert-manager.io"], "resources": ["issuers", "certificates"], "verbs": read},
+            {"apiGroups": ["cert-manager.io"], "resources": ["issuers/status", "certificates/status"], "verbs": ["get", "patch", "update"]},
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": all}
+        ]
+    }))
+    .await;
+    apply_dynamic(virtual_, &rbac("ClusterRoleBinding", "clusterrolebindings"), None, json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "vcp-e2e-syncer-cert-manager"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "vcp-e2e-syncer-cert-manager"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": Identity::Syncer.user()}]
+    }))
+    .await;
+}
+
+/// The story's names in one virtual namespace, and their host names from vCluster's oracle.
+struct Names {
+    ns: &'static str,
+    issuer_host: String,
+    web_host: String,
+    web_tls_host: String,
+    api_host: String,
+    api_tls_host: String,
+}
+
+impl Names {
+    fn new(ns: &'static str, vcluster: &str) -> Names {
+        Names {
+            ns,
+            issuer_host: vcluster_host_name("selfsigned", ns, vcluster),
+            web_host: vcluster_host_name("web", ns, vcluster),
+            web_tls_host: vcluster_host_name("web-tls", ns, vcluster),
+            api_host: vcluster_host_name("api", ns, vcluster),
+            api_tls_host: vcluster_host_name("api-tls", ns, vcluster),
+        }
+    }
+}
+
+/// A step's objects and clients.
+struct Story {
+    world: World,
+    host_certificates: Api<DynamicObject>,
+    host_issuers: Api<DynamicObject>,
+    host_secrets: Api<Secret>,
+}
+
+impl Story {
+    fn virtual_api(&self, ns: &str, kind: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.world.virtual_.clone(),
+            ns,
+            &cert_manager_resource(kind),
+        )
+    }
+
+    fn virtual_secrets(&self, ns: &str) -> Api<Secret> {
+        Api::namespaced(self.world.virtual_.clone(), ns)
+    }
+
+    /// Creates or updates virtual Certificate `name` in `ns` (server-side apply as a user would),
+    /// retrying while the virtual API server's discovery has not caught up with the CRD.
+    async fn put_certificate(&self, ns: &str, name: &str, secret: &str, dns_names: &[String]) {
+        let api = self.virtual_api(ns, "Certificate");
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "cert-manager.io/v1", "kind": "Certificate",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"secretName": secret, "dnsNames": dns_names,
+                     "issuerRef": {"name": "selfsigned", "kind": "Issuer", "group": "cert-manager.io"}}
+        }))
+        .expect("Certificate");
+        wait_for(TIMEOUT, || {
+            let (api, obj) = (api.clone(), obj.clone());
+            async move {
+                api.patch(
+                    name,
+                    &PatchParams::apply("e2e-user").force(),
+                    &Patch::Apply(&obj),
+                )
+                .await
+                .ok()
+            }
+        })
+        .await;
+    }
+
+    async fn put_issuer(&self, ns: &str) {
+        let api = self.virtual_api(ns, "Issuer");
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "cert-manager.io/v1", "kind": "Issuer",
+            "metadata": {"name": "selfsigned", "namespace": ns},
+            "spec": {"selfSigned": {}}
+        }))
+        .expect("Issuer");
+        wait_for(TIMEOUT, || {
+            let (api, obj) = (api.clone(), obj.clone());
+            async move {
+                api.patch(
+                    "selfsigned",
+                    &PatchParams::apply("e2e-user").force(),
+                    &Patch::Apply(&obj),
+                )
+                .await
+                .ok()
+            }
+        })
+        .await;
+    }
+
+    /// Waits until `api`'s object `name` exists and satisfies `check`.
+    async fn object_where<K>(api: &Api<K>, name: &str, check: impl Fn(&K) -> bool) -> K
+    where
+        K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        wait_for(TIMEOUT, || async {
+            api.get_opt(name).await.ok().flatten().filter(|o| check(o))
+        })
+        .await
+    }
+
+    /// Waits until `api` has no object `name`.
+    async fn gone<K>(api: &Api<K>, name: &str)
+    where
+        K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        wait_for(TIMEOUT, || async {
+            matches!(api.get_opt(name).await, Ok(None)).then_some(())
+        })
+        .await;
+    }
+
+    /// The names of `api`'s objects.
+    async fn names<K>(api: &Api<K>) -> BTreeSet<String>
+    where
+        K: Clone + serde::de::DeserializeOwned + std::fmt::Debug + kube::Resource,
+    {
+        api.list(&Default::default())
+            .await
+            .expect("list")
+            .items
+            .iter()
+            .map(ResourceExt::name_any)
+            .collect()
+    }
+
+    /// The runtime's successful creates on `cluster` in namespace `ns` of `resource`, by name.
+    fn runtime_creates(&self, cluster: Cluster, ns: &str, resource: &str) -> Vec<String> {
+        let mut names: Vec<String> = Audit::writes()
+            .on(cluster)
+            .by(Identity::Syncer)
+            .in_namespace(ns)
+            .resource(resource)
+            .verb("create")
+            .succeeded()
+            .into_iter()
+            .map(|w| w.object_name)
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+fn dns(ns: &str, host: &str) -> String {
+    format!("{host}.{ns}.vcp.test")
+}
+
+fn crt(secret: &Secret) -> Vec<u8> {
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get("tls.crt"))
+        .map(|b| b.0.clone())
+        .unwrap_or_default()
+}
+
+fn ready_condition(obj: &DynamicObject) -> Option<Value> {
+    obj.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .cloned()
+}
+
+/// Runs the cert-manager story with the plugin `spec` for vCluster `vc-<test>` in host namespace
+/// `vc-<test>` (the names [`world_with`] gives), printing what it proved and how long it took:
+///
+/// 1. a virtual self-signed Issuer and a Certificate in each of [`NAMESPACES`] become host copies
+///    whose `issuerRef.name` and `secretName` name the host copies (the oracle's names);
+/// 2. the real cert-manager makes the host Issuer Ready and issues the host Secret;
+/// 3. the Secret appears in each virtual namespace under its virtual name, with the certificate
+///    for that namespace's DNS name (the namespaces do not collide), and the Certificate's `Ready`
+///    condition is synced up;
+/// 4. renewals reach the virtual Secret: a change of `dnsNames` in the virtual cluster, and on
+///    the host what `cmctl renew` does (the `Issuing` condition);
+/// 5. the runtime stops; meanwhile a Certificate is added and one is renewed; a new runtime
+///    converges, and nothing is made twice (the audit log's creates);
+/// 6. deleting a virtual Certificate removes its host copy and the Secret that came back, and
+///    leaves the other namespace's alone.
+///
+/// # Panics
+/// When a step does not happen within [`TIMEOUT`] or an assertion fails.
+pub async fn run(test: &str, spec: Value) {
+    let started = Instant::now();
+    CertManager::shared().await;
+    let cp = ControlPlane::shared();
+    let host = cp.client(Cluster::Host, Identity::Admin).await;
+    let virtual_ = cp.client(Cluster::Virtual, Identity::Admin).await;
+    let host_ns = format!("vc-{test}");
+    prepare(&host, &virtual_, &host_ns).await;
+    let world = world_with(test, &NAMESPACES, spec, PodSync::Hooks).await;
+    let vcluster = world.vcluster.clone();
+    let mut story = Story {
+        host_certificates: Api::namespaced_with(
+            host.clone(),
+            &host_ns,
+            &cert_manager_resource("Certificate"),
+        ),
+        host_issuers: Api::namespaced_with(
+            host.clone(),
+            &host_ns,
+            &cert_manager_resource("Issuer"),
+        ),
+        host_secrets: Api::namespaced(host.clone(), &host_ns),
+        world,
+    };
+    let names: Vec<Names> = NAMESPACES
+        .iter()
+        .map(|ns| Names::new(ns, &vcluster))
+        .collect();
+    for n in &names {
+        assert_ne!(
+            n.web_tls_host, "web-tls",
+            "the oracle translates the Secret's name"
+        );
+    }
+
+    // 1. virtual Issuers and Certificates, the same names in both namespaces
+    for n in &names {
+        story.put_issuer(n.ns).await;
+        story
+            .put_certificate(n.ns, "web", "web-tls", &[dns(n.ns, "web")])
+            .await;
+    }
+    for n in &names {
+        let copy = Story::object_where(&story.host_certificates, &n.web_host, |_| true).await;
+        assert_eq!(
+            copy.data["spec"]["secretName"],
+            json!(n.web_tls_host),
+            "{}: secretName",
+            n.ns
+        );
+        assert_eq!(
+            copy.data["spec"]["issuerRef"]["name"],
+            json!(n.issuer_host),
+            "{}: issuerRef.name",
+            n.ns
+        );
+        assert_eq!(copy.data["spec"]["issuerRef"]["kind"], json!("Issuer"));
+        assert_eq!(copy.data["spec"]["dnsNames"], json!([dns(n.ns, "web")]));
+        // 2. the real cert-manager: the host Issuer Ready, the host Secret issued
+        Story::object_where(&story.host_issuers, &n.issuer_host, |i| {
+            condition_status(i, "Ready").as_deref() == Some("True")
+        })
+        .await;
+        let issued =
+            Story::object_where(&story.host_secrets, &n.web_tls_host, |s| !crt(s).is_empty()).await;
+        assert_eq!(
+            tls_dns_names(&issued).expect("X.509"),
+            [dns(n.ns, "web")],
+            "{}: the host Secret",
+            n.ns
+        );
+        assert_eq!(
+            issued.annotations().get("cert-manager.io/certificate-name"),
+            Some(&n.web_host),
+            "cert-manager issued it for the host copy"
+        );
+    }
+    // 3. the Secret comes back under its virtual name; Ready is synced up
+    for n in &names {
+        let issued = story
+            .host_secrets
+            .get(&n.web_tls_host)
+            .await
+            .expect("host Secret");
+        let back = Story::object_where(&story.virtual_secrets(n.ns), "web-tls", |s| {
+            crt(s) == crt(&issued)
+        })
+        .await;
+        assert_eq!(back.type_.as_deref(), Some("kubernetes.io/tls"));
+        assert_eq!(
+            tls_dns_names(&back).expect("X.509"),
+            [dns(n.ns, "web")],
+            "{}: no collision",
+            n.ns
+        );
+        let host_cert = Story::object_where(&story.host_certificates, &n.web_host, |c| {
+            condition_status(c, "Ready").as_deref() == Some("True")
+        })
+        .await;
+        let virtual_cert =
+            Story::object_where(&story.virtual_api(n.ns, "Certificate"), "web", |c| {
+                condition_status(c, "Ready").as_deref() == Some("True")
+            })
+            .await;
+        assert_eq!(
+            ready_condition(&virtual_cert),
+            ready_condition(&host_cert),
+            "{}: Ready synced up",
+            n.ns
+        );
+    }
+    let (a, b) = (&names[0], &names[1]);
+    println!(
+        "cert-manager e2e: issued and back in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+
+    // 4a. a renewal from the virtual cluster: new dnsNames
+    let renewed_names = vec![dns(a.ns, "web"), dns(a.ns, "www")];
+    story
+        .put_certificate(a.ns, "web", "web-tls", &renewed_names)
+        .await;
+    let back = Story::object_where(&story.virtual_secrets(a.ns), "web-tls", |s| {
+        tls_dns_names(s).is_ok_and(|d| d == renewed_names)
+    })
+    .await;
+    let host_secret = story
+        .host_secrets
+        .get(&a.web_tls_host)
+        .await
+        .expect("host Secret");
+    assert_eq!(
+        crt(&back),
+        crt(&host_secret),
+        "the renewed certificate came back"
+    );
+    // 4b. a renewal on the host, as `cmctl renew` makes it: the Issuing condition
+    let before = crt(&story
+        .virtual_secrets(b.ns)
+        .get("web-tls")
+        .await
+        .expect("b's Secret"));
+    renew_on_host(&story.host_certificates, &b.web_host).await;
+    let back = Story::object_where(&story.virtual_secrets(b.ns), "web-tls", |s| {
+        crt(s) != before
+    })
+    .await;
+    let host_secret = story
+        .host_secrets
+        .get(&b.web_tls_host)
+        .await
+        .expect("host Secret");
+    assert_eq!(
+        crt(&back),
+        crt(&host_secret),
+        "the reissued certificate came back"
+    );
+
+    // 5. restart mid-way
+    story.world.runtime.abort();
+    let _ = (&mut story.world.runtime).await;
+    let uid_b = story
+        .virtual_secrets(b.ns)
+        .get("web-tls")
+        .await
+        .expect("b")
+        .uid();
+    story
+        .put_certificate(a.ns, "api", "api-tls", &[dns(a.ns, "api")])
+        .await;
+    let before = crt(&story
+        .virtual_secrets(b.ns)
+        .get("web-tls")
+        .await
+        .expect("b's Secret"));
+    renew_on_host(&story.host_certificates, &b.web_host).await;
+    let reissued =
+        Story::object_where(&story.host_secrets, &b.web_tls_host, |s| crt(s) != before).await;
+    let restarted = start_runtime(
+        cp.client(Cluster::Host, Identity::Syncer).await,
+        cp.client(Cluster::Virtual, Identity::Syncer).await,
+        &host_ns,
+        "car-plugin",
+        |config| config.status_interval = Duration::from_millis(300),
+    );
+    story.world.runtime = restarted.task;
+    story.world.reconciles = restarted.reconciles;
+    let api_copy = Story::object_where(&story.host_certificates, &a.api_host, |_| true).await;
+    assert_eq!(api_copy.data["spec"]["secretName"], json!(a.api_tls_host));
+    assert_eq!(
+        api_copy.data["spec"]["issuerRef"]["name"],
+        json!(a.issuer_host)
+    );
+    let api_back = Story::object_where(&story.virtual_secrets(a.ns), "api-tls", |s| {
+        !crt(s).is_empty()
+    })
+    .await;
+    assert_eq!(tls_dns_names(&api_back).expect("X.509"), [dns(a.ns, "api")]);
+    let b_back = Story::object_where(&story.virtual_secrets(b.ns), "web-tls", |s| {
+        crt(s) == crt(&reissued)
+    })
+    .await;
+    assert_eq!(
+        b_back.uid(),
+        uid_b,
+        "the copy made before the restart is updated, not made again"
+    );
+    let expected_certs: BTreeSet<String> = [&a.web_host, &b.web_host, &a.api_host]
+        .into_iter()
+        .cloned()
+        .collect();
+    let expected_issuers: BTreeSet<String> = [&a.issuer_host, &b.issuer_host]
+        .into_iter()
+        .cloned()
+        .collect();
+    assert_eq!(Story::names(&story.host_certificates).await, expected_certs);
+    assert_eq!(Story::names(&story.host_issuers).await, expected_issuers);
+    assert_eq!(
+        Story::names(&story.virtual_secrets(a.ns)).await,
+        BTreeSet::from(["api-tls".to_string(), "web-tls".to_string()])
+    );
+    assert_eq!(
+        Story::names(&story.virtual_secrets(b.ns)).await,
+        BTreeSet::from(["web-tls".to_string()])
+    );
+    let mut host_creates = story.runtime_creates(Cluster::Host, &host_ns, "certificates");
+    host_creates.extend(story.runtime_creates(Cluster::Host, &host_ns, "issuers"));
+    host_creates.sort();
+    let mut expected: Vec<String> = expected_certs
+        .iter()
+        .chain(&expected_issuers)
+        .cloned()
+        .collect();
+    expected.sort();
+    assert_eq!(host_creates, expected, "each host copy was created once");
+    assert_eq!(
+        story.runtime_creates(Cluster::Virtual, a.ns, "secrets"),
+        ["api-tls", "web-tls"]
+    );
+    assert_eq!(
+        story.runtime_creates(Cluster::Virtual, b.ns, "secrets"),
+        ["web-tls"]
+    );
+
+    // 6. deleting a virtual Certificate removes its host copy and the Secret that came back
+    story
+        .virtual_api(a.ns, "Certificate")
+        .delete("web", &DeleteParams::default())
+        .await
+        .expect("delete the virtual Certificate");
+    Story::gone(&story.host_certificates, &a.web_host).await;
+    Story::gone(&story.virtual_secrets(a.ns), "web-tls").await;
+    let b_still = story
+        .virtual_secrets(b.ns)
+        .get("web-tls")
+        .await
+        .expect("b's Secret stays");
+    assert_eq!(b_still.uid(), uid_b);
+    assert!(
+        story
+            .host_certificates
+            .get_opt(&b.web_host)
+            .await
+            .expect("get")
+            .is_some()
+    );
+    assert!(
+        story
+            .virtual_secrets(a.ns)
+            .get_opt("api-tls")
+            .await
+            .expect("get")
+            .is_some()
+    );
+    println!(
+        "cert-manager e2e ({test}): 2 namespaces, 2 renewals, a restart, a deletion; {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// Does on the host what `cmctl renew` does to Certificate `name`: sets its `Issuing` condition
+/// to `True` with reason `ManuallyTriggered` (keeping the other conditions), which makes
+/// cert-manager issue it again. Retries when cert-manager wrote the Certificate in between
+/// (the write carries the `resourceVersion` it read).
+async fn renew_on_host(certificates: &Api<DynamicObject>, name: &str) {
+    wait_for(TIMEOUT, || async {
+        let cert = certificates.get(name).await.ok()?;
+        let mut conditions: Vec<Value> = cert.data["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        conditions.retain(|c| c["type"] != "Issuing");
+        conditions.push(json!({
+            "type": "Issuing", "status": "True", "reason": "ManuallyTriggered",
+            "message": "Certificate re-issuance manually triggered",
+            "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().round(k8s_openapi::jiff::Unit::Second).ok()?.to_string(),
+            "observedGeneration": cert.metadata.generation
+        }));
+        certificates
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"resourceVersion": cert.resource_version()},
+                                     "status": {"conditions": conditions}})),
+            )
+            .await
+            .ok()
+    })
+    .await;
+}
