@@ -65,6 +65,7 @@ pub const GONE_KEPT: usize = 1024;
 struct ReconcileCounts {
     live: HashMap<(String, String), u64>,
     gone: std::collections::VecDeque<((String, String), u64)>,
+    relists: HashMap<String, u64>,
 }
 
 #[cfg(feature = "reconcile-log")]
@@ -113,6 +114,24 @@ impl ReconcileLog {
                 .find(|(gone, _)| *gone == id)
                 .map_or(0, |(_, n)| *n)
         })
+    }
+
+    /// Counts one re-list of a watch of `kind`: a list after the watch's first one, which
+    /// kube's watcher makes when it cannot resume from its last resourceVersion (a 410 Gone:
+    /// the revision was compacted), never for a plain reconnect.
+    pub fn relisted(&self, kind: &str) {
+        if let Ok(mut counts) = self.counts.lock() {
+            *counts.relists.entry(kind.to_string()).or_default() += 1;
+        }
+    }
+
+    /// Re-lists of the watches of `kind` so far (both sides together).
+    pub fn relists(&self, kind: &str) -> u64 {
+        self.counts
+            .lock()
+            .ok()
+            .and_then(|c| c.relists.get(kind).copied())
+            .unwrap_or(0)
     }
 
     /// Keys the log holds: live ones, and gone ones still answered for.
@@ -297,6 +316,15 @@ impl TypeStats {
     /// Kind of the type.
     pub fn kind(&self) -> &str {
         &self.kind
+    }
+
+    /// Counts one re-list of one of this type's watches in the `ReconcileLog`, if any (only
+    /// with the test feature `reconcile-log`; otherwise nothing).
+    pub fn count_relist(&self) {
+        #[cfg(feature = "reconcile-log")]
+        if let Some(log) = &self.log {
+            log.relisted(&self.kind);
+        }
     }
 
     /// Records the outcome of `key` (`namespace/name` of the virtual object); `None` forgets it
