@@ -28,7 +28,7 @@ use crate::control_plane::{Cluster, ControlPlane, Identity};
 use crate::oracle::vcluster_host_name;
 use crate::real_crds::{cert_manager_crd_files, install_crd_files};
 use crate::runtime::{World, apply_dynamic, start_runtime, world_with};
-use crate::wait::wait_for;
+use crate::wait::{poll_for, wait_for};
 
 /// How long each step waits (cert-manager issues a self-signed certificate in about a second).
 pub const TIMEOUT: Duration = Duration::from_secs(60);
@@ -202,25 +202,45 @@ impl Story {
     }
 
     /// Waits until `api`'s object `name` exists and satisfies `check`.
+    ///
+    /// # Panics
+    /// After [`TIMEOUT`], naming the object and showing it as last seen.
     async fn object_where<K>(api: &Api<K>, name: &str, check: impl Fn(&K) -> bool) -> K
     where
-        K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+        K: Clone + serde::de::DeserializeOwned + std::fmt::Debug + kube::Resource,
     {
-        wait_for(TIMEOUT, || async {
+        let found = poll_for(TIMEOUT, || async {
             api.get_opt(name).await.ok().flatten().filter(|o| check(o))
         })
-        .await
+        .await;
+        match found {
+            Some(obj) => obj,
+            None => panic!(
+                "{}/{name} not as expected within {TIMEOUT:?}; last seen: {:?}",
+                api.resource_url(),
+                api.get_opt(name).await
+            ),
+        }
     }
 
     /// Waits until `api` has no object `name`.
+    ///
+    /// # Panics
+    /// After [`TIMEOUT`], naming the object.
     async fn gone<K>(api: &Api<K>, name: &str)
     where
-        K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+        K: Clone + serde::de::DeserializeOwned + std::fmt::Debug + kube::Resource,
     {
-        wait_for(TIMEOUT, || async {
+        poll_for(TIMEOUT, || async {
             matches!(api.get_opt(name).await, Ok(None)).then_some(())
         })
-        .await;
+        .await
+        .unwrap_or_else(|| {
+            panic!(
+                "{}/{name} still there after {TIMEOUT:?}",
+                api.resource_url()
+            )
+        });
     }
 
     /// The names of `api`'s objects.
