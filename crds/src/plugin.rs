@@ -283,6 +283,10 @@ impl PullPolicy {
 /// One resource type kept in sync by the runtime.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    { "rule": "!has(self.mappings) || (has(self.direction) && self.direction == 'FromHost')", "message": "mappings (vCluster's sync.fromHost mappings.byName) only apply to a FromHost type", "fieldPath": ".mappings" },
+    { "rule": "!has(self.produced) || size(self.produced) == 0 || !has(self.direction) || self.direction == 'ToHost'", "message": "produced brings back what a host controller makes for the host copies of a ToHost type: a FromHost type has no host copies", "fieldPath": ".produced" },
+]))]
 pub struct SyncedType {
     /// `group/version` of the type, such as `example.loft.sh/v1` (`v1` for the core group).
     #[schemars(length(min = 1, max = 317), regex(pattern = crate::schema::API_VERSION_PATTERN))]
@@ -403,11 +407,28 @@ pub struct TranslatePatchLabels {}
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FromHostMappings {
-    /// `"host-namespace/name": "virtual-namespace/name"`, or `"host-namespace/*":
-    /// "virtual-namespace/*"` for every object of a host namespace. The host namespace must be
-    /// the vCluster's own.
+    /// Host object → virtual object, in vCluster's shapes (its `validateFromHostMappingEntry`):
+    /// `"host-namespace/name": "virtual-namespace/name"` (one object, renamed; a value
+    /// `"virtual-namespace/*"` keeps its name), `"host-namespace/*": "virtual-namespace/*"`
+    /// (every object of the namespace), `"/name": "virtual-namespace/name"` and `"":
+    /// "virtual-namespace"` (one object, or every object, of the vCluster's host namespace). A
+    /// host object is matched by the exact key first, then `namespace/*`, then `/name`, then
+    /// `""`, as in vCluster. `*` is only a whole name. The host namespace must be the vCluster's
+    /// own (the plugin's namespace): another is refused at admission, by the operator
+    /// (`Ready=False`, `ForeignNamespace`) and by the runtime, which never reads it. At most 64
+    /// entries.
     #[serde(default)]
-    #[schemars(extend("maxProperties" = 64))]
+    #[schemars(extend(
+        "maxProperties" = 64,
+        "additionalProperties" = { "type": "string", "maxLength": 317 },
+        "x-kubernetes-validations" = [
+            { "rule": "self.all(k, size(k) <= 317)", "message": "a mappings.byName key is at most 317 characters (a namespace, '/', a name)" },
+            { "rule": "self.all(k, k == '' || k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?/([*]|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)$'))", "message": "a mappings.byName key is NAMESPACE/NAME, NAMESPACE/*, /NAME or \"\" (vCluster's shapes; * only as a whole name)" },
+            { "rule": "self.all(k, k != '/*')", "message": "a mappings.byName key for every object of the vCluster's host namespace is \"\" or NAMESPACE/*, not /*" },
+            { "rule": "self.all(k, k == '' ? self[k].matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(/[*])?$') : self[k].matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?/([*]|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)$'))", "message": "a mappings.byName value is VIRTUAL-NAMESPACE/NAME or VIRTUAL-NAMESPACE/* (VIRTUAL-NAMESPACE alone for the \"\" key); * only as a whole name" },
+            { "rule": "self.all(k, !k.endsWith('/*') || self[k].endsWith('/*'))", "message": "a mappings.byName key matching every object of a namespace (NAMESPACE/*) needs a value VIRTUAL-NAMESPACE/*" },
+        ]
+    ))]
     pub by_name: BTreeMap<String, String>,
 }
 

@@ -211,7 +211,11 @@ impl Reconcile for FromHost {
         let known: Vec<(String, String)> = self
             .copies
             .lock()
-            .map(|c| c.get(name).map(|s| s.iter().cloned().collect()).unwrap_or_default())
+            .map(|c| {
+                c.get(name)
+                    .map(|s| s.iter().cloned().collect())
+                    .unwrap_or_default()
+            })
             .unwrap_or_default();
         for (ns, copy) in known {
             if target.as_ref() == Some(&(ns.clone(), copy.clone())) {
@@ -294,11 +298,7 @@ impl FromHost {
 
     fn target(&self, namespace: &str) -> Target<DynamicObject> {
         Target {
-            api: Api::namespaced_with(
-                self.opts.virtual_.clone(),
-                namespace,
-                &self.opts.resource,
-            ),
+            api: Api::namespaced_with(self.opts.virtual_.clone(), namespace, &self.opts.resource),
             cluster: Cluster::Virtual,
             namespace: namespace.to_string(),
         }

@@ -303,7 +303,10 @@ impl Reconcile for Produced {
                     .cloned()
                     .unwrap_or_default();
                 if let Some(source) = self.copy_source(obj) {
-                    let key = ObjectKey { namespace, name: source };
+                    let key = ObjectKey {
+                        namespace,
+                        name: source,
+                    };
                     index.copy(&key, &name, deleted);
                     keys.insert(key);
                 }
@@ -338,7 +341,11 @@ impl Reconcile for Produced {
                     self.delete_copies(key, None).await?;
                     let uid = source.uid().unwrap_or_default();
                     self.opts.stats.warn_once(
-                        &format!("{uid} {} {}", Reason::ProducedNameRefused, self.opts.name_path),
+                        &format!(
+                            "{uid} {} {}",
+                            Reason::ProducedNameRefused,
+                            self.opts.name_path
+                        ),
                         Reason::ProducedNameRefused,
                         message.clone(),
                     );
@@ -443,7 +450,8 @@ impl Produced {
             .host_produced
             .get(translator.host_namespace(), host_name)
             .filter(|h| {
-                h.metadata.deletion_timestamp.is_none() && !h.labels().contains_key(MANAGED_BY_LABEL)
+                h.metadata.deletion_timestamp.is_none()
+                    && !h.labels().contains_key(MANAGED_BY_LABEL)
             }) {
             Some(host) => Wanted::Copy(virtual_name, host),
             None => Wanted::Nothing,
@@ -456,7 +464,9 @@ impl Produced {
     fn copy_source(&self, obj: &DynamicObject) -> Option<String> {
         let annotations = obj.metadata.annotations.as_ref()?;
         if annotations.get(PRODUCED_PATH_ANNOTATION) != Some(&self.opts.name_path)
-            || annotations.get(HOST_NAMESPACE_ANNOTATION).map(String::as_str)
+            || annotations
+                .get(HOST_NAMESPACE_ANNOTATION)
+                .map(String::as_str)
                 != Some(self.opts.translator.host_namespace())
         {
             return None;
@@ -493,7 +503,11 @@ impl Produced {
                 && copy.metadata.deletion_timestamp.is_none()
             {
                 self.writer
-                    .delete(&self.target(&key.namespace), HookPoint::DeleteVirtual, &copy)
+                    .delete(
+                        &self.target(&key.namespace),
+                        HookPoint::DeleteVirtual,
+                        &copy,
+                    )
                     .await?;
             }
         }
@@ -520,7 +534,11 @@ impl Produced {
         produced_copy(
             host,
             (&key.namespace, name),
-            &produced_for(&self.opts.source.api_version, &self.opts.source.kind, &key.name),
+            &produced_for(
+                &self.opts.source.api_version,
+                &self.opts.source.kind,
+                &key.name,
+            ),
             &self.opts.name_path,
             base,
         )
@@ -618,7 +636,14 @@ mod tests {
     fn a_dotted_path_reads_a_non_empty_string() {
         let obj = json!({"spec": {"secretName": "web-tls", "empty": "", "n": 1, "o": {}}});
         assert_eq!(string_at(&obj, "spec.secretName"), Some("web-tls"));
-        for path in ["spec.empty", "spec.n", "spec.o", "spec.missing", "spec", "x.y"] {
+        for path in [
+            "spec.empty",
+            "spec.n",
+            "spec.o",
+            "spec.missing",
+            "spec",
+            "x.y",
+        ] {
             assert_eq!(string_at(&obj, path), None, "{path}");
         }
     }

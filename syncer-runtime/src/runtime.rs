@@ -519,28 +519,38 @@ async fn run_type(
     let mut options = controller::Options::from(&register);
     options.on_conflict = Some(on_conflict.clone());
     let filter = update_filter(&synced.api_version, &synced.kind);
-    let ctx = SyncContext::new(register, resource.clone(), translator.clone(), type_hooks, stats)
-        .with_update_filter(filter);
-    let brought_back = synced.produced.iter().zip(produced_stats).map(|(p, stats)| {
-        run_produced(
-            config.clone(),
-            ProducedOptions {
-                host: config.host.clone(),
-                virtual_: config.virtual_.clone(),
-                translator: translator.clone(),
-                source: resource.clone(),
-                selector: syncer.selector.clone(),
-                produced: ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&()),
-                name_path: p.name_path.clone(),
-                hooks: Hooks::for_type(&hooks, &p.api_version, &p.kind),
-                stats,
-                resync_period: config.resync_period,
-                on_conflict: Some(on_conflict.clone()),
-                retry_max: config.retry_max,
-            },
-            (p.api_version.clone(), p.kind.clone()),
-        )
-    });
+    let ctx = SyncContext::new(
+        register,
+        resource.clone(),
+        translator.clone(),
+        type_hooks,
+        stats,
+    )
+    .with_update_filter(filter);
+    let brought_back = synced
+        .produced
+        .iter()
+        .zip(produced_stats)
+        .map(|(p, stats)| {
+            run_produced(
+                config.clone(),
+                ProducedOptions {
+                    host: config.host.clone(),
+                    virtual_: config.virtual_.clone(),
+                    translator: translator.clone(),
+                    source: resource.clone(),
+                    selector: syncer.selector.clone(),
+                    produced: ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&()),
+                    name_path: p.name_path.clone(),
+                    hooks: Hooks::for_type(&hooks, &p.api_version, &p.kind),
+                    stats,
+                    resync_period: config.resync_period,
+                    on_conflict: Some(on_conflict.clone()),
+                    retry_max: config.retry_max,
+                },
+                (p.api_version.clone(), p.kind.clone()),
+            )
+        });
     let brought_back = futures::future::try_join_all(brought_back);
     futures::future::try_join(controller::run(syncer, ctx, options), brought_back)
         .await

@@ -41,8 +41,8 @@ mod mappings;
 mod names;
 mod to_host;
 
-pub use fields::{runtime_owned_labels, slim_for_cache};
 pub use fields::copy_content;
+pub use fields::{runtime_owned_labels, slim_for_cache};
 pub use from_host::FromHostTranslator;
 pub use mappings::{FromHostMapping, MappingError};
 pub use names::{

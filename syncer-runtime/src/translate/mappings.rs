@@ -123,7 +123,10 @@ impl FromHostMapping {
     /// [`MappingError::Malformed`] for an entry of no shape of the module docs (vCluster's
     /// `validateFromHostMappingEntry`: at most one `/` on each side, `*` only as a whole name,
     /// `ns/*` only with `vns/*`, a value without `/` only for the `""` key, non-empty names).
-    pub fn new(host_namespace: &str, by_name: &BTreeMap<String, String>) -> Result<Self, MappingError> {
+    pub fn new(
+        host_namespace: &str,
+        by_name: &BTreeMap<String, String>,
+    ) -> Result<Self, MappingError> {
         if by_name.is_empty() {
             return Ok(Self::identity(host_namespace));
         }
@@ -141,7 +144,9 @@ impl FromHostMapping {
                 why,
             };
             if key.matches('/').count() > 1 || value.matches('/').count() > 1 {
-                return Err(malformed("each side is NAMESPACE/NAME, NAMESPACE/*, /NAME or \"\""));
+                return Err(malformed(
+                    "each side is NAMESPACE/NAME, NAMESPACE/*, /NAME or \"\"",
+                ));
             }
             let target = match value.split_once('/') {
                 Some((ns, _)) if ns.is_empty() => {
@@ -164,13 +169,17 @@ impl FromHostMapping {
             };
             if key.is_empty() {
                 if matches!(target, Target::Named(..)) {
-                    return Err(malformed("the \"\" key maps a whole namespace: its value is NAMESPACE or NAMESPACE/*"));
+                    return Err(malformed(
+                        "the \"\" key maps a whole namespace: its value is NAMESPACE or NAMESPACE/*",
+                    ));
                 }
                 mapping.host_namespace_all = Some(target);
                 continue;
             }
             let Some((ns, name)) = key.split_once('/') else {
-                return Err(malformed("each side is NAMESPACE/NAME, NAMESPACE/*, /NAME or \"\""));
+                return Err(malformed(
+                    "each side is NAMESPACE/NAME, NAMESPACE/*, /NAME or \"\"",
+                ));
             };
             if !ns.is_empty() && ns != host_namespace {
                 return Err(MappingError::ForeignNamespace {
@@ -280,7 +289,11 @@ mod tests {
         let m = mapping(&[("", "my-ns")]).unwrap();
         assert_eq!(m.virtual_target("my-cm"), target("my-ns", "my-cm"));
         // "a few objects from vcluster's namespace"
-        let m = mapping(&[("/my-cm", "my-ns-2/my-cm-2"), ("/my-cm-2", "my-ns-3/my-cm-3")]).unwrap();
+        let m = mapping(&[
+            ("/my-cm", "my-ns-2/my-cm-2"),
+            ("/my-cm-2", "my-ns-3/my-cm-3"),
+        ])
+        .unwrap();
         assert_eq!(m.virtual_target("my-cm"), target("my-ns-2", "my-cm-2"));
         assert_eq!(m.virtual_target("my-cm-2"), target("my-ns-3", "my-cm-3"));
         assert_eq!(m.virtual_target("my-cm-3"), None);
@@ -351,7 +364,12 @@ mod tests {
 
     #[test]
     fn keys_naming_another_host_namespace_are_refused() {
-        for key in ["kube-system/*", "kube-system/token", "vcluster-other/*", "vclusters/a"] {
+        for key in [
+            "kube-system/*",
+            "kube-system/token",
+            "vcluster-other/*",
+            "vclusters/a",
+        ] {
             assert_eq!(
                 mapping(&[(key, "a/*")]),
                 Err(MappingError::ForeignNamespace {
@@ -383,7 +401,10 @@ mod tests {
             ("vcluster/a", "a/"),
         ] {
             assert!(
-                matches!(mapping(&[(key, value)]), Err(MappingError::Malformed { .. })),
+                matches!(
+                    mapping(&[(key, value)]),
+                    Err(MappingError::Malformed { .. })
+                ),
                 "{key}: {value}"
             );
         }

@@ -498,15 +498,19 @@ fn from_host_copy_keeps_name_and_marks_the_source() {
     assert!(!elsewhere.is_virtual_copy_of(&created.metadata, "imported"));
     // an object brought back for a synced object is not a FromHost copy, whatever it names
     let mut produced = created.clone();
-    produced
-        .annotations_mut()
-        .insert("vcp.dev/produced-for".into(), "Car.example.loft.sh/c".into());
+    produced.annotations_mut().insert(
+        "vcp.dev/produced-for".into(),
+        "Car.example.loft.sh/c".into(),
+    );
     assert!(!t.is_virtual_copy_of(&produced.metadata, "imported"));
     // a mapping renames: the marks still name the host object
     let renamed = t.virtual_object(&host, ("team-a", "car-a"), None);
     assert_eq!(renamed.metadata.namespace.as_deref(), Some("team-a"));
     assert_eq!(renamed.metadata.name.as_deref(), Some("car-a"));
-    assert_eq!(t.host_source(&renamed.metadata).as_deref(), Some("imported"));
+    assert_eq!(
+        t.host_source(&renamed.metadata).as_deref(),
+        Some("imported")
+    );
 
     // an update keeps the virtual object's own metadata and status
     let mut base = created.clone();
