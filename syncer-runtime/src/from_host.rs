@@ -22,7 +22,9 @@
 //!   (reported as a conflict).
 //!
 //! Both sides are watched, cached and worked through by the runtime's one
-//! driver (`driver.rs`), on one worker; the translation is [`FromHostTranslator`].
+//! driver (`driver.rs`), on one worker: the host in the vCluster's host namespace, the virtual
+//! cluster in all namespaces (a copy a former mapping put elsewhere is found wherever it is);
+//! the translation is [`FromHostTranslator`].
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -98,11 +100,9 @@ pub async fn run(opts: FromHostOptions) -> Result<(), Error> {
     if let Some(selector) = &opts.selector {
         host_config = host_config.labels_from(selector);
     }
-    // one virtual namespace: watched alone; several: the whole virtual cluster
-    let virtual_api = match opts.mapping.virtual_namespaces().as_slice() {
-        [ns] => Api::namespaced_with(opts.virtual_.clone(), ns, ar),
-        _ => Api::all_with(opts.virtual_.clone(), ar),
-    };
+    // the whole virtual cluster: the copies a former mapping put elsewhere are found (and
+    // deleted) wherever they are
+    let virtual_api = Api::all_with(opts.virtual_.clone(), ar);
     let watches = vec![
         Watch {
             side: Side::Host,

@@ -402,7 +402,7 @@ enum Wanted {
     /// The host name is not the host name of the virtual name (the message says why).
     Refused(String),
     /// Copy this host object to this virtual name.
-    Copy(String, DynamicObject),
+    Copy(String, Box<DynamicObject>),
 }
 
 impl Produced {
@@ -453,7 +453,7 @@ impl Produced {
                 h.metadata.deletion_timestamp.is_none()
                     && !h.labels().contains_key(MANAGED_BY_LABEL)
             }) {
-            Some(host) => Wanted::Copy(virtual_name, host),
+            Some(host) => Wanted::Copy(virtual_name, Box::new(host)),
             None => Wanted::Nothing,
         }
     }

@@ -466,8 +466,9 @@ async fn run_type(
     };
     stats.set_type_error(None);
     let type_hooks = Hooks::for_type(&hooks, &synced.api_version, &synced.kind);
-    match (synced.direction, mapping) {
-        (SyncDirection::FromHost, Some(mapping)) => {
+    // FromHost: the host-to-virtual sync; ToHost: the virtual-to-host sync below.
+    if let Some(mapping) = mapping {
+        {
             return from_host::run(FromHostOptions {
                 host: config.host.clone(),
                 virtual_: config.virtual_.clone(),
@@ -484,8 +485,6 @@ async fn run_type(
             })
             .await;
         }
-        // The virtual-to-host sync below.
-        _ => {}
     }
     // The owner of every host copy, read once per type as vCluster's syncer reads it once at
     // start-up (experimental.syncSettings.setOwner, its default).

@@ -149,7 +149,7 @@ impl FromHostMapping {
                 ));
             }
             let target = match value.split_once('/') {
-                Some((ns, _)) if ns.is_empty() => {
+                Some(("", _)) => {
                     return Err(malformed("the value needs a virtual namespace"));
                 }
                 Some((ns, "*")) => Target::SameName(ns.to_string()),
