@@ -468,23 +468,21 @@ async fn run_type(
     let type_hooks = Hooks::for_type(&hooks, &synced.api_version, &synced.kind);
     // FromHost: the host-to-virtual sync; ToHost: the virtual-to-host sync below.
     if let Some(mapping) = mapping {
-        {
-            return from_host::run(FromHostOptions {
-                host: config.host.clone(),
-                virtual_: config.virtual_.clone(),
-                mapping,
-                resource,
-                selector,
-                sync_status: synced.sync_status,
-                status_subresource,
-                hooks: type_hooks,
-                stats,
-                resync_period: config.resync_period,
-                on_conflict: Some(on_conflict),
-                retry_max: config.retry_max,
-            })
-            .await;
-        }
+        return from_host::run(FromHostOptions {
+            host: config.host.clone(),
+            virtual_: config.virtual_.clone(),
+            mapping,
+            resource,
+            selector,
+            sync_status: synced.sync_status,
+            status_subresource,
+            hooks: type_hooks,
+            stats,
+            resync_period: config.resync_period,
+            on_conflict: Some(on_conflict),
+            retry_max: config.retry_max,
+        })
+        .await;
     }
     // The owner of every host copy, read once per type as vCluster's syncer reads it once at
     // start-up (experimental.syncSettings.setOwner, its default).
