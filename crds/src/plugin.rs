@@ -432,6 +432,25 @@ pub struct FromHostMappings {
     pub by_name: BTreeMap<String, String>,
 }
 
+impl FromHostMappings {
+    /// The keys of `byName` that name a host namespace other than `host_namespace` (the
+    /// vCluster's, the plugin's own): a key `namespace/...` with another namespace. The `""` and
+    /// `/name` keys mean the vCluster's host namespace (vCluster's
+    /// `VClusterNamespaceInHostMappingSpecialCharacter`), so they are never foreign. The runtime
+    /// never reads another host namespace: the operator refuses such a plugin (`Ready=False`,
+    /// `ForeignNamespace`), and so does the requester admission policy.
+    pub fn foreign_keys(&self, host_namespace: &str) -> Vec<&str> {
+        self.by_name
+            .keys()
+            .filter(|key| {
+                key.split_once('/')
+                    .is_some_and(|(ns, _)| !ns.is_empty() && ns != host_namespace)
+            })
+            .map(String::as_str)
+            .collect()
+    }
+}
+
 /// An object a host controller produces for a synced object, brought back (see
 /// [`SyncedType::produced`]).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
