@@ -387,3 +387,124 @@ async fn produced_secrets_come_back_under_their_virtual_names() {
         started.elapsed().as_secs_f64()
     );
 }
+
+/// Without a `reference` patch on `namePath`, the host copy's `secretName` is the virtual value
+/// itself, which is not the host name of the virtual name (`<name>-x-<ns>-x-<vcluster>`): a
+/// tenant could otherwise name any Secret of the host namespace (another namespace's host
+/// copies, the vCluster's own Secrets) and have it copied into their namespace. Nothing is
+/// brought back: a `Warning` Event `ProducedNameRefused` naming the object, the object counted
+/// as failed (`RuntimeHealthy=False`, `SyncErrors`), no write of a Secret in the virtual cluster.
+#[tokio::test]
+async fn a_host_name_no_reference_translated_is_not_brought_back() {
+    let test = "produced-raw";
+    let host_ns = format!("vc-{test}");
+    let ns = "produced-raw-a";
+    prepare(&host_ns).await;
+    let spec = json!({
+        "vcluster": {"name": format!("vc-{test}")},
+        "syncedTypes": [{
+            "apiVersion": "e2e.vcp.test/v1", "kind": "Cert",
+            "selector": {"matchLabels": {"e2e": test}},
+            "produced": [{"apiVersion": "v1", "kind": "Secret", "namePath": "spec.secretName"}]
+        }]
+    });
+    let w = world_with(test, &[ns], spec, PodSync::Hooks).await;
+    // a Secret of the host namespace that a tenant must never see
+    let host_secrets: Api<Secret> = Api::namespaced(w.host.clone(), &host_ns);
+    let secret: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "vc-config-vc-produced-raw"}, "data": {"config": "c2VjcmV0"}
+    }))
+    .unwrap();
+    host_secrets
+        .create(&Default::default(), &secret)
+        .await
+        .expect("the vCluster's own Secret");
+    let certs_api = Api::<DynamicObject>::namespaced_with(w.virtual_.clone(), ns, &certs());
+    let cert: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "e2e.vcp.test/v1", "kind": "Cert",
+        "metadata": {"name": "steal", "namespace": ns, "labels": {"e2e": test}},
+        "spec": {"secretName": "vc-config-vc-produced-raw"}
+    }))
+    .unwrap();
+    wait_for(TIMEOUT, || {
+        let api = certs_api.clone();
+        let cert = cert.clone();
+        async move {
+            api.patch(
+                "steal",
+                &PatchParams::apply("e2e").force(),
+                &Patch::Apply(&cert),
+            )
+            .await
+            .ok()
+        }
+    })
+    .await;
+    let host_certs = Api::<DynamicObject>::namespaced_with(w.host.clone(), &host_ns, &certs());
+    let copy = wait_for(TIMEOUT, || {
+        let api = host_certs.clone();
+        async move {
+            api.get_opt(&format!("steal-x-{ns}-x-vc-{test}"))
+                .await
+                .ok()
+                .flatten()
+        }
+    })
+    .await;
+    assert_eq!(
+        copy.data["spec"]["secretName"],
+        json!("vc-config-vc-produced-raw"),
+        "no reference patch: the value reaches the host as it is"
+    );
+    let event = poll_for(TIMEOUT, || {
+        let events =
+            Api::<k8s_openapi::api::events::v1::Event>::namespaced(w.host.clone(), &host_ns);
+        async move {
+            events
+                .list(&Default::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some(Reason::ProducedNameRefused.as_str()))
+        }
+    })
+    .await
+    .expect("a ProducedNameRefused Event");
+    let note = event.note.unwrap_or_default();
+    assert!(
+        note.contains(&format!("Cert {ns}/steal"))
+            && note.contains(&format!("vc-config-vc-produced-raw-x-{ns}-x-vc-{test}")),
+        "{note}"
+    );
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    let plugins: Api<VClusterPlugin> = Api::namespaced(w.host.clone(), &host_ns);
+    wait_for(TIMEOUT, || {
+        let plugins = plugins.clone();
+        async move {
+            let status = plugins.get("car-plugin").await.ok()?.status?;
+            status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "RuntimeHealthy" && c.reason == "SyncErrors")
+                .then_some(())
+        }
+    })
+    .await;
+    let secrets: Api<Secret> = Api::namespaced(w.virtual_.clone(), ns);
+    assert!(
+        secrets
+            .get_opt("vc-config-vc-produced-raw")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let writes = Audit::writes()
+        .on(Cluster::Virtual)
+        .by(Identity::Syncer)
+        .in_namespace(ns)
+        .uri_contains("/secrets")
+        .requests();
+    assert_eq!(writes, Vec::<(String, String)>::new());
+}
