@@ -360,8 +360,8 @@ impl Generation {
                 .filter(|_| synced.direction.is_to_host())
                 .map(|p| {
                     Arc::new(
-                        TypeStats::new(&p.api_version, &p.kind)
-                            .with_log(config.reconciles.clone())
+                        config
+                            .logged(TypeStats::new(&p.api_version, &p.kind))
                             .with_warnings(on_warning.clone())
                             .sharing_warned(warned.clone()),
                     )
