@@ -330,7 +330,15 @@ pub struct SyncedType {
     /// `ToHost` only: objects a host controller produces for a synced object (the Secret
     /// cert-manager issues for a Certificate), brought back into the synced object's virtual
     /// namespace under the virtual name, kept up to date, and removed when the synced object
-    /// goes. This project's addition: vCluster has no such option.
+    /// or the host object goes. This project's addition: vCluster has no such option. The host
+    /// object is brought back only when its name is the host name of the virtual name
+    /// (`<name>-x-<namespace>-x-<vcluster>`, as a `reference` patch on `namePath` makes it);
+    /// a virtual object of that name the runtime did not make is never overwritten (a
+    /// `HostObjectConflict`). The copies carry the annotations `vcp.dev/produced-for`
+    /// (`<Kind>.<group>/<name>` of the synced object), `vcp.dev/produced-path` (the
+    /// `namePath`), `vcluster.loft.sh/object-host-name` and `-host-namespace`. The runtime is
+    /// granted `get`, `list`, `watch` on the kind in the vCluster's host namespace, which the
+    /// plugin's author must hold. At most 16.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub produced: Vec<ProducedObject>,
@@ -463,7 +471,8 @@ pub struct ProducedObject {
     #[schemars(length(min = 1, max = 63), regex(pattern = crate::schema::KIND_PATTERN))]
     pub kind: String,
     /// Path of its name in the synced object (vCluster's `namePath`): the host copy's value is
-    /// the host object's name, the virtual object's value the name it comes back under.
+    /// the host object's name, the virtual object's value the name it comes back under. Plain
+    /// dots for now (`spec.secretName`).
     #[schemars(length(min = 1, max = 512))]
     pub name_path: String,
 }
