@@ -7,6 +7,9 @@
 //! `ToHost` with vCluster's `reference` patch on `spec.secretName` and `produced` of the `v1`
 //! `Secret` named there. The test plays cert-manager: it writes the host Secret named by the
 //! host copy's `spec.secretName`.
+//!
+//! The first test needs the runtime's `reference` patch (the host copy's `secretName` is the
+//! translated name); the second shows what happens without one.
 
 use std::time::Duration;
 
