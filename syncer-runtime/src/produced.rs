@@ -632,6 +632,45 @@ mod tests {
         assert_eq!(produced_for("v1", "ConfigMap", "a"), "ConfigMap/a");
     }
 
+    /// The index follows what a synced object declares: a changed name leaves no stale entry,
+    /// two objects declaring one name are both found, a forgotten object is gone everywhere.
+    #[test]
+    fn the_index_follows_declared_names_and_copies() {
+        let key = |name: &str| ObjectKey {
+            namespace: "a".into(),
+            name: name.into(),
+        };
+        let mut index = Index::default();
+        index.declare(&key("web"), Some(("tls".into(), "tls-x-a-x-vc".into())));
+        index.declare(&key("api"), Some(("tls".into(), "tls-x-a-x-vc".into())));
+        assert_eq!(index.by_host_name["tls-x-a-x-vc"].len(), 2);
+        index.declare(
+            &key("web"),
+            Some(("web-tls".into(), "web-tls-x-a-x-vc".into())),
+        );
+        assert_eq!(
+            index.by_host_name["tls-x-a-x-vc"],
+            BTreeSet::from([key("api")])
+        );
+        assert_eq!(
+            index.by_virtual_name[&("a".to_string(), "web-tls".to_string())],
+            BTreeSet::from([key("web")])
+        );
+        index.declare(&key("api"), None);
+        index.declare(&key("web"), None);
+        assert!(index.declared.is_empty() && index.by_host_name.is_empty());
+        assert!(index.by_virtual_name.is_empty());
+        index.copy(&key("web"), "tls", false);
+        index.copy(&key("web"), "web-tls", false);
+        index.copy(&key("web"), "tls", true);
+        assert_eq!(
+            index.copies[&key("web")],
+            BTreeSet::from(["web-tls".to_string()])
+        );
+        index.copy(&key("web"), "web-tls", true);
+        assert!(index.copies.is_empty());
+    }
+
     #[test]
     fn a_dotted_path_reads_a_non_empty_string() {
         let obj = json!({"spec": {"secretName": "web-tls", "empty": "", "n": 1, "o": {}}});
