@@ -506,8 +506,16 @@ mod tests {
             Some(&json!("1"))
         );
         // not found: nothing, never an error
-        for missing in ["spec.nope", "spec.backendRefs[7].name", "spec.labels[0]", "spec.rules[*][5]"] {
-            assert!(PatchPath::parse(missing).unwrap().locate(&doc).is_empty(), "{missing}");
+        for missing in [
+            "spec.nope",
+            "spec.backendRefs[7].name",
+            "spec.labels[0]",
+            "spec.rules[*][5]",
+        ] {
+            assert!(
+                PatchPath::parse(missing).unwrap().locate(&doc).is_empty(),
+                "{missing}"
+            );
         }
         // set replaces in place, None removes a key and nulls an element
         assert!(found[1].set(&mut doc, Some(json!("B"))));
@@ -522,14 +530,19 @@ mod tests {
         assert!(element.set(&mut doc, None));
         assert_eq!(doc["spec"]["rules"], json!([[1, 2], null]));
         // join: a relative path below a location
-        let refs = PatchPath::parse("spec.backendRefs[*]").unwrap().locate(&doc);
+        let refs = PatchPath::parse("spec.backendRefs[*]")
+            .unwrap()
+            .locate(&doc);
         let port = PatchPath::parse("port").unwrap();
         let ports: Vec<String> = refs
             .iter()
             .flat_map(|l| l.join(&port, &doc))
             .map(|l| l.to_string())
             .collect();
-        assert_eq!(ports, ["spec.backendRefs[1].port", "spec.backendRefs[2].port"]);
+        assert_eq!(
+            ports,
+            ["spec.backendRefs[1].port", "spec.backendRefs[2].port"]
+        );
     }
 
     #[test]
