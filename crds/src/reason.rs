@@ -54,6 +54,11 @@ pub enum Reason {
     TypeUnavailable,
     /// `RuntimeHealthy=False`: some objects failed to sync and are being retried.
     SyncErrors,
+    /// `RuntimeHealthy=False`, and the runtime's `Warning` Event once per object and patch: a
+    /// `syncedTypes[].patches[]` entry failed on an object (an expression threw or ran past its
+    /// time or memory bound, a reference or selector has the wrong shape). That object is not
+    /// written and is retried with backoff; the others keep syncing.
+    PatchFailed,
     /// The runtime's `Warning` Event (and `RuntimeHealthy=False`) for a host object of a
     /// translated name that the vCluster does not manage (or a virtual object in the way of a
     /// `FromHost` copy).
@@ -70,7 +75,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 21] = [
+    pub const ALL: [Reason; 22] = [
         Reason::Installed,
         Reason::Terminating,
         Reason::VClusterNotFound,
@@ -89,6 +94,7 @@ impl Reason {
         Reason::Starting,
         Reason::TypeUnavailable,
         Reason::SyncErrors,
+        Reason::PatchFailed,
         Reason::HostObjectConflict,
         Reason::ImmutablePodFields,
         Reason::SelectorNoLongerMatches,
@@ -115,6 +121,7 @@ impl Reason {
             Reason::Starting => "Starting",
             Reason::TypeUnavailable => "TypeUnavailable",
             Reason::SyncErrors => "SyncErrors",
+            Reason::PatchFailed => "PatchFailed",
             Reason::HostObjectConflict => "HostObjectConflict",
             Reason::ImmutablePodFields => "ImmutablePodFields",
             Reason::SelectorNoLongerMatches => "SelectorNoLongerMatches",

@@ -18,6 +18,9 @@
 //!   deleted host object deletes its virtual copy, a virtual object of the same name without
 //!   those annotations is never touched (reported as a conflict).
 //!
+//! The type's `patches` ([`crate::patches`]) apply host to virtual: to the copy and to the
+//! status copied up; a patch that fails fails that object before any write.
+//!
 //! Both sides are watched, cached and worked through by the runtime's one
 //! driver (`driver.rs`), on one worker; the translation is [`FromHostTranslator`].
 
@@ -36,6 +39,7 @@ use crate::driver::{self, ConflictReporter, ObjectKey, Reconcile, Settings, Side
 use crate::error::Error;
 use crate::hooks::{HookPoint, Hooks};
 use crate::patch::to_json;
+use crate::patches::{PatchError, Patches};
 use crate::stats::{Outcome, TypeStats};
 use crate::translate::{FromHostTranslator, MANAGED_BY_LABEL};
 use crate::write::{Cluster, Part, Patched, Target, Writer};
@@ -69,6 +73,9 @@ pub struct FromHostOptions {
     pub on_conflict: Option<ConflictReporter>,
     /// The longest delay between two attempts of a failing watch ([`crate::retry`]).
     pub retry_max: Duration,
+    /// The type's `patches`, applied host to virtual ([`Patches::from_host`]) to the copy and
+    /// to the status copied up.
+    pub patches: Arc<Patches>,
 }
 
 /// The keys are the host objects' `(host namespace, name)`; the virtual copy has the same name.
@@ -252,7 +259,7 @@ impl FromHost {
     }
 
     async fn create_virtual(&self, host: &DynamicObject) -> Result<(), Error> {
-        let obj = self.translator.virtual_object(host, None);
+        let obj = self.patched_virtual(host, None)?;
         let to = self.target();
         match self
             .writer
@@ -273,7 +280,7 @@ impl FromHost {
         virtual_obj: &DynamicObject,
     ) -> Result<(), Error> {
         let name = host.name_any();
-        let desired = self.translator.virtual_object(host, Some(virtual_obj));
+        let desired = self.patched_virtual(host, Some(virtual_obj))?;
         let mut current = virtual_obj.clone();
         current.types.clone_from(&desired.types);
         let current = to_json(&current, &name)?;
@@ -300,14 +307,14 @@ impl FromHost {
         if !self.opts.sync_status {
             return Ok(());
         }
-        let Some(host_status) = host.data.get("status") else {
+        let Some(host_status) = self.patched_status(host)? else {
             return Ok(());
         };
-        if virtual_obj.data.get("status") == Some(host_status) {
+        if virtual_obj.data.get("status") == Some(&host_status) {
             return Ok(());
         }
         let mut with_status = desired;
-        with_status["status"] = host_status.clone();
+        with_status["status"] = host_status;
         self.writer
             .patch(
                 &to,
@@ -322,6 +329,59 @@ impl FromHost {
             )
             .await?;
         Ok(())
+    }
+
+    /// The virtual copy of `host` ([`FromHostTranslator::virtual_object`]) with the type's
+    /// patches applied host to virtual.
+    fn patched_virtual(
+        &self,
+        host: &DynamicObject,
+        existing: Option<&DynamicObject>,
+    ) -> Result<DynamicObject, Error> {
+        let obj = self.translator.virtual_object(host, existing);
+        if self.opts.patches.is_empty() {
+            return Ok(obj);
+        }
+        let name = host.name_any();
+        let host_json = to_json(host, &name)?;
+        let mut view = to_json(&obj, &name)?;
+        self.opts
+            .patches
+            .from_host(&host_json, &mut view)
+            .map_err(|source| self.patch_error(host, source))?;
+        serde_json::from_value(view).map_err(|source| Error::Json {
+            what: format!("the patched virtual copy of {name}"),
+            source,
+        })
+    }
+
+    /// The host object's status as it is copied up: with the type's patches applied host to
+    /// virtual (`None` when the host object has no status).
+    fn patched_status(&self, host: &DynamicObject) -> Result<Option<serde_json::Value>, Error> {
+        let Some(status) = host.data.get("status") else {
+            return Ok(None);
+        };
+        if self.opts.patches.is_empty() {
+            return Ok(Some(status.clone()));
+        }
+        let name = host.name_any();
+        let host_json = to_json(host, &name)?;
+        let mut view = host_json.clone();
+        self.opts
+            .patches
+            .from_host(&host_json, &mut view)
+            .map_err(|source| self.patch_error(host, source))?;
+        Ok(view.get("status").cloned())
+    }
+
+    fn patch_error(&self, host: &DynamicObject, source: PatchError) -> Error {
+        Error::Patch {
+            api_version: self.opts.resource.api_version.clone(),
+            kind: self.opts.resource.kind.clone(),
+            object: format!("{}/{}", self.opts.host_namespace, host.name_any()),
+            uid: host.metadata.uid.clone(),
+            source,
+        }
     }
 
     async fn delete_virtual(&self, virtual_obj: &DynamicObject) -> Result<(), Error> {

@@ -574,7 +574,10 @@ impl Patches {
         Ok(())
     }
 
-    /// vCluster's `HostLabelSelector` (down) or its inverse (up) of `selector`.
+    /// vCluster's `HostLabelSelector` (down) or its inverse (up) of `selector`, in the shape
+    /// vCluster writes it: a `metav1.LabelSelector` serialized by Go, so only `matchLabels`
+    /// (keys translated) and `matchExpressions` (`key` translated, `operator` and `values`
+    /// kept) remain, and an empty map or list is left out (Go's `omitempty`).
     fn selector(&self, selector: &Value, direction: Direction) -> Result<Value, &'static str> {
         let key = |k: &str| match direction {
             Direction::Down => host_label(k, &self.vcluster),
@@ -583,35 +586,61 @@ impl Patches {
                 .find(|t| host_label(t, &self.vcluster) == k)
                 .map_or_else(|| k.to_string(), |t| (*t).to_string()),
         };
-        let mut out = selector.clone();
-        let map = out.as_object_mut().ok_or("not an object")?;
-        if let Some(labels) = map.get_mut("matchLabels") {
-            match labels {
-                Value::Null => {}
-                Value::Object(entries) => {
-                    *entries = std::mem::take(entries)
-                        .into_iter()
-                        .map(|(k, v)| (key(&k), v))
-                        .collect();
-                }
-                _ => return Err("matchLabels is not a map"),
-            }
-        }
-        if let Some(expressions) = map.get_mut("matchExpressions") {
-            match expressions {
-                Value::Null => {}
-                Value::Array(items) => {
-                    for item in items {
-                        let Some(k) = item.get("key").and_then(Value::as_str).map(key) else {
-                            return Err("a matchExpressions entry has no string key");
-                        };
-                        item["key"] = Value::String(k);
+        let map = selector.as_object().ok_or("not an object")?;
+        let mut out = serde_json::Map::new();
+        match map.get("matchLabels") {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(entries)) => {
+                let mut labels = serde_json::Map::new();
+                for (k, v) in entries {
+                    if !v.is_string() {
+                        return Err("a matchLabels value is not a string");
                     }
+                    labels.insert(key(k), v.clone());
                 }
-                _ => return Err("matchExpressions is not a list"),
+                if !labels.is_empty() {
+                    out.insert("matchLabels".into(), Value::Object(labels));
+                }
             }
+            Some(_) => return Err("matchLabels is not a map"),
         }
-        Ok(out)
+        match map.get("matchExpressions") {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(items)) => {
+                let mut expressions = Vec::with_capacity(items.len());
+                for item in items {
+                    let Some(k) = item.get("key").and_then(Value::as_str) else {
+                        return Err("a matchExpressions entry has no string key");
+                    };
+                    let mut expression = serde_json::Map::new();
+                    expression.insert("key".into(), Value::String(key(k)));
+                    match item.get("operator") {
+                        Some(Value::String(op)) => {
+                            expression.insert("operator".into(), Value::String(op.clone()));
+                        }
+                        None | Some(Value::Null) => {
+                            expression.insert("operator".into(), Value::String(String::new()));
+                        }
+                        Some(_) => return Err("a matchExpressions operator is not a string"),
+                    }
+                    match item.get("values") {
+                        None | Some(Value::Null) => {}
+                        Some(Value::Array(values)) if values.iter().all(Value::is_string) => {
+                            if !values.is_empty() {
+                                expression.insert("values".into(), Value::Array(values.clone()));
+                            }
+                        }
+                        Some(_) => return Err("matchExpressions values are not a list of strings"),
+                    }
+                    expressions.push(Value::Object(expression));
+                }
+                if !expressions.is_empty() {
+                    out.insert("matchExpressions".into(), Value::Array(expressions));
+                }
+            }
+            Some(_) => return Err("matchExpressions is not a list"),
+        }
+        Ok(Value::Object(out))
     }
 }
 
