@@ -36,10 +36,10 @@
 //!   clock-setting or module access.
 //! - **A time bound**: QuickJS calls an interrupt handler every few thousand bytecode
 //!   instructions (`Runtime::set_interrupt_handler`); ours stops the script once the deadline
-//!   [`Bounds::time`] (default 50 ms of wall time) has passed, with an exception the script
+//!   [`Bounds::time`] (default 100 ms of wall time) has passed, with an exception the script
 //!   cannot catch. `while (true) {}` ends there.
 //! - **A memory bound**: `Runtime::set_memory_limit` caps what QuickJS allocates (default
-//!   [`Bounds::memory`] 32 MiB per evaluation, with a fresh context each time, so the limit is
+//!   [`Bounds::memory`] 16 MiB per evaluation, with a fresh context each time, so the limit is
 //!   the evaluation's); an allocation past it fails with an out-of-memory exception; and a
 //!   stack limit (`set_max_stack_size`, 512 KiB) turns deep recursion into a `RangeError`.
 //! - **Small and embedded**: QuickJS compiles from C with the machine's compiler (no
@@ -64,17 +64,17 @@ use serde_json::Value;
 /// The bounds of one evaluation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Bounds {
-    /// Wall time an evaluation may take (default 50 ms).
+    /// Wall time an evaluation may take (default 100 ms).
     pub time: Duration,
-    /// Bytes QuickJS may hold during an evaluation (default 32 MiB).
+    /// Bytes QuickJS may hold during an evaluation (default 16 MiB).
     pub memory: usize,
 }
 
 impl Default for Bounds {
     fn default() -> Self {
         Bounds {
-            time: Duration::from_millis(50),
-            memory: 32 << 20,
+            time: Duration::from_millis(100),
+            memory: 16 << 20,
         }
     }
 }
@@ -210,9 +210,13 @@ fn run(
             } else {
                 error.to_string()
             };
+            // QuickJS throws an InternalError "out of memory" when an allocation passes the
+            // limit, or `null` when even that error cannot be allocated any more
+            let null_thrown = matches!(error, rquickjs::Error::Exception) && thrown == "null";
             if out_of_time() {
                 ExpressionError::Timeout(bounds.time)
             } else if thrown.contains("out of memory")
+                || null_thrown
                 || matches!(error, rquickjs::Error::Allocation)
             {
                 ExpressionError::OutOfMemory(bounds.memory)
@@ -254,7 +258,13 @@ fn describe(thrown: &rquickjs::Value<'_>) -> String {
     if let Some(s) = thrown.as_string() {
         return s.to_string().unwrap_or_default();
     }
-    format!("{thrown:?}")
+    if thrown.is_null() {
+        return "null".into();
+    }
+    match thrown.ctx().json_stringify(thrown.clone()) {
+        Ok(Some(json)) => json.to_string().unwrap_or_default(),
+        _ => format!("{:?}", thrown.type_of()),
+    }
 }
 
 /// `btoa`: base64 of a binary string (code points up to 255).
@@ -428,7 +438,7 @@ mod tests {
         let started = Instant::now();
         assert_eq!(
             eval("while (true) {}", json!(0)),
-            Err(ExpressionError::Timeout(Duration::from_millis(50)))
+            Err(ExpressionError::Timeout(Duration::from_millis(100)))
         );
         // the interrupt cannot be caught
         assert_eq!(
@@ -436,7 +446,7 @@ mod tests {
                 "for (;;) { try { while (true) {} } catch (e) {} }",
                 json!(0)
             ),
-            Err(ExpressionError::Timeout(Duration::from_millis(50)))
+            Err(ExpressionError::Timeout(Duration::from_millis(100)))
         );
         assert!(
             started.elapsed() < Duration::from_secs(2),
@@ -460,7 +470,7 @@ mod tests {
             json!(0),
         )
         .expect_err("bounded");
-        assert_eq!(error, ExpressionError::OutOfMemory(32 << 20));
+        assert_eq!(error, ExpressionError::OutOfMemory(16 << 20));
         // the engine is usable again afterwards
         assert_eq!(eval("value + 1", json!(1)).unwrap(), Some(json!(2)));
     }
