@@ -214,6 +214,7 @@ mod tests {
             "Starting",
             "TypeUnavailable",
             "SyncErrors",
+            "PatchFailed",
             "HostObjectConflict",
             "ImmutablePodFields",
             "SelectorNoLongerMatches",

@@ -36,6 +36,7 @@ use tracing::{debug, info, warn};
 use crate::cache::Cache;
 use crate::context::SyncObject;
 use crate::error::Error;
+use crate::patches::ObjectPatchError;
 use crate::queue::{WorkQueue, WorkReceiver, work_queue};
 use crate::retry::Retry;
 use crate::stats::{Outcome, TypeStats};
@@ -324,13 +325,14 @@ async fn process<R: Reconcile>(
             }
             stats.record(&id, outcome);
         }
-        Err(Error::Patch {
-            api_version,
-            kind,
-            object,
-            uid,
-            source,
-        }) => {
+        Err(Error::Patch(failure)) => {
+            let ObjectPatchError {
+                api_version,
+                kind,
+                object,
+                uid,
+                source,
+            } = *failure;
             // nothing of the object was written; the others keep syncing (crate::patches)
             warn!(%object, path = %source.path, error = %source, "patch failed, object not written, retrying with backoff");
             let note = format!(

@@ -104,21 +104,8 @@ pub enum Error {
     /// A declared patch (`syncedTypes[].patches[]`) could not be applied to one object: that
     /// object is not written, and is retried with backoff (`RuntimeHealthy=False`, reason
     /// `PatchFailed`, and a `Warning` Event naming the type, the object and the path).
-    #[error("{api_version} {kind} {object}: {source}")]
-    Patch {
-        /// `group/version` of the synced type.
-        api_version: String,
-        /// Kind of the synced type.
-        kind: String,
-        /// `namespace/name` of the object (the virtual object for `ToHost`, the host object
-        /// for `FromHost`).
-        object: String,
-        /// uid of that object (the Event's related object).
-        uid: Option<String>,
-        /// The patch and what went wrong.
-        #[source]
-        source: crate::patches::PatchError,
-    },
+    #[error(transparent)]
+    Patch(Box<crate::patches::ObjectPatchError>),
 
     /// A `syncedTypes[].patches[]` entry cannot be used at all (its path does not parse or
     /// writes the object's identity): the type does not sync.
@@ -130,7 +117,7 @@ pub enum Error {
         kind: String,
         /// The refusal.
         #[source]
-        source: crate::patches::PatchError,
+        source: Box<crate::patches::PatchError>,
     },
 
     /// An object could not be converted between its typed and JSON forms.

@@ -39,7 +39,7 @@ use crate::driver::{self, ConflictReporter, ObjectKey, Reconcile, Settings, Side
 use crate::error::Error;
 use crate::hooks::{HookPoint, Hooks};
 use crate::patch::to_json;
-use crate::patches::{PatchError, Patches};
+use crate::patches::{ObjectPatchError, PatchError, Patches};
 use crate::stats::{Outcome, TypeStats};
 use crate::translate::{FromHostTranslator, MANAGED_BY_LABEL};
 use crate::write::{Cluster, Part, Patched, Target, Writer};
@@ -375,13 +375,13 @@ impl FromHost {
     }
 
     fn patch_error(&self, host: &DynamicObject, source: PatchError) -> Error {
-        Error::Patch {
+        Error::Patch(Box::new(ObjectPatchError {
             api_version: self.opts.resource.api_version.clone(),
             kind: self.opts.resource.kind.clone(),
             object: format!("{}/{}", self.opts.host_namespace, host.name_any()),
             uid: host.metadata.uid.clone(),
             source,
-        }
+        }))
     }
 
     async fn delete_virtual(&self, virtual_obj: &DynamicObject) -> Result<(), Error> {

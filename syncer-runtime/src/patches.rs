@@ -71,6 +71,24 @@ pub struct PatchError {
     pub message: String,
 }
 
+/// A [`PatchError`] on one object of a synced type (the runtime's `Error::Patch`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{api_version} {kind} {object}: {source}")]
+pub struct ObjectPatchError {
+    /// `group/version` of the synced type.
+    pub api_version: String,
+    /// Kind of the synced type.
+    pub kind: String,
+    /// `namespace/name` of the object (the virtual object for `ToHost`, the host object for
+    /// `FromHost`).
+    pub object: String,
+    /// uid of that object (the Event's related object).
+    pub uid: Option<String>,
+    /// The patch and what went wrong.
+    #[source]
+    pub source: PatchError,
+}
+
 #[derive(Clone, Debug)]
 enum Kind {
     Expression {

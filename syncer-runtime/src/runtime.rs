@@ -415,7 +415,7 @@ async fn run_type(
             let error = Error::InvalidPatch {
                 api_version: synced.api_version.clone(),
                 kind: synced.kind.clone(),
-                source,
+                source: Box::new(source),
             };
             stats.set_type_error(Some(error.to_string()));
             return Err(error);

@@ -26,7 +26,7 @@ use kube::{Resource, ResourceExt};
 
 use crate::context::{SyncContext, SyncObject};
 use crate::error::Error;
-use crate::patches::{PatchError, Patches};
+use crate::patches::{ObjectPatchError, PatchError, Patches};
 use crate::translate::NamespacedTranslator;
 
 /// One namespaced type synced from the virtual cluster to the host namespace (vcluster-sdk's
@@ -166,7 +166,7 @@ impl DeclarativeSyncer {
     }
 
     fn patch_error(&self, virtual_obj: &DynamicObject, source: PatchError) -> Error {
-        Error::Patch {
+        Error::Patch(Box::new(ObjectPatchError {
             api_version: self.translator.api_version().to_string(),
             kind: self.translator.kind().to_string(),
             object: format!(
@@ -176,7 +176,7 @@ impl DeclarativeSyncer {
             ),
             uid: virtual_obj.metadata.uid.clone(),
             source,
-        }
+        }))
     }
 }
 
