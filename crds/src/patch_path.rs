@@ -245,6 +245,43 @@ impl PatchPath {
     }
 }
 
+/// Every path of `synced_types[].patches[]` (the patch's `path` and a reference's relative
+/// paths) that cannot be used: it does not parse, or (a patch's `path`) it writes the object's
+/// identity ([`PatchPath::is_protected`]). One message per path, naming its field
+/// (`spec.syncedTypes[1].patches[0].path: …`); empty when all are usable. The CRD's CEL refuses
+/// the protected paths it can see; this is what the operator checks before it installs (the
+/// syntax is beyond CEL), and the runtime checks again.
+pub fn unusable_patch_paths(synced_types: &[crate::SyncedType]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (t, synced) in synced_types.iter().enumerate() {
+        for (p, patch) in synced.patches.iter().enumerate() {
+            let field = format!("spec.syncedTypes[{t}].patches[{p}]");
+            match PatchPath::parse(&patch.path) {
+                Err(e) => found.push(format!("{field}.path: {e}")),
+                Ok(path) if path.is_protected() => found.push(format!(
+                    "{field}.path: {:?} writes the object's identity or a vcluster.loft.sh/ key",
+                    patch.path
+                )),
+                Ok(_) => {}
+            }
+            let Some(reference) = &patch.reference else {
+                continue;
+            };
+            for (name, relative) in [
+                ("apiVersionPath", &reference.api_version_path),
+                ("kindPath", &reference.kind_path),
+                ("namePath", &reference.name_path),
+                ("namespacePath", &reference.namespace_path),
+            ] {
+                if let Some(Err(e)) = relative.as_deref().map(PatchPath::parse) {
+                    found.push(format!("{field}.reference.{name}: {e}"));
+                }
+            }
+        }
+    }
+    found
+}
+
 impl fmt::Display for PatchPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (n, segment) in self.segments.iter().enumerate() {
@@ -543,6 +580,28 @@ mod tests {
             ports,
             ["spec.backendRefs[1].port", "spec.backendRefs[2].port"]
         );
+    }
+
+    #[test]
+    fn unusable_paths_are_named_by_their_field() {
+        let synced: Vec<crate::SyncedType> = serde_json::from_value(json!([
+            {"apiVersion": "v1", "kind": "A", "patches": [{"path": "spec.ok", "labels": {}}]},
+            {"apiVersion": "v1", "kind": "B", "patches": [
+                {"path": "spec[x]", "expression": "value"},
+                {"path": "metadata['name']", "expression": "value"},
+                {"path": "spec.ref", "reference": {"apiVersion": "v1", "kind": "Secret", "namePath": "a..b"}}
+            ]}
+        ]))
+        .unwrap();
+        assert_eq!(
+            unusable_patch_paths(&synced),
+            [
+                "spec.syncedTypes[1].patches[0].path: invalid patch path \"spec[x]\" at byte 4: a bracket holds a number, [*], or a key in quotes",
+                "spec.syncedTypes[1].patches[1].path: \"metadata['name']\" writes the object's identity or a vcluster.loft.sh/ key",
+                "spec.syncedTypes[1].patches[2].reference.namePath: invalid patch path \"a..b\" at byte 2: an empty segment",
+            ]
+        );
+        assert!(unusable_patch_paths(&synced[..1]).is_empty());
     }
 
     #[test]

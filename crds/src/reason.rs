@@ -42,7 +42,8 @@ pub enum Reason {
     Conflict,
     /// `Ready=False`: the plugin's part would make the workload too large to store.
     TooLarge,
-    /// `Ready=False`: a v1 plugin's `spec.config` cannot be rendered as YAML.
+    /// `Ready=False`: the plugin's configuration cannot be used: a v1 plugin's `spec.config`
+    /// cannot be rendered as YAML, or a `syncedTypes[].patches[]` path does not parse.
     InvalidConfig,
     /// `Ready=False`: the API server refuses the plugin's part of the workload.
     InvalidWorkload,
