@@ -363,6 +363,26 @@ mod tests {
     }
 
     #[test]
+    fn patch_failures_are_counted_apart_with_the_first_message_by_key() {
+        let stats = TypeStats::new("e2e.vcp.test/v1", "Widget");
+        stats.record("b/two", Some(Outcome::PatchFailed("second".into())));
+        stats.record("a/one", Some(Outcome::PatchFailed("first".into())));
+        stats.record("c/ok", Some(Outcome::InSync));
+        stats.record("d/bad", Some(Outcome::Failed("other".into())));
+        let summary = stats.summary();
+        assert_eq!(
+            (summary.patch_failed, summary.failed, summary.in_sync),
+            (2, 1, 1)
+        );
+        assert_eq!(summary.patch_error.as_deref(), Some("first"));
+        // recovered: synced again
+        stats.record("a/one", Some(Outcome::InSync));
+        stats.record("b/two", Some(Outcome::InSync));
+        let summary = stats.summary();
+        assert_eq!((summary.patch_failed, summary.patch_error), (0, None));
+    }
+
+    #[test]
     fn reconciles_are_counted_per_kind_and_key_in_the_shared_log() {
         let log = std::sync::Arc::new(ReconcileLog::default());
         let cars = TypeStats::new("example.loft.sh/v1", "Car").with_log(log.clone());

@@ -311,6 +311,103 @@ async fn patches_translate_references_selectors_and_expressions_and_bound_failur
         vcluster_host_name("web-tls", "patches-a")
     );
 
+    // converged: the patched copy compares equal to what the next sync computes, so nothing is
+    // written again. The trigger is a label only the host has: once the runtime reconciled the
+    // widget after it, the audit log shows no new write of the host copy, and the virtual
+    // status (reversed) was not written again either.
+    let virtual_writes = || {
+        Audit::writes()
+            .on(Cluster::Virtual)
+            .by(Identity::Syncer)
+            .in_namespace("patches-a")
+            .resource("widgets")
+            .attempts()
+            .into_iter()
+            .filter(|w| w.object_name == "web")
+            .count()
+    };
+    // the status write above is in the audit log before counting
+    let status_audited = poll_for(TIMEOUT, || async { (virtual_writes() > 0).then_some(()) }).await;
+    assert!(
+        status_audited.is_some(),
+        "the status write is not in the virtual audit log"
+    );
+    let host_writes_before = writes_of(&w.host_ns, &web_a);
+    let virtual_writes_before = virtual_writes();
+    let before = w.reconciles.reconciles("Widget", "patches-a/web");
+    host_widgets
+        .patch(
+            &web_a,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"e2e-host-only": "poke"}}})),
+        )
+        .await
+        .expect("poke the host copy");
+    w.wait_reconciled("Widget", "patches-a/web", before).await;
+    // a barrier: a write sent after that reconcile finished (so after any write it made was
+    // answered) and seen in the audit log; the audit log then holds every write of the
+    // reconcile too
+    let services =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Service"), "services");
+    Api::<DynamicObject>::namespaced_with(w.host.clone(), &w.host_ns, &services)
+        .patch(
+            VCLUSTER,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"e2e-barrier": "1"}}})),
+        )
+        .await
+        .expect("barrier write");
+    let barrier = poll_for(TIMEOUT, || async {
+        Audit::writes()
+            .by(Identity::Admin)
+            .in_namespace(&w.host_ns)
+            .resource("services")
+            .attempts()
+            .into_iter()
+            .any(|a| a.object_name == VCLUSTER && a.verb == "patch")
+            .then_some(())
+    })
+    .await;
+    assert!(
+        barrier.is_some(),
+        "the barrier write is not in the audit log"
+    );
+    // the same on the virtual API server
+    virtual_widgets("patches-a")
+        .patch(
+            "global",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"e2e-barrier": "1"}}})),
+        )
+        .await
+        .expect("virtual barrier write");
+    let virtual_barrier = poll_for(TIMEOUT, || async {
+        Audit::writes()
+            .on(Cluster::Virtual)
+            .by(Identity::Admin)
+            .in_namespace("patches-a")
+            .resource("widgets")
+            .attempts()
+            .into_iter()
+            .any(|a| a.object_name == "global" && a.verb == "patch")
+            .then_some(())
+    })
+    .await;
+    assert!(
+        virtual_barrier.is_some(),
+        "the virtual barrier write is not in the audit log"
+    );
+    assert_eq!(
+        writes_of(&w.host_ns, &web_a),
+        host_writes_before,
+        "host copy rewritten"
+    );
+    assert_eq!(
+        virtual_writes(),
+        virtual_writes_before,
+        "virtual status rewritten"
+    );
+
     // 4. runaway expressions fail their objects only
     let started = std::time::SystemTime::now();
     for name in ["loop", "alloc"] {

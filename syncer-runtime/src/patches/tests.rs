@@ -244,3 +244,32 @@ fn a_runaway_expression_fails_its_patch() {
     assert_eq!(error.what, "expression");
     assert!(error.message.contains("time bound"), "{error}");
 }
+
+#[test]
+fn from_host_runs_expressions_forward_and_names_back() {
+    let patches = Patches::new(
+        &[
+            TranslatePatch {
+                path: "spec.endpoint".into(),
+                expression: Some("value + '.' + context.vcluster.namespace".into()),
+                reverse_expression: Some("'never run'".into()),
+                ..TranslatePatch::default()
+            },
+            reference("spec.secretName", "v1", "Secret"),
+        ],
+        "vc",
+        "vcluster-vc",
+    )
+    .unwrap();
+    let host = json!({"metadata": {"name": "db", "namespace": "vcluster-vc"},
+        "spec": {"endpoint": "db", "secretName": "creds-x-team-a-x-vc"}});
+    let mut virtual_view = host.clone();
+    patches.from_host(&host, &mut virtual_view).unwrap();
+    assert_eq!(virtual_view["spec"]["endpoint"], "db.vcluster-vc");
+    // a host name of this vCluster becomes the virtual name; another name stays
+    assert_eq!(virtual_view["spec"]["secretName"], "creds");
+    let mut other =
+        json!({"metadata": {"namespace": "vcluster-vc"}, "spec": {"secretName": "shared"}});
+    patches.from_host(&host, &mut other).unwrap();
+    assert_eq!(other["spec"]["secretName"], "shared");
+}
