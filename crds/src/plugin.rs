@@ -355,26 +355,35 @@ pub const PROTECTED_PATCH_PATH_RULE: &str = "[self.path.lowerAscii().replace('\\
 ]))]
 pub struct TranslatePatch {
     /// The field the patch targets, in vCluster's notation: dots, brackets (`a["b.c"]`,
-    /// `a[0]`) and `[*]` for every element. A path that is not found is skipped.
+    /// `a['b']`, `a[0]`) and `[*]` for every element. A path that is not found is skipped. It
+    /// may not write the object's identity (`apiVersion`, `kind`, `metadata` as a whole, its
+    /// name, namespace, generateName, uid, ownerReferences, finalizers, labels or annotations
+    /// as a whole or through `[*]`, a `vcluster.loft.sh/` key). Unique among the type's patches.
     #[schemars(length(min = 1, max = 512))]
     pub path: String,
     /// JavaScript that computes the host value on the way to the host (for `FromHost`: the
     /// virtual value), as in vCluster: `value`, `valueExists`, `context.vcluster.name` /
     /// `namespace`, `context.hostObject`, `context.virtualObject`, `context.path`, `btoa`,
-    /// `atob`. Evaluated in a sandbox with a time and a memory bound.
+    /// `atob`. The script's completion value replaces the value; `undefined` or `null` remove
+    /// the field. Evaluated in a sandbox without I/O, bounded to 100 ms and 16 MiB per
+    /// evaluation; a failure fails that object only (`RuntimeHealthy=False`, `PatchFailed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 4096))]
     pub expression: Option<String>,
-    /// JavaScript that computes the value on the way back (host to virtual for `ToHost`).
+    /// JavaScript that computes the value on the way back (host to virtual for `ToHost`: on the
+    /// status `syncStatus` copies up). Allowed without `expression`, as in vCluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 4096))]
     pub reverse_expression: Option<String>,
-    /// The value names another object: on the way down it becomes that object's host name, on
-    /// the way back the virtual name again (vCluster's `TranslatePatchReference`).
+    /// The value names another object: on the way down it becomes that object's host name
+    /// (`<name>-x-<namespace>-x-<vcluster>`, vCluster's single-namespace host name; a
+    /// cluster-scoped kind keeps its name), on the way back the virtual name again (vCluster's
+    /// `TranslatePatchReference`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reference: Option<TranslatePatchReference>,
     /// The value is a label selector, translated so that it selects the host copies of the
-    /// objects it selects in the virtual cluster (vCluster's `TranslatePatchLabels`).
+    /// objects it selects in the virtual cluster (vCluster's `TranslatePatchLabels`, translated
+    /// by vCluster's `HostLabelSelector`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<TranslatePatchLabels>,
 }
@@ -403,6 +412,7 @@ pub struct TranslatePatchReference {
     #[schemars(length(min = 1, max = 512))]
     pub name_path: Option<String>,
     /// Path of the referenced namespace; the object's own namespace when absent or not found.
+    /// A namespace found there becomes the vCluster's host namespace on the host copy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 512))]
     pub namespace_path: Option<String>,
