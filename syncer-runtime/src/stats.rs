@@ -454,7 +454,6 @@ mod tests {
         assert!(stats.warned_len() <= MAX_WARNED, "{}", stats.warned_len());
     }
 
-    #[cfg(feature = "reconcile-log")]
     #[test]
     fn patch_failures_are_counted_apart_with_the_first_message_by_key() {
         let stats = TypeStats::new("e2e.vcp.test/v1", "Widget");
@@ -475,6 +474,7 @@ mod tests {
         assert_eq!((summary.patch_failed, summary.patch_error), (0, None));
     }
 
+    #[cfg(feature = "reconcile-log")]
     #[test]
     fn reconciles_are_counted_per_kind_and_key_in_the_shared_log() {
         let log = std::sync::Arc::new(ReconcileLog::default());
