@@ -454,7 +454,13 @@ async fn patches_translate_references_selectors_and_expressions_and_bound_failur
     );
     // an Event per object naming the type, the object and the path, with the bound that hit
     let events = Api::<Event>::namespaced(w.host.clone(), &w.host_ns);
-    for (name, bound) in [("loop", "time bound"), ("alloc", "memory bound")] {
+    // the loop can only end at the time bound; the allocating one ends at the memory bound,
+    // unless a busy machine lets the 100 ms pass first (the unit test
+    // `the_memory_bound_stops_allocations` shows the memory bound alone stopping it)
+    for (name, bounds) in [
+        ("loop", &["time bound"][..]),
+        ("alloc", &["memory bound", "time bound"][..]),
+    ] {
         let event = wait_for(TIMEOUT, || {
             let events = events.clone();
             async move {
@@ -482,7 +488,12 @@ async fn patches_translate_references_selectors_and_expressions_and_bound_failur
             "{note}"
         );
         assert!(note.contains(&format!("\"spec.{name}\"")), "{note}");
-        assert!(note.contains(bound), "{note}");
+        let bound = bounds.iter().find(|b| note.contains(*b));
+        assert!(bound.is_some(), "{note}");
+        eprintln!(
+            "runtime_sync_patches: {name} stopped by its {}",
+            bound.unwrap()
+        );
     }
     // the audit log has the runtime's create of the widget made after them, and no write at all
     // of theirs
