@@ -5,7 +5,8 @@
 //! `tests/vcluster-go/go.mod` (v0.30.0) and answers, one JSON line per request, what vCluster's
 //! syncer writes on the host (`HostMetadata` with the single-namespace translator, `VClusterName`
 //! and the owner Service set as its start-up sets them; `HostLabels` / `HostAnnotations` of an
-//! existing host object; `SingleNamespaceHostName`; `SafeConcatName`; `HostLabel`). This test
+//! existing host object; `SingleNamespaceHostName`; `SafeConcatName`; `HostLabel`;
+//! `HostLabelSelector`, the rule of a `labels` patch). This test
 //! asks it and `vcp_syncer_runtime::translate` the same questions — at least 10,000 generated
 //! cases and the committed table `tests/fixtures/translate-oracle/edge-cases.json` — and demands
 //! identical answers. The only accepted differences are the deliberate ones in
