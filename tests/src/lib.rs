@@ -56,8 +56,8 @@ pub use audit::{Audit, AuditedWrite, Writes, audited_reads, audited_write_events
 pub use control_plane::{Cluster, ControlPlane, Identity, config_from, repo_root};
 pub use fixtures::{
     TEST_FIELD_MANAGER, apply_yaml, apply_yaml_file, create_namespace, create_yaml, install_crds,
-    install_operator_rbac, oracle_paths, refusal, render_vcluster_chart, string_map,
-    vcluster_workload, vcluster_workload_with,
+    install_operator_rbac, oracle_paths, refusal, render_vcluster_chart,
+    render_vcluster_chart_from, string_map, vcluster_workload, vcluster_workload_with,
 };
 pub use plugins::{
     condition, create_plugin, delete_plugin, install_operator_role, operator_reconciles,
@@ -69,5 +69,7 @@ pub use process::{OperatorOptions, OperatorProcess, exit_signal, http_get, works
 pub use proxy::{TcpProxy, kubeconfig_server};
 pub use replica::Replica;
 pub use runtime::{Runtime, World, start_runtime};
-pub use vcluster_syncer::{VCLUSTER_RELEASE, VClusterSyncer, install_vcluster_chart};
+pub use vcluster_syncer::{
+    VCLUSTER_RELEASE, VClusterSyncer, install_vcluster_chart, install_vcluster_chart_from,
+};
 pub use wait::{poll_for, wait_for};

@@ -24,7 +24,7 @@ use kube::Client;
 use serde::Deserialize as _;
 
 use crate::control_plane::{ControlPlane, repo_root};
-use crate::fixtures::{apply_yaml, render_vcluster_chart};
+use crate::fixtures::{apply_yaml, oracle_paths, render_vcluster_chart_from};
 
 /// The chart's release name, as the other tests render it (`helm template my-vcluster`).
 pub const VCLUSTER_RELEASE: &str = "my-vcluster";
@@ -57,7 +57,20 @@ pub async fn install_vcluster_chart(
     namespace: &str,
     values: &str,
 ) -> anyhow::Result<()> {
-    let rendered = render_vcluster_chart(namespace, values)?;
+    install_vcluster_chart_from(admin, &oracle_paths()["VCLUSTER_CHART"], namespace, values).await
+}
+
+/// [`install_vcluster_chart`] with the chart in folder `chart` (another vCluster version's).
+///
+/// # Errors
+/// As [`install_vcluster_chart`].
+pub async fn install_vcluster_chart_from(
+    admin: &Client,
+    chart: &Path,
+    namespace: &str,
+    values: &str,
+) -> anyhow::Result<()> {
+    let rendered = render_vcluster_chart_from(chart, namespace, values)?;
     let mut docs = Vec::new();
     for doc in serde_yaml::Deserializer::from_str(&rendered) {
         let mut doc = serde_yaml::Value::deserialize(doc)?;
@@ -93,11 +106,31 @@ impl VClusterSyncer {
         name: &str,
         plugins: &Path,
     ) -> anyhow::Result<Self> {
-        let out = Command::new(repo_root().join("scripts/control-plane"))
+        Self::start_binary(cp, namespace, name, plugins, None)
+    }
+
+    /// [`VClusterSyncer::start`] with `binary` as vCluster's syncer (another version's, such as
+    /// `VCLUSTER_SYNCER_V0_36` of [`oracle_paths`]); `None` is the pinned `VCLUSTER_SYNCER`.
+    ///
+    /// # Errors
+    /// As [`VClusterSyncer::start`].
+    pub fn start_binary(
+        cp: &ControlPlane,
+        namespace: &str,
+        name: &str,
+        plugins: &Path,
+        binary: Option<&Path>,
+    ) -> anyhow::Result<Self> {
+        let mut command = Command::new(repo_root().join("scripts/control-plane"));
+        command
             .args(["syncer", "start", namespace, name, "--plugins"])
             .arg(plugins)
             .arg("--dir")
-            .arg(cp.dir())
+            .arg(cp.dir());
+        if let Some(binary) = binary {
+            command.env("VCLUSTER_SYNCER", binary);
+        }
+        let out = command
             .output()
             .context("run scripts/control-plane syncer start")?;
         if !out.status.success() {

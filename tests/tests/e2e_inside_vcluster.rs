@@ -10,7 +10,19 @@
 //! API servers or their audit logs.
 //!
 //! vCluster's legacy plugin server binds `localhost:10099`, so one syncer runs at a time: this
-//! binary has a single test that drives the steps in order.
+//! binary has a single test that drives the steps in order, for each vCluster version of the
+//! matrix (v0.30.0, the pinned one, and v0.36.1).
+//!
+//! A hook's host label comes back up. vCluster applies the plugin's `CreatePhysical` hook in
+//! its host client (`pkg/util/pluginhookclient`, `plugin.DefaultManager.MutateObject`) before the
+//! pod syncer's create, so the host pod is created with the label. On its next sync of that
+//! pod, vCluster's pod syncer (`pkg/controllers/resources/pods/translate/diff.go`,
+//! `translate.LabelsBidirectionalUpdateFunction`) sees a host label the virtual pod lacks and
+//! copies it up to the virtual pod, then records the virtual pod's labels in the host pod's
+//! annotation `vcluster.loft.sh/labels` (one update of the host pod, which leaves the label
+//! alone). Both steps read only the host object: the hook's answer arrives over the same v2
+//! plugin protocol whatever the plugin is written in, so a Go plugin's hook label (vcluster-sdk)
+//! is copied up the same way. This test asserts the copy-up and the single annotation update.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -31,11 +43,50 @@ use vcp_tests::{
 const RUNTIME_IMAGE: &str = "vcp-test/runtime:inside";
 /// The runtime image's binary, as the operator's init container names it.
 const IMAGE_BINARY: &str = "/usr/local/bin/vcluster-plugin-syncer";
-const NS: &str = "vc-inside";
 const PLUGIN: &str = "cars-and-pods";
 const TIMEOUT: Duration = Duration::from_secs(60);
-/// vCluster's user on the host: the pod template's service account, as the chart names it.
-const VCLUSTER_USER: &str = "system:serviceaccount:vc-inside:vc-my-vcluster";
+
+/// One vCluster version under test: its own host namespace and virtual namespace (the virtual
+/// API server is shared, and a syncer syncs every virtual namespace), its chart and its syncer.
+struct Target {
+    /// The version, as `scripts/oracles` names it.
+    version: &'static str,
+    /// The vCluster's host namespace.
+    ns: String,
+    /// The virtual namespace of this version's objects.
+    vns: String,
+    /// vCluster's chart at that version.
+    chart: PathBuf,
+    /// vCluster's syncer at that version (`scripts/oracles`).
+    syncer: PathBuf,
+}
+
+impl Target {
+    /// Every version of the matrix, from `scripts/oracles build`: `VCLUSTER_SYNCER` and
+    /// `VCLUSTER_CHART` (v0.30.0, tests/vcluster-go), `VCLUSTER_SYNCER_V0_36` and
+    /// `VCLUSTER_CHART_V0_36` (v0.36.1, tests/vcluster-go-v0.36).
+    fn all() -> Vec<Target> {
+        let paths = vcp_tests::oracle_paths();
+        [("v0.30.0", ""), ("v0.36.1", "_V0_36")]
+            .into_iter()
+            .map(|(version, suffix)| {
+                let tag = version.replace('.', "");
+                Target {
+                    version,
+                    ns: format!("vc-inside-{tag}"),
+                    vns: format!("team-{tag}"),
+                    chart: paths[&format!("VCLUSTER_CHART{suffix}")].clone(),
+                    syncer: paths[&format!("VCLUSTER_SYNCER{suffix}")].clone(),
+                }
+            })
+            .collect()
+    }
+
+    /// vCluster's user on the host: the pod template's service account, as the chart names it.
+    fn user(&self) -> String {
+        format!("system:serviceaccount:{}:vc-{VCLUSTER_RELEASE}", self.ns)
+    }
+}
 
 /// The workspace's target folder (this test binary is `<target>/<profile>/deps/<name>`).
 fn target_profile_dir() -> PathBuf {
@@ -144,36 +195,36 @@ fn running(pid: u32) -> bool {
 }
 
 /// A fresh plugins folder, as a new pod's emptyDir `plugins`.
-fn fresh_plugins_folder(cp: &ControlPlane, n: u32) -> PathBuf {
+fn fresh_plugins_folder(cp: &ControlPlane, n: &str) -> PathBuf {
     let dir = cp.dir().join(format!("inside-plugins-{n}"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("plugins folder");
     dir
 }
 
-async fn statefulset(admin: &Client) -> StatefulSet {
-    Api::<StatefulSet>::namespaced(admin.clone(), NS)
+async fn statefulset(admin: &Client, t: &Target) -> StatefulSet {
+    Api::<StatefulSet>::namespaced(admin.clone(), &t.ns)
         .get(VCLUSTER_RELEASE)
         .await
         .expect("the vCluster's StatefulSet")
 }
 
-async fn create_virtual_pod(virtual_: &Client, name: &str) -> Pod {
+async fn create_virtual_pod(virtual_: &Client, t: &Target, name: &str) -> Pod {
     let pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "team-a", "labels": {"app": name}},
+        "metadata": {"name": name, "namespace": t.vns, "labels": {"app": name}},
         "spec": {"containers": [{"name": "c", "image": "registry.invalid/none:1"}]}
     }))
     .expect("pod");
-    Api::<Pod>::namespaced(virtual_.clone(), "team-a")
+    Api::<Pod>::namespaced(virtual_.clone(), &t.vns)
         .create(&PostParams::default(), &pod)
         .await
         .unwrap_or_else(|e| panic!("create virtual pod {name}: {e}"))
 }
 
-async fn host_pod(host: &Client, virtual_name: &str) -> Pod {
-    let pods: Api<Pod> = Api::namespaced(host.clone(), NS);
-    let name = format!("{virtual_name}-x-team-a-x-{VCLUSTER_RELEASE}");
+async fn host_pod(host: &Client, t: &Target, virtual_name: &str) -> Pod {
+    let pods: Api<Pod> = Api::namespaced(host.clone(), &t.ns);
+    let name = format!("{virtual_name}-x-{}-x-{VCLUSTER_RELEASE}", t.vns);
     wait_for(TIMEOUT, || {
         let pods = pods.clone();
         let name = name.clone();
@@ -182,14 +233,14 @@ async fn host_pod(host: &Client, virtual_name: &str) -> Pod {
     .await
 }
 
-async fn apply_car(virtual_: &Client, name: &str, type_: &str) {
+async fn apply_car(virtual_: &Client, t: &Target, name: &str, type_: &str) {
     let car: Car = serde_json::from_value(json!({
         "apiVersion": "example.loft.sh/v1", "kind": "Car",
-        "metadata": {"name": name, "namespace": "team-a"},
+        "metadata": {"name": name, "namespace": t.vns},
         "spec": {"type": type_}
     }))
     .expect("car");
-    Api::<Car>::namespaced(virtual_.clone(), "team-a")
+    Api::<Car>::namespaced(virtual_.clone(), &t.vns)
         .patch(
             name,
             &PatchParams::apply(TEST_FIELD_MANAGER).force(),
@@ -200,10 +251,10 @@ async fn apply_car(virtual_: &Client, name: &str, type_: &str) {
 }
 
 /// The writes vCluster's identity made to host pod `name` since `t`.
-fn pod_writes(name: &str, since: SystemTime) -> Vec<(String, String)> {
+fn pod_writes(t: &Target, name: &str, since: SystemTime) -> Vec<(String, String)> {
     Audit::writes()
-        .by_user(VCLUSTER_USER)
-        .in_namespace(NS)
+        .by_user(&t.user())
+        .in_namespace(&t.ns)
         .resource("pods")
         .since(since)
         .attempts()
@@ -223,26 +274,34 @@ fn plugin_spec(label_value: &str) -> Value {
     })
 }
 
+/// The matrix: each version in turn (one syncer at a time), each in its own namespaces.
 #[tokio::test]
 async fn the_embedded_runtime_inside_vclusters_own_syncer() {
+    for target in Target::all() {
+        eprintln!("vCluster {}: {}", target.version, target.syncer.display());
+        inside(&target).await;
+    }
+}
+
+async fn inside(t: &Target) {
     let cp = ControlPlane::shared();
     let admin = vcp_tests::start_shared_operator(RUNTIME_IMAGE).await;
     let host = cp.client(Cluster::Host, Identity::Admin).await;
     let virtual_ = cp.client(Cluster::Virtual, Identity::Admin).await;
     vcp_tests::install_crds(&virtual_).await;
-    vcp_tests::create_namespace(&host, NS).await;
-    vcp_tests::install_vcluster_chart(&host, NS, "")
+    vcp_tests::create_namespace(&host, &t.ns).await;
+    vcp_tests::install_vcluster_chart_from(&host, &t.chart, &t.ns, "")
         .await
         .expect("install vCluster's chart");
-    vcp_tests::create_namespace(&virtual_, "team-a").await;
+    vcp_tests::create_namespace(&virtual_, &t.vns).await;
     // What kube-controller-manager's serviceaccount controller would make (the virtual control
     // plane runs none); vCluster's pod syncer reads a pod's service account.
     let sa: ServiceAccount = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "ServiceAccount",
-        "metadata": {"name": "default", "namespace": "team-a"}
+        "metadata": {"name": "default", "namespace": t.vns}
     }))
     .expect("service account");
-    Api::<ServiceAccount>::namespaced(virtual_.clone(), "team-a")
+    Api::<ServiceAccount>::namespaced(virtual_.clone(), &t.vns)
         .patch(
             "default",
             &PatchParams::apply(TEST_FIELD_MANAGER),
@@ -252,12 +311,12 @@ async fn the_embedded_runtime_inside_vclusters_own_syncer() {
         .expect("default service account");
 
     // The operator installs the embedded runtime as a v2 plugin into the chart's StatefulSet.
-    vcp_tests::create_plugin(&admin, NS, PLUGIN, plugin_spec("pod-hook")).await;
-    vcp_tests::wait_ready(&admin, NS, PLUGIN, "True", None, TIMEOUT).await;
-    let sts = statefulset(&admin).await;
+    vcp_tests::create_plugin(&admin, &t.ns, PLUGIN, plugin_spec("pod-hook")).await;
+    vcp_tests::wait_ready(&admin, &t.ns, PLUGIN, "True", None, TIMEOUT).await;
+    let sts = statefulset(&admin, t).await;
 
     // The pod: its init containers fill the plugins folder, then vCluster's syncer starts.
-    let folder = fresh_plugins_folder(cp, 1);
+    let folder = fresh_plugins_folder(cp, &format!("{}-1", t.ns));
     assert_eq!(run_plugin_init_containers(&sts, &folder), [PLUGIN]);
     let plugin_path = folder.join(PLUGIN).join("plugin");
     assert_eq!(
@@ -265,7 +324,8 @@ async fn the_embedded_runtime_inside_vclusters_own_syncer() {
         std::fs::read(runtime_binary()).expect("runtime binary")
     );
     let mut syncer =
-        VClusterSyncer::start(cp, NS, VCLUSTER_RELEASE, &folder).expect("start vCluster's syncer");
+        VClusterSyncer::start_binary(cp, &t.ns, VCLUSTER_RELEASE, &folder, Some(&t.syncer))
+            .expect("start vCluster's syncer");
 
     // 1. vCluster loaded the plugin, registered its declared pod hook, and runs it.
     let log = syncer
@@ -299,9 +359,9 @@ async fn the_embedded_runtime_inside_vclusters_own_syncer() {
     //    vCluster: the host copy is written by vCluster's own identity (the plugin runs with the
     //    host config vCluster hands its plugins).
     let started = SystemTime::now();
-    apply_car(&virtual_, "tesla", "Tesla").await;
-    let host_cars: Api<Car> = Api::namespaced(host.clone(), NS);
-    let host_car_name = format!("tesla-x-team-a-x-{VCLUSTER_RELEASE}");
+    apply_car(&virtual_, t, "tesla", "Tesla").await;
+    let host_cars: Api<Car> = Api::namespaced(host.clone(), &t.ns);
+    let host_car_name = format!("tesla-x-{}-x-{VCLUSTER_RELEASE}", t.vns);
     let host_tesla = wait_for(TIMEOUT, || {
         let api = host_cars.clone();
         let name = host_car_name.clone();
@@ -317,7 +377,7 @@ async fn the_embedded_runtime_inside_vclusters_own_syncer() {
         Some(VCLUSTER_RELEASE)
     );
     let car_creates: Vec<_> = Audit::writes()
-        .in_namespace(NS)
+        .in_namespace(&t.ns)
         .resource("cars")
         .verb("create")
         .since(started)
@@ -325,7 +385,7 @@ async fn the_embedded_runtime_inside_vclusters_own_syncer() {
     assert!(
         car_creates
             .iter()
-            .any(|w| w.user == VCLUSTER_USER && w.object_name == host_car_name),
+            .any(|w| w.user == t.user() && w.object_name == host_car_name),
         "the host Car was created by vCluster's identity: {car_creates:?}"
     );
 
@@ -333,8 +393,8 @@ async fn the_embedded_runtime_inside_vclusters_own_syncer() {
     //    the plugin's CreatePhysical hook in the object its create stored (the watch's ADDED
     //    event), so vCluster applied the hook before its create.
     let since = SystemTime::now();
-    let web_name = format!("web-x-team-a-x-{VCLUSTER_RELEASE}");
-    let host_pods: Api<Pod> = Api::namespaced(host.clone(), NS);
+    let web_name = format!("web-x-{}-x-{VCLUSTER_RELEASE}", t.vns);
+    let host_pods: Api<Pod> = Api::namespaced(host.clone(), &t.ns);
     let mut watch = host_pods
         .watch(
             &WatchParams::default().fields(&format!("metadata.name={web_name}")),
@@ -343,7 +403,7 @@ async fn the_embedded_runtime_inside_vclusters_own_syncer() {
         .await
         .expect("watch the host pod")
         .boxed();
-    create_virtual_pod(&virtual_, "web").await;
+    create_virtual_pod(&virtual_, t, "web").await;
     let added = tokio::time::timeout(TIMEOUT, async {
         loop {
             match watch.next().await {
@@ -364,20 +424,20 @@ async fn the_embedded_runtime_inside_vclusters_own_syncer() {
     // vCluster's own log: its pod syncer (controller "pod") created that host object.
     let log = syncer
         .wait_log(
-            "Create host object\t{\"component\": \"vcluster\", \"controller\": \"pod\", \"namespace\": \"team-a\", \"name\": \"web\"",
+            &format!("Create host object\t{{\"component\": \"vcluster\", \"controller\": \"pod\", \"namespace\": \"{}\", \"name\": \"web\"", t.vns),
             1,
             TIMEOUT,
         )
         .await;
     assert!(
-        log.contains(&format!("\"object\": \"{NS}/{web_name}\"")),
+        log.contains(&format!("\"object\": \"{}/{web_name}\"", t.ns)),
         "{log}"
     );
     // vCluster then copies the hook's host label up to the virtual pod (its pod syncer syncs
     // labels both ways: pkg/controllers/resources/pods/translate/diff.go), and records the
     // virtual pod's labels in the host pod's annotation `vcluster.loft.sh/labels`: its one
     // update of the host pod, which does not touch the label.
-    let virtual_pods: Api<Pod> = Api::namespaced(virtual_.clone(), "team-a");
+    let virtual_pods: Api<Pod> = Api::namespaced(virtual_.clone(), &t.vns);
     wait_for(TIMEOUT, || {
         let api = virtual_pods.clone();
         async move {
@@ -401,30 +461,53 @@ async fn the_embedded_runtime_inside_vclusters_own_syncer() {
     .await;
     assert_eq!(web.labels()["created-by-plugin"], "pod-hook");
     // Evidence that the syncer kept working after those writes: a second pod is synced later.
-    create_virtual_pod(&virtual_, "web2").await;
-    host_pod(&host, "web2").await;
-    let writes = pod_writes(&web_name, since);
+    create_virtual_pod(&virtual_, t, "web2").await;
+    host_pod(&host, t, "web2").await;
+    let writes = pod_writes(t, &web_name, since);
     assert_eq!(
         writes.iter().map(|(v, _)| v.as_str()).collect::<Vec<_>>(),
         ["create", "update"],
         "vCluster created host pod {web_name} with the hook's label, then recorded the copied-up label: {writes:?}"
     );
-    let host_patch = syncer
-        .log()
-        .lines()
-        .find(|l| {
-            l.contains("Apply host patch")
-                && l.contains(&format!("\"object\": \"{NS}/{web_name}\""))
-        })
-        .expect("vCluster logs its patch of the host pod")
-        .to_string();
+    // That update, as the watch saw it: the labels are those of the create.
+    let modified = tokio::time::timeout(TIMEOUT, async {
+        loop {
+            match watch.next().await {
+                Some(Ok(WatchEvent::Modified(pod))) => break pod,
+                Some(Ok(_)) => {}
+                other => panic!("watch of {web_name} ended: {other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("vCluster's update of the host pod");
+    assert_eq!(modified.labels(), added.labels());
     assert!(
-        host_patch.contains("vcluster.loft.sh/labels") && !host_patch.contains(r#"\"labels\":{"#),
-        "vCluster's update of the host pod only records the virtual labels: {host_patch}"
+        modified.annotations()["vcluster.loft.sh/labels"].contains("created-by-plugin"),
+        "{:?}",
+        modified.annotations()
     );
+    // v0.30.0 logs each patch it applies (pkg/patcher/apply.go, at info level); v0.36.1 logs
+    // them only at verbosity 1, so there the watch above is the only record.
+    if t.version == "v0.30.0" {
+        let host_patch = syncer
+            .log()
+            .lines()
+            .find(|l| {
+                l.contains("Apply host patch")
+                    && l.contains(&format!("\"object\": \"{}/{web_name}\"", t.ns))
+            })
+            .expect("vCluster logs its patch of the host pod")
+            .to_string();
+        assert!(
+            host_patch.contains("vcluster.loft.sh/labels")
+                && !host_patch.contains(r#"\"labels\":{"#),
+            "vCluster's update of the host pod only records the virtual labels: {host_patch}"
+        );
+    }
 
     // 4. A change to the VClusterPlugin takes effect in the running plugin.
-    let plugins: Api<VClusterPlugin> = Api::namespaced(admin.clone(), NS);
+    let plugins: Api<VClusterPlugin> = Api::namespaced(admin.clone(), &t.ns);
     plugins
         .patch(
             PLUGIN,
@@ -439,8 +522,8 @@ async fn the_embedded_runtime_inside_vclusters_own_syncer() {
     let changed = loop {
         n += 1;
         let name = format!("after-{n}");
-        create_virtual_pod(&virtual_, &name).await;
-        let pod = host_pod(&host, &name).await;
+        create_virtual_pod(&virtual_, t, &name).await;
+        let pod = host_pod(&host, t, &name).await;
         if pod.labels().get("created-by-plugin").map(String::as_str) == Some("pod-hook-v2") {
             break pod;
         }
@@ -450,22 +533,23 @@ async fn the_embedded_runtime_inside_vclusters_own_syncer() {
     assert_eq!(changed.labels()["created-by-plugin"], "pod-hook-v2");
 
     // 5. Deleting the plugin and restarting the syncer: a healthy vCluster without plugin.
-    vcp_tests::delete_plugin(&admin, NS, PLUGIN, TIMEOUT).await;
-    let sts = statefulset(&admin).await;
+    vcp_tests::delete_plugin(&admin, &t.ns, PLUGIN, TIMEOUT).await;
+    let sts = statefulset(&admin, t).await;
     syncer.stop().expect("stop vCluster's syncer");
     // The runtime notices its parent is gone and exits.
     wait_for(Duration::from_secs(15), || async {
         plugin_pids.iter().all(|pid| !running(*pid)).then_some(())
     })
     .await;
-    let folder = fresh_plugins_folder(cp, 2);
+    let folder = fresh_plugins_folder(cp, &format!("{}-2", t.ns));
     assert!(
         run_plugin_init_containers(&sts, &folder).is_empty(),
         "the operator removed the plugin's init container"
     );
     let before = syncer.log().len();
-    let syncer2 = VClusterSyncer::start(cp, NS, VCLUSTER_RELEASE, &folder)
-        .expect("restart vCluster's syncer");
+    let syncer2 =
+        VClusterSyncer::start_binary(cp, &t.ns, VCLUSTER_RELEASE, &folder, Some(&t.syncer))
+            .expect("restart vCluster's syncer");
     let log = syncer2.log()[before..].to_string();
     assert!(
         log.contains("Successfully started vCluster controllers"),
@@ -474,11 +558,11 @@ async fn the_embedded_runtime_inside_vclusters_own_syncer() {
     assert!(!log.contains("Successfully loaded plugin"), "{log}");
     assert!(syncer2.children().is_empty(), "no plugin process");
     let since = SystemTime::now();
-    create_virtual_pod(&virtual_, "plain").await;
-    let plain = host_pod(&host, "plain").await;
+    create_virtual_pod(&virtual_, t, "plain").await;
+    let plain = host_pod(&host, t, "plain").await;
     assert!(plain.labels().get("created-by-plugin").is_none());
     assert_eq!(
-        pod_writes(&plain.name_any(), since)
+        pod_writes(t, &plain.name_any(), since)
             .iter()
             .map(|(v, _)| v.as_str())
             .collect::<Vec<_>>(),
@@ -486,4 +570,15 @@ async fn the_embedded_runtime_inside_vclusters_own_syncer() {
     );
     drop(syncer);
     drop(syncer2);
+    // The virtual API server is shared: the next version's syncer would sync these too.
+    let dp = kube::api::DeleteParams::default();
+    let lp = kube::api::ListParams::default();
+    Api::<Pod>::namespaced(virtual_.clone(), &t.vns)
+        .delete_collection(&dp, &lp)
+        .await
+        .expect("delete the virtual pods");
+    Api::<Car>::namespaced(virtual_.clone(), &t.vns)
+        .delete_collection(&dp, &lp)
+        .await
+        .expect("delete the virtual Cars");
 }
