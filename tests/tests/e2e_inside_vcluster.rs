@@ -20,9 +20,10 @@
 //! `translate.LabelsBidirectionalUpdateFunction`) sees a host label the virtual pod lacks and
 //! copies it up to the virtual pod, then records the virtual pod's labels in the host pod's
 //! annotation `vcluster.loft.sh/labels` (one update of the host pod, which leaves the label
-//! alone). Both steps read only the host object: the hook's answer arrives over the same v2
-//! plugin protocol whatever the plugin is written in, so a Go plugin's hook label (vcluster-sdk)
-//! is copied up the same way. This test asserts the copy-up and the single annotation update.
+//! alone). Both steps read only the host object, so a Go plugin's hook label is copied up the
+//! same way: the test loads a Go v2 plugin (`tests/vcluster-go/cmd/go-pod-hook`, vCluster's own
+//! protocol definitions, as the vcluster-sdk serves them) beside the runtime, and asserts the
+//! copy-up of both hooks' labels and the single annotation update.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -44,6 +45,8 @@ const RUNTIME_IMAGE: &str = "vcp-test/runtime:inside";
 /// The runtime image's binary, as the operator's init container names it.
 const IMAGE_BINARY: &str = "/usr/local/bin/vcluster-plugin-syncer";
 const PLUGIN: &str = "cars-and-pods";
+/// The folder of the Go plugin (`GO_POD_HOOK`) in the plugins folder.
+const GO_PLUGIN: &str = "go-pod-hook";
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// One vCluster version under test: its own host namespace and virtual namespace (the virtual
@@ -323,14 +326,31 @@ async fn inside(t: &Target) {
         std::fs::read(&plugin_path).expect("installed plugin"),
         std::fs::read(runtime_binary()).expect("runtime binary")
     );
+    // Beside it, a v2 plugin written in Go (tests/vcluster-go/cmd/go-pod-hook, a pod hook adding
+    // `created-by-go-plugin`), copied in as a v2 image's init container does
+    // (`cp -r /plugin /plugins/<name>`).
+    let go_plugin = folder.join(GO_PLUGIN);
+    std::fs::create_dir_all(&go_plugin).expect("Go plugin folder");
+    std::fs::copy(
+        &vcp_tests::oracle_paths()["GO_POD_HOOK"],
+        go_plugin.join("plugin"),
+    )
+    .expect("copy the Go plugin");
     let mut syncer =
         VClusterSyncer::start_binary(cp, &t.ns, VCLUSTER_RELEASE, &folder, Some(&t.syncer))
             .expect("start vCluster's syncer");
 
     // 1. vCluster loaded the plugin, registered its declared pod hook, and runs it.
     let log = syncer
-        .wait_log("Successfully loaded plugin", 1, TIMEOUT)
+        .wait_log("Successfully loaded plugin", 2, TIMEOUT)
         .await;
+    for plugin in [&plugin_path, &go_plugin.join("plugin")] {
+        assert!(
+            log.contains(&format!("\"plugin\": \"{}\"", plugin.display())),
+            "vCluster loaded {}; log:\n{log}",
+            plugin.display()
+        );
+    }
     assert!(
         log.contains(&format!(
             "Register client hook for v1 Pod in plugin {}",
@@ -421,6 +441,15 @@ async fn inside(t: &Target) {
         "the created host pod: {:?}",
         added.labels()
     );
+    assert_eq!(
+        added
+            .labels()
+            .get("created-by-go-plugin")
+            .map(String::as_str),
+        Some("go-hook"),
+        "the Go plugin's hook is in the create too: {:?}",
+        added.labels()
+    );
     // vCluster's own log: its pod syncer (controller "pod") created that host object.
     let log = syncer
         .wait_log(
@@ -442,8 +471,10 @@ async fn inside(t: &Target) {
         let api = virtual_pods.clone();
         async move {
             let pod = api.get("web").await.ok()?;
-            (pod.labels().get("created-by-plugin").map(String::as_str) == Some("pod-hook"))
-                .then_some(())
+            let labels = pod.labels();
+            (labels.get("created-by-plugin").map(String::as_str) == Some("pod-hook")
+                && labels.get("created-by-go-plugin").map(String::as_str) == Some("go-hook"))
+            .then_some(())
         }
     })
     .await;
@@ -454,7 +485,9 @@ async fn inside(t: &Target) {
             let pod = api.get(&name).await.ok()?;
             pod.annotations()
                 .get("vcluster.loft.sh/labels")
-                .is_some_and(|l| l.contains("created-by-plugin"))
+                .is_some_and(|l| {
+                    l.contains("created-by-plugin") && l.contains("created-by-go-plugin")
+                })
                 .then_some(pod)
         }
     })
@@ -483,7 +516,8 @@ async fn inside(t: &Target) {
     .expect("vCluster's update of the host pod");
     assert_eq!(modified.labels(), added.labels());
     assert!(
-        modified.annotations()["vcluster.loft.sh/labels"].contains("created-by-plugin"),
+        modified.annotations()["vcluster.loft.sh/labels"].contains("created-by-plugin")
+            && modified.annotations()["vcluster.loft.sh/labels"].contains("created-by-go-plugin"),
         "{:?}",
         modified.annotations()
     );
