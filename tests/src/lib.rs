@@ -23,7 +23,8 @@
 //! declarative runtime in-process, and the `World` of a runtime test), [`replica`]
 //! (an operator replica in-process that a test can stop or kill), [`logs`] (the
 //! process's own warnings, captured), [`workload`] (a vCluster's
-//! workload of either kind, as its chart renders it).
+//! workload of either kind, as its chart renders it), [`vcluster_syncer`] (vCluster's own
+//! syncer as a local process, with the virtual API server as its control plane).
 //! Their items are re-exported at the crate root.
 //!
 //! [`cert_manager`] runs the real cert-manager's controllers on the host (a driver built from
@@ -52,6 +53,7 @@ pub mod proxy;
 pub mod real_crds;
 pub mod replica;
 pub mod runtime;
+pub mod vcluster_syncer;
 pub mod wait;
 pub mod workload;
 
@@ -63,8 +65,8 @@ pub use cert_manager::{CertManager, cert_manager_resource, condition_status, tls
 pub use control_plane::{Cluster, ControlPlane, Identity, config_from, repo_root};
 pub use fixtures::{
     TEST_FIELD_MANAGER, apply_yaml, apply_yaml_file, create_namespace, create_yaml, install_crds,
-    install_operator_rbac, oracle_paths, refusal, render_vcluster_chart, string_map,
-    vcluster_workload, vcluster_workload_with,
+    install_operator_rbac, oracle_paths, refusal, render_vcluster_chart,
+    render_vcluster_chart_from, string_map, vcluster_workload, vcluster_workload_with,
 };
 pub use oracle::{translate_oracle, vcluster_host_label_selector, vcluster_host_name};
 pub use plugins::{
@@ -80,4 +82,7 @@ pub use real_crds::{
 };
 pub use replica::Replica;
 pub use runtime::{Runtime, World, start_runtime};
+pub use vcluster_syncer::{
+    VCLUSTER_RELEASE, VClusterSyncer, install_vcluster_chart, install_vcluster_chart_from,
+};
 pub use wait::{poll_for, wait_for};
