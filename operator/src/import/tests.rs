@@ -861,3 +861,24 @@ fn sync_blocks_of_the_wrong_shape_name_the_value() {
         }
     }
 }
+
+/// `config/samples/cert-manager.yaml` is what the import makes of the cert-manager fixture
+/// (its comment says so).
+#[test]
+fn the_cert_manager_sample_is_the_imported_fixture() {
+    let sample: VClusterPlugin =
+        serde_yaml::from_str(include_str!("../../../config/samples/cert-manager.yaml"))
+            .expect("the sample");
+    let out = import_with(
+        CERT_MANAGER,
+        "my-vcluster",
+        "my-vcluster",
+        &ImportOptions {
+            resolved: Some(host_types()),
+            name: Some("cert-manager-sync".into()),
+        },
+    )
+    .expect("import");
+    let json = |p: &VClusterPlugin| serde_json::to_value(p).expect("as JSON");
+    assert_eq!(json(&out.plugins[0]), json(&sample));
+}
