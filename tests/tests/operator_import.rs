@@ -182,8 +182,7 @@ async fn host_serves(
 /// vCluster's parser accepts each fixture the import reads, as a feature of its paid build
 /// (`proFeature`: the open-source build refuses it, which the README says); the patches and
 /// mappings it reads are those the import carries over (for the host namespace
-/// `vcluster-prod`: vCluster's `""` and `/<name>` keys spelled out, another namespace's entry
-/// dropped), and each entry it reads as enabled, namespaced and not a subresource is imported.
+/// `vcluster-prod`: another namespace's mapping entry dropped), and each entry it reads as enabled, namespaced and not a subresource is imported.
 #[tokio::test]
 async fn vclusters_own_parser_reads_what_import_carries_over() {
     let cp = ControlPlane::shared();
@@ -260,14 +259,13 @@ async fn vclusters_own_parser_reads_what_import_carries_over() {
                     .as_object()
                     .into_iter()
                     .flatten()
-                    .filter_map(|(host, virt)| {
-                        let host = match host.as_str() {
-                            "" => format!("{ns}/*"),
-                            h if h.starts_with('/') => format!("{ns}{h}"),
-                            h => h.to_string(),
-                        };
-                        host.starts_with(&format!("{ns}/"))
-                            .then(|| (host, virt.as_str().expect("a string").to_string()))
+                    .filter(|(host, _)| {
+                        host.is_empty()
+                            || host.starts_with('/')
+                            || host.starts_with(&format!("{ns}/"))
+                    })
+                    .map(|(host, virt)| {
+                        (host.clone(), virt.as_str().expect("a string").to_string())
                     })
                     .collect();
                 assert_eq!(

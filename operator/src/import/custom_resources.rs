@@ -16,10 +16,11 @@
 //!   A `reverseExpression` without an `expression` (valid in vCluster: nothing is done on the way
 //!   down) gets the expression `value`, which writes the value unchanged (a note says so), since
 //!   the VClusterPlugin schema requires `expression` beside it.
-//! - `mappings.byName` (`fromHost` only), with vCluster's shortcuts spelled out: the key `""`
-//!   becomes `<host namespace>/*` and `/<name>` becomes `<host namespace>/<name>`. Entries for
-//!   another host namespace are dropped with a warning: the runtime reads only the vCluster's own
-//!   host namespace (the trust model), where vCluster reads any.
+//! - `mappings.byName` (`fromHost` only), unchanged (the runtime reads vCluster's shapes,
+//!   `""` and `/<name>` for the vCluster's host namespace included, in vCluster's matching
+//!   order). Entries for another host namespace are dropped with a warning: the runtime reads
+//!   only the vCluster's own host namespace (the trust model), where vCluster reads any, and a
+//!   plugin with such an entry is refused as a whole (`ForeignNamespace`).
 //! - `syncStatus: true` when the host type has a `status` subresource: the host controller (such
 //!   as cert-manager) writes the status users read in the virtual cluster.
 //! - For `certificates.cert-manager.io` (`ToHost`) only: `produced: [{apiVersion: v1, kind:
@@ -346,7 +347,7 @@ fn convert_entry(
         if !has_reference {
             warnings.push(Warning {
                 path: format!("{path}.patches"),
-                message: "no `reference` patch at `spec.secretName`: the host copy keeps the virtual Secret name, so two virtual namespaces asking for the same name share one host Secret; add `{path: spec.secretName, reference: {apiVersion: v1, kind: Secret}}`".into(),
+                message: "no `reference` patch at `spec.secretName`: the host copy keeps the virtual Secret name, so two virtual namespaces asking for the same name share one host Secret, and the runtime brings back only a Secret named as a reference patch names it (otherwise `ProducedNameRefused`); add `{path: spec.secretName, reference: {apiVersion: v1, kind: Secret}}`".into(),
             });
         }
     }
@@ -550,17 +551,14 @@ fn convert_mappings(
             let Value::String(virt) = virt else {
                 return Err(invalid(&format!("{path}{here}"), "a string", virt));
             };
-            // vCluster's shortcuts for its own host namespace: "" and "/name".
-            let spelled = if host.is_empty() {
-                format!("{namespace}/*")
-            } else if let Some(name) = host.strip_prefix('/') {
-                format!("{namespace}/{name}")
-            } else {
-                host.clone()
-            };
-            match spelled.split_once('/') {
-                Some((ns, _)) if ns == namespace => {
-                    by_name.insert(spelled, virt.clone());
+            // vCluster's own spellings of its host namespace, `""` and `/name`, are the
+            // runtime's too: carried over as they are.
+            match host.split_once('/') {
+                _ if host.is_empty() => {
+                    by_name.insert(host.clone(), virt.clone());
+                }
+                Some((ns, _)) if ns.is_empty() || ns == namespace => {
+                    by_name.insert(host.clone(), virt.clone());
                 }
                 Some((ns, _)) => warn(
                     &here,

@@ -556,7 +556,7 @@ fn kind_and_version_need_the_host() {
 }
 
 /// Everything the mixed fixture cannot carry over is named by its full path; what it can is
-/// carried over unchanged (vCluster's shortcuts of its host namespace spelled out).
+/// carried over unchanged (vCluster's `""` and `/name` keys of its host namespace included).
 #[test]
 fn mixed_vcluster_yaml_names_what_is_not_carried_over() {
     let out = with_host(MIXED, "vcluster-prod").expect("import");
@@ -636,11 +636,8 @@ fn mixed_vcluster_yaml_names_what_is_not_carried_over() {
         issuers.mappings,
         Some(FromHostMappings {
             by_name: [
-                ("vcluster-prod/*".to_string(), "shared/*".to_string()),
-                (
-                    "vcluster-prod/root".to_string(),
-                    "kube-system/root-ca".to_string()
-                ),
+                (String::new(), "shared/*".to_string()),
+                ("/root".to_string(), "kube-system/root-ca".to_string()),
                 ("vcluster-prod/web".to_string(), "web/issuer".to_string()),
             ]
             .into_iter()
