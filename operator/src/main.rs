@@ -488,6 +488,28 @@ mod tests {
                 assert_eq!(args.file, PathBuf::from("plugin.yaml"));
                 assert_eq!(args.vcluster, "my-vcluster");
                 assert_eq!(args.namespace.as_deref(), Some("team-a"));
+                assert_eq!(args.kubeconfig, None);
+                assert_eq!(args.name, import::CUSTOM_RESOURCES_PLUGIN);
+            }
+            other => panic!("expected import, got {other:?}"),
+        }
+        let cli = Cli::try_parse_from([
+            "vcluster-plugin-operator",
+            "import",
+            "-f",
+            "vcluster.yaml",
+            "--vcluster",
+            "v",
+            "--kubeconfig",
+            "host.kubeconfig",
+            "--name",
+            "cert-manager-sync",
+        ])
+        .expect("parse");
+        match cli.command {
+            Some(Command::Import(args)) => {
+                assert_eq!(args.kubeconfig, Some(PathBuf::from("host.kubeconfig")));
+                assert_eq!(args.name, "cert-manager-sync");
             }
             other => panic!("expected import, got {other:?}"),
         }
