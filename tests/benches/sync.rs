@@ -267,7 +267,14 @@ impl Syncer {
         self.child.id()
     }
 
-    fn stop(mut self) {
+    fn stop(self) {
+        drop(self);
+    }
+}
+
+/// The runtime process never outlives the bench, a panicking one included.
+impl Drop for Syncer {
+    fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
