@@ -270,15 +270,26 @@ pub async fn reconcile(plugin: Arc<VClusterPlugin>, ctx: Arc<Context>) -> Result
     let started = std::time::Instant::now();
     let telemetry = ctx.telemetry.clone();
     let retries = ctx.retries.clone();
-    let namespace = plugin.namespace().unwrap_or_default();
-    let name = plugin.name_any();
     let key = ObjectRef::from_obj(&*plugin);
-    let resource_version = plugin.resource_version().unwrap_or_default();
+    #[cfg(feature = "reconcile-log")]
+    let (namespace, name, resource_version, deleting) = (
+        plugin.namespace().unwrap_or_default(),
+        plugin.name_any(),
+        plugin.resource_version().unwrap_or_default(),
+        plugin.metadata.deletion_timestamp.is_some(),
+    );
     let result = reconcile_inner(plugin, ctx).await;
     if result.is_ok() {
         retries.succeeded(&key);
     }
-    telemetry.observe_reconcile_of(&namespace, &name, &resource_version);
+    #[cfg(feature = "reconcile-log")]
+    {
+        telemetry.observe_reconcile_of(&namespace, &name, &resource_version);
+        // A deleting plugin's successful reconcile is its last: the finalizer is gone.
+        if deleting && result.is_ok() {
+            telemetry.plugin_gone(&namespace, &name);
+        }
+    }
     telemetry.observe_reconcile(
         started.elapsed(),
         result.as_ref().err().map(Error::metric_reason),

@@ -11,17 +11,20 @@
 //!   (`kind` is the Kubernetes kind: `StatefulSet`, `Deployment`, `Role`, `RoleBinding`,
 //!   `ClusterRole`, `ClusterRoleBinding`; [`crate::cache`] says which objects each holds).
 //!
-//! Per plugin, in memory only (not a metric: one series per object would be unbounded):
-//! [`Telemetry::reconciled`] tells how many reconciles of a `VClusterPlugin` finished and the
-//! `metadata.resourceVersion` the last one read, so a caller can show that the operator looked
-//! at a given version of the object (the end-to-end tests do, before they assert that a
-//! reconcile wrote nothing).
+//! Per plugin, in memory only, and only with the test feature `reconcile-log` (enabled by the
+//! test crate, never in release): `Telemetry::reconciled` tells how many reconciles of a
+//! `VClusterPlugin` finished and the `metadata.resourceVersion` the last one read, so a test can
+//! show that the operator looked at a given version of the object before it asserts that a
+//! reconcile wrote nothing. A plugin whose last reconcile finished its deletion leaves the
+//! table; its last entry is kept among the `GONE_KEPT` most recently gone plugins.
 //!
 //! Readiness: the replica is ready once it knows its leader state (it joined the election, or
 //! runs without one) and, while it leads, once its controller started and the API server
 //! answered a list of VClusterPlugins with the operator's identity.
 
-use std::collections::HashMap;
+#[cfg(feature = "reconcile-log")]
+use std::collections::{HashMap, VecDeque};
+#[cfg(feature = "reconcile-log")]
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -63,10 +66,25 @@ pub struct Telemetry {
     election_known: AtomicBool,
     leading: AtomicBool,
     synced: AtomicBool,
-    per_plugin: Mutex<HashMap<(String, String), Reconciled>>,
+    #[cfg(feature = "reconcile-log")]
+    per_plugin: Mutex<PerPlugin>,
 }
 
-/// What [`Telemetry::reconciled`] knows of one `VClusterPlugin`.
+/// How many gone plugins `Telemetry::reconciled` still answers for (1,024, oldest dropped
+/// first).
+#[cfg(feature = "reconcile-log")]
+pub const GONE_KEPT: usize = 1024;
+
+/// The entries of live plugins, and the last of recently gone ones.
+#[cfg(feature = "reconcile-log")]
+#[derive(Debug, Default)]
+struct PerPlugin {
+    live: HashMap<(String, String), Reconciled>,
+    gone: VecDeque<((String, String), Reconciled)>,
+}
+
+/// What `Telemetry::reconciled` knows of one `VClusterPlugin` (test feature `reconcile-log`).
+#[cfg(feature = "reconcile-log")]
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Reconciled {
     /// Reconciles of the plugin that finished (both results) since this replica started.
@@ -136,30 +154,70 @@ impl Telemetry {
             election_known: AtomicBool::new(false),
             leading: AtomicBool::new(false),
             synced: AtomicBool::new(false),
-            per_plugin: Mutex::new(HashMap::new()),
+            #[cfg(feature = "reconcile-log")]
+            per_plugin: Mutex::default(),
         }
     }
 
     /// Records that a reconcile of the plugin `namespace/name`, read at `resource_version`,
-    /// finished (whatever its result; [`Telemetry::observe_reconcile`] counts results).
+    /// finished (whatever its result; [`Telemetry::observe_reconcile`] counts results). A
+    /// plugin that comes back under a gone name goes on counting from its gone entry.
+    #[cfg(feature = "reconcile-log")]
     pub fn observe_reconcile_of(&self, namespace: &str, name: &str, resource_version: &str) {
-        if let Ok(mut per_plugin) = self.per_plugin.lock() {
-            let mark = per_plugin
-                .entry((namespace.to_string(), name.to_string()))
-                .or_default();
+        if let Ok(mut table) = self.per_plugin.lock() {
+            let id = (namespace.to_string(), name.to_string());
+            let before = table
+                .gone
+                .iter()
+                .position(|(gone, _)| *gone == id)
+                .and_then(|i| table.gone.remove(i))
+                .map(|(_, mark)| mark)
+                .unwrap_or_default();
+            let mark = table.live.entry(id).or_insert(before);
             mark.count += 1;
             resource_version.clone_into(&mut mark.resource_version);
         }
     }
 
+    /// The plugin `namespace/name` finished its deletion (its last reconcile): its entry
+    /// leaves the table for the bounded list of gone plugins.
+    #[cfg(feature = "reconcile-log")]
+    pub fn plugin_gone(&self, namespace: &str, name: &str) {
+        if let Ok(mut table) = self.per_plugin.lock() {
+            let id = (namespace.to_string(), name.to_string());
+            if let Some(mark) = table.live.remove(&id) {
+                if table.gone.len() == GONE_KEPT {
+                    table.gone.pop_front();
+                }
+                table.gone.push_back((id, mark));
+            }
+        }
+    }
+
     /// Reconciles of the plugin `namespace/name` finished so far and the resourceVersion the
-    /// last one read; `None` before the first.
+    /// last one read; `None` before the first, and for a plugin gone longer than
+    /// [`GONE_KEPT`] gone plugins ago.
+    #[cfg(feature = "reconcile-log")]
     pub fn reconciled(&self, namespace: &str, name: &str) -> Option<Reconciled> {
+        let table = self.per_plugin.lock().ok()?;
+        let id = (namespace.to_string(), name.to_string());
+        table.live.get(&id).cloned().or_else(|| {
+            table
+                .gone
+                .iter()
+                .rev()
+                .find(|(gone, _)| *gone == id)
+                .map(|(_, mark)| mark.clone())
+        })
+    }
+
+    /// Plugins the table holds: live ones, and gone ones still answered for.
+    #[cfg(feature = "reconcile-log")]
+    pub fn reconciled_len(&self) -> (usize, usize) {
         self.per_plugin
             .lock()
-            .ok()?
-            .get(&(namespace.to_string(), name.to_string()))
-            .cloned()
+            .map(|t| (t.live.len(), t.gone.len()))
+            .unwrap_or_default()
     }
 
     /// Records one finished reconcile: `error` is `None` on success, else its reason label.
@@ -235,6 +293,30 @@ impl Telemetry {
 mod tests {
     use super::*;
 
+    #[cfg(feature = "reconcile-log")]
+    #[test]
+    fn a_gone_plugin_leaves_the_table_bounded() {
+        let t = Telemetry::new();
+        t.observe_reconcile_of("ns", "a", "10");
+        t.plugin_gone("ns", "a");
+        assert_eq!(t.reconciled_len(), (0, 1));
+        assert_eq!(t.reconciled("ns", "a").map(|r| r.count), Some(1));
+        t.observe_reconcile_of("ns", "a", "20"); // recreated under the same name
+        assert_eq!(t.reconciled("ns", "a").map(|r| r.count), Some(2));
+        for n in 0..GONE_KEPT * 3 {
+            let name = format!("p{n}");
+            t.observe_reconcile_of("churn", &name, "1");
+            t.plugin_gone("churn", &name);
+        }
+        assert_eq!(t.reconciled_len(), (1, GONE_KEPT));
+        assert_eq!(
+            t.reconciled("churn", "p0"),
+            None,
+            "the oldest gone entries are dropped"
+        );
+    }
+
+    #[cfg(feature = "reconcile-log")]
     #[test]
     fn remembers_each_plugins_reconciles_and_the_version_read() {
         let t = Telemetry::new();

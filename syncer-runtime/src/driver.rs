@@ -221,6 +221,8 @@ async fn watch<R: Reconcile>(
     let events = watcher(watch.api, watch.config).modify(|obj| slim_for_cache(obj.meta_mut()));
     let mut events = std::pin::pin!(events);
     let mut retry = Retry::new(retry_max);
+    // Lists begun: the first, then one per re-list (counted, see `TypeStats::count_relist`).
+    let mut lists = 0_u64;
     while let Some(event) = events.next().await {
         let event = match event {
             Ok(event) => event,
@@ -263,7 +265,13 @@ async fn watch<R: Reconcile>(
                 push_all(reconciler, queue);
                 None
             }
-            watcher::Event::Init => continue,
+            watcher::Event::Init => {
+                lists += 1;
+                if lists > 1 {
+                    reconciler.stats().count_relist();
+                }
+                continue;
+            }
         };
         if let Some(key) = key {
             queue.push(key);

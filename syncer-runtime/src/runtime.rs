@@ -92,7 +92,9 @@ pub struct Config {
     /// vCluster's `Mutate` calls apply the current spec.
     pub hook_table: Option<Arc<crate::v2::HookTable>>,
     /// Counts every finished reconcile per object, across spec changes (default: fresh); the
-    /// caller may keep a clone to read it.
+    /// caller may keep a clone to read it. Test machinery: only with the cargo feature
+    /// `reconcile-log`.
+    #[cfg(feature = "reconcile-log")]
     pub reconciles: Arc<crate::stats::ReconcileLog>,
 }
 
@@ -117,8 +119,18 @@ impl Config {
             workers: DEFAULT_WORKERS,
             retry_max: crate::retry::DEFAULT_RETRY_MAX,
             hook_table: None,
+            #[cfg(feature = "reconcile-log")]
             reconciles: Arc::default(),
         }
+    }
+
+    /// `stats`, counting its reconciles in [`Config::reconciles`] with the test feature
+    /// `reconcile-log` (as they are otherwise).
+    fn logged(&self, stats: TypeStats) -> TypeStats {
+        #[cfg(feature = "reconcile-log")]
+        return stats.with_log(self.reconciles.clone());
+        #[cfg(not(feature = "reconcile-log"))]
+        stats
     }
 }
 
@@ -333,8 +345,8 @@ impl Generation {
         }
         for synced in synced_types {
             let stats = Arc::new(
-                TypeStats::new(&synced.api_version, &synced.kind)
-                    .with_log(config.reconciles.clone())
+                config
+                    .logged(TypeStats::new(&synced.api_version, &synced.kind))
                     .with_warnings(on_warning.clone())
                     .sharing_warned(warned.clone()),
             );
@@ -354,8 +366,8 @@ impl Generation {
         }
         if config.pod_sync == PodSync::Hooks && !physical_pod_hooks(&spec.hooks).is_empty() {
             let stats = Arc::new(
-                TypeStats::new("v1", "Pod")
-                    .with_log(config.reconciles.clone())
+                config
+                    .logged(TypeStats::new("v1", "Pod"))
                     .with_warnings(on_warning.clone())
                     .sharing_warned(warned.clone()),
             );

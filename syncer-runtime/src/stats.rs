@@ -40,33 +40,106 @@ pub struct TypeSummary {
 }
 
 /// How many reconciles of each object finished, per kind, over the whole life of a runtime
-/// (across spec changes, which restart the syncers): `(kind, namespace/name) → count`, and
-/// in all. In memory only; [`Config::reconciles`](crate::Config::reconciles) shares it with
-/// the caller, so a test can show that the runtime looked at an object after a change before
-/// it asserts that nothing was written.
+/// (across spec changes, which restart the syncers): `(kind, namespace/name) → count`. In
+/// memory only; [`Config::reconciles`](crate::Config::reconciles) shares it with the caller, so
+/// a test can show that the runtime looked at an object after a change before it asserts that
+/// nothing was written.
+///
+/// Test machinery: it exists only with the cargo feature `reconcile-log` (enabled by the test
+/// crate, never by a release build). An object gone on both sides leaves the live map; its last
+/// count is kept among the [`GONE_KEPT`] most recently gone keys (so a test can still see the
+/// reconcile that deleted a copy), and continues from there if the object comes back.
+#[cfg(feature = "reconcile-log")]
 #[derive(Debug, Default)]
 pub struct ReconcileLog {
-    counts: Mutex<HashMap<(String, String), u64>>,
+    counts: Mutex<ReconcileCounts>,
 }
 
+/// How many gone keys a [`ReconcileLog`] still answers for (1,024, oldest dropped first).
+#[cfg(feature = "reconcile-log")]
+pub const GONE_KEPT: usize = 1024;
+
+/// The counts of a [`ReconcileLog`]: the live objects', and the last of recently gone ones.
+#[cfg(feature = "reconcile-log")]
+#[derive(Debug, Default)]
+struct ReconcileCounts {
+    live: HashMap<(String, String), u64>,
+    gone: std::collections::VecDeque<((String, String), u64)>,
+    relists: HashMap<String, u64>,
+}
+
+#[cfg(feature = "reconcile-log")]
 impl ReconcileLog {
     /// Counts one finished reconcile (whatever its result) of `key` (`namespace/name`: the
     /// virtual object's for synced types, the host pod's for pod hooks) of `kind`.
     pub fn count(&self, kind: &str, key: &str) {
         if let Ok(mut counts) = self.counts.lock() {
-            *counts
-                .entry((kind.to_string(), key.to_string()))
-                .or_default() += 1;
+            let id = (kind.to_string(), key.to_string());
+            let before = counts
+                .gone
+                .iter()
+                .position(|(gone, _)| *gone == id)
+                .and_then(|i| counts.gone.remove(i))
+                .map_or(0, |(_, n)| n);
+            *counts.live.entry(id).or_insert(before) += 1;
         }
     }
 
-    /// Finished reconciles of `key` of `kind` so far (0 before the first).
+    /// `key` of `kind` is gone on both sides: its count leaves the live map for the bounded
+    /// list of gone keys.
+    pub fn gone(&self, kind: &str, key: &str) {
+        if let Ok(mut counts) = self.counts.lock() {
+            let id = (kind.to_string(), key.to_string());
+            if let Some(n) = counts.live.remove(&id) {
+                if counts.gone.len() == GONE_KEPT {
+                    counts.gone.pop_front();
+                }
+                counts.gone.push_back((id, n));
+            }
+        }
+    }
+
+    /// Finished reconciles of `key` of `kind` so far (0 before the first, and for a key gone
+    /// longer than [`GONE_KEPT`] gone keys ago).
     pub fn reconciles(&self, kind: &str, key: &str) -> u64 {
+        let Ok(counts) = self.counts.lock() else {
+            return 0;
+        };
+        let id = (kind.to_string(), key.to_string());
+        counts.live.get(&id).copied().unwrap_or_else(|| {
+            counts
+                .gone
+                .iter()
+                .rev()
+                .find(|(gone, _)| *gone == id)
+                .map_or(0, |(_, n)| *n)
+        })
+    }
+
+    /// Counts one re-list of a watch of `kind`: a list after the watch's first one, which
+    /// kube's watcher makes when it cannot resume from its last resourceVersion (a 410 Gone:
+    /// the revision was compacted), never for a plain reconnect.
+    pub fn relisted(&self, kind: &str) {
+        if let Ok(mut counts) = self.counts.lock() {
+            *counts.relists.entry(kind.to_string()).or_default() += 1;
+        }
+    }
+
+    /// Re-lists of the watches of `kind` so far (both sides together).
+    pub fn relists(&self, kind: &str) -> u64 {
         self.counts
             .lock()
             .ok()
-            .and_then(|counts| counts.get(&(kind.to_string(), key.to_string())).copied())
+            .and_then(|c| c.relists.get(kind).copied())
             .unwrap_or(0)
+    }
+
+    /// Keys the log holds: live ones, and gone ones still answered for.
+    pub fn len(&self) -> (usize, usize) {
+        self.counts
+            .lock()
+            .map(|c| (c.live.len(), c.gone.len()))
+            .unwrap_or_default()
     }
 }
 
@@ -95,6 +168,7 @@ pub type EventSink =
 pub struct TypeStats {
     api_version: String,
     kind: String,
+    #[cfg(feature = "reconcile-log")]
     log: Option<std::sync::Arc<ReconcileLog>>,
     warnings: Option<EventSink>,
     deselected: AtomicU64,
@@ -126,6 +200,7 @@ impl TypeStats {
     }
 
     /// These statistics, also counting each finished reconcile in `log`.
+    #[cfg(feature = "reconcile-log")]
     #[must_use]
     pub fn with_log(mut self, log: std::sync::Arc<ReconcileLog>) -> Self {
         self.log = Some(log);
@@ -222,11 +297,15 @@ impl TypeStats {
         self.warned.lock().map(|w| w.len()).unwrap_or(0)
     }
 
-    /// Counts one finished reconcile of `key` in the [`ReconcileLog`], if any.
+    /// Counts one finished reconcile of `key` in the `ReconcileLog`, if any (only with the
+    /// test feature `reconcile-log`; otherwise nothing).
     pub fn count_reconcile(&self, key: &str) {
+        #[cfg(feature = "reconcile-log")]
         if let Some(log) = &self.log {
             log.count(&self.kind, key);
         }
+        #[cfg(not(feature = "reconcile-log"))]
+        let _ = key;
     }
 
     /// `group/version` of the type.
@@ -239,6 +318,15 @@ impl TypeStats {
         &self.kind
     }
 
+    /// Counts one re-list of one of this type's watches in the `ReconcileLog`, if any (only
+    /// with the test feature `reconcile-log`; otherwise nothing).
+    pub fn count_relist(&self) {
+        #[cfg(feature = "reconcile-log")]
+        if let Some(log) = &self.log {
+            log.relisted(&self.kind);
+        }
+    }
+
     /// Records the outcome of `key` (`namespace/name` of the virtual object); `None` forgets it
     /// (the object is gone on both sides).
     pub fn record(&self, key: &str, outcome: Option<Outcome>) {
@@ -249,6 +337,10 @@ impl TypeStats {
                 }
                 None => {
                     outcomes.remove(key);
+                    #[cfg(feature = "reconcile-log")]
+                    if let Some(log) = &self.log {
+                        log.gone(&self.kind, key);
+                    }
                 }
             }
         }
@@ -347,6 +439,7 @@ mod tests {
         assert!(stats.warned_len() <= MAX_WARNED, "{}", stats.warned_len());
     }
 
+    #[cfg(feature = "reconcile-log")]
     #[test]
     fn reconciles_are_counted_per_kind_and_key_in_the_shared_log() {
         let log = std::sync::Arc::new(ReconcileLog::default());
@@ -359,5 +452,40 @@ mod tests {
         assert_eq!(log.reconciles("Car", "a/audi"), 2);
         assert_eq!(log.reconciles("Pod", "a/audi"), 1);
         assert_eq!(log.reconciles("Car", "a/bmw"), 0);
+    }
+
+    #[cfg(feature = "reconcile-log")]
+    #[test]
+    fn a_gone_object_leaves_the_log_but_its_last_count_is_kept_for_a_while() {
+        let log = std::sync::Arc::new(ReconcileLog::default());
+        let cars = TypeStats::new("example.loft.sh/v1", "Car").with_log(log.clone());
+        cars.count_reconcile("a/audi");
+        cars.count_reconcile("a/audi");
+        cars.record("a/audi", None); // gone on both sides
+        assert_eq!(log.len(), (0, 1));
+        assert_eq!(
+            log.reconciles("Car", "a/audi"),
+            2,
+            "still answered for once gone"
+        );
+        cars.count_reconcile("a/audi"); // it came back: the count goes on
+        assert_eq!(log.reconciles("Car", "a/audi"), 3);
+        assert_eq!(log.len(), (1, 0));
+        // Churn: far more objects than the gone list keeps come and go.
+        for n in 0..GONE_KEPT * 3 {
+            let key = format!("b/car-{n}");
+            cars.count_reconcile(&key);
+            cars.record(&key, None);
+        }
+        assert_eq!(log.len(), (1, GONE_KEPT), "bounded whatever the churn");
+        assert_eq!(
+            log.reconciles("Car", "b/car-0"),
+            0,
+            "the oldest gone keys are dropped"
+        );
+        assert_eq!(
+            log.reconciles("Car", &format!("b/car-{}", GONE_KEPT * 3 - 1)),
+            1
+        );
     }
 }

@@ -50,7 +50,8 @@ pub enum Identity {
 }
 
 impl Cluster {
-    pub(crate) fn as_str(self) -> &'static str {
+    /// `host` or `virtual`, as the runtime's messages and the control plane's files name it.
+    pub fn as_str(self) -> &'static str {
         match self {
             Cluster::Host => "host",
             Cluster::Virtual => "virtual",

@@ -7,8 +7,10 @@
 //!   revision with etcd's own API and both API servers restarted, so that every watch must
 //!   resume from a revision etcd no longer holds (410 Gone, re-list) (issue 12, item 1); both
 //!   with the operator running, which must converge a plugin change made after the fault, and
-//!   with the fault shown to have taken effect (the test's writes held while etcd was away; the
-//!   runtime's watches answered 410). Every scenario also waits for the plugin's
+//!   with the fault shown to have taken effect: every restarted process has a new pid (the
+//!   control plane's `pids` file) and is running; a watch of the runtime saw a restarted API
+//!   server go; the test's writes were held while etcd was away; after the compaction the
+//!   runtime's re-list counter moved (its watches were answered 410). Every scenario also waits for the plugin's
 //!   `status.syncedObjects` to report the 900 survivors (no status stuck);
 //! - a host object that changes between the runtime's cache read and its
 //!   resourceVersion-guarded patch gets a real 409, which is retried after the backoff, without
@@ -20,6 +22,7 @@
 //! apart from the test's (`admin`) in the audit logs.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -148,6 +151,16 @@ impl Fault {
         }
     }
 
+    /// The processes of the control plane's `pids` file the fault restarts.
+    fn restarted(self) -> Vec<&'static str> {
+        match self {
+            Fault::ApiServer(Cluster::Host) => vec!["apiserver-host"],
+            Fault::ApiServer(Cluster::Virtual) => vec!["apiserver-virtual"],
+            Fault::Etcd => vec!["etcd"],
+            Fault::Compaction => vec!["apiserver-host", "apiserver-virtual"],
+        }
+    }
+
     /// Whether the scenario also runs the operator (installing the plugin into a vCluster's
     /// workload) and checks that it converges a change made after the fault.
     fn with_operator(self) -> bool {
@@ -168,20 +181,16 @@ async fn start_operator(cp: &ControlPlane, host: &Client) -> tokio::task::JoinHa
     })
 }
 
-/// Watch failures the runtime logged (its `watch failed, retrying with backoff` warnings)
-/// whose message says 410 (Gone / Expired / too old resource version), so far.
-fn watch_410s() -> usize {
-    vcp_tests::logs::warnings()
-        .lock()
-        .expect("warnings")
-        .iter()
-        .filter(|w| {
-            w.contains("watch failed")
-                && ["410", "Expired", "too old", "Gone"]
-                    .iter()
-                    .any(|m| w.contains(m))
-        })
-        .count()
+/// The pid `scripts/control-plane` recorded for process `name` (`etcd`, `apiserver-host`,
+/// `apiserver-virtual`) in the control plane's `pids` file; a restart records the new one.
+fn pid_of(cp: &ControlPlane, name: &str) -> u32 {
+    let pids = std::fs::read_to_string(cp.dir().join("pids")).expect("read the pids file");
+    pids.lines()
+        .rev()
+        .filter_map(|line| line.split_once(' '))
+        .filter(|(_, n)| *n == name)
+        .find_map(|(pid, _)| pid.parse().ok())
+        .unwrap_or_else(|| panic!("{name} is not in the pids file:\n{pids}"))
 }
 
 /// The runtime's watch failures logged so far (any cause), for the report.
@@ -248,14 +257,15 @@ async fn restart_scenario(cp: &Arc<ControlPlane>, restart: Fault, tag: &str) {
         )
         .await
         .expect("apply plugin");
-    let runtime = vcp_tests::start_runtime(
+    let started_runtime = vcp_tests::start_runtime(
         cp.client(Cluster::Host, Identity::Syncer).await,
         cp.client(Cluster::Virtual, Identity::Syncer).await,
         &host_ns,
         "cars",
         |_| {},
-    )
-    .task;
+    );
+    let runtime = started_runtime.task;
+    let runtime_log = started_runtime.reconciles;
 
     // Create the Cars, CONCURRENCY at a time; the restart starts once half of them exist.
     let created = Arc::new(AtomicUsize::new(0));
@@ -301,7 +311,12 @@ async fn restart_scenario(cp: &Arc<ControlPlane>, restart: Fault, tag: &str) {
         .await
         .map(|l| l.items.len())
         .unwrap_or_default();
-    let warnings_before = watch_410s();
+    let relists_before = runtime_log.relists("Car");
+    let pids_before: Vec<(&str, u32)> = restart
+        .restarted()
+        .into_iter()
+        .map(|name| (name, pid_of(cp, name)))
+        .collect();
     let failures_before = watch_failures().len();
     let refused_before = REFUSED_TEST_WRITES.load(Ordering::Relaxed);
     SLOWEST_TEST_WRITE_MS.store(0, Ordering::Relaxed);
@@ -500,8 +515,20 @@ async fn restart_scenario(cp: &Arc<ControlPlane>, restart: Fault, tag: &str) {
     } else {
         None
     };
-    let relists = watch_410s() - warnings_before;
+    let relists = runtime_log.relists("Car") - relists_before;
     let failures: Vec<String> = watch_failures().split_off(failures_before);
+    // The fault happened: each restarted process is a new one (another pid, alive).
+    for (name, before) in pids_before {
+        let after = pid_of(cp, name);
+        assert_ne!(
+            after, before,
+            "{restart:?}: {name} was not restarted (same pid {before})"
+        );
+        assert!(
+            Path::new(&format!("/proc/{after}")).exists(),
+            "{restart:?}: the restarted {name} (pid {after}) is not running"
+        );
+    }
     eprintln!(
         "{restart:?}: {} watch failures logged by the runtime since the fault began, the last \
          ones: {:?}",
@@ -513,7 +540,8 @@ async fn restart_scenario(cp: &Arc<ControlPlane>, restart: Fault, tag: &str) {
     match restart {
         Fault::Compaction => assert!(
             relists > 0,
-            "the compaction took effect: the runtime's watches got 410 and re-listed"
+            "the compaction took effect: the runtime's watches got 410 and re-listed (its \
+             re-list counter did not move; watch failures: {failures:?})"
         ),
         // The API servers hold requests while etcd is away (they are not refused): the
         // slowest write of the test since the fault began waited for etcd's return.
@@ -521,7 +549,14 @@ async fn restart_scenario(cp: &Arc<ControlPlane>, restart: Fault, tag: &str) {
             slowest >= Duration::from_secs(1),
             "the etcd restart took effect: the test's slowest write took only {slowest:?}"
         ),
-        Fault::ApiServer(_) => {}
+        // A watch of the runtime saw the restarted server go away.
+        Fault::ApiServer(cluster) => {
+            let seen = format!("on the {} API server failed", cluster.as_str());
+            assert!(
+                failures.iter().any(|f| f.contains(&seen)),
+                "{restart:?}: no watch of the runtime saw the restart ({seen:?} in {failures:?})"
+            );
+        }
     }
 
     // The audit log (appended to across a host restart): each survivor's host copy was created

@@ -119,9 +119,12 @@ fn plugin_name(text: &str) -> String {
         .to_string()
 }
 
+/// Runs the control plane's own kubectl ([`ControlPlane::kubectl`]: the one
+/// `scripts/control-plane` chose or built) as the host admin.
 fn kubectl(args: &[&str]) -> (bool, String) {
-    let kubeconfig = ControlPlane::shared().kubeconfig(Cluster::Host, Identity::Admin);
-    let out = Command::new("kubectl")
+    let cp = ControlPlane::shared();
+    let kubeconfig = cp.kubeconfig(Cluster::Host, Identity::Admin);
+    let out = Command::new(cp.kubectl())
         .arg("--kubeconfig")
         .arg(&kubeconfig)
         .args(args)
