@@ -95,7 +95,8 @@ pub fn admission_plural(kind: &str) -> String {
 /// the requester policy makes for an object is at most [`MAX_PERMISSION_CHECKS`]. The count is
 /// the sharded policy's (`vcp-plugin-requester`; the workload is checked by
 /// `vcp-plugin-requester-changes`, outside this count): 7 per `ToHost` synced type (get, list, watch, create,
-/// update, patch, delete), 3 per `FromHost` one (get, list, watch); 5 per hook with a physical
+/// update, patch, delete), 3 per `FromHost` one (get, list, watch); 3 per `reference` patch and
+/// 3 per `produced` entry of a `ToHost` type (get, list, watch on the kind it names); 5 per hook with a physical
 /// event (get, list, watch, update, patch); per extra rule, apiGroups x resources x verbs x
 /// resourceNames (1 when none), plus nonResourceURLs x verbs; then 2 for the Role and
 /// RoleBinding and 2 for the ClusterRole and ClusterRoleBinding the operator creates
@@ -109,7 +110,7 @@ pub fn permission_checks_rule() -> String {
         )
     };
     format!(
-        "{ROLE} + {CLUSTER_ROLE} + (has(self.spec.syncedTypes) ? self.spec.syncedTypes.map(t, t.direction == 'FromHost' ? 3 : 7).sum() : 0) + (has(self.spec.hooks) ? size(self.spec.hooks.filter(h, h.events.exists(e, e == 'CreatePhysical' || e == 'UpdatePhysical'))) * 5 : 0) + (has(self.spec.rbac) ? {} + {} : 0) <= {MAX_PERMISSION_CHECKS}",
+        "{ROLE} + {CLUSTER_ROLE} + (has(self.spec.syncedTypes) ? self.spec.syncedTypes.map(t, (t.direction == 'FromHost' ? 3 : 7) + (has(t.patches) ? size(t.patches.filter(p, has(p.reference))) * 3 : 0) + (has(t.produced) && t.direction != 'FromHost' ? size(t.produced) * 3 : 0)).sum() : 0) + (has(self.spec.hooks) ? size(self.spec.hooks.filter(h, h.events.exists(e, e == 'CreatePhysical' || e == 'UpdatePhysical'))) * 5 : 0) + (has(self.spec.rbac) ? {} + {} : 0) <= {MAX_PERMISSION_CHECKS}",
         rules("self.spec.rbac.role"),
         rules("self.spec.rbac.clusterRole"),
     )
@@ -126,7 +127,7 @@ const CLUSTER_ROLE: &str = "(has(self.spec.rbac) && has(self.spec.rbac.clusterRo
 /// The message of [`permission_checks_rule`].
 pub fn permission_checks_message() -> String {
     format!(
-        "the plugin needs more than {MAX_PERMISSION_CHECKS} permission checks at admission (2 for a Role and its binding, 2 for a ClusterRole and its binding, 7 per ToHost synced type, 3 per FromHost one, 5 per hook on physical events, apiGroups x resources x verbs x resourceNames per extra rule): split it into several VClusterPlugins"
+        "the plugin needs more than {MAX_PERMISSION_CHECKS} permission checks at admission (2 for a Role and its binding, 2 for a ClusterRole and its binding, 7 per ToHost synced type, 3 per FromHost one, 3 per reference patch and per produced kind, 5 per hook on physical events, apiGroups x resources x verbs x resourceNames per extra rule): split it into several VClusterPlugins"
     )
 }
 

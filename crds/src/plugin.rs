@@ -283,6 +283,10 @@ impl PullPolicy {
 /// One resource type kept in sync by the runtime.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    { "rule": "!has(self.mappings) || (has(self.direction) && self.direction == 'FromHost')", "message": "mappings (vCluster's sync.fromHost mappings.byName) only apply to a FromHost type", "fieldPath": ".mappings" },
+    { "rule": "!has(self.produced) || size(self.produced) == 0 || !has(self.direction) || self.direction == 'ToHost'", "message": "produced brings back what a host controller makes for the host copies of a ToHost type: a FromHost type has no host copies", "fieldPath": ".produced" },
+]))]
 pub struct SyncedType {
     /// `group/version` of the type, such as `example.loft.sh/v1` (`v1` for the core group).
     #[schemars(length(min = 1, max = 317), regex(pattern = crate::schema::API_VERSION_PATTERN))]
@@ -326,7 +330,15 @@ pub struct SyncedType {
     /// `ToHost` only: objects a host controller produces for a synced object (the Secret
     /// cert-manager issues for a Certificate), brought back into the synced object's virtual
     /// namespace under the virtual name, kept up to date, and removed when the synced object
-    /// goes. This project's addition: vCluster has no such option.
+    /// or the host object goes. This project's addition: vCluster has no such option. The host
+    /// object is brought back only when its name is the host name of the virtual name
+    /// (`<name>-x-<namespace>-x-<vcluster>`, as a `reference` patch on `namePath` makes it);
+    /// a virtual object of that name the runtime did not make is never overwritten (a
+    /// `HostObjectConflict`). The copies carry the annotations `vcp.dev/produced-for`
+    /// (`<Kind>.<group>/<name>` of the synced object), `vcp.dev/produced-path` (the
+    /// `namePath`), `vcluster.loft.sh/object-host-name` and `-host-namespace`. The runtime is
+    /// granted `get`, `list`, `watch` on the kind in the vCluster's host namespace, which the
+    /// plugin's author must hold. At most 16.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub produced: Vec<ProducedObject>,
@@ -403,12 +415,48 @@ pub struct TranslatePatchLabels {}
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FromHostMappings {
-    /// `"host-namespace/name": "virtual-namespace/name"`, or `"host-namespace/*":
-    /// "virtual-namespace/*"` for every object of a host namespace. The host namespace must be
-    /// the vCluster's own.
+    /// Host object → virtual object, in vCluster's shapes (its `validateFromHostMappingEntry`):
+    /// `"host-namespace/name": "virtual-namespace/name"` (one object, renamed; a value
+    /// `"virtual-namespace/*"` keeps its name), `"host-namespace/*": "virtual-namespace/*"`
+    /// (every object of the namespace), `"/name": "virtual-namespace/name"` and `"":
+    /// "virtual-namespace"` (one object, or every object, of the vCluster's host namespace). A
+    /// host object is matched by the exact key first, then `namespace/*`, then `/name`, then
+    /// `""`, as in vCluster. `*` is only a whole name. The host namespace must be the vCluster's
+    /// own (the plugin's namespace): another is refused at admission, by the operator
+    /// (`Ready=False`, `ForeignNamespace`) and by the runtime, which never reads it. At most 64
+    /// entries.
     #[serde(default)]
-    #[schemars(extend("maxProperties" = 64))]
+    #[schemars(extend(
+        "maxProperties" = 64,
+        "additionalProperties" = { "type": "string", "maxLength": 317 },
+        "x-kubernetes-validations" = [
+            { "rule": "self.all(k, size(k) <= 317)", "message": "a mappings.byName key is at most 317 characters (a namespace, '/', a name)" },
+            { "rule": "self.all(k, k == '' || k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?/([*]|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)$'))", "message": "a mappings.byName key is NAMESPACE/NAME, NAMESPACE/*, /NAME or \"\" (vCluster's shapes; * only as a whole name)" },
+            { "rule": "self.all(k, k != '/*')", "message": "a mappings.byName key for every object of the vCluster's host namespace is \"\" or NAMESPACE/*, not /*" },
+            { "rule": "self.all(k, k == '' ? self[k].matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(/[*])?$') : self[k].matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?/([*]|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)$'))", "message": "a mappings.byName value is VIRTUAL-NAMESPACE/NAME or VIRTUAL-NAMESPACE/* (VIRTUAL-NAMESPACE alone for the \"\" key); * only as a whole name" },
+            { "rule": "self.all(k, !k.endsWith('/*') || self[k].endsWith('/*'))", "message": "a mappings.byName key matching every object of a namespace (NAMESPACE/*) needs a value VIRTUAL-NAMESPACE/*" },
+        ]
+    ))]
     pub by_name: BTreeMap<String, String>,
+}
+
+impl FromHostMappings {
+    /// The keys of `byName` that name a host namespace other than `host_namespace` (the
+    /// vCluster's, the plugin's own): a key `namespace/...` with another namespace. The `""` and
+    /// `/name` keys mean the vCluster's host namespace (vCluster's
+    /// `VClusterNamespaceInHostMappingSpecialCharacter`), so they are never foreign. The runtime
+    /// never reads another host namespace: the operator refuses such a plugin (`Ready=False`,
+    /// `ForeignNamespace`), and so does the requester admission policy.
+    pub fn foreign_keys(&self, host_namespace: &str) -> Vec<&str> {
+        self.by_name
+            .keys()
+            .filter(|key| {
+                key.split_once('/')
+                    .is_some_and(|(ns, _)| !ns.is_empty() && ns != host_namespace)
+            })
+            .map(String::as_str)
+            .collect()
+    }
 }
 
 /// An object a host controller produces for a synced object, brought back (see
@@ -423,7 +471,8 @@ pub struct ProducedObject {
     #[schemars(length(min = 1, max = 63), regex(pattern = crate::schema::KIND_PATTERN))]
     pub kind: String,
     /// Path of its name in the synced object (vCluster's `namePath`): the host copy's value is
-    /// the host object's name, the virtual object's value the name it comes back under.
+    /// the host object's name, the virtual object's value the name it comes back under. Plain
+    /// dots for now (`spec.secretName`).
     #[schemars(length(min = 1, max = 512))]
     pub name_path: String,
 }

@@ -66,11 +66,18 @@ pub enum Reason {
     /// The runtime's `Normal` Event when it deleted a host copy because its virtual object no
     /// longer matches `syncedTypes[].selector`.
     SelectorNoLongerMatches,
+    /// `Ready=False`: a `FromHost` type's `mappings.byName` names a host namespace other than
+    /// the vCluster's (the plugin's own): the runtime only ever reads its own host namespace.
+    ForeignNamespace,
+    /// The runtime's `Warning` Event, once per synced object, when the name at a `produced`
+    /// entry's `namePath` in the host copy is not the host name of the virtual object's value
+    /// there (no `reference` patch translated it): that host object is not brought back.
+    ProducedNameRefused,
 }
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 21] = [
+    pub const ALL: [Reason; 23] = [
         Reason::Installed,
         Reason::Terminating,
         Reason::VClusterNotFound,
@@ -92,6 +99,8 @@ impl Reason {
         Reason::HostObjectConflict,
         Reason::ImmutablePodFields,
         Reason::SelectorNoLongerMatches,
+        Reason::ForeignNamespace,
+        Reason::ProducedNameRefused,
     ];
 
     /// The reason as the API carries it (CamelCase, the variant's name).
@@ -118,6 +127,8 @@ impl Reason {
             Reason::HostObjectConflict => "HostObjectConflict",
             Reason::ImmutablePodFields => "ImmutablePodFields",
             Reason::SelectorNoLongerMatches => "SelectorNoLongerMatches",
+            Reason::ForeignNamespace => "ForeignNamespace",
+            Reason::ProducedNameRefused => "ProducedNameRefused",
         }
     }
 
@@ -210,6 +221,8 @@ mod tests {
             "HostObjectConflict",
             "ImmutablePodFields",
             "SelectorNoLongerMatches",
+            "ForeignNamespace",
+            "ProducedNameRefused",
         ];
         assert_eq!(Reason::ALL.len(), expected.len());
         for (r, s) in Reason::ALL.into_iter().zip(expected) {

@@ -22,6 +22,13 @@ use vcluster_plugin_operator::{
     Config, default_runtime_image, http as operator_http, import, run_until,
 };
 
+/// The binary's allocator: mimalloc, as the runtime's. With glibc's malloc the operator's
+/// resident set stayed 56 % above its level after 10,000 plugins came and went (47.2 → 73.6
+/// MiB, tests/tests/memory_churn.rs): freed memory of its worker threads' arenas was not
+/// given back; mimalloc returns freed pages to the system.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Command line of the operator.
 #[derive(Debug, Parser)]
 #[command(

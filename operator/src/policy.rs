@@ -379,8 +379,8 @@ pub fn admitted_resource(kind: &str, explicit: Option<&str>) -> String {
 /// operator alike.
 pub use vcp_crds::admission_plural as guess_plural;
 
-/// The operator's re-check of admission: for every synced type and every hook on physical
-/// events that the host serves (`plurals`), the resource admission checked
+/// The operator's re-check of admission: for every synced type, every kind brought back
+/// (`produced`) and every hook on physical events that the host serves (`plurals`), the resource admission checked
 /// ([`admitted_resource`]) must be the plural discovery returned, which is what the runtime
 /// uses and the Role grants. Types not served are left to `UnknownType`.
 ///
@@ -402,13 +402,23 @@ pub fn check_admitted_resources(plugin: &VClusterPlugin, plurals: &Plurals) -> R
         .enumerate()
         .filter(|(_, h)| h.events.iter().any(|e| e.is_physical()))
         .map(|(i, h)| (format!("spec.hooks[{i}]"), &h.api_version, &h.kind, None));
-    for (field, api_version, kind, explicit) in synced.chain(hooks) {
+    let produced = rbac::produced_kinds(plugin).map(|(i, j, p)| {
+        (
+            format!("spec.syncedTypes[{i}].produced[{j}]"),
+            &p.api_version,
+            &p.kind,
+            None,
+        )
+    });
+    for (field, api_version, kind, explicit) in synced.chain(hooks).chain(produced) {
         let Some(served) = rbac::served(plurals, api_version, kind) else {
             continue;
         };
         let admitted = admitted_resource(kind, explicit);
         if served.plural != admitted {
-            let remedy = if field.starts_with("spec.syncedTypes") {
+            let remedy = if field.contains(".produced[") {
+                "a produced kind of another plural cannot be admitted".to_string()
+            } else if field.starts_with("spec.syncedTypes") {
                 format!(
                     "set {field}.resource: {} so that admission checks the requester's rights on it",
                     served.plural

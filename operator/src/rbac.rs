@@ -52,7 +52,8 @@ pub use objects::{
     role_matches, role_name, service_account_name,
 };
 pub use rules::{
-    Plurals, Served, cluster_rules, group_of, namespaced_rules, normalize, served, types_to_resolve,
+    Plurals, Served, cluster_rules, group_of, namespaced_rules, normalize, produced_kinds, served,
+    types_to_resolve,
 };
 pub use vcluster_roles::{
     ADDED_RULES_MAX_NAME, ADDED_RULES_PREFIX, added_rules_annotation,

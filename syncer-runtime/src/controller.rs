@@ -172,8 +172,8 @@ impl<S: Syncer> Reconcile for Controller<S> {
 
     fn cache(&self, side: Side) -> &Cache<S::Object> {
         match side {
-            Side::Virtual => &self.virtual_store,
-            Side::Host => &self.host_store,
+            Side::Virtual | Side::VirtualProduced => &self.virtual_store,
+            Side::Host | Side::HostProduced => &self.host_store,
         }
     }
 
@@ -207,6 +207,7 @@ impl<S: Syncer> Reconcile for Controller<S> {
                 None
             }
             Side::Host => self.key_of_host(obj),
+            Side::VirtualProduced | Side::HostProduced => None,
         }
     }
 

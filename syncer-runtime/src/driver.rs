@@ -63,20 +63,26 @@ impl fmt::Display for ObjectKey {
 /// Called once when an object enters the conflict state, with a one-line description.
 pub type ConflictReporter = Arc<dyn Fn(String) + Send + Sync>;
 
-/// Which cluster a watch reads.
+/// Which cluster a watch reads, and which of a reconciler's caches it feeds: the synced type
+/// on each side, and for the objects brought back for it ([`crate::produced`]) a second type
+/// on each side.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Side {
     /// The virtual cluster (the vCluster's own API server).
     Virtual,
     /// The host cluster, in the vCluster's namespace.
     Host,
+    /// The produced type in the virtual cluster ([`crate::produced`]).
+    VirtualProduced,
+    /// The produced type on the host, in the vCluster's namespace ([`crate::produced`]).
+    HostProduced,
 }
 
 impl Side {
     fn cluster(self) -> &'static str {
         match self {
-            Side::Virtual => "virtual",
-            Side::Host => "host",
+            Side::Virtual | Side::VirtualProduced => "virtual",
+            Side::Host | Side::HostProduced => "host",
         }
     }
 }
@@ -117,6 +123,12 @@ pub(crate) trait Reconcile: Send + Sync + 'static {
     /// The key an event about `obj` on `side` touches, if any (`deleted`: a delete event; the
     /// object is already gone from the cache).
     fn key_of(&self, side: Side, obj: &Self::Object, deleted: bool) -> Option<ObjectKey>;
+
+    /// Every key an event touches: [`Self::key_of`]'s, unless the reconciler says that an
+    /// event can touch several (an object that several synced objects name, [`crate::produced`]).
+    fn keys_of(&self, side: Side, obj: &Self::Object, deleted: bool) -> Vec<ObjectKey> {
+        self.key_of(side, obj, deleted).into_iter().collect()
+    }
 
     /// Every key to reconcile on a resync or after a (re-)listing.
     fn all_keys(&self) -> Vec<ObjectKey>;
@@ -251,19 +263,19 @@ async fn watch<R: Reconcile>(
             retry.reset();
         }
         cache.apply(&event);
-        let key = match &event {
+        let keys = match &event {
             watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => {
-                reconciler.key_of(side, obj, false)
+                reconciler.keys_of(side, obj, false)
             }
             watcher::Event::Delete(obj) => {
                 if let Some(uid) = obj.meta().uid.as_deref() {
                     reconciler.stats().forget_warnings_about(uid);
                 }
-                reconciler.key_of(side, obj, true)
+                reconciler.keys_of(side, obj, true)
             }
             watcher::Event::InitDone => {
                 push_all(reconciler, queue);
-                None
+                Vec::new()
             }
             watcher::Event::Init => {
                 lists += 1;
@@ -273,7 +285,7 @@ async fn watch<R: Reconcile>(
                 continue;
             }
         };
-        if let Some(key) = key {
+        for key in keys {
             queue.push(key);
         }
         errors.set(side, None, reconciler.stats());

@@ -87,6 +87,19 @@ pub enum Error {
         message: String,
     },
 
+    /// A `FromHost` type's `mappings.byName` names a host namespace other than the vCluster's, or
+    /// has an entry of no shape vCluster accepts ([`crate::translate::MappingError`]): the type
+    /// is not watched at all.
+    #[error("refused mappings of synced type {api_version} {kind}: {source}")]
+    InvalidMapping {
+        /// `group/version` of the type.
+        api_version: String,
+        /// Kind of the type.
+        kind: String,
+        /// The refused entry.
+        source: crate::translate::MappingError,
+    },
+
     /// An API request failed.
     #[error("{action} failed: {}", short(source))]
     Kube {

@@ -1,11 +1,12 @@
 //! Host-to-virtual (`direction: FromHost`) syncing of one namespaced type, as [`DynamicObject`].
 //!
-//! Reproduces vCluster's `sync.fromHost.customResources` for a namespaced type with the mapping
-//! `"<host namespace>/*": "<virtual namespace>/*"` (vCluster's `mappings.byName`): the objects in
-//! the vCluster's host namespace (the only host namespace the runtime may watch) are copied into
-//! one virtual namespace **under the same name**. The plugin API has no mapping field, so the
-//! runtime uses the identity mapping: the virtual namespace has the host namespace's name
-//! (created when missing). The choices this module makes:
+//! Reproduces vCluster's `sync.fromHost.customResources` for a namespaced type with its
+//! `mappings.byName` ([`FromHostMapping`]): the objects in the vCluster's host namespace (the only
+//! host namespace the runtime may watch; a mapping naming another is refused before anything
+//! is watched) are copied into the virtual namespaces and under the names the mapping gives.
+//! Without `mappings`, the identity mapping: the virtual namespace has the host namespace's name,
+//! the objects keep theirs. A virtual namespace that does not exist is created. The choices this
+//! module makes:
 //!
 //! - source objects: host objects matching the synced type's `selector`, except those labelled
 //!   `vcluster.loft.sh/managed-by` (host copies some vCluster made from a virtual object are
@@ -15,13 +16,18 @@
 //!   annotations naming the host object ([`FromHostTranslator`]); `CreateVirtual` /
 //!   `UpdateVirtual` hooks run before each write;
 //! - lifecycle: host changes are copied (changes made in the virtual cluster are reverted), a
-//!   deleted host object deletes its virtual copy, a virtual object of the same name without
-//!   those annotations is never touched (reported as a conflict).
+//!   deleted host object deletes its virtual copy, and so does a mapping that no longer maps it
+//!   there (the copies are found by their annotations, in every virtual namespace the mapping
+//!   names); a virtual object of the target name without those annotations is never touched
+//!   (reported as a conflict).
 //!
 //! Both sides are watched, cached and worked through by the runtime's one
-//! driver (`driver.rs`), on one worker; the translation is [`FromHostTranslator`].
+//! driver (`driver.rs`), on one worker: the host in the vCluster's host namespace, the virtual
+//! cluster in all namespaces (a copy a former mapping put elsewhere is found wherever it is);
+//! the translation is [`FromHostTranslator`].
 
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -37,7 +43,7 @@ use crate::error::Error;
 use crate::hooks::{HookPoint, Hooks};
 use crate::patch::to_json;
 use crate::stats::{Outcome, TypeStats};
-use crate::translate::{FromHostTranslator, MANAGED_BY_LABEL};
+use crate::translate::{FromHostMapping, FromHostTranslator, MANAGED_BY_LABEL};
 use crate::write::{Cluster, Part, Patched, Target, Writer};
 
 /// Everything [`run`] needs.
@@ -47,10 +53,9 @@ pub struct FromHostOptions {
     pub host: Client,
     /// Client of the virtual cluster.
     pub virtual_: Client,
-    /// The vCluster's host namespace (source).
-    pub host_namespace: String,
-    /// The virtual namespace the objects are copied into.
-    pub virtual_namespace: String,
+    /// Which host objects (of the vCluster's host namespace, the source) go where in the virtual
+    /// cluster.
+    pub mapping: FromHostMapping,
     /// The type (the same in both clusters).
     pub resource: ApiResource,
     /// Only host objects matching this label selector are copied.
@@ -71,12 +76,16 @@ pub struct FromHostOptions {
     pub retry_max: Duration,
 }
 
-/// The keys are the host objects' `(host namespace, name)`; the virtual copy has the same name.
+/// The keys are the host objects' `(host namespace, name)`; the virtual copy is where the
+/// mapping says.
 struct FromHost {
     opts: FromHostOptions,
     translator: FromHostTranslator,
     host_store: Cache<DynamicObject>,
     virtual_store: Cache<DynamicObject>,
+    /// Host name → the virtual objects (`(namespace, name)`) marked as its copies, from the
+    /// virtual watch: where stale copies are (a mapping changed).
+    copies: Mutex<HashMap<String, BTreeSet<(String, String)>>>,
     writer: Writer,
 }
 
@@ -91,15 +100,18 @@ pub async fn run(opts: FromHostOptions) -> Result<(), Error> {
     if let Some(selector) = &opts.selector {
         host_config = host_config.labels_from(selector);
     }
+    // the whole virtual cluster: the copies a former mapping put elsewhere are found (and
+    // deleted) wherever they are
+    let virtual_api = Api::all_with(opts.virtual_.clone(), ar);
     let watches = vec![
         Watch {
             side: Side::Host,
-            api: Api::namespaced_with(opts.host.clone(), &opts.host_namespace, ar),
+            api: Api::namespaced_with(opts.host.clone(), opts.mapping.host_namespace(), ar),
             config: host_config,
         },
         Watch {
             side: Side::Virtual,
-            api: Api::namespaced_with(opts.virtual_.clone(), &opts.virtual_namespace, ar),
+            api: virtual_api,
             config: watcher::Config::default(),
         },
     ];
@@ -111,13 +123,13 @@ pub async fn run(opts: FromHostOptions) -> Result<(), Error> {
     };
     let from_host = FromHost {
         translator: FromHostTranslator::new(
-            &opts.host_namespace,
-            &opts.virtual_namespace,
+            opts.mapping.host_namespace(),
             &ar.api_version,
             &ar.kind,
         ),
         host_store: Cache::new(),
         virtual_store: Cache::new(),
+        copies: Mutex::new(HashMap::new()),
         writer: Writer::new(
             &ar.api_version,
             &ar.kind,
@@ -139,51 +151,95 @@ impl Reconcile for FromHost {
 
     fn cache(&self, side: Side) -> &Cache<DynamicObject> {
         match side {
-            Side::Host => &self.host_store,
-            Side::Virtual => &self.virtual_store,
+            Side::Host | Side::HostProduced => &self.host_store,
+            Side::Virtual | Side::VirtualProduced => &self.virtual_store,
         }
     }
 
-    fn key_of(&self, _side: Side, obj: &DynamicObject, _deleted: bool) -> Option<ObjectKey> {
-        Some(self.key(obj.name_any()))
+    fn key_of(&self, side: Side, obj: &DynamicObject, deleted: bool) -> Option<ObjectKey> {
+        match side {
+            Side::Host => Some(self.key(obj.name_any())),
+            Side::Virtual => {
+                let at = (obj.namespace().unwrap_or_default(), obj.name_any());
+                if let Some(host) = self.translator.host_source(&obj.metadata) {
+                    if let Ok(mut copies) = self.copies.lock() {
+                        let entry = copies.entry(host.clone()).or_default();
+                        if deleted {
+                            entry.remove(&at);
+                        } else {
+                            entry.insert(at);
+                        }
+                        if entry.is_empty() {
+                            copies.remove(&host);
+                        }
+                    }
+                    return Some(self.key(host));
+                }
+                // a virtual object in the way of a copy: its host object is looked at again
+                self.opts
+                    .mapping
+                    .host_source(&at.0, &at.1)
+                    .map(|host| self.key(host))
+            }
+            _ => None,
+        }
     }
 
     fn all_keys(&self) -> Vec<ObjectKey> {
-        let host = self.host_store.keys().into_iter();
-        let virtual_ = self.virtual_store.keys().into_iter();
-        host.chain(virtual_)
-            .map(|(_, name)| self.key(name))
-            .collect()
+        let host = self.host_store.keys().into_iter().map(|(_, name)| name);
+        let copies: Vec<String> = self
+            .copies
+            .lock()
+            .map(|c| c.keys().cloned().collect())
+            .unwrap_or_default();
+        host.chain(copies).map(|name| self.key(name)).collect()
     }
 
     async fn reconcile(&self, key: &ObjectKey) -> Result<Option<Outcome>, Error> {
         let name = key.name.as_str();
         let host = self
             .host_store
-            .get(&self.opts.host_namespace, name)
+            .get(self.opts.mapping.host_namespace(), name)
             .filter(|h| {
                 h.metadata.deletion_timestamp.is_none()
                     && !h.labels().contains_key(MANAGED_BY_LABEL)
             });
-        let virtual_obj = self.virtual_store.get(&self.opts.virtual_namespace, name);
-        match (host, virtual_obj) {
-            (None, Some(v)) if self.is_ours(&v, name) => {
-                if v.metadata.deletion_timestamp.is_none() {
-                    self.delete_virtual(&v).await?;
-                }
-                Ok(None)
+        let target = host
+            .as_ref()
+            .and_then(|_| self.opts.mapping.virtual_target(name));
+        // copies elsewhere than the target (the host object went, or the mapping changed)
+        let known: Vec<(String, String)> = self
+            .copies
+            .lock()
+            .map(|c| {
+                c.get(name)
+                    .map(|s| s.iter().cloned().collect())
+                    .unwrap_or_default()
+            })
+            .unwrap_or_default();
+        for (ns, copy) in known {
+            if target.as_ref() == Some(&(ns.clone(), copy.clone())) {
+                continue;
             }
-            (None, _) => Ok(None),
-            (Some(_), Some(v)) if !self.is_ours(&v, name) => Ok(Some(Outcome::Conflict)),
-            (Some(_), Some(v)) if v.metadata.deletion_timestamp.is_some() => {
-                Ok(Some(Outcome::Pending))
+            if let Some(v) = self.virtual_store.get(&ns, &copy)
+                && self.is_ours(&v, name)
+                && v.metadata.deletion_timestamp.is_none()
+            {
+                self.delete_virtual(&v).await?;
             }
-            (Some(h), Some(v)) => {
-                self.update_virtual(&h, &v).await?;
+        }
+        let (Some(host), Some((ns, vname))) = (host, target) else {
+            return Ok(None);
+        };
+        match self.virtual_store.get(&ns, &vname) {
+            Some(v) if !self.is_ours(&v, name) => Ok(Some(Outcome::Conflict)),
+            Some(v) if v.metadata.deletion_timestamp.is_some() => Ok(Some(Outcome::Pending)),
+            Some(v) => {
+                self.update_virtual(&host, (&ns, &vname), &v).await?;
                 Ok(Some(Outcome::InSync))
             }
-            (Some(h), None) => {
-                self.create_virtual(&h).await?;
+            None => {
+                self.create_virtual(&host, (&ns, &vname)).await?;
                 // status (if any) follows on the next reconcile, triggered by the watch
                 Ok(Some(Outcome::InSync))
             }
@@ -191,9 +247,14 @@ impl Reconcile for FromHost {
     }
 
     fn conflict_message(&self, key: &ObjectKey) -> String {
+        let (ns, name) = self
+            .opts
+            .mapping
+            .virtual_target(&key.name)
+            .unwrap_or_default();
         format!(
-            "virtual {} {}/{} exists and was not copied from the host by this runtime; it is left untouched",
-            self.opts.resource.kind, self.opts.virtual_namespace, key.name
+            "virtual {} {ns}/{name} exists and was not copied from the host (host object {key}) by this runtime; it is left untouched",
+            self.opts.resource.kind
         )
     }
 }
@@ -202,17 +263,9 @@ impl FromHost {
     /// The key of the host object `name`.
     fn key(&self, name: String) -> ObjectKey {
         ObjectKey {
-            namespace: self.opts.host_namespace.clone(),
+            namespace: self.opts.mapping.host_namespace().to_string(),
             name,
         }
-    }
-
-    fn virtual_api(&self) -> Api<DynamicObject> {
-        Api::namespaced_with(
-            self.opts.virtual_.clone(),
-            &self.opts.virtual_namespace,
-            &self.opts.resource,
-        )
     }
 
     /// Whether `obj` is a copy this runtime made of host object `name`.
@@ -220,11 +273,11 @@ impl FromHost {
         self.translator.is_virtual_copy_of(&obj.metadata, name)
     }
 
-    async fn ensure_namespace(&self) -> Result<(), Error> {
+    async fn ensure_namespace(&self, namespace: &str) -> Result<(), Error> {
         let namespaces: Api<Namespace> = Api::all(self.opts.virtual_.clone());
         let ns: Namespace = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": self.opts.virtual_namespace}
+            "metadata": {"name": namespace}
         }))
         .map_err(|source| Error::Json {
             what: "namespace".into(),
@@ -237,30 +290,30 @@ impl FromHost {
             }
             Err(kube::Error::Api(status)) if status.code == 409 || status.code == 403 => Ok(()),
             Err(e) => Err(Error::kube(
-                format!("create virtual namespace {}", self.opts.virtual_namespace),
+                format!("create virtual namespace {namespace}"),
                 e,
             )),
         }
     }
 
-    fn target(&self) -> Target<DynamicObject> {
+    fn target(&self, namespace: &str) -> Target<DynamicObject> {
         Target {
-            api: self.virtual_api(),
+            api: Api::namespaced_with(self.opts.virtual_.clone(), namespace, &self.opts.resource),
             cluster: Cluster::Virtual,
-            namespace: self.opts.virtual_namespace.clone(),
+            namespace: namespace.to_string(),
         }
     }
 
-    async fn create_virtual(&self, host: &DynamicObject) -> Result<(), Error> {
-        let obj = self.translator.virtual_object(host, None);
-        let to = self.target();
+    async fn create_virtual(&self, host: &DynamicObject, at: (&str, &str)) -> Result<(), Error> {
+        let obj = self.translator.virtual_object(host, at, None);
+        let to = self.target(at.0);
         match self
             .writer
             .create(&to, HookPoint::CreateVirtual, obj.clone())
             .await
         {
             Err(e) if e.is_not_found() => {
-                self.ensure_namespace().await?;
+                self.ensure_namespace(at.0).await?;
                 self.writer.create(&to, HookPoint::CreateVirtual, obj).await
             }
             other => other,
@@ -270,15 +323,16 @@ impl FromHost {
     async fn update_virtual(
         &self,
         host: &DynamicObject,
+        at: (&str, &str),
         virtual_obj: &DynamicObject,
     ) -> Result<(), Error> {
-        let name = host.name_any();
-        let desired = self.translator.virtual_object(host, Some(virtual_obj));
+        let name = at.1.to_string();
+        let desired = self.translator.virtual_object(host, at, Some(virtual_obj));
         let mut current = virtual_obj.clone();
         current.types.clone_from(&desired.types);
         let current = to_json(&current, &name)?;
         let desired = to_json(&desired, &name)?;
-        let to = self.target();
+        let to = self.target(at.0);
         let rv = virtual_obj.resource_version();
         let desired = match self
             .writer
@@ -325,8 +379,9 @@ impl FromHost {
     }
 
     async fn delete_virtual(&self, virtual_obj: &DynamicObject) -> Result<(), Error> {
+        let to = self.target(&virtual_obj.namespace().unwrap_or_default());
         self.writer
-            .delete(&self.target(), HookPoint::DeleteVirtual, virtual_obj)
+            .delete(&to, HookPoint::DeleteVirtual, virtual_obj)
             .await?;
         Ok(())
     }

@@ -34,6 +34,7 @@ pub mod patch;
 mod plugin;
 pub mod pod_update;
 pub mod pods;
+pub mod produced;
 mod queue;
 pub mod retry;
 pub mod runtime;

@@ -38,11 +38,12 @@ use crate::error::Error;
 use crate::from_host::{self, FromHostOptions};
 use crate::hooks::{ClientHook, Hooks, declarative_hooks};
 use crate::pods::{PodHookOptions, physical_pod_hooks, run_pod_hooks, update_filter};
+use crate::produced::{self, ProducedOptions};
 use crate::retry::Retry;
 use crate::stats::{EventSink, Severity, TypeStats, WarnedKeys};
 use crate::status::{self, RuntimeStatus};
 use crate::syncer::DeclarativeSyncer;
-use crate::translate::NamespacedTranslator;
+use crate::translate::{FromHostMapping, NamespacedTranslator};
 
 /// How host pods are handled.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -351,6 +352,22 @@ impl Generation {
                     .sharing_warned(warned.clone()),
             );
             generation.types.push(stats.clone());
+            // the objects brought back for this type: one statistics per `produced` entry,
+            // reported under the produced kind (summed with a synced type of that kind)
+            let produced: Vec<Arc<TypeStats>> = synced
+                .produced
+                .iter()
+                .filter(|_| synced.direction.is_to_host())
+                .map(|p| {
+                    Arc::new(
+                        config
+                            .logged(TypeStats::new(&p.api_version, &p.kind))
+                            .with_warnings(on_warning.clone())
+                            .sharing_warned(warned.clone()),
+                    )
+                })
+                .collect();
+            generation.types.extend(produced.iter().cloned());
             let span = info_span!("sync", plugin = %config.plugin, vcluster = %vcluster, kind = %synced.kind);
             generation.tasks.spawn(
                 run_type(
@@ -358,7 +375,7 @@ impl Generation {
                     vcluster.clone(),
                     synced,
                     hooks.clone(),
-                    stats,
+                    (stats, produced),
                     on_conflict.clone(),
                 )
                 .instrument(span),
@@ -404,7 +421,7 @@ async fn run_type(
     vcluster: String,
     synced: SyncedType,
     hooks: Arc<[Arc<dyn ClientHook>]>,
-    stats: Arc<TypeStats>,
+    (stats, produced_stats): (Arc<TypeStats>, Vec<Arc<TypeStats>>),
     on_conflict: ConflictReporter,
 ) -> Result<(), Error> {
     let selector = match synced.selector.clone().map(Selector::try_from).transpose() {
@@ -418,6 +435,29 @@ async fn run_type(
             stats.set_type_error(Some(error.to_string()));
             return Err(error);
         }
+    };
+    // A mapping reaching outside the vCluster's host namespace is refused before anything is
+    // watched (the operator refuses such a plugin too, and so does admission).
+    let mapping = if synced.direction == SyncDirection::FromHost {
+        let by_name = synced
+            .mappings
+            .as_ref()
+            .map(|m| m.by_name.clone())
+            .unwrap_or_default();
+        match FromHostMapping::new(&config.namespace, &by_name) {
+            Ok(mapping) => Some(mapping),
+            Err(source) => {
+                let error = Error::InvalidMapping {
+                    api_version: synced.api_version.clone(),
+                    kind: synced.kind.clone(),
+                    source,
+                };
+                stats.set_type_error(Some(error.to_string()));
+                return Err(error);
+            }
+        }
+    } else {
+        None
     };
     let mut retry = Retry::new(config.retry_max);
     let (resource, status_subresource) = loop {
@@ -438,27 +478,23 @@ async fn run_type(
     };
     stats.set_type_error(None);
     let type_hooks = Hooks::for_type(&hooks, &synced.api_version, &synced.kind);
-    match synced.direction {
-        SyncDirection::FromHost => {
-            return from_host::run(FromHostOptions {
-                host: config.host.clone(),
-                virtual_: config.virtual_.clone(),
-                host_namespace: config.namespace.clone(),
-                virtual_namespace: config.namespace.clone(),
-                resource,
-                selector,
-                sync_status: synced.sync_status,
-                status_subresource,
-                hooks: type_hooks,
-                stats,
-                resync_period: config.resync_period,
-                on_conflict: Some(on_conflict),
-                retry_max: config.retry_max,
-            })
-            .await;
-        }
-        // The virtual-to-host sync below.
-        SyncDirection::ToHost => {}
+    // FromHost: the host-to-virtual sync; ToHost: the virtual-to-host sync below.
+    if let Some(mapping) = mapping {
+        return from_host::run(FromHostOptions {
+            host: config.host.clone(),
+            virtual_: config.virtual_.clone(),
+            mapping,
+            resource,
+            selector,
+            sync_status: synced.sync_status,
+            status_subresource,
+            hooks: type_hooks,
+            stats,
+            resync_period: config.resync_period,
+            on_conflict: Some(on_conflict),
+            retry_max: config.retry_max,
+        })
+        .await;
     }
     // The owner of every host copy, read once per type as vCluster's syncer reads it once at
     // start-up (experimental.syncSettings.setOwner, its default).
@@ -490,38 +526,114 @@ async fn run_type(
         retry_max: config.retry_max,
     };
     let mut options = controller::Options::from(&register);
-    options.on_conflict = Some(on_conflict);
+    options.on_conflict = Some(on_conflict.clone());
     let filter = update_filter(&synced.api_version, &synced.kind);
-    let ctx = SyncContext::new(register, resource, translator, type_hooks, stats)
-        .with_update_filter(filter);
-    controller::run(syncer, ctx, options).await
+    let ctx = SyncContext::new(
+        register,
+        resource.clone(),
+        translator.clone(),
+        type_hooks,
+        stats,
+    )
+    .with_update_filter(filter);
+    let brought_back = synced
+        .produced
+        .iter()
+        .zip(produced_stats)
+        .map(|(p, stats)| {
+            run_produced(
+                config.clone(),
+                ProducedOptions {
+                    host: config.host.clone(),
+                    virtual_: config.virtual_.clone(),
+                    translator: translator.clone(),
+                    source: resource.clone(),
+                    selector: syncer.selector.clone(),
+                    produced: ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&()),
+                    name_path: p.name_path.clone(),
+                    hooks: Hooks::for_type(&hooks, &p.api_version, &p.kind),
+                    stats,
+                    resync_period: config.resync_period,
+                    on_conflict: Some(on_conflict.clone()),
+                    retry_max: config.retry_max,
+                },
+                (p.api_version.clone(), p.kind.clone()),
+            )
+        });
+    let brought_back = futures::future::try_join_all(brought_back);
+    futures::future::try_join(controller::run(syncer, ctx, options), brought_back)
+        .await
+        .map(drop)
+}
+
+/// Resolves a produced kind on the host (retrying with backoff while it is not served; it
+/// must be namespaced) and runs [`produced::run`] for it.
+async fn run_produced(
+    config: Arc<Config>,
+    mut opts: ProducedOptions,
+    (api_version, kind): (String, String),
+) -> Result<(), Error> {
+    let mut retry = Retry::new(config.retry_max);
+    opts.produced = loop {
+        match resolve_on(&config.host, "host", &api_version, &kind, None).await {
+            Ok((resource, _)) => break resource,
+            Err(error) => {
+                let delay = retry.next_delay();
+                warn!(%error, %kind, retry_in_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX), "produced kind not available yet, retrying");
+                opts.stats.set_type_error(Some(error.to_string()));
+                tokio::time::sleep(delay).await;
+            }
+        }
+    };
+    opts.stats.set_type_error(None);
+    produced::run(opts).await
 }
 
 /// The `ApiResource` of a synced type and whether it has a status subresource, discovered on
 /// the virtual API server; `syncedTypes[].resource` is used when discovery is not possible.
 async fn resolve(config: &Config, synced: &SyncedType) -> Result<(ApiResource, bool), Error> {
-    let (group, version) = match synced.api_version.split_once('/') {
+    resolve_on(
+        &config.virtual_,
+        "virtual",
+        &synced.api_version,
+        &synced.kind,
+        synced.resource.as_deref(),
+    )
+    .await
+}
+
+/// The `ApiResource` of `api_version` / `kind` and whether it has a status subresource,
+/// discovered with `client` (on the `cluster` it talks to); `resource` is used when discovery
+/// is not possible. Only a namespaced type is accepted.
+async fn resolve_on(
+    client: &Client,
+    cluster: &'static str,
+    api_version: &str,
+    kind: &str,
+    resource: Option<&str>,
+) -> Result<(ApiResource, bool), Error> {
+    let (group, version) = match api_version.split_once('/') {
         Some((group, version)) => (group, version),
-        None => ("", synced.api_version.as_str()),
+        None => ("", api_version),
     };
-    let gvk = GroupVersionKind::gvk(group, version, &synced.kind);
-    match pinned_kind(&config.virtual_, &gvk).await {
+    let gvk = GroupVersionKind::gvk(group, version, kind);
+    match pinned_kind(client, &gvk).await {
         Ok((resource, caps)) => {
             if caps.scope != Scope::Namespaced {
                 return Err(Error::ClusterScoped {
-                    api_version: synced.api_version.clone(),
-                    kind: synced.kind.clone(),
+                    api_version: api_version.to_string(),
+                    kind: kind.to_string(),
                 });
             }
             let status = caps.subresources.iter().any(|(r, _)| r.plural == "status");
             Ok((resource, status))
         }
-        Err(source) => match &synced.resource {
+        Err(source) => match resource {
             Some(plural) => Ok((ApiResource::from_gvk_with_plural(&gvk, plural), true)),
             None => Err(Error::Discovery {
-                api_version: synced.api_version.clone(),
-                kind: synced.kind.clone(),
-                cluster: "virtual",
+                api_version: api_version.to_string(),
+                kind: kind.to_string(),
+                cluster,
                 source: Box::new(source),
             }),
         },

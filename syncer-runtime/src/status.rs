@@ -16,7 +16,9 @@
 //! | `Syncing` | `True` | otherwise |
 //!
 //! The pod hooks (`--pod-sync=hooks`) count toward health but not toward `syncedObjects`: they
-//! sync nothing, they hook the pods vCluster's own syncer made.
+//! sync nothing, they hook the pods vCluster's own syncer made. The objects brought back for a
+//! synced type (`produced`, [`crate::produced`]) count under their own kind, added to a synced
+//! type of the same `apiVersion` and `kind` if there is one (`syncedObjects` is a list map).
 //!
 //! The status is written with server-side apply on the status subresource under the runtime's
 //! field manager, so [`apply_body`] holds only the runtime's fields; the operator's
@@ -100,16 +102,32 @@ pub fn desired(
             ),
         )
     };
-    RuntimeStatus {
-        synced_objects: types
-            .iter()
-            .map(|s| SyncedObjects {
+    // one entry per apiVersion and kind (a list map): the objects brought back of a kind
+    // (`produced`) are added to those of a synced type of that kind
+    let mut synced_objects: Vec<SyncedObjects> = Vec::new();
+    for s in types {
+        let conflicts = (s.conflicts > 0).then_some(s.conflicts);
+        match synced_objects
+            .iter_mut()
+            .find(|o| o.api_version == s.api_version && o.kind == s.kind)
+        {
+            Some(entry) => {
+                entry.count += s.in_sync;
+                entry.conflicts = match (entry.conflicts, conflicts) {
+                    (Some(a), Some(b)) => Some(a + b),
+                    (a, b) => a.or(b),
+                };
+            }
+            None => synced_objects.push(SyncedObjects {
                 api_version: s.api_version.clone(),
                 kind: s.kind.clone(),
                 count: s.in_sync,
-                conflicts: (s.conflicts > 0).then_some(s.conflicts),
-            })
-            .collect(),
+                conflicts,
+            }),
+        }
+    }
+    RuntimeStatus {
+        synced_objects,
         synced_total,
         healthy,
         reason,
@@ -193,6 +211,27 @@ mod tests {
         assert!(s.healthy);
         assert_eq!(s.reason.as_str(), "Syncing");
         assert_eq!(s.message, "5 object(s) in sync across 2 type(s)");
+    }
+
+    /// `syncedObjects` is a list map keyed by apiVersion and kind: the objects brought back of a
+    /// kind (`produced`) and a synced type of that kind make one entry.
+    #[test]
+    fn objects_brought_back_add_to_their_kind() {
+        let certificates = summary("Certificate", 2);
+        let mut secrets = summary("Secret", 2);
+        secrets.api_version = "v1".into();
+        let mut synced_secrets = summary("Secret", 1);
+        synced_secrets.api_version = "v1".into();
+        synced_secrets.conflicts = 1;
+        let s = desired(&[certificates, secrets, synced_secrets], None, None);
+        assert_eq!(
+            serde_json::to_value(&s.synced_objects).unwrap(),
+            json!([
+                {"apiVersion": "example.loft.sh/v1", "kind": "Certificate", "count": 2},
+                {"apiVersion": "v1", "kind": "Secret", "count": 3, "conflicts": 1}
+            ])
+        );
+        assert_eq!(s.synced_total, 5);
     }
 
     #[test]

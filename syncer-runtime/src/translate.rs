@@ -37,17 +37,20 @@
 
 mod fields;
 mod from_host;
+mod mappings;
 mod names;
 mod to_host;
 
+pub use fields::copy_content;
 pub use fields::{runtime_owned_labels, slim_for_cache};
 pub use from_host::FromHostTranslator;
+pub use mappings::{FromHostMapping, MappingError};
 pub use names::{
     CONTROLLED_BY_LABEL, HOST_NAME_ANNOTATION, HOST_NAMESPACE_ANNOTATION, KIND_ANNOTATION,
     LABEL_PREFIX, MANAGED_ANNOTATIONS_ANNOTATION, MANAGED_BY_LABEL, MANAGED_LABELS_ANNOTATION,
-    MAX_NAME_LENGTH, NAME_ANNOTATION, NAMESPACE_ANNOTATION, NAMESPACE_LABEL, RELEASE_LABEL,
-    TRANSLATED_LABELS, UID_ANNOTATION, host_label, host_name, is_managed_by, object_kind,
-    safe_concat_name,
+    MAX_NAME_LENGTH, NAME_ANNOTATION, NAMESPACE_ANNOTATION, NAMESPACE_LABEL,
+    PRODUCED_FOR_ANNOTATION, PRODUCED_PATH_ANNOTATION, RELEASE_LABEL, TRANSLATED_LABELS,
+    UID_ANNOTATION, host_label, host_name, is_managed_by, object_kind, safe_concat_name,
 };
 pub use to_host::{MetadataUpdate, NamespacedTranslator};
 

@@ -26,8 +26,8 @@ fn target_profile_dir() -> PathBuf {
 }
 
 /// Builds binary `bin` of workspace package `package` with cargo, with the package's
-/// `test-faults` feature (the test-only fault point; `cargo test --workspace` turns it on
-/// too, through tests/Cargo.toml), in the same target folder and profile as the running test
+/// `test-faults` and `reconcile-log` features (test machinery; `cargo test --workspace` turns
+/// them on too, through tests/Cargo.toml), in the same target folder and profile as the running test
 /// binary, so nothing is rebuilt when `cargo test --workspace` already built it, and returns
 /// its path; built once per test binary.
 ///
@@ -46,9 +46,11 @@ pub fn workspace_binary(package: &str, bin: &str) -> PathBuf {
     build
         .current_dir(repo_root())
         .args(["build", "--locked", "-p", package, "--bin", bin])
-        // The test-only fault point (`vcp_crds::fault`), which release builds leave out: both
-        // binary packages forward the feature (faults_operator_kill.rs and faults_runtime_kill.rs drive it).
-        .args(["--features", "test-faults"])
+        // The test machinery release builds leave out, as tests/Cargo.toml enables it (so the
+        // features match `cargo test --workspace`'s and nothing is rebuilt): the fault point
+        // (`vcp_crds::fault`; faults_operator_kill.rs and faults_runtime_kill.rs drive it) and
+        // the reconcile logs; both binary packages have both features.
+        .args(["--features", "test-faults,reconcile-log"])
         .env("CARGO_TARGET_DIR", profile.parent().expect("target folder"));
     if profile.file_name().is_some_and(|n| n == "release") {
         build.arg("--release");

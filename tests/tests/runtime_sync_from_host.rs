@@ -193,6 +193,151 @@ async fn from_host_copies_host_objects_into_the_virtual_cluster() {
     .await;
 }
 
+/// `mappings.byName` (vCluster's `config.FromHostMappings`, matched as its
+/// `matchesHostObject` does): `"<host ns>/*": "fhmap-all/*"` copies every selected host Car into
+/// `fhmap-all` under its name, and the single name `"<host ns>/special": "fhmap-one/renamed"`
+/// wins over it for `special`; virtual namespaces that do not exist are created. When the
+/// mapping changes, the copy moves: the one at the old place is deleted. A mapping whose key
+/// names another host namespace is refused by the runtime before anything is watched
+/// (`RuntimeHealthy=False` naming the key), and the audit log shows it never listed or
+/// watched Cars there.
+#[tokio::test]
+async fn from_host_mappings_place_copies_where_the_mapping_says() {
+    let test = "fhmap";
+    let host_ns = format!("vc-{test}");
+    let types = |by_name: Value| {
+        json!([{
+            "apiVersion": "example.loft.sh/v1", "kind": "Car", "direction": "FromHost",
+            "selector": {"matchLabels": {"e2e": test}},
+            "mappings": {"byName": by_name}
+        }])
+    };
+    let spec = json!({
+        "vcluster": {"name": "vc-fhmap"},
+        "syncedTypes": types(json!({
+            format!("{host_ns}/*"): "fhmap-all/*",
+            format!("{host_ns}/special"): "fhmap-one/renamed"
+        }))
+    });
+    let w = world_with(test, &[], spec, PodSync::Hooks).await;
+    for name in ["plain", "special"] {
+        apply(
+            &w.host,
+            &cars_resource(),
+            Some(&w.host_ns),
+            json!({"apiVersion": "example.loft.sh/v1", "kind": "Car",
+                   "metadata": {"name": name, "namespace": w.host_ns, "labels": {"e2e": test}},
+                   "spec": {"type": name}}),
+        )
+        .await;
+    }
+    let exists = |ns: &'static str, name: &'static str| {
+        let api = w.virtual_cars(ns);
+        async move {
+            wait_for(TIMEOUT, || {
+                let api = api.clone();
+                async move { api.get_opt(name).await.ok().flatten() }
+            })
+            .await
+        }
+    };
+    let gone = |ns: &'static str, name: &'static str| {
+        let api = w.virtual_cars(ns);
+        async move {
+            wait_for(TIMEOUT, || {
+                let api = api.clone();
+                async move { api.get_opt(name).await.ok()?.is_none().then_some(()) }
+            })
+            .await
+        }
+    };
+    let plain = exists("fhmap-all", "plain").await;
+    assert_eq!(plain.data["spec"], json!({"type": "plain"}));
+    let renamed = exists("fhmap-one", "renamed").await;
+    assert_eq!(renamed.data["spec"], json!({"type": "special"}));
+    assert_eq!(
+        renamed.annotations(),
+        &string_map([
+            ("vcluster.loft.sh/object-host-name", "special"),
+            ("vcluster.loft.sh/object-host-namespace", host_ns.as_str()),
+        ])
+    );
+    assert!(
+        w.virtual_cars("fhmap-all")
+            .get_opt("special")
+            .await
+            .unwrap()
+            .is_none(),
+        "the single name wins over namespace/*"
+    );
+
+    // the mapping changes: the copy moves, the old one is deleted
+    let plugins: Api<VClusterPlugin> = Api::namespaced(w.host.clone(), &w.host_ns);
+    plugins
+        .patch(
+            "car-plugin",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"syncedTypes": types(json!({format!("{host_ns}/*"): "fhmap-all/*"}))}})),
+        )
+        .await
+        .expect("change the mapping");
+    exists("fhmap-all", "special").await;
+    gone("fhmap-one", "renamed").await;
+
+    // a key naming another host namespace: refused, nothing watched there
+    plugins
+        .patch(
+            "car-plugin",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"syncedTypes": types(json!({"kube-system/*": "fhmap-all/*"}))}}),
+            ),
+        )
+        .await
+        .expect("a foreign mapping (no admission policy in this binary)");
+    let condition = wait_for(TIMEOUT, || {
+        let plugins = plugins.clone();
+        async move {
+            let status = plugins.get("car-plugin").await.ok()?.status?;
+            status
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "RuntimeHealthy" && c.reason == "TypeUnavailable")
+        }
+    })
+    .await;
+    assert_eq!(condition.status, "False");
+    assert!(
+        condition.message.contains(
+            "\"kube-system/*\" names a host namespace other than the vCluster's (vc-fhmap)"
+        ),
+        "{}",
+        condition.message
+    );
+    let reads = vcp_tests::audited_reads(
+        ControlPlane::shared(),
+        Cluster::Host,
+        Identity::Syncer.user(),
+    )
+    .expect("audit log");
+    let foreign: Vec<_> = reads
+        .iter()
+        .filter(|(_, uri)| {
+            uri.contains("/namespaces/kube-system/")
+                || uri.starts_with("/apis/example.loft.sh/v1/cars")
+        })
+        .collect();
+    assert!(foreign.is_empty(), "{foreign:?}");
+    // the copies of the refused spec's predecessor are left as they are (no type runs)
+    assert!(
+        w.virtual_cars("fhmap-all")
+            .get_opt("plain")
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
 /// `syncedTypes[].selector` changes, as vCluster v0.30.0 treats an object that leaves a sync
 /// selector (`pkg/controllers/resources/ingressclasses/syncer.go`: the copy of a source that no
 /// longer matches is deleted, with a log line saying why): a virtual Car relabelled out of the

@@ -174,6 +174,59 @@ async fn a_tenant_may_only_create_plugins_that_grant_what_they_hold() {
                 "spec.syncedTypes[0] (networking.k8s.io/v1 NetworkPolicy) needs get on networking.k8s.io/networkpolicies {ns_words}"
             )),
         ),
+        // Issue 22: the kind a reference patch names and the kind a ToHost type brings back
+        // (`produced`): get, list, watch in the namespace.
+        (
+            Identity::TenantNoSecrets,
+            "reference-secret",
+            json!({ "syncedTypes": [{ "apiVersion": "example.loft.sh/v1", "kind": "Car",
+                "patches": [{ "path": "spec.secretName", "reference": { "apiVersion": "v1", "kind": "Secret" } }] }] }),
+            Some(format!(
+                "spec.syncedTypes[0].patches[0].reference (v1 Secret) needs get on secrets {ns_words}"
+            )),
+        ),
+        (
+            Identity::TenantNoSecrets,
+            "produced-secret",
+            json!({ "syncedTypes": [{ "apiVersion": "example.loft.sh/v1", "kind": "Car",
+                "produced": [{ "apiVersion": "v1", "kind": "Secret", "namePath": "spec.secretName" }] }] }),
+            Some(format!(
+                "spec.syncedTypes[0].produced[0] (v1 Secret) needs get on secrets {ns_words}"
+            )),
+        ),
+        (
+            Identity::TenantNoSecrets,
+            "produced-configmap",
+            json!({ "syncedTypes": [{ "apiVersion": "example.loft.sh/v1", "kind": "Car",
+                "patches": [{ "path": "spec.config", "reference": { "apiVersion": "v1", "kind": "ConfigMap" } }],
+                "produced": [{ "apiVersion": "v1", "kind": "ConfigMap", "namePath": "spec.config" }] }] }),
+            None,
+        ),
+        (
+            Identity::TenantEdit,
+            "produced-secret-edit",
+            json!({ "syncedTypes": [{ "apiVersion": "example.loft.sh/v1", "kind": "Car",
+                "patches": [{ "path": "spec.secretName", "reference": { "apiVersion": "v1", "kind": "Secret" } }],
+                "produced": [{ "apiVersion": "v1", "kind": "Secret", "namePath": "spec.secretName" }] }] }),
+            None,
+        ),
+        // FromHost mappings read only the plugin's own namespace (`/name` and `""` mean it).
+        (
+            Identity::TenantEdit,
+            "mapping-kube-system",
+            json!({ "syncedTypes": [{ "apiVersion": "v1", "kind": "ConfigMap", "direction": "FromHost",
+                "mappings": { "byName": { format!("{ns}/*"): "a/*", "kube-system/*": "b/*" } } }] }),
+            Some(format!(
+                "tenant-edit may not create or change VClusterPlugin mapping-kube-system: spec.syncedTypes[0].mappings.byName key \"kube-system/*\" names a host namespace other than the plugin's ({ns}); a mapping may only copy objects of the vCluster's own host namespace"
+            )),
+        ),
+        (
+            Identity::TenantEdit,
+            "mapping-own",
+            json!({ "syncedTypes": [{ "apiVersion": "v1", "kind": "ConfigMap", "direction": "FromHost",
+                "mappings": { "byName": { format!("{ns}/*"): "a/*", format!("{ns}/one"): "b/two", "/cm": "c/cm", "": "d" } } }] }),
+            None,
+        ),
         // Hooks: physical events need get/list/watch/update/patch; virtual ones nothing on the host.
         (
             Identity::TenantNoSecrets,

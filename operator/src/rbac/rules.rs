@@ -5,6 +5,11 @@
 //! the host resource, get/list/watch on the CRD)"; a synced or hooked type must be namespaced
 //! (the runtime syncs into the vCluster's host namespace, "a Role suffices").
 //!
+//! Issue 22 adds the kinds a `ToHost` type brings back (`syncedTypes[].produced`): `get`, `list`,
+//! `watch` in the vCluster's host namespace, nothing more (the runtime only reads the host
+//! object and writes its copy in the virtual cluster). A `reference` patch derives nothing: it
+//! translates a name on the way to the host, and the runtime never reads the object it names.
+//!
 //! Issue 21 narrows the CRD read: nothing cluster-wide is derived. The embedded runtime reads a
 //! custom resource's CustomResourceDefinition only in the *virtual* cluster, with the virtual
 //! client, and takes a 403 as "unknown" (`syncer-runtime/src/vanish.rs`, `TypeGuard::presence`);
@@ -68,14 +73,15 @@ pub fn group_of(api_version: &str) -> &str {
 }
 
 /// The `(apiVersion, kind)` pairs the controller must discover: every synced type (with
-/// `resource` too: its scope, and whether `resource` is the type's plural), and the types of
-/// hooks on physical events.
+/// `resource` too: its scope, and whether `resource` is the type's plural), every kind a
+/// `ToHost` type brings back (`produced`), and the types of hooks on physical events.
 pub fn types_to_resolve(plugin: &VClusterPlugin) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = plugin
         .spec
         .synced_types
         .iter()
         .map(|t| (t.api_version.clone(), t.kind.clone()))
+        .chain(produced_kinds(plugin).map(|(_, _, p)| (p.api_version.clone(), p.kind.clone())))
         .chain(
             plugin
                 .spec
@@ -88,6 +94,20 @@ pub fn types_to_resolve(plugin: &VClusterPlugin) -> Vec<(String, String)> {
     out.sort();
     out.dedup();
     out
+}
+
+/// Every `produced` entry of the plugin's `ToHost` synced types (a `FromHost` type brings
+/// nothing back; the CRD refuses `produced` on one): `(type index, entry index, entry)`.
+pub fn produced_kinds(
+    plugin: &VClusterPlugin,
+) -> impl Iterator<Item = (usize, usize, &vcp_crds::ProducedObject)> {
+    plugin
+        .spec
+        .synced_types
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.direction.is_to_host())
+        .flat_map(|(i, t)| t.produced.iter().enumerate().map(move |(j, p)| (i, j, p)))
 }
 
 pub(super) fn rule(
@@ -186,6 +206,22 @@ pub fn namespaced_rules(
         push_unique(
             &mut rules,
             rule(group_of(&t.api_version), &[&resource], verbs, None),
+        );
+    }
+    // What a host controller produces for a synced object is read (never written) to be brought
+    // back (`produced`, the runtime's `produced.rs`). A `reference` patch needs nothing: it only
+    // translates a name, the runtime never reads the referenced object.
+    for (i, j, p) in produced_kinds(plugin) {
+        let resource = host_resource(
+            plurals,
+            &format!("spec.syncedTypes[{i}].produced[{j}]"),
+            &p.api_version,
+            &p.kind,
+            None,
+        )?;
+        push_unique(
+            &mut rules,
+            rule(group_of(&p.api_version), &[&resource], &READ_VERBS, None),
         );
     }
     // The sidecar patches host objects after vCluster wrote them; a v2 plugin's hooks are

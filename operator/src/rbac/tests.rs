@@ -909,3 +909,69 @@ fn records_under_the_earlier_key_are_migrated_and_removed() {
         serde_json::to_value(chart_role()).unwrap()
     );
 }
+
+/// Issue 22: a kind brought back (`produced`) is read in the host namespace, never written;
+/// a `reference` patch derives nothing (it translates a name; the runtime never reads the
+/// object it names). Expected rule: the `READ_VERBS` of DESIGN.md's FromHost types, on the
+/// plural discovery returned.
+#[test]
+fn produced_kinds_are_read_and_references_derive_nothing() {
+    let mut p = plugin(Some("img"));
+    let mut certs = cars();
+    certs.patches = vec![vcp_crds::TranslatePatch {
+        path: "spec.secretName".into(),
+        reference: Some(vcp_crds::TranslatePatchReference {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }];
+    certs.produced = vec![vcp_crds::ProducedObject {
+        api_version: "v1".into(),
+        kind: "Secret".into(),
+        name_path: "spec.secretName".into(),
+    }];
+    p.spec.synced_types = vec![certs.clone()];
+    let mut served = plurals();
+    served.insert(
+        ("v1".into(), "Secret".into()),
+        Served::namespaced("secrets"),
+    );
+    served.insert(
+        ("v1".into(), "ConfigMap".into()),
+        Served::namespaced("configmaps"),
+    );
+    assert_eq!(
+        namespaced_rules(&p, &served).unwrap(),
+        vec![
+            rule("example.loft.sh", &["cars"], &WRITE_VERBS, None),
+            rule("", &["secrets"], &READ_VERBS, None),
+        ]
+    );
+    assert!(types_to_resolve(&p).contains(&("v1".into(), "Secret".into())));
+    assert!(!types_to_resolve(&p).contains(&("v1".into(), "ConfigMap".into())));
+
+    // a produced kind the host does not serve, or serves cluster-wide, is refused
+    let refused = namespaced_rules(&p, &plurals()).unwrap_err();
+    assert_eq!(refused.reason, Reason::UnknownType);
+    served.insert(
+        ("v1".into(), "Secret".into()),
+        Served::cluster_scoped("secrets"),
+    );
+    let refused = namespaced_rules(&p, &served).unwrap_err();
+    assert_eq!(refused.reason, Reason::ClusterScopedType);
+    assert!(
+        refused
+            .message
+            .starts_with("spec.syncedTypes[0].produced[0] (v1 Secret) is cluster-scoped"),
+        "{}",
+        refused.message
+    );
+
+    // a FromHost type brings nothing back (the CRD refuses produced on one)
+    let mut from_host = certs;
+    from_host.direction = SyncDirection::FromHost;
+    p.spec.synced_types = vec![from_host];
+    assert!(types_to_resolve(&p).iter().all(|(_, k)| k != "Secret"));
+}

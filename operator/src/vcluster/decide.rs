@@ -319,6 +319,9 @@ impl ClusterFacts {
         if let Err(r) = &self.service_account {
             return Err(Check::failed(r.reason, r.message.clone()));
         }
+        if let Some(r) = foreign_mappings(plugin) {
+            return Err(Check::failed(r.reason, r.message));
+        }
         policy::evaluate(policy, plugin, &self.plurals)
             .map_err(|d| Check::failed(Reason::PolicyDenied, d.message()))?;
         self.grant(plugin)
@@ -370,6 +373,35 @@ impl ClusterFacts {
     }
 }
 
+/// Why `plugin` is refused when a `FromHost` type's `mappings.byName` names a host namespace
+/// other than the plugin's own (the vCluster's host namespace): a [`Refusal`] with
+/// [`ForeignNamespace`](vcp_crds::Reason::ForeignNamespace) naming the field and the keys. The
+/// embedded runtime only ever reads its own host namespace (a Role suffices, DESIGN.md "Runtime
+/// contract"), and a mapping must not reach objects its author could not read themselves
+/// (issue 22, "Trust"); admission refuses it too (`config/admission/requester.yaml`), the
+/// operator judges it again for plugins written without that policy.
+pub fn foreign_mappings(plugin: &VClusterPlugin) -> Option<Refusal> {
+    let namespace = plugin.metadata.namespace.as_deref().unwrap_or_default();
+    plugin
+        .spec
+        .synced_types
+        .iter()
+        .enumerate()
+        .find_map(|(i, t)| {
+            let keys = t.mappings.as_ref()?.foreign_keys(namespace);
+            (!keys.is_empty()).then(|| Refusal {
+                reason: Reason::ForeignNamespace,
+                message: format!(
+                    "spec.syncedTypes[{i}].mappings.byName: {} name(s) a host namespace other than the plugin's ({namespace}); a mapping may only copy objects of the vCluster's own host namespace, which is all the runtime reads",
+                    keys.iter()
+                        .map(|k| format!("{k:?}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            })
+        })
+}
+
 /// The Role `rbac.mode: PatchVClusterRoles` appends to in `namespace`: the one a RoleBinding
 /// binds to the vCluster's service account `service_account` ([`rbac::target_role`]), when it
 /// exists and no RoleBinding binds it to anyone else ([`rbac::other_subjects`]); `bindings`
@@ -416,4 +448,59 @@ pub fn find_vcluster_role(
         });
     }
     Ok(target)
+}
+
+#[cfg(test)]
+mod foreign_mapping_tests {
+    use super::*;
+    use std::collections::BTreeMap;
+    use vcp_crds::{FromHostMappings, SyncDirection, SyncedType, VClusterPluginSpec, VClusterRef};
+
+    fn plugin(by_name: &[(&str, &str)]) -> VClusterPlugin {
+        let mut p = VClusterPlugin::new(
+            "import",
+            VClusterPluginSpec {
+                vcluster: VClusterRef { name: "vc".into() },
+                synced_types: vec![SyncedType {
+                    api_version: "v1".into(),
+                    kind: "ConfigMap".into(),
+                    direction: SyncDirection::FromHost,
+                    mappings: Some(FromHostMappings {
+                        by_name: by_name
+                            .iter()
+                            .map(|(k, v)| (k.to_string(), v.to_string()))
+                            .collect::<BTreeMap<_, _>>(),
+                    }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+        );
+        p.metadata.namespace = Some("team-a".into());
+        p
+    }
+
+    /// vCluster's key shapes (`config.FromHostMappings`): `ns/name`, `ns/*` with `ns` the
+    /// plugin's namespace, and `/name`, `""`, which mean the vCluster's host namespace, pass;
+    /// any other host namespace is refused with `ForeignNamespace`, naming the keys.
+    #[test]
+    fn mappings_may_only_read_the_plugins_namespace() {
+        for own in [
+            vec![("team-a/*", "a/*")],
+            vec![("team-a/cm", "a/cm2"), ("/other", "b/x"), ("", "c")],
+        ] {
+            assert!(foreign_mappings(&plugin(&own)).is_none(), "{own:?}");
+        }
+        let refused = foreign_mappings(&plugin(&[
+            ("team-a/*", "a/*"),
+            ("kube-system/*", "a/*"),
+            ("team-b/token", "a/token"),
+        ]))
+        .expect("refused");
+        assert_eq!(refused.reason, Reason::ForeignNamespace);
+        assert_eq!(
+            refused.message,
+            "spec.syncedTypes[0].mappings.byName: \"kube-system/*\", \"team-b/token\" name(s) a host namespace other than the plugin's (team-a); a mapping may only copy objects of the vCluster's own host namespace, which is all the runtime reads"
+        );
+    }
 }

@@ -70,7 +70,7 @@ pub fn runtime_owned_labels(meta: &ObjectMeta) -> Vec<String> {
 
 /// Top-level fields of an object other than `metadata`, `apiVersion`, `kind` and `status`,
 /// with `status` set to `status` when given.
-pub(super) fn copy_content(
+pub fn copy_content(
     data: &serde_json::Value,
     status: Option<&serde_json::Value>,
 ) -> serde_json::Value {

@@ -42,6 +42,17 @@ pub const KIND_ANNOTATION: &str = "vcluster.loft.sh/object-kind";
 pub const HOST_NAME_ANNOTATION: &str = "vcluster.loft.sh/object-host-name";
 /// Annotation with the host object's own namespace.
 pub const HOST_NAMESPACE_ANNOTATION: &str = "vcluster.loft.sh/object-host-namespace";
+/// Annotation on an object the runtime brought back into the virtual cluster for a synced
+/// object (`syncedTypes[].produced`, [`crate::produced`]): the synced object it was produced for,
+/// as `<Kind>.<group>/<name>` (`<Kind>/<name>` for the core group), in the same namespace, such
+/// as `Certificate.cert-manager.io/web`. With [`HOST_NAME_ANNOTATION`] /
+/// [`HOST_NAMESPACE_ANNOTATION`] (the host object it copies, as vCluster marks what it imports)
+/// and [`PRODUCED_PATH_ANNOTATION`], it is how the runtime recognises its own copies (after a
+/// restart too); an object without it is never overwritten.
+pub const PRODUCED_FOR_ANNOTATION: &str = "vcp.dev/produced-for";
+/// Annotation on an object brought back (see [`PRODUCED_FOR_ANNOTATION`]): the `namePath` of the
+/// `produced` entry that named it, such as `spec.secretName`.
+pub const PRODUCED_PATH_ANNOTATION: &str = "vcp.dev/produced-path";
 /// Annotation listing label keys copied from the virtual object (sorted, `\n`-joined). vCluster
 /// writes it only for nodes, and neither does the runtime: it is never computed here, only
 /// passed through like vCluster's `HostAnnotations` does (from the virtual object on create,

@@ -3,6 +3,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     FieldsV1, ManagedFieldsEntry, ObjectMeta, OwnerReference,
 };
+use kube::ResourceExt;
 use kube::api::DynamicObject;
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -470,7 +471,7 @@ fn host_object_copies_spec_not_status() {
 
 #[test]
 fn from_host_copy_keeps_name_and_marks_the_source() {
-    let t = FromHostTranslator::new("vc-ns", "vc-ns", "example.loft.sh/v1", "Car");
+    let t = FromHostTranslator::new("vc-ns", "example.loft.sh/v1", "Car");
     let host: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "example.loft.sh/v1", "kind": "Car",
         "metadata": {"name": "imported", "namespace": "vc-ns", "uid": "host-uid",
@@ -479,7 +480,7 @@ fn from_host_copy_keeps_name_and_marks_the_source() {
         "spec": {"type": "Audi"}, "status": {"host": true}, "extra": [1]
     }))
     .unwrap();
-    let created = t.virtual_object(&host, None);
+    let created = t.virtual_object(&host, ("vc-ns", "imported"), None);
     let expected: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "example.loft.sh/v1", "kind": "Car",
         "metadata": {"name": "imported", "namespace": "vc-ns", "labels": {"team": "a"},
@@ -493,8 +494,23 @@ fn from_host_copy_keeps_name_and_marks_the_source() {
     assert!(t.is_virtual_copy_of(&created.metadata, "imported"));
     assert!(!t.is_virtual_copy_of(&created.metadata, "other"));
     assert!(!t.is_virtual_copy_of(&meta("imported", "vc-ns", "u"), "imported"));
-    let elsewhere = FromHostTranslator::new("other-ns", "vc-ns", "example.loft.sh/v1", "Car");
+    let elsewhere = FromHostTranslator::new("other-ns", "example.loft.sh/v1", "Car");
     assert!(!elsewhere.is_virtual_copy_of(&created.metadata, "imported"));
+    // an object brought back for a synced object is not a FromHost copy, whatever it names
+    let mut produced = created.clone();
+    produced.annotations_mut().insert(
+        "vcp.dev/produced-for".into(),
+        "Car.example.loft.sh/c".into(),
+    );
+    assert!(!t.is_virtual_copy_of(&produced.metadata, "imported"));
+    // a mapping renames: the marks still name the host object
+    let renamed = t.virtual_object(&host, ("team-a", "car-a"), None);
+    assert_eq!(renamed.metadata.namespace.as_deref(), Some("team-a"));
+    assert_eq!(renamed.metadata.name.as_deref(), Some("car-a"));
+    assert_eq!(
+        t.host_source(&renamed.metadata).as_deref(),
+        Some("imported")
+    );
 
     // an update keeps the virtual object's own metadata and status
     let mut base = created.clone();
@@ -502,7 +518,7 @@ fn from_host_copy_keeps_name_and_marks_the_source() {
     base.metadata.resource_version = Some("3".into());
     base.metadata.labels = Some(map(&[("virtual-only", "x")]));
     base.data = json!({"spec": {"type": "BMW"}, "status": {"virtual": true}});
-    let updated = t.virtual_object(&host, Some(&base));
+    let updated = t.virtual_object(&host, ("vc-ns", "imported"), Some(&base));
     assert_eq!(updated.metadata.uid.as_deref(), Some("virtual-uid"));
     assert_eq!(updated.metadata.resource_version.as_deref(), Some("3"));
     assert_eq!(updated.metadata.labels, Some(map(&[("team", "a")])));

@@ -1,0 +1,747 @@
+//! Objects that come back (`syncedTypes[].produced`): for each synced object of a `ToHost` type,
+//! the object a host controller produced for its host copy (the Secret cert-manager issues for
+//! a Certificate) is copied into the synced object's **virtual** namespace under the
+//! **virtual** name, kept up to date, and removed when it is no longer produced for it.
+//!
+//! This project's addition (vCluster has no such option); the spelling is the API's
+//! (`crds/src/plugin.rs`, [`ProducedObject`](vcp_crds::ProducedObject)): `apiVersion`, `kind`,
+//! `namePath`. One [`run`] per `produced` entry of a synced type, on the runtime's one driver
+//! (`driver.rs`): four watches, each with its cache — the synced type in the virtual cluster
+//! (all namespaces, with the type's selector) and on the host (the host copies), the produced
+//! kind on the host (the vCluster's host namespace) and in the virtual cluster (all
+//! namespaces). The key of the work queue is the synced object's virtual `namespace/name`.
+//!
+//! For a synced object `ns/name` (reconcile):
+//!
+//! - the **host name** is the value at `namePath` in its host copy, the **virtual name** the
+//!   value at `namePath` in the virtual object (the host copy's value is the one a `reference`
+//!   patch on that path translated);
+//! - the host name must be the host name of the virtual name in `ns`
+//!   (`<virtual name>-x-<ns>-x-<vcluster>`, as a `reference` patch makes it): otherwise a
+//!   tenant of one virtual namespace could bring back any object of the host namespace (another
+//!   namespace's host copies, the vCluster's own Secrets) by naming it in a synced object. Such
+//!   an object is not brought back: a `Warning` Event [`ProducedNameRefused`](vcp_crds::Reason)
+//!   once per object, and it counts as failed in the status;
+//! - the host object of that name in the vCluster's host namespace (not one labelled
+//!   `vcluster.loft.sh/managed-by`: a host copy vCluster made of a virtual object is never
+//!   brought back) is copied to `ns/<virtual name>`: its labels and annotations but
+//!   `vcluster.loft.sh/` keys, every top-level field but `metadata` and `status`, and the marks
+//!   [`PRODUCED_FOR_ANNOTATION`] (`<Kind>.<group>/<name>` of the synced object),
+//!   [`PRODUCED_PATH_ANNOTATION`] (the `namePath`), [`HOST_NAME_ANNOTATION`] and
+//!   [`HOST_NAMESPACE_ANNOTATION`] (the host object, as vCluster marks what it imports), through
+//!   the one write path (`write.rs`: the produced kind's `CreateVirtual` / `UpdateVirtual`
+//!   hooks, a guarded merge patch of what differs);
+//! - a virtual object at that place without the marks of this synced object and `namePath` is
+//!   never touched: a conflict (the driver's [`ConflictReporter`]: a `Warning` Event
+//!   `HostObjectConflict` on the `VClusterPlugin`, and `syncedObjects[].conflicts` of the
+//!   produced kind);
+//! - the runtime's copies for this synced object elsewhere (the virtual name changed), and all of
+//!   them when the synced object is gone or terminating, or when the host object is gone, are
+//!   deleted (with their uid as precondition). While the host copy does not exist yet, nothing
+//!   is changed.
+//!
+//! The copies are recognised by their marks after a restart (the virtual watch lists them), so
+//! nothing is ever created twice. The runtime only reads the produced kind on the host (`get`,
+//! `list`, `watch` in the vCluster's host namespace: the RBAC the operator derives).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::core::Selector;
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use serde_json::Value;
+use vcp_crds::Reason;
+
+use crate::cache::Cache;
+use crate::driver::{self, ConflictReporter, ObjectKey, Reconcile, Settings, Side, Watch};
+use crate::error::Error;
+use crate::hooks::{HookPoint, Hooks};
+use crate::patch::to_json;
+use crate::stats::{Outcome, TypeStats};
+use crate::translate::{
+    HOST_NAME_ANNOTATION, HOST_NAMESPACE_ANNOTATION, MANAGED_BY_LABEL, NamespacedTranslator,
+    PRODUCED_FOR_ANNOTATION, PRODUCED_PATH_ANNOTATION, copy_content,
+};
+use crate::write::{Cluster, Part, Target, Writer};
+
+/// Everything [`run`] needs.
+#[derive(Clone)]
+pub struct ProducedOptions {
+    /// Client of the host cluster.
+    pub host: Client,
+    /// Client of the virtual cluster.
+    pub virtual_: Client,
+    /// The synced (`ToHost`) type's translator: vCluster name, host namespace, its kind.
+    pub translator: NamespacedTranslator,
+    /// The synced type (the same in both clusters).
+    pub source: ApiResource,
+    /// Only synced objects matching this label selector (the synced type's) bring anything back.
+    pub selector: Option<Selector>,
+    /// The produced kind (the same in both clusters, namespaced).
+    pub produced: ApiResource,
+    /// Path of the name in the synced object (`produced[].namePath`).
+    pub name_path: String,
+    /// The produced kind's hooks (`CreateVirtual`, `UpdateVirtual`, `DeleteVirtual` are used).
+    pub hooks: Hooks,
+    /// Statistics of the produced kind, shared with the status reporter.
+    pub stats: Arc<TypeStats>,
+    /// Every synced object is reconciled again this often.
+    pub resync_period: Duration,
+    /// Told once about each virtual object in the way of a copy.
+    pub on_conflict: Option<ConflictReporter>,
+    /// The longest delay between two attempts of a failing watch ([`crate::retry`]).
+    pub retry_max: Duration,
+}
+
+/// The value of [`PRODUCED_FOR_ANNOTATION`] for the synced object `name` of `api_version` /
+/// `kind`: `<Kind>.<group>/<name>`, or `<Kind>/<name>` for the core group (kubectl's spelling
+/// of a resource of a group, such as `Certificate.cert-manager.io/web`).
+pub fn produced_for(api_version: &str, kind: &str, name: &str) -> String {
+    match api_version.rsplit_once('/') {
+        Some((group, _)) => format!("{kind}.{group}/{name}"),
+        None => format!("{kind}/{name}"),
+    }
+}
+
+/// The string at the dotted `path` (`spec.secretName`) of an object's JSON, when there is one
+/// and it is not empty.
+///
+/// A plain dotted path only (each segment a key of a JSON object), until the path notation of
+/// `patches` (dots, brackets, `[*]`) has its own parser in the `vcp-crds` crate.
+fn string_at<'a>(data: &'a Value, path: &str) -> Option<&'a str> {
+    path.split('.')
+        .try_fold(data, |value, key| value.get(key))
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+}
+
+/// The names a synced object declares: `(virtual name, host name of the virtual name)`.
+type Declared = (String, String);
+
+/// What the watches told about names (hints: every reconcile reads the caches again).
+#[derive(Default)]
+struct Index {
+    /// Synced object → what its virtual object declares.
+    declared: HashMap<ObjectKey, Declared>,
+    /// Host name of a declared virtual name → the synced objects declaring it.
+    by_host_name: HashMap<String, BTreeSet<ObjectKey>>,
+    /// `(namespace, virtual name)` → the synced objects declaring it.
+    by_virtual_name: HashMap<(String, String), BTreeSet<ObjectKey>>,
+    /// Synced object → the virtual objects marked as its copies.
+    copies: HashMap<ObjectKey, BTreeSet<String>>,
+}
+
+impl Index {
+    fn declare(&mut self, key: &ObjectKey, declared: Option<Declared>) {
+        if let Some((virtual_name, host_name)) = self.declared.remove(key) {
+            remove(&mut self.by_host_name, &host_name, key);
+            remove(
+                &mut self.by_virtual_name,
+                &(key.namespace.clone(), virtual_name),
+                key,
+            );
+        }
+        if let Some((virtual_name, host_name)) = declared {
+            self.by_host_name
+                .entry(host_name.clone())
+                .or_default()
+                .insert(key.clone());
+            self.by_virtual_name
+                .entry((key.namespace.clone(), virtual_name.clone()))
+                .or_default()
+                .insert(key.clone());
+            self.declared.insert(key.clone(), (virtual_name, host_name));
+        }
+    }
+
+    fn copy(&mut self, key: &ObjectKey, name: &str, deleted: bool) {
+        if deleted {
+            remove(&mut self.copies, key, &name.to_string());
+        } else {
+            self.copies
+                .entry(key.clone())
+                .or_default()
+                .insert(name.to_string());
+        }
+    }
+}
+
+fn remove<K: std::hash::Hash + Eq, V: Ord>(map: &mut HashMap<K, BTreeSet<V>>, key: &K, value: &V) {
+    if let Some(set) = map.get_mut(key) {
+        set.remove(value);
+        if set.is_empty() {
+            map.remove(key);
+        }
+    }
+}
+
+struct Produced {
+    opts: ProducedOptions,
+    /// `<Kind>.<group>/` of the synced type, the prefix of [`PRODUCED_FOR_ANNOTATION`].
+    for_prefix: String,
+    virtual_sources: Cache<DynamicObject>,
+    host_sources: Cache<DynamicObject>,
+    host_produced: Cache<DynamicObject>,
+    virtual_produced: Cache<DynamicObject>,
+    index: Mutex<Index>,
+    writer: Writer,
+}
+
+/// Brings back the objects of one `produced` entry of a synced type until the future is
+/// dropped (see the module docs), on one worker.
+///
+/// # Errors
+/// None at present: failures are retried with backoff and recorded in the statistics.
+pub async fn run(opts: ProducedOptions) -> Result<(), Error> {
+    let host_ns = opts.translator.host_namespace().to_string();
+    let mut source_config = watcher::Config::default();
+    if let Some(selector) = &opts.selector {
+        source_config = source_config.labels_from(selector);
+    }
+    let watches = vec![
+        Watch {
+            side: Side::Virtual,
+            api: Api::all_with(opts.virtual_.clone(), &opts.source),
+            config: source_config,
+        },
+        Watch {
+            side: Side::Host,
+            api: Api::namespaced_with(opts.host.clone(), &host_ns, &opts.source),
+            config: watcher::Config::default(),
+        },
+        Watch {
+            side: Side::HostProduced,
+            api: Api::namespaced_with(opts.host.clone(), &host_ns, &opts.produced),
+            config: watcher::Config::default(),
+        },
+        Watch {
+            side: Side::VirtualProduced,
+            api: Api::all_with(opts.virtual_.clone(), &opts.produced),
+            config: watcher::Config::default(),
+        },
+    ];
+    let settings = Settings {
+        workers: 1,
+        resync_period: Some(opts.resync_period),
+        on_conflict: opts.on_conflict.clone(),
+        retry_max: opts.retry_max,
+    };
+    let produced = Produced {
+        for_prefix: produced_for(&opts.source.api_version, &opts.source.kind, ""),
+        virtual_sources: Cache::new(),
+        host_sources: Cache::new(),
+        host_produced: Cache::new(),
+        virtual_produced: Cache::new(),
+        index: Mutex::new(Index::default()),
+        writer: Writer::new(
+            &opts.produced.api_version,
+            &opts.produced.kind,
+            opts.hooks.clone(),
+            opts.stats.clone(),
+        ),
+        opts,
+    };
+    driver::run(produced, watches, settings).await;
+    Ok(())
+}
+
+impl Reconcile for Produced {
+    type Object = DynamicObject;
+
+    fn stats(&self) -> &TypeStats {
+        &self.opts.stats
+    }
+
+    fn cache(&self, side: Side) -> &Cache<DynamicObject> {
+        match side {
+            Side::Virtual => &self.virtual_sources,
+            Side::Host => &self.host_sources,
+            Side::HostProduced => &self.host_produced,
+            Side::VirtualProduced => &self.virtual_produced,
+        }
+    }
+
+    fn key_of(&self, side: Side, obj: &DynamicObject, deleted: bool) -> Option<ObjectKey> {
+        self.keys_of(side, obj, deleted).into_iter().next()
+    }
+
+    fn keys_of(&self, side: Side, obj: &DynamicObject, deleted: bool) -> Vec<ObjectKey> {
+        let Ok(mut index) = self.index.lock() else {
+            return Vec::new();
+        };
+        match side {
+            Side::Virtual => {
+                let key = ObjectKey {
+                    namespace: obj.namespace().unwrap_or_default(),
+                    name: obj.name_any(),
+                };
+                let declared = (!deleted).then(|| self.declared(obj, &key)).flatten();
+                index.declare(&key, declared);
+                vec![key]
+            }
+            Side::Host => self
+                .opts
+                .translator
+                .virtual_key(&obj.metadata)
+                .map(|(namespace, name)| ObjectKey { namespace, name })
+                .into_iter()
+                .collect(),
+            Side::HostProduced => index
+                .by_host_name
+                .get(&obj.name_any())
+                .map(|keys| keys.iter().cloned().collect())
+                .unwrap_or_default(),
+            Side::VirtualProduced => {
+                let namespace = obj.namespace().unwrap_or_default();
+                let name = obj.name_any();
+                let mut keys: BTreeSet<ObjectKey> = index
+                    .by_virtual_name
+                    .get(&(namespace.clone(), name.clone()))
+                    .cloned()
+                    .unwrap_or_default();
+                if let Some(source) = self.copy_source(obj) {
+                    let key = ObjectKey {
+                        namespace,
+                        name: source,
+                    };
+                    index.copy(&key, &name, deleted);
+                    keys.insert(key);
+                }
+                keys.into_iter().collect()
+            }
+        }
+    }
+
+    fn all_keys(&self) -> Vec<ObjectKey> {
+        let mut keys: BTreeSet<ObjectKey> = self
+            .virtual_sources
+            .keys()
+            .into_iter()
+            .map(|(namespace, name)| ObjectKey { namespace, name })
+            .collect();
+        if let Ok(index) = self.index.lock() {
+            keys.extend(index.copies.keys().cloned());
+        }
+        keys.into_iter().collect()
+    }
+
+    async fn reconcile(&self, key: &ObjectKey) -> Result<Option<Outcome>, Error> {
+        let source = self
+            .virtual_sources
+            .get(&key.namespace, &key.name)
+            .filter(|s| s.metadata.deletion_timestamp.is_none());
+        let wanted = match &source {
+            None => None,
+            Some(source) => match self.wanted(key, source) {
+                Wanted::Keep => return Ok(None),
+                Wanted::Refused(message) => {
+                    self.delete_copies(key, None).await?;
+                    let uid = source.uid().unwrap_or_default();
+                    self.opts.stats.warn_once(
+                        &format!(
+                            "{uid} {} {}",
+                            Reason::ProducedNameRefused,
+                            self.opts.name_path
+                        ),
+                        Reason::ProducedNameRefused,
+                        message.clone(),
+                    );
+                    return Ok(Some(Outcome::Failed(message)));
+                }
+                Wanted::Nothing => None,
+                Wanted::Copy(name, host) => Some((name, host)),
+            },
+        };
+        self.delete_copies(key, wanted.as_ref().map(|(name, _)| name.as_str()))
+            .await?;
+        let Some((name, host)) = wanted else {
+            return Ok(None);
+        };
+        match self.virtual_produced.get(&key.namespace, &name) {
+            Some(current) if !self.is_copy_for(&current, key) => Ok(Some(Outcome::Conflict)),
+            Some(current) if current.metadata.deletion_timestamp.is_some() => {
+                Ok(Some(Outcome::Pending))
+            }
+            Some(current) => {
+                self.update(key, &name, &host, &current).await?;
+                Ok(Some(Outcome::InSync))
+            }
+            None => {
+                let copy = self.copy_of(key, &name, &host, None);
+                self.writer
+                    .create(&self.target(&key.namespace), HookPoint::CreateVirtual, copy)
+                    .await?;
+                Ok(Some(Outcome::InSync))
+            }
+        }
+    }
+
+    fn conflict_message(&self, key: &ObjectKey) -> String {
+        let name = self
+            .index
+            .lock()
+            .ok()
+            .and_then(|i| i.declared.get(key).map(|d| d.0.clone()))
+            .unwrap_or_default();
+        format!(
+            "virtual {} {}/{name} exists and was not brought back by this runtime (it is produced on the host for {} {key}, {}); it is left untouched",
+            self.opts.produced.kind, key.namespace, self.opts.source.kind, self.opts.name_path
+        )
+    }
+}
+
+/// What one synced object asks for.
+enum Wanted {
+    /// Its host copy is not there yet: change nothing.
+    Keep,
+    /// No name, or no host object of that name: no copy.
+    Nothing,
+    /// The host name is not the host name of the virtual name (the message says why).
+    Refused(String),
+    /// Copy this host object to this virtual name.
+    Copy(String, Box<DynamicObject>),
+}
+
+impl Produced {
+    /// What the virtual object `obj` (the synced object `key`) declares, from its `namePath`.
+    fn declared(&self, obj: &DynamicObject, key: &ObjectKey) -> Option<Declared> {
+        let name = string_at(&obj.data, &self.opts.name_path)?;
+        Some((
+            name.to_string(),
+            self.opts.translator.host_name(name, &key.namespace),
+        ))
+    }
+
+    fn wanted(&self, key: &ObjectKey, source: &DynamicObject) -> Wanted {
+        let translator = &self.opts.translator;
+        let Some((virtual_name, expected)) = self.declared(source, key) else {
+            return Wanted::Nothing;
+        };
+        let Some(host_copy) = self
+            .host_sources
+            .get(
+                translator.host_namespace(),
+                &translator.host_name(&key.name, &key.namespace),
+            )
+            .filter(|h| translator.is_host_copy_of(&h.metadata, &key.name, &key.namespace))
+        else {
+            return Wanted::Keep;
+        };
+        let Some(host_name) = string_at(&host_copy.data, &self.opts.name_path) else {
+            return Wanted::Nothing;
+        };
+        if host_name != expected {
+            return Wanted::Refused(format!(
+                "{} {key}: {} {:?} of its host copy is not the host name of {:?} in namespace {} ({expected:?}); only objects named as a reference patch on {} names them are brought back, so {} {}/{host_name} is not copied",
+                self.opts.source.kind,
+                self.opts.name_path,
+                host_name,
+                virtual_name,
+                key.namespace,
+                self.opts.name_path,
+                self.opts.produced.kind,
+                translator.host_namespace(),
+            ));
+        }
+        match self
+            .host_produced
+            .get(translator.host_namespace(), host_name)
+            .filter(|h| {
+                h.metadata.deletion_timestamp.is_none()
+                    && !h.labels().contains_key(MANAGED_BY_LABEL)
+            }) {
+            Some(host) => Wanted::Copy(virtual_name, Box::new(host)),
+            None => Wanted::Nothing,
+        }
+    }
+
+    /// The synced object's name a virtual object of the produced kind is marked as a copy for,
+    /// when it is a copy this runtime made for this `namePath` from the vCluster's host
+    /// namespace.
+    fn copy_source(&self, obj: &DynamicObject) -> Option<String> {
+        let annotations = obj.metadata.annotations.as_ref()?;
+        if annotations.get(PRODUCED_PATH_ANNOTATION) != Some(&self.opts.name_path)
+            || annotations
+                .get(HOST_NAMESPACE_ANNOTATION)
+                .map(String::as_str)
+                != Some(self.opts.translator.host_namespace())
+        {
+            return None;
+        }
+        annotations
+            .get(PRODUCED_FOR_ANNOTATION)?
+            .strip_prefix(&self.for_prefix)
+            .map(str::to_string)
+    }
+
+    fn is_copy_for(&self, obj: &DynamicObject, key: &ObjectKey) -> bool {
+        obj.namespace().as_deref() == Some(key.namespace.as_str())
+            && self.copy_source(obj).as_deref() == Some(key.name.as_str())
+    }
+
+    /// Deletes the copies made for `key` but the one named `keep`.
+    async fn delete_copies(&self, key: &ObjectKey, keep: Option<&str>) -> Result<(), Error> {
+        let known: Vec<String> = self
+            .index
+            .lock()
+            .map(|i| {
+                i.copies
+                    .get(key)
+                    .map(|c| c.iter().cloned().collect())
+                    .unwrap_or_default()
+            })
+            .unwrap_or_default();
+        for name in known {
+            if Some(name.as_str()) == keep {
+                continue;
+            }
+            if let Some(copy) = self.virtual_produced.get(&key.namespace, &name)
+                && self.is_copy_for(&copy, key)
+                && copy.metadata.deletion_timestamp.is_none()
+            {
+                self.writer
+                    .delete(
+                        &self.target(&key.namespace),
+                        HookPoint::DeleteVirtual,
+                        &copy,
+                    )
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn target(&self, namespace: &str) -> Target<DynamicObject> {
+        Target {
+            api: Api::namespaced_with(self.opts.virtual_.clone(), namespace, &self.opts.produced),
+            cluster: Cluster::Virtual,
+            namespace: namespace.to_string(),
+        }
+    }
+
+    /// The copy of `host` as `key.namespace/name` for the synced object `key`, on top of the
+    /// existing virtual object `base` (see the module docs).
+    fn copy_of(
+        &self,
+        key: &ObjectKey,
+        name: &str,
+        host: &DynamicObject,
+        base: Option<&DynamicObject>,
+    ) -> DynamicObject {
+        produced_copy(
+            host,
+            (&key.namespace, name),
+            &produced_for(
+                &self.opts.source.api_version,
+                &self.opts.source.kind,
+                &key.name,
+            ),
+            &self.opts.name_path,
+            base,
+        )
+    }
+
+    async fn update(
+        &self,
+        key: &ObjectKey,
+        name: &str,
+        host: &DynamicObject,
+        current: &DynamicObject,
+    ) -> Result<(), Error> {
+        let desired = self.copy_of(key, name, host, Some(current));
+        let mut current = current.clone();
+        current.types.clone_from(&desired.types);
+        let rv = current.resource_version();
+        let current = to_json(&current, name)?;
+        let desired = to_json(&desired, name)?;
+        self.writer
+            .patch(
+                &self.target(&key.namespace),
+                name,
+                Part::Object,
+                &[HookPoint::UpdateVirtual],
+                &current,
+                desired,
+                rv,
+            )
+            .await?;
+        Ok(())
+    }
+}
+
+/// The virtual copy of the produced host object `host` at `target` (`(namespace, name)`) for the
+/// synced object `produced_for` ([`produced_for`]) through `name_path`, on top of the existing
+/// virtual object `base` (none for a create): `host`'s labels and annotations except
+/// `vcluster.loft.sh/` keys, plus [`PRODUCED_FOR_ANNOTATION`], [`PRODUCED_PATH_ANNOTATION`],
+/// [`HOST_NAME_ANNOTATION`] and [`HOST_NAMESPACE_ANNOTATION`]; every top-level field of `host`
+/// but `metadata` and `status`; `base`'s other metadata (`uid`, `resourceVersion`, ...) and
+/// `status` kept.
+pub fn produced_copy(
+    host: &DynamicObject,
+    target: (&str, &str),
+    produced_for: &str,
+    name_path: &str,
+    base: Option<&DynamicObject>,
+) -> DynamicObject {
+    let ours = |key: &String| !key.starts_with("vcluster.loft.sh/");
+    let mut metadata = base.map(|b| b.metadata.clone()).unwrap_or_default();
+    metadata.name = Some(target.1.to_string());
+    metadata.namespace = Some(target.0.to_string());
+    metadata.labels = Some(
+        host.labels()
+            .iter()
+            .filter(|(k, _)| ours(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    );
+    let mut annotations: std::collections::BTreeMap<String, String> = host
+        .annotations()
+        .iter()
+        .filter(|(k, _)| ours(k) && !k.starts_with("vcp.dev/produced-"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    annotations.insert(PRODUCED_FOR_ANNOTATION.into(), produced_for.to_string());
+    annotations.insert(PRODUCED_PATH_ANNOTATION.into(), name_path.to_string());
+    annotations.insert(HOST_NAME_ANNOTATION.into(), host.name_any());
+    annotations.insert(
+        HOST_NAMESPACE_ANNOTATION.into(),
+        host.namespace().unwrap_or_default(),
+    );
+    metadata.annotations = Some(annotations);
+    DynamicObject {
+        types: host.types.clone(),
+        metadata,
+        data: copy_content(&host.data, base.and_then(|b| b.data.get("status"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_source_is_named_as_kubectl_names_a_resource_of_a_group() {
+        assert_eq!(
+            produced_for("cert-manager.io/v1", "Certificate", "web"),
+            "Certificate.cert-manager.io/web"
+        );
+        assert_eq!(produced_for("v1", "ConfigMap", "a"), "ConfigMap/a");
+    }
+
+    /// The index follows what a synced object declares: a changed name leaves no stale entry,
+    /// two objects declaring one name are both found, a forgotten object is gone everywhere.
+    #[test]
+    fn the_index_follows_declared_names_and_copies() {
+        let key = |name: &str| ObjectKey {
+            namespace: "a".into(),
+            name: name.into(),
+        };
+        let mut index = Index::default();
+        index.declare(&key("web"), Some(("tls".into(), "tls-x-a-x-vc".into())));
+        index.declare(&key("api"), Some(("tls".into(), "tls-x-a-x-vc".into())));
+        assert_eq!(index.by_host_name["tls-x-a-x-vc"].len(), 2);
+        index.declare(
+            &key("web"),
+            Some(("web-tls".into(), "web-tls-x-a-x-vc".into())),
+        );
+        assert_eq!(
+            index.by_host_name["tls-x-a-x-vc"],
+            BTreeSet::from([key("api")])
+        );
+        assert_eq!(
+            index.by_virtual_name[&("a".to_string(), "web-tls".to_string())],
+            BTreeSet::from([key("web")])
+        );
+        index.declare(&key("api"), None);
+        index.declare(&key("web"), None);
+        assert!(index.declared.is_empty() && index.by_host_name.is_empty());
+        assert!(index.by_virtual_name.is_empty());
+        index.copy(&key("web"), "tls", false);
+        index.copy(&key("web"), "web-tls", false);
+        index.copy(&key("web"), "tls", true);
+        assert_eq!(
+            index.copies[&key("web")],
+            BTreeSet::from(["web-tls".to_string()])
+        );
+        index.copy(&key("web"), "web-tls", true);
+        assert!(index.copies.is_empty());
+    }
+
+    #[test]
+    fn a_dotted_path_reads_a_non_empty_string() {
+        let obj = json!({"spec": {"secretName": "web-tls", "empty": "", "n": 1, "o": {}}});
+        assert_eq!(string_at(&obj, "spec.secretName"), Some("web-tls"));
+        for path in [
+            "spec.empty",
+            "spec.n",
+            "spec.o",
+            "spec.missing",
+            "spec",
+            "x.y",
+        ] {
+            assert_eq!(string_at(&obj, path), None, "{path}");
+        }
+    }
+
+    /// The copy of a Secret cert-manager issued on the host for the host copy of Certificate
+    /// `team-a/web` (its `secretName` `web-tls` translated to `web-tls-x-team-a-x-vc`).
+    #[test]
+    fn a_copy_carries_the_content_and_the_marks_of_its_source() {
+        let host: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "web-tls-x-team-a-x-vc", "namespace": "vc-ns", "uid": "h",
+                         "resourceVersion": "5",
+                         "labels": {"controller.cert-manager.io/fao": "true",
+                                    "vcluster.loft.sh/managed-by": "vc"},
+                         "annotations": {"cert-manager.io/certificate-name": "web-x-team-a-x-vc",
+                                         "vcluster.loft.sh/object-name": "x",
+                                         "vcp.dev/produced-for": "Certificate.cert-manager.io/forged"}},
+            "type": "kubernetes.io/tls",
+            "data": {"tls.crt": "Y3J0", "tls.key": "a2V5"}
+        }))
+        .unwrap();
+        let copy = produced_copy(
+            &host,
+            ("team-a", "web-tls"),
+            "Certificate.cert-manager.io/web",
+            "spec.secretName",
+            None,
+        );
+        let expected: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "web-tls", "namespace": "team-a",
+                         "labels": {"controller.cert-manager.io/fao": "true"},
+                         "annotations": {
+                             "cert-manager.io/certificate-name": "web-x-team-a-x-vc",
+                             "vcp.dev/produced-for": "Certificate.cert-manager.io/web",
+                             "vcp.dev/produced-path": "spec.secretName",
+                             "vcluster.loft.sh/object-host-name": "web-tls-x-team-a-x-vc",
+                             "vcluster.loft.sh/object-host-namespace": "vc-ns"}},
+            "type": "kubernetes.io/tls",
+            "data": {"tls.crt": "Y3J0", "tls.key": "a2V5"}
+        }))
+        .unwrap();
+        assert_eq!(copy, expected);
+
+        // an update keeps the virtual object's own metadata
+        let mut base = copy.clone();
+        base.metadata.uid = Some("v".into());
+        base.metadata.resource_version = Some("9".into());
+        let mut renewed = host.clone();
+        renewed.data["data"]["tls.crt"] = json!("bmV3");
+        let updated = produced_copy(
+            &renewed,
+            ("team-a", "web-tls"),
+            "Certificate.cert-manager.io/web",
+            "spec.secretName",
+            Some(&base),
+        );
+        assert_eq!(updated.metadata.uid.as_deref(), Some("v"));
+        assert_eq!(updated.metadata.resource_version.as_deref(), Some("9"));
+        assert_eq!(updated.data["data"]["tls.crt"], json!("bmV3"));
+    }
+}

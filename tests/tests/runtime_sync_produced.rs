@@ -1,0 +1,513 @@
+//! Objects that come back (`syncedTypes[].produced`, `syncer-runtime/src/produced.rs`) end to
+//! end on the real host and virtual API servers (RBAC on), the runtime in-process as
+//! `vcp-syncer`.
+//!
+//! A test CRD `Cert` (`e2e.vcp.test/v1`, `spec.secretName`) stands in for cert-manager's
+//! Certificate (the real cert-manager is the subject of its own end-to-end test), synced
+//! `ToHost` with vCluster's `reference` patch on `spec.secretName` and `produced` of the `v1`
+//! `Secret` named there. The test plays cert-manager: it writes the host Secret named by the
+//! host copy's `spec.secretName`.
+//!
+//! The first test needs the runtime's `reference` patch (the host copy's `secretName` is the
+//! translated name); the second shows what happens without one.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
+};
+use serde_json::{Value, json};
+use vcp_crds::{Reason, VClusterPlugin};
+use vcp_syncer_runtime::PodSync;
+use vcp_tests::runtime::{TIMEOUT, apply_dynamic as apply, start_runtime, world_with};
+use vcp_tests::{Audit, Cluster, ControlPlane, Identity, create_namespace, poll_for, wait_for};
+
+const TEST: &str = "produced";
+const VCLUSTER: &str = "vc-produced";
+const NS_A: &str = "produced-a";
+const NS_B: &str = "produced-b";
+
+fn certs() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("e2e.vcp.test", "v1", "Cert"),
+        "certs",
+    )
+}
+
+/// The `Cert` CRD (namespaced, `spec.secretName`, a status subresource).
+fn cert_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "certs.e2e.vcp.test"},
+        "spec": {"group": "e2e.vcp.test", "scope": "Namespaced",
+            "names": {"plural": "certs", "singular": "cert", "kind": "Cert"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": {"secretName": {"type": "string"}}},
+                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}
+    })
+}
+
+/// The CRD in both clusters, and what `vcp-syncer` needs beyond the World's grants: Certs
+/// (written) and Secrets (read) in the host namespace; Certs and Secrets in the virtual cluster.
+async fn prepare(host_ns: &str) {
+    let cp = ControlPlane::shared();
+    let host = cp.client(Cluster::Host, Identity::Admin).await;
+    let virtual_ = cp.client(Cluster::Virtual, Identity::Admin).await;
+    let crds = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+        "customresourcedefinitions",
+    );
+    apply(&host, &crds, None, cert_crd()).await;
+    apply(&virtual_, &crds, None, cert_crd()).await;
+    create_namespace(&host, host_ns).await;
+    let rbac = |kind: &str, plural: &str| {
+        ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", kind),
+            plural,
+        )
+    };
+    apply(&host, &rbac("Role", "roles"), Some(host_ns), json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "vcp-syncer-produced", "namespace": host_ns},
+        "rules": [
+            {"apiGroups": ["e2e.vcp.test"], "resources": ["certs"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]}
+        ]
+    })).await;
+    apply(&host, &rbac("RoleBinding", "rolebindings"), Some(host_ns), json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "vcp-syncer-produced", "namespace": host_ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "vcp-syncer-produced"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": Identity::Syncer.user()}]
+    })).await;
+    apply(&virtual_, &rbac("ClusterRole", "clusterroles"), None, json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "vcp-e2e-syncer-produced"},
+        "rules": [
+            {"apiGroups": ["e2e.vcp.test"], "resources": ["certs"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch", "create", "patch", "delete"]}
+        ]
+    })).await;
+    apply(&virtual_, &rbac("ClusterRoleBinding", "clusterrolebindings"), None, json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "vcp-e2e-syncer-produced"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "vcp-e2e-syncer-produced"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": Identity::Syncer.user()}]
+    })).await;
+}
+
+/// `<name>-x-<ns>-x-vc-produced`, written out (vCluster's host name of a short name).
+fn host_name(name: &str, ns: &str) -> String {
+    format!("{name}-x-{ns}-x-{VCLUSTER}")
+}
+
+#[tokio::test]
+async fn produced_secrets_come_back_under_their_virtual_names() {
+    let host_ns = format!("vc-{TEST}");
+    prepare(&host_ns).await;
+    let spec = json!({
+        "vcluster": {"name": VCLUSTER},
+        "syncedTypes": [{
+            "apiVersion": "e2e.vcp.test/v1", "kind": "Cert",
+            "selector": {"matchLabels": {"e2e": TEST}},
+            "patches": [{"path": "spec.secretName", "reference": {"apiVersion": "v1", "kind": "Secret"}}],
+            "produced": [{"apiVersion": "v1", "kind": "Secret", "namePath": "spec.secretName"}]
+        }]
+    });
+    let mut w = world_with(TEST, &[NS_A, NS_B], spec, PodSync::Hooks).await;
+    let started = std::time::Instant::now();
+    let cert = |ns: &'static str, name: &'static str, secret: &'static str| {
+        let client = w.virtual_.clone();
+        async move {
+            // the CRD's discovery may lag behind its creation: retry until served
+            wait_for(TIMEOUT, || {
+                let api = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &certs());
+                let obj: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": "e2e.vcp.test/v1", "kind": "Cert",
+                    "metadata": {"name": name, "namespace": ns, "labels": {"e2e": TEST}},
+                    "spec": {"secretName": secret}
+                }))
+                .unwrap();
+                async move {
+                    api.patch(
+                        name,
+                        &PatchParams::apply("e2e").force(),
+                        &Patch::Apply(&obj),
+                    )
+                    .await
+                    .ok()
+                }
+            })
+            .await
+        }
+    };
+    let host_secrets: Api<Secret> = Api::namespaced(w.host.clone(), &host_ns);
+    let virtual_secrets = |ns: &str| -> Api<Secret> { Api::namespaced(w.virtual_.clone(), ns) };
+    // the test plays cert-manager: the Secret named by the host copy's secretName
+    let issue = |name: String, crt: &'static str| {
+        let api = host_secrets.clone();
+        async move {
+            let secret: Secret = serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": name, "labels": {"controller.cert-manager.io/fao": "true"},
+                             "annotations": {"cert-manager.io/certificate-name": "issued"}},
+                "type": "kubernetes.io/tls",
+                "data": {"tls.crt": crt, "tls.key": "a2V5"}
+            }))
+            .unwrap();
+            api.patch(
+                &name,
+                &PatchParams::apply("cert-manager").force(),
+                &Patch::Apply(&secret),
+            )
+            .await
+            .expect("issue the host Secret")
+        }
+    };
+    let virtual_secret_where =
+        |ns: &'static str, name: &'static str, check: Box<dyn Fn(&Secret) -> bool>| {
+            let api = virtual_secrets(ns);
+            async move {
+                wait_for(TIMEOUT, || {
+                    let api = api.clone();
+                    let check = &check;
+                    async move { api.get_opt(name).await.ok().flatten().filter(|s| check(s)) }
+                })
+                .await
+            }
+        };
+    let crt = |s: &Secret| {
+        s.data
+            .as_ref()
+            .and_then(|d| d.get("tls.crt"))
+            .map(|b| String::from_utf8_lossy(&b.0).to_string())
+    };
+
+    // 1. two virtual namespaces, the same Cert and Secret names: two host copies whose
+    //    secretName names two host Secrets (the reference patch)
+    cert(NS_A, "web", "web-tls").await;
+    cert(NS_B, "web", "web-tls").await;
+    let host_certs = Api::<DynamicObject>::namespaced_with(w.host.clone(), &host_ns, &certs());
+    for ns in [NS_A, NS_B] {
+        let copy = wait_for(TIMEOUT, || {
+            let api = host_certs.clone();
+            async move { api.get_opt(&host_name("web", ns)).await.ok().flatten() }
+        })
+        .await;
+        assert_eq!(
+            copy.data["spec"]["secretName"],
+            json!(host_name("web-tls", ns))
+        );
+    }
+    issue(host_name("web-tls", NS_A), "YQ==").await; // "a"
+    issue(host_name("web-tls", NS_B), "Yg==").await; // "b"
+    let a = virtual_secret_where(NS_A, "web-tls", Box::new(|_| true)).await;
+    let b = virtual_secret_where(NS_B, "web-tls", Box::new(|_| true)).await;
+    assert_eq!(crt(&a).as_deref(), Some("a"));
+    assert_eq!(
+        crt(&b).as_deref(),
+        Some("b"),
+        "the namespaces do not collide"
+    );
+    assert_eq!(a.type_.as_deref(), Some("kubernetes.io/tls"));
+    assert_eq!(
+        a.annotations(),
+        &vcp_tests::string_map([
+            ("cert-manager.io/certificate-name", "issued"),
+            ("vcp.dev/produced-for", "Cert.e2e.vcp.test/web"),
+            ("vcp.dev/produced-path", "spec.secretName"),
+            (
+                "vcluster.loft.sh/object-host-name",
+                host_name("web-tls", NS_A).as_str()
+            ),
+            ("vcluster.loft.sh/object-host-namespace", host_ns.as_str()),
+        ])
+    );
+    assert_eq!(
+        a.labels(),
+        &vcp_tests::string_map([("controller.cert-manager.io/fao", "true")])
+    );
+
+    // 2. a renewal on the host reaches the virtual Secret
+    issue(host_name("web-tls", NS_A), "YTI=").await; // "a2"
+    virtual_secret_where(
+        NS_A,
+        "web-tls",
+        Box::new(move |s| crt(s).as_deref() == Some("a2")),
+    )
+    .await;
+
+    // 3. a virtual Secret the runtime did not make is never overwritten: a conflict
+    let mine: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "mine", "namespace": NS_A},
+        "data": {"tls.crt": "bWluZQ=="}
+    }))
+    .unwrap();
+    let mine = virtual_secrets(NS_A)
+        .create(&Default::default(), &mine)
+        .await
+        .expect("the user's own Secret");
+    cert(NS_A, "taken", "mine").await;
+    issue(host_name("mine", NS_A), "dGhlaXJz").await;
+    let conflict = poll_for(TIMEOUT, || {
+        let events =
+            Api::<k8s_openapi::api::events::v1::Event>::namespaced(w.host.clone(), &host_ns);
+        async move {
+            events
+                .list(&Default::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some(Reason::HostObjectConflict.as_str())
+                        && e.note
+                            .as_deref()
+                            .is_some_and(|n| n.contains(&format!("{NS_A}/mine")))
+                })
+        }
+    })
+    .await
+    .expect("a HostObjectConflict Event naming the virtual Secret");
+    println!("conflict: {:?}", conflict.note);
+    let plugins: Api<VClusterPlugin> = Api::namespaced(w.host.clone(), &host_ns);
+    wait_for(TIMEOUT, || {
+        let plugins = plugins.clone();
+        async move {
+            let status = plugins.get("car-plugin").await.ok()?.status?;
+            let s = status.synced_objects.iter().find(|s| s.kind == "Secret")?;
+            (s.count == 2 && s.conflicts == Some(1)).then_some(())
+        }
+    })
+    .await;
+    let still_mine = virtual_secrets(NS_A).get("mine").await.expect("mine");
+    assert_eq!(still_mine.resource_version(), mine.resource_version());
+    assert_eq!(crt(&still_mine).as_deref(), Some("mine"));
+    let virtual_writes = |ns: &str, part: &str| {
+        Audit::writes()
+            .on(Cluster::Virtual)
+            .by(Identity::Syncer)
+            .in_namespace(ns)
+            .uri_contains(part)
+            .requests()
+    };
+    assert_eq!(
+        virtual_writes(NS_A, "/secrets/mine"),
+        Vec::<(String, String)>::new()
+    );
+
+    // 4. restart mid-way: the runtime stops, the host Secret of b is renewed and the Cert of a
+    //    gone meanwhile; a new runtime converges, and nothing is made twice
+    w.runtime.abort();
+    let _ = (&mut w.runtime).await;
+    let uid_b = virtual_secrets(NS_B).get("web-tls").await.expect("b").uid();
+    issue(host_name("web-tls", NS_B), "YjI=").await; // "b2"
+    Api::<DynamicObject>::namespaced_with(w.virtual_.clone(), NS_A, &certs())
+        .delete("web", &DeleteParams::default())
+        .await
+        .expect("delete virtual Cert a/web");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        virtual_secrets(NS_A)
+            .get_opt("web-tls")
+            .await
+            .unwrap()
+            .is_some(),
+        "nothing runs"
+    );
+    let cp = ControlPlane::shared();
+    let restarted = start_runtime(
+        cp.client(Cluster::Host, Identity::Syncer).await,
+        cp.client(Cluster::Virtual, Identity::Syncer).await,
+        &host_ns,
+        "car-plugin",
+        |config| config.status_interval = Duration::from_millis(300),
+    );
+    w.runtime = restarted.task;
+    // deleting the virtual source removes the Secret that came back
+    wait_for(TIMEOUT, || {
+        let api = virtual_secrets(NS_A);
+        async move { api.get_opt("web-tls").await.ok()?.is_none().then_some(()) }
+    })
+    .await;
+    let b2 = virtual_secret_where(
+        NS_B,
+        "web-tls",
+        Box::new(move |s| crt(s).as_deref() == Some("b2")),
+    )
+    .await;
+    assert_eq!(
+        b2.uid(),
+        uid_b,
+        "the copy made before the restart is updated, not made again"
+    );
+    for ns in [NS_A, NS_B] {
+        let creates: Vec<_> = virtual_writes(ns, "/secrets")
+            .into_iter()
+            .filter(|(verb, _)| verb == "create")
+            .collect();
+        assert_eq!(
+            creates.len(),
+            1,
+            "{ns}: one create of web-tls in all: {creates:?}"
+        );
+    }
+    assert_eq!(
+        virtual_writes(NS_A, "/secrets/mine"),
+        Vec::<(String, String)>::new()
+    );
+
+    // 5. the host object goes: its copy goes
+    host_secrets
+        .delete(&host_name("web-tls", NS_B), &DeleteParams::default())
+        .await
+        .expect("delete the host Secret of b");
+    wait_for(TIMEOUT, || {
+        let api = virtual_secrets(NS_B);
+        async move { api.get_opt("web-tls").await.ok()?.is_none().then_some(()) }
+    })
+    .await;
+    let names: Vec<String> = virtual_secrets(NS_A)
+        .list(&Default::default())
+        .await
+        .expect("virtual secrets")
+        .items
+        .iter()
+        .map(|s| s.name_any())
+        .collect();
+    assert_eq!(
+        names,
+        ["mine"],
+        "the user's Secret stays, nothing else is left"
+    );
+    println!(
+        "produced: 2 namespaces, 1 renewal, 1 conflict left untouched, restart converged; {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// Without a `reference` patch on `namePath`, the host copy's `secretName` is the virtual value
+/// itself, which is not the host name of the virtual name (`<name>-x-<ns>-x-<vcluster>`): a
+/// tenant could otherwise name any Secret of the host namespace (another namespace's host
+/// copies, the vCluster's own Secrets) and have it copied into their namespace. Nothing is
+/// brought back: a `Warning` Event `ProducedNameRefused` naming the object, the object counted
+/// as failed (`RuntimeHealthy=False`, `SyncErrors`), no write of a Secret in the virtual cluster.
+#[tokio::test]
+async fn a_host_name_no_reference_translated_is_not_brought_back() {
+    let test = "produced-raw";
+    let host_ns = format!("vc-{test}");
+    let ns = "produced-raw-a";
+    prepare(&host_ns).await;
+    let spec = json!({
+        "vcluster": {"name": format!("vc-{test}")},
+        "syncedTypes": [{
+            "apiVersion": "e2e.vcp.test/v1", "kind": "Cert",
+            "selector": {"matchLabels": {"e2e": test}},
+            "produced": [{"apiVersion": "v1", "kind": "Secret", "namePath": "spec.secretName"}]
+        }]
+    });
+    let w = world_with(test, &[ns], spec, PodSync::Hooks).await;
+    // a Secret of the host namespace that a tenant must never see
+    let host_secrets: Api<Secret> = Api::namespaced(w.host.clone(), &host_ns);
+    let secret: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "vc-config-vc-produced-raw"}, "data": {"config": "c2VjcmV0"}
+    }))
+    .unwrap();
+    host_secrets
+        .create(&Default::default(), &secret)
+        .await
+        .expect("the vCluster's own Secret");
+    let certs_api = Api::<DynamicObject>::namespaced_with(w.virtual_.clone(), ns, &certs());
+    let cert: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "e2e.vcp.test/v1", "kind": "Cert",
+        "metadata": {"name": "steal", "namespace": ns, "labels": {"e2e": test}},
+        "spec": {"secretName": "vc-config-vc-produced-raw"}
+    }))
+    .unwrap();
+    wait_for(TIMEOUT, || {
+        let api = certs_api.clone();
+        let cert = cert.clone();
+        async move {
+            api.patch(
+                "steal",
+                &PatchParams::apply("e2e").force(),
+                &Patch::Apply(&cert),
+            )
+            .await
+            .ok()
+        }
+    })
+    .await;
+    let host_certs = Api::<DynamicObject>::namespaced_with(w.host.clone(), &host_ns, &certs());
+    let copy = wait_for(TIMEOUT, || {
+        let api = host_certs.clone();
+        async move {
+            api.get_opt(&format!("steal-x-{ns}-x-vc-{test}"))
+                .await
+                .ok()
+                .flatten()
+        }
+    })
+    .await;
+    assert_eq!(
+        copy.data["spec"]["secretName"],
+        json!("vc-config-vc-produced-raw"),
+        "no reference patch: the value reaches the host as it is"
+    );
+    let event = poll_for(TIMEOUT, || {
+        let events =
+            Api::<k8s_openapi::api::events::v1::Event>::namespaced(w.host.clone(), &host_ns);
+        async move {
+            events
+                .list(&Default::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some(Reason::ProducedNameRefused.as_str()))
+        }
+    })
+    .await
+    .expect("a ProducedNameRefused Event");
+    let note = event.note.unwrap_or_default();
+    assert!(
+        note.contains(&format!("Cert {ns}/steal"))
+            && note.contains(&format!("vc-config-vc-produced-raw-x-{ns}-x-vc-{test}")),
+        "{note}"
+    );
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    let plugins: Api<VClusterPlugin> = Api::namespaced(w.host.clone(), &host_ns);
+    wait_for(TIMEOUT, || {
+        let plugins = plugins.clone();
+        async move {
+            let status = plugins.get("car-plugin").await.ok()?.status?;
+            status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "RuntimeHealthy" && c.reason == "SyncErrors")
+                .then_some(())
+        }
+    })
+    .await;
+    let secrets: Api<Secret> = Api::namespaced(w.virtual_.clone(), ns);
+    assert!(
+        secrets
+            .get_opt("vc-config-vc-produced-raw")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let writes = Audit::writes()
+        .on(Cluster::Virtual)
+        .by(Identity::Syncer)
+        .in_namespace(ns)
+        .uri_contains("/secrets")
+        .requests();
+    assert_eq!(writes, Vec::<(String, String)>::new());
+}
