@@ -8,7 +8,7 @@
 --                for an older generation); being removed; Ready missing, Unknown or set for an
 --                older generation.
 --   Degraded     Ready=False (phase Failed: the install is refused; phase Degraded: the
---                runtime reports TypeUnavailable, SyncErrors or HostObjectConflict), or
+--                runtime reports TypeUnavailable, PatchFailed, SyncErrors or HostObjectConflict), or
 --                RuntimeHealthy=False for such a reason while Ready still says True: the
 --                condition's reason and message say why.
 local hs = {}

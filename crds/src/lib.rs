@@ -21,6 +21,7 @@ pub mod car;
 pub mod fault;
 pub mod free_form;
 pub mod hooks;
+pub mod patch_path;
 pub mod plugin;
 pub mod reason;
 mod schema;

@@ -319,8 +319,10 @@ pub struct SyncedType {
     /// vCluster's `patches` of a custom resource (`config.TranslatePatch` of the v0.30 module's
     /// `config/config.go`, documented under `sync.*.customResources.*.patches`), applied in
     /// order to the copy on its way to the other side, and reversed on the way back.
+    /// Two patches may not have the same path (vCluster's `validatePatches`: "have the same
+    /// path"): the list is a map keyed by `path`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 64))]
+    #[schemars(length(max = 64), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["path"]))]
     pub patches: Vec<TranslatePatch>,
     /// `FromHost` only: vCluster's `mappings` of `sync.fromHost.customResources.*` (which host
     /// objects are copied, and where to). Absent: the identity mapping of the vCluster's host
@@ -344,36 +346,56 @@ pub struct SyncedType {
     pub produced: Vec<ProducedObject>,
 }
 
+/// CEL: a patch's `path` (vCluster's notation, [`crate::patch_path`]) writes nothing that
+/// identifies the object ([`crate::patch_path::PatchPath::is_protected`], which the runtime checks
+/// again). The path is folded as the hooks' rule folds a JSON Pointer ([`folded_pointer`]: ASCII
+/// lower case, `ſ` → `s`, `K` → `k`) and its brackets become dots (`metadata["name"]`,
+/// `metadata['name']` → `metadata.name`, `[*]` → `.*`), so every spelling of a protected field
+/// is refused; a key containing dots can only be refused more often than the parser would, never
+/// less.
+pub const PROTECTED_PATCH_PATH_RULE: &str = "[self.path.lowerAscii().replace('\\u017f', 's').replace('\\u212a', 'k').replace('[\\\"', '.').replace('\\\"]', '').replace(\"['\", '.').replace(\"']\", '').replace('[', '.').replace(']', '')].all(n, !(n.matches('^[.]?(apiversion|kind|[*])([.].*)?$') || n.matches('^[.]?metadata([.][*].*)?$') || n.matches('^[.]?metadata[.](name|namespace|generatename|uid|ownerreferences|finalizers)([.].*)?$') || n.matches('^[.]?metadata[.](labels|annotations)([.]([*]|vcluster[.]loft[.]sh/).*)?$')))";
+
 /// One patch of a synced type, in vCluster's shape (`config.TranslatePatch`): `path`, and
-/// exactly one of `expression` (with an optional `reverseExpression`), `reference` or `labels`.
+/// exactly one of `expression` / `reverseExpression` (either or both, as vCluster's
+/// `validatePatches` counts them as one kind), `reference` or `labels`. The path may not write
+/// the object's identity ([`PROTECTED_PATCH_PATH_RULE`]).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
-    { "rule": "[has(self.expression), has(self.reference), has(self.labels)].filter(x, x).size() == 1", "message": "a patch has exactly one of expression (with an optional reverseExpression), reference or labels, as in vCluster's config.TranslatePatch" },
-    { "rule": "!has(self.reverseExpression) || has(self.expression)", "message": "reverseExpression is the way back of an expression: set expression too", "fieldPath": ".reverseExpression" },
+    { "rule": "[has(self.expression) || has(self.reverseExpression), has(self.reference), has(self.labels)].filter(x, x).size() == 1", "message": "a patch has exactly one of expression / reverseExpression, reference or labels, as in vCluster's config.TranslatePatch" },
+    { "rule": PROTECTED_PATCH_PATH_RULE, "message": "a patch may not write the object's identity (apiVersion, kind, metadata as a whole, name, namespace, generateName, uid, ownerReferences, finalizers), its labels or annotations as a whole or through [*], or a vcluster.loft.sh/ key", "fieldPath": ".path" },
 ]))]
 pub struct TranslatePatch {
     /// The field the patch targets, in vCluster's notation: dots, brackets (`a["b.c"]`,
-    /// `a[0]`) and `[*]` for every element. A path that is not found is skipped.
+    /// `a['b']`, `a[0]`) and `[*]` for every element. A path that is not found is skipped. It
+    /// may not write the object's identity (`apiVersion`, `kind`, `metadata` as a whole, its
+    /// name, namespace, generateName, uid, ownerReferences, finalizers, labels or annotations
+    /// as a whole or through `[*]`, a `vcluster.loft.sh/` key). Unique among the type's patches.
     #[schemars(length(min = 1, max = 512))]
     pub path: String,
     /// JavaScript that computes the host value on the way to the host (for `FromHost`: the
     /// virtual value), as in vCluster: `value`, `valueExists`, `context.vcluster.name` /
     /// `namespace`, `context.hostObject`, `context.virtualObject`, `context.path`, `btoa`,
-    /// `atob`. Evaluated in a sandbox with a time and a memory bound.
+    /// `atob`. The script's completion value replaces the value; `undefined` or `null` remove
+    /// the field. Evaluated in a sandbox without I/O, bounded to 100 ms and 16 MiB per
+    /// evaluation; a failure fails that object only (`RuntimeHealthy=False`, `PatchFailed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 4096))]
     pub expression: Option<String>,
-    /// JavaScript that computes the value on the way back (host to virtual for `ToHost`).
+    /// JavaScript that computes the value on the way back (host to virtual for `ToHost`: on the
+    /// status `syncStatus` copies up). Allowed without `expression`, as in vCluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 4096))]
     pub reverse_expression: Option<String>,
-    /// The value names another object: on the way down it becomes that object's host name, on
-    /// the way back the virtual name again (vCluster's `TranslatePatchReference`).
+    /// The value names another object: on the way down it becomes that object's host name
+    /// (`<name>-x-<namespace>-x-<vcluster>`, vCluster's single-namespace host name; a
+    /// cluster-scoped kind keeps its name), on the way back the virtual name again (vCluster's
+    /// `TranslatePatchReference`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reference: Option<TranslatePatchReference>,
     /// The value is a label selector, translated so that it selects the host copies of the
-    /// objects it selects in the virtual cluster (vCluster's `TranslatePatchLabels`).
+    /// objects it selects in the virtual cluster (vCluster's `TranslatePatchLabels`, translated
+    /// by vCluster's `HostLabelSelector`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<TranslatePatchLabels>,
 }
@@ -402,6 +424,7 @@ pub struct TranslatePatchReference {
     #[schemars(length(min = 1, max = 512))]
     pub name_path: Option<String>,
     /// Path of the referenced namespace; the object's own namespace when absent or not found.
+    /// A namespace found there becomes the vCluster's host namespace on the host copy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 512))]
     pub namespace_path: Option<String>,

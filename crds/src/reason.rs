@@ -42,7 +42,8 @@ pub enum Reason {
     Conflict,
     /// `Ready=False`: the plugin's part would make the workload too large to store.
     TooLarge,
-    /// `Ready=False`: a v1 plugin's `spec.config` cannot be rendered as YAML.
+    /// `Ready=False`: the plugin's configuration cannot be used: a v1 plugin's `spec.config`
+    /// cannot be rendered as YAML, or a `syncedTypes[].patches[]` path does not parse.
     InvalidConfig,
     /// `Ready=False`: the API server refuses the plugin's part of the workload.
     InvalidWorkload,
@@ -54,6 +55,11 @@ pub enum Reason {
     TypeUnavailable,
     /// `RuntimeHealthy=False`: some objects failed to sync and are being retried.
     SyncErrors,
+    /// `RuntimeHealthy=False`, and the runtime's `Warning` Event once per object and patch: a
+    /// `syncedTypes[].patches[]` entry failed on an object (an expression threw or ran past its
+    /// time or memory bound, a reference or selector has the wrong shape). That object is not
+    /// written and is retried with backoff; the others keep syncing.
+    PatchFailed,
     /// The runtime's `Warning` Event (and `RuntimeHealthy=False`) for a host object of a
     /// translated name that the vCluster does not manage (or a virtual object in the way of a
     /// `FromHost` copy).
@@ -77,7 +83,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 23] = [
+    pub const ALL: [Reason; 24] = [
         Reason::Installed,
         Reason::Terminating,
         Reason::VClusterNotFound,
@@ -96,6 +102,7 @@ impl Reason {
         Reason::Starting,
         Reason::TypeUnavailable,
         Reason::SyncErrors,
+        Reason::PatchFailed,
         Reason::HostObjectConflict,
         Reason::ImmutablePodFields,
         Reason::SelectorNoLongerMatches,
@@ -124,6 +131,7 @@ impl Reason {
             Reason::Starting => "Starting",
             Reason::TypeUnavailable => "TypeUnavailable",
             Reason::SyncErrors => "SyncErrors",
+            Reason::PatchFailed => "PatchFailed",
             Reason::HostObjectConflict => "HostObjectConflict",
             Reason::ImmutablePodFields => "ImmutablePodFields",
             Reason::SelectorNoLongerMatches => "SelectorNoLongerMatches",
@@ -218,6 +226,7 @@ mod tests {
             "Starting",
             "TypeUnavailable",
             "SyncErrors",
+            "PatchFailed",
             "HostObjectConflict",
             "ImmutablePodFields",
             "SelectorNoLongerMatches",

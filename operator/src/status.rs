@@ -22,7 +22,7 @@
 //! | done | `True` | `True` (`Installed`) | `Ready` | `Healthy` |
 //! | done | `False`, `Starting`, or `Unknown` | `False` (the runtime's reason) | `Installing` | `Progressing` |
 //! | done | any, for an older generation | `False` (`RuntimeUpdating`) | `Installing` | `Progressing` |
-//! | done | `False`, any other reason (`TypeUnavailable`, `SyncErrors`, `HostObjectConflict`) | `False` (the runtime's reason and message) | `Degraded` | `Degraded` |
+//! | done | `False`, any other reason (`TypeUnavailable`, `PatchFailed`, `SyncErrors`, `HostObjectConflict`) | `False` (the runtime's reason and message) | `Degraded` | `Degraded` |
 //!
 //! "Not reported" is `Ready=True` on purpose: a plugin with an `image` (a vcluster-sdk plugin)
 //! never writes `RuntimeHealthy`, and the embedded runtime writes `Starting` within seconds of
@@ -103,7 +103,7 @@ pub enum RuntimeHealth {
     },
     /// `RuntimeHealthy=False` with any other reason: objects are not in sync.
     Unhealthy {
-        /// The condition's reason (`TypeUnavailable`, `SyncErrors`, `HostObjectConflict`).
+        /// The condition's reason (`TypeUnavailable`, `PatchFailed`, `SyncErrors`, `HostObjectConflict`).
         reason: String,
         /// The condition's message.
         message: String,

@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -35,10 +36,12 @@ use tracing::{debug, info, warn};
 use crate::cache::Cache;
 use crate::context::SyncObject;
 use crate::error::Error;
+use crate::patches::ObjectPatchError;
 use crate::queue::{WorkQueue, WorkReceiver, work_queue};
 use crate::retry::Retry;
 use crate::stats::{Outcome, TypeStats};
 use crate::translate::slim_for_cache;
+use vcp_crds::Reason;
 
 /// How long to wait before looking again at a key whose outcome is [`Outcome::Pending`] (an
 /// object being deleted).
@@ -341,6 +344,38 @@ async fn process<R: Reconcile>(
                 queue.push_after(key.clone(), PENDING_DELAY);
             }
             stats.record(&id, outcome);
+        }
+        Err(Error::Patch(failure)) => {
+            let ObjectPatchError {
+                api_version,
+                kind,
+                object,
+                uid,
+                source,
+            } = *failure;
+            // nothing of the object was written; the others keep syncing (crate::patches)
+            warn!(%object, path = %source.path, error = %source, "patch failed, object not written, retrying with backoff");
+            let note = format!(
+                "{api_version} {kind} {object}: patch {:?} ({}) failed, so the object is not synced (retried with backoff): {}",
+                source.path, source.what, source.message
+            );
+            let related = ObjectReference {
+                api_version: Some(api_version.clone()),
+                kind: Some(kind.clone()),
+                namespace: Some(key.namespace.clone()).filter(|n| !n.is_empty()),
+                name: Some(key.name.clone()),
+                uid: uid.clone(),
+                ..ObjectReference::default()
+            };
+            // once per object (by uid) and patch path: forgotten when the object goes
+            let once = format!(
+                "{} PatchFailed {kind} {object} {}",
+                uid.as_deref().unwrap_or(&id),
+                source.path
+            );
+            stats.warn_once_about(Some(related), &once, Reason::PatchFailed, note);
+            stats.record(&id, Some(Outcome::PatchFailed(source.to_string())));
+            queue.retry(key.clone());
         }
         Err(error) => {
             if error.is_conflict() {

@@ -114,6 +114,25 @@ pub enum Error {
     #[error(transparent)]
     Hook(#[from] HookError),
 
+    /// A declared patch (`syncedTypes[].patches[]`) could not be applied to one object: that
+    /// object is not written, and is retried with backoff (`RuntimeHealthy=False`, reason
+    /// `PatchFailed`, and a `Warning` Event naming the type, the object and the path).
+    #[error(transparent)]
+    Patch(Box<crate::patches::ObjectPatchError>),
+
+    /// A `syncedTypes[].patches[]` entry cannot be used at all (its path does not parse or
+    /// writes the object's identity): the type does not sync.
+    #[error("invalid patch of synced type {api_version} {kind}: {source}")]
+    InvalidPatch {
+        /// `group/version` of the type.
+        api_version: String,
+        /// Kind of the type.
+        kind: String,
+        /// The refusal.
+        #[source]
+        source: Box<crate::patches::PatchError>,
+    },
+
     /// An object could not be converted between its typed and JSON forms.
     #[error("cannot convert {what}: {source}")]
     Json {

@@ -21,6 +21,9 @@
 //!   names); a virtual object of the target name without those annotations is never touched
 //!   (reported as a conflict).
 //!
+//! The type's `patches` ([`crate::patches`]) apply host to virtual: to the copy and to the
+//! status copied up; a patch that fails fails that object before any write.
+//!
 //! Both sides are watched, cached and worked through by the runtime's one
 //! driver (`driver.rs`), on one worker: the host in the vCluster's host namespace, the virtual
 //! cluster in all namespaces (a copy a former mapping put elsewhere is found wherever it is);
@@ -42,6 +45,7 @@ use crate::driver::{self, ConflictReporter, ObjectKey, Reconcile, Settings, Side
 use crate::error::Error;
 use crate::hooks::{HookPoint, Hooks};
 use crate::patch::to_json;
+use crate::patches::{ObjectPatchError, PatchError, Patches};
 use crate::stats::{Outcome, TypeStats};
 use crate::translate::{FromHostMapping, FromHostTranslator, MANAGED_BY_LABEL};
 use crate::write::{Cluster, Part, Patched, Target, Writer};
@@ -74,6 +78,9 @@ pub struct FromHostOptions {
     pub on_conflict: Option<ConflictReporter>,
     /// The longest delay between two attempts of a failing watch ([`crate::retry`]).
     pub retry_max: Duration,
+    /// The type's `patches`, applied host to virtual ([`Patches::from_host`]) to the copy and
+    /// to the status copied up.
+    pub patches: Arc<Patches>,
 }
 
 /// The keys are the host objects' `(host namespace, name)`; the virtual copy is where the
@@ -305,7 +312,7 @@ impl FromHost {
     }
 
     async fn create_virtual(&self, host: &DynamicObject, at: (&str, &str)) -> Result<(), Error> {
-        let obj = self.translator.virtual_object(host, at, None);
+        let obj = self.patched_virtual(host, at, None)?;
         let to = self.target(at.0);
         match self
             .writer
@@ -327,7 +334,7 @@ impl FromHost {
         virtual_obj: &DynamicObject,
     ) -> Result<(), Error> {
         let name = at.1.to_string();
-        let desired = self.translator.virtual_object(host, at, Some(virtual_obj));
+        let desired = self.patched_virtual(host, at, Some(virtual_obj))?;
         let mut current = virtual_obj.clone();
         current.types.clone_from(&desired.types);
         let current = to_json(&current, &name)?;
@@ -354,14 +361,14 @@ impl FromHost {
         if !self.opts.sync_status {
             return Ok(());
         }
-        let Some(host_status) = host.data.get("status") else {
+        let Some(host_status) = self.patched_status(host)? else {
             return Ok(());
         };
-        if virtual_obj.data.get("status") == Some(host_status) {
+        if virtual_obj.data.get("status") == Some(&host_status) {
             return Ok(());
         }
         let mut with_status = desired;
-        with_status["status"] = host_status.clone();
+        with_status["status"] = host_status;
         self.writer
             .patch(
                 &to,
@@ -376,6 +383,60 @@ impl FromHost {
             )
             .await?;
         Ok(())
+    }
+
+    /// The virtual copy of `host` at `at` (`(virtual namespace, name)`, from the mapping;
+    /// [`FromHostTranslator::virtual_object`]) with the type's patches applied host to virtual.
+    fn patched_virtual(
+        &self,
+        host: &DynamicObject,
+        at: (&str, &str),
+        existing: Option<&DynamicObject>,
+    ) -> Result<DynamicObject, Error> {
+        let obj = self.translator.virtual_object(host, at, existing);
+        if self.opts.patches.is_empty() {
+            return Ok(obj);
+        }
+        let name = host.name_any();
+        let host_json = to_json(host, &name)?;
+        let mut view = to_json(&obj, &name)?;
+        self.opts
+            .patches
+            .from_host(&host_json, &mut view)
+            .map_err(|source| self.patch_error(host, source))?;
+        serde_json::from_value(view).map_err(|source| Error::Json {
+            what: format!("the patched virtual copy of {name}"),
+            source,
+        })
+    }
+
+    /// The host object's status as it is copied up: with the type's patches applied host to
+    /// virtual (`None` when the host object has no status).
+    fn patched_status(&self, host: &DynamicObject) -> Result<Option<serde_json::Value>, Error> {
+        let Some(status) = host.data.get("status") else {
+            return Ok(None);
+        };
+        if self.opts.patches.is_empty() {
+            return Ok(Some(status.clone()));
+        }
+        let name = host.name_any();
+        let host_json = to_json(host, &name)?;
+        let mut view = host_json.clone();
+        self.opts
+            .patches
+            .from_host(&host_json, &mut view)
+            .map_err(|source| self.patch_error(host, source))?;
+        Ok(view.get("status").cloned())
+    }
+
+    fn patch_error(&self, host: &DynamicObject, source: PatchError) -> Error {
+        Error::Patch(Box::new(ObjectPatchError {
+            api_version: self.opts.resource.api_version.clone(),
+            kind: self.opts.resource.kind.clone(),
+            object: format!("{}/{}", self.opts.mapping.host_namespace(), host.name_any()),
+            uid: host.metadata.uid.clone(),
+            source,
+        }))
     }
 
     async fn delete_virtual(&self, virtual_obj: &DynamicObject) -> Result<(), Error> {

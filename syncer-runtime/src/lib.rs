@@ -31,6 +31,7 @@ pub mod from_host;
 pub mod hooks;
 mod own_writes;
 pub mod patch;
+pub mod patches;
 mod plugin;
 pub mod pod_update;
 pub mod pods;

@@ -106,14 +106,14 @@ pub fn produced_for(api_version: &str, kind: &str, name: &str) -> String {
     }
 }
 
-/// The string at the dotted `path` (`spec.secretName`) of an object's JSON, when there is one
-/// and it is not empty.
-///
-/// A plain dotted path only (each segment a key of a JSON object), until the path notation of
-/// `patches` (dots, brackets, `[*]`) has its own parser in the `vcp-crds` crate.
+/// The non-empty string at `path` (vCluster's patch notation: dots, brackets, `[*]`, parsed by
+/// [`vcp_crds::patch_path::PatchPath`]; the first match) in `data` (an object's top-level
+/// fields but `metadata`). `None` when the path does not parse (the operator refuses such a
+/// plugin), is not found, or holds no string.
 fn string_at<'a>(data: &'a Value, path: &str) -> Option<&'a str> {
-    path.split('.')
-        .try_fold(data, |value, key| value.get(key))
+    vcp_crds::patch_path::PatchPath::parse(path)
+        .ok()?
+        .get(data)
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
 }

@@ -22,6 +22,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, ApiResource, GroupVersionKind, Patch, PatchParams};
 use kube::core::Selector;
 use kube::discovery::{Scope, pinned_kind};
+
+use crate::patches::Patches;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter as EventReporter};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -436,6 +438,18 @@ async fn run_type(
             return Err(error);
         }
     };
+    let patches = match Patches::new(&synced.patches, &vcluster, &config.namespace) {
+        Ok(patches) => patches,
+        Err(source) => {
+            let error = Error::InvalidPatch {
+                api_version: synced.api_version.clone(),
+                kind: synced.kind.clone(),
+                source: Box::new(source),
+            };
+            stats.set_type_error(Some(error.to_string()));
+            return Err(error);
+        }
+    };
     // A mapping reaching outside the vCluster's host namespace is refused before anything is
     // watched (the operator refuses such a plugin too, and so does admission).
     let mapping = if synced.direction == SyncDirection::FromHost {
@@ -477,6 +491,8 @@ async fn run_type(
         }
     };
     stats.set_type_error(None);
+    let scoped = cluster_scoped_kinds(&config.virtual_, &patches.referenced_kinds()).await;
+    let patches = Arc::new(patches.with_cluster_scoped(scoped));
     let type_hooks = Hooks::for_type(&hooks, &synced.api_version, &synced.kind);
     // FromHost: the host-to-virtual sync; ToHost: the virtual-to-host sync below.
     if let Some(mapping) = mapping {
@@ -493,6 +509,7 @@ async fn run_type(
             resync_period: config.resync_period,
             on_conflict: Some(on_conflict),
             retry_max: config.retry_max,
+            patches,
         })
         .await;
     }
@@ -514,6 +531,7 @@ async fn run_type(
         sync_status: synced.sync_status,
         status_subresource,
         spec_updates: !is_pod,
+        patches,
     };
     let register = RegisterContext {
         host: config.host.clone(),
@@ -587,6 +605,43 @@ async fn run_produced(
     };
     opts.stats.set_type_error(None);
     produced::run(opts).await
+}
+
+/// `(group, kind)` of the cluster-scoped kinds in the API groups that `referenced` (the
+/// `(apiVersion, kind)` of a type's reference patches) name, discovered on the virtual API
+/// server: a reference to one of them keeps its name ([`crate::patches`]). The whole group is
+/// read because a reference's `kindPath` may name another kind of it (cert-manager's
+/// `issuerRef.kind: ClusterIssuer` beside `Issuer`). A group that cannot be discovered counts
+/// as having no cluster-scoped kind (its references are translated), with a log line.
+async fn cluster_scoped_kinds(
+    client: &kube::Client,
+    referenced: &[(String, String)],
+) -> Vec<(String, String)> {
+    let mut groups: Vec<String> = referenced
+        .iter()
+        .map(|(api_version, _)| match api_version.split_once('/') {
+            Some((group, _)) => group.to_string(),
+            None => String::new(),
+        })
+        .collect();
+    groups.sort();
+    groups.dedup();
+    let mut scoped = Vec::new();
+    for group in groups {
+        match kube::discovery::oneshot::group(client, &group).await {
+            Ok(api_group) => {
+                for (resource, caps) in api_group.recommended_resources() {
+                    if caps.scope == Scope::Cluster {
+                        scoped.push((group.clone(), resource.kind));
+                    }
+                }
+            }
+            Err(error) => {
+                warn!(%error, group = %group, "cannot discover the referenced API group; its kinds count as namespaced");
+            }
+        }
+    }
+    scoped
 }
 
 /// The `ApiResource` of a synced type and whether it has a status subresource, discovered on

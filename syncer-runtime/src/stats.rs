@@ -18,6 +18,9 @@ pub enum Outcome {
     Pending,
     /// The last attempt failed with this message; it is retried with backoff.
     Failed(String),
+    /// A declared patch failed on the object (`Error::Patch`, with this message): nothing of it
+    /// was written; it is retried with backoff.
+    PatchFailed(String),
 }
 
 /// Counts of one type, as reported in `status.syncedObjects`.
@@ -31,8 +34,12 @@ pub struct TypeSummary {
     pub in_sync: i64,
     /// Host objects of a translated name that this vCluster does not manage.
     pub conflicts: i64,
-    /// Objects whose last sync attempt failed.
+    /// Objects whose last sync attempt failed (other than by a patch).
     pub failed: i64,
+    /// Objects on which a declared patch failed.
+    pub patch_failed: i64,
+    /// The message of one of them (the first in key order), for the condition's message.
+    pub patch_error: Option<String>,
     /// A problem of the whole type (discovery or watch failing), if any.
     pub type_error: Option<String>,
     /// Whether both watches have listed their objects once.
@@ -383,14 +390,22 @@ impl TypeStats {
             ..TypeSummary::default()
         };
         if let Ok(outcomes) = self.outcomes.lock() {
-            for outcome in outcomes.values() {
+            let mut first_patch_error: Option<(&String, &String)> = None;
+            for (key, outcome) in outcomes.iter() {
                 match outcome {
                     Outcome::InSync => summary.in_sync += 1,
                     Outcome::Conflict => summary.conflicts += 1,
                     Outcome::Failed(_) => summary.failed += 1,
+                    Outcome::PatchFailed(message) => {
+                        summary.patch_failed += 1;
+                        if first_patch_error.is_none_or(|(first, _)| key < first) {
+                            first_patch_error = Some((key, message));
+                        }
+                    }
                     Outcome::Pending => {}
                 }
             }
+            summary.patch_error = first_patch_error.map(|(_, message)| message.clone());
         }
         summary
     }
@@ -437,6 +452,26 @@ mod tests {
             );
         }
         assert!(stats.warned_len() <= MAX_WARNED, "{}", stats.warned_len());
+    }
+
+    #[test]
+    fn patch_failures_are_counted_apart_with_the_first_message_by_key() {
+        let stats = TypeStats::new("e2e.vcp.test/v1", "Widget");
+        stats.record("b/two", Some(Outcome::PatchFailed("second".into())));
+        stats.record("a/one", Some(Outcome::PatchFailed("first".into())));
+        stats.record("c/ok", Some(Outcome::InSync));
+        stats.record("d/bad", Some(Outcome::Failed("other".into())));
+        let summary = stats.summary();
+        assert_eq!(
+            (summary.patch_failed, summary.failed, summary.in_sync),
+            (2, 1, 1)
+        );
+        assert_eq!(summary.patch_error.as_deref(), Some("first"));
+        // recovered: synced again
+        stats.record("a/one", Some(Outcome::InSync));
+        stats.record("b/two", Some(Outcome::InSync));
+        let summary = stats.summary();
+        assert_eq!((summary.patch_failed, summary.patch_error), (0, None));
     }
 
     #[cfg(feature = "reconcile-log")]

@@ -10,6 +10,7 @@
 //! | reason | status | when |
 //! | --- | --- | --- |
 //! | `TypeUnavailable` | `False` | a type cannot be discovered or watched (messages joined by `; `) |
+//! | `PatchFailed` | `False` | a declared patch failed on some objects (an expression threw or ran past its bounds, a reference or selector of the wrong shape): those objects are not written and are retried; the message gives the count and one failure |
 //! | `SyncErrors` | `False` | objects failed to sync and are retried |
 //! | `HostObjectConflict` | `False` | a host object of a synced object's name is not managed by this vCluster: it is left untouched, so that object is not synced (counted in `syncedObjects[].conflicts`) |
 //! | `Starting` | `False` | a type is not listed yet |
@@ -60,6 +61,7 @@ pub fn desired(
     let all: Vec<&TypeSummary> = types.iter().chain(pod_hooks).collect();
     let synced_total: i64 = types.iter().map(|s| s.in_sync).sum();
     let failed: i64 = all.iter().map(|s| s.failed).sum();
+    let patch_failed: i64 = all.iter().map(|s| s.patch_failed).sum();
     let conflicts: i64 = all.iter().map(|s| s.conflicts).sum();
     let type_errors: Vec<&str> = all.iter().filter_map(|s| s.type_error.as_deref()).collect();
     let not_ready: Vec<String> = all
@@ -69,6 +71,19 @@ pub fn desired(
         .collect();
     let (healthy, reason, message) = if !type_errors.is_empty() {
         (false, Reason::TypeUnavailable, type_errors.join("; "))
+    } else if patch_failed > 0 {
+        let example = all
+            .iter()
+            .find_map(|s| s.patch_error.as_deref())
+            .unwrap_or_default();
+        (
+            false,
+            Reason::PatchFailed,
+            format!(
+                "{patch_failed} object(s) not synced: a patch failed, nothing of them is written \
+                 and they are retried (see the PatchFailed Events); for example {example}"
+            ),
+        )
     } else if failed > 0 {
         (
             false,
@@ -269,6 +284,32 @@ mod tests {
         let s = desired(&[summary("Car", 1), listing], None, None);
         assert_eq!((s.healthy, s.reason.as_str()), (false, "Starting"));
         assert_eq!(s.message, "listing example.loft.sh/v1 Truck");
+    }
+
+    #[test]
+    fn a_failing_patch_is_its_own_reason_and_recovers() {
+        let mut certificates = summary("Certificate", 2);
+        certificates.patch_failed = 1;
+        certificates.patch_error = Some("patch \"spec.x\" (expression): boom".into());
+        let mut failing = summary("Car", 1);
+        failing.failed = 1;
+        let s = desired(&[certificates.clone(), failing], None, Some(3));
+        assert_eq!((s.healthy, s.reason.as_str()), (false, "PatchFailed"));
+        assert_eq!(
+            s.message,
+            "1 object(s) not synced: a patch failed, nothing of them is written and they are \
+             retried (see the PatchFailed Events); for example patch \"spec.x\" (expression): boom"
+        );
+        // a type that cannot be watched still comes first
+        let mut unavailable = summary("Boat", 0);
+        unavailable.type_error = Some("x".into());
+        let s = desired(&[certificates.clone(), unavailable], None, None);
+        assert_eq!(s.reason.as_str(), "TypeUnavailable");
+        // nothing fails any more: healthy again
+        certificates.patch_failed = 0;
+        certificates.patch_error = None;
+        let s = desired(&[certificates], None, None);
+        assert_eq!((s.healthy, s.reason.as_str()), (true, "Syncing"));
     }
 
     #[test]

@@ -10,17 +10,23 @@
 //!   when something differs; then, with `syncStatus`, the host `.status` copied up;
 //! - [`Syncer::sync_to_virtual`]: the default, delete the host copy.
 //!
+//! The type's `patches` ([`crate::patches`]) are applied to the host copy after vCluster's
+//! translation, on create and on update alike, and reversed on the host status copied up; a
+//! patch that fails fails the object ([`Error::Patch`]) before any write.
+//!
 //! With `spec_updates: false` (pods in `--pod-sync=full`) only labels and annotations are
 //! updated after creation, as the rest of a pod's spec is immutable.
 
 use std::future::Future;
+use std::sync::Arc;
 
-use kube::Resource;
 use kube::api::{ApiResource, DynamicObject};
 use kube::core::Selector;
+use kube::{Resource, ResourceExt};
 
 use crate::context::{SyncContext, SyncObject};
 use crate::error::Error;
+use crate::patches::{ObjectPatchError, PatchError, Patches};
 use crate::translate::NamespacedTranslator;
 
 /// One namespaced type synced from the virtual cluster to the host namespace (vcluster-sdk's
@@ -114,6 +120,80 @@ pub struct DeclarativeSyncer {
     pub status_subresource: bool,
     /// Whether fields other than labels and annotations are updated after creation.
     pub spec_updates: bool,
+    /// The type's `patches` ([`crate::patches`]): applied to the host copy after vCluster's
+    /// translation (on create and on every update, so the desired copy is the same each time),
+    /// and reversed on the host status that `syncStatus` copies up.
+    pub patches: Arc<Patches>,
+}
+
+impl DeclarativeSyncer {
+    /// `host` (a host copy of `virtual_obj` as translated) with the type's patches applied.
+    ///
+    /// # Errors
+    /// [`Error::Patch`] naming the object when a patch fails: the copy must not be written.
+    pub fn patched_host(
+        &self,
+        virtual_obj: &DynamicObject,
+        host: DynamicObject,
+    ) -> Result<DynamicObject, Error> {
+        if self.patches.is_empty() {
+            return Ok(host);
+        }
+        let virtual_json = json_of(virtual_obj)?;
+        let mut host_json = json_of(&host)?;
+        self.patches
+            .to_host(&virtual_json, &mut host_json)
+            .map_err(|source| self.patch_error(virtual_obj, source))?;
+        object_of(host_json)
+    }
+
+    /// The host object `host` as it reads in the virtual cluster (the way back of the type's
+    /// patches), for copying its status up.
+    ///
+    /// # Errors
+    /// [`Error::Patch`] naming the object when a patch's way back fails.
+    pub fn unpatched_host(
+        &self,
+        virtual_obj: &DynamicObject,
+        host: &DynamicObject,
+    ) -> Result<DynamicObject, Error> {
+        let virtual_json = json_of(virtual_obj)?;
+        let mut host_json = json_of(host)?;
+        self.patches
+            .to_virtual(&virtual_json, &mut host_json)
+            .map_err(|source| self.patch_error(virtual_obj, source))?;
+        object_of(host_json)
+    }
+
+    fn patch_error(&self, virtual_obj: &DynamicObject, source: PatchError) -> Error {
+        Error::Patch(Box::new(ObjectPatchError {
+            api_version: self.translator.api_version().to_string(),
+            kind: self.translator.kind().to_string(),
+            object: format!(
+                "{}/{}",
+                virtual_obj.namespace().unwrap_or_default(),
+                virtual_obj.name_any()
+            ),
+            uid: virtual_obj.metadata.uid.clone(),
+            source,
+        }))
+    }
+}
+
+/// `obj` as JSON.
+fn json_of(obj: &DynamicObject) -> Result<serde_json::Value, Error> {
+    serde_json::to_value(obj).map_err(|source| Error::Json {
+        what: format!("{} to JSON", obj.name_any()),
+        source,
+    })
+}
+
+/// A `DynamicObject` from JSON.
+fn object_of(value: serde_json::Value) -> Result<DynamicObject, Error> {
+    serde_json::from_value(value).map_err(|source| Error::Json {
+        what: "a patched object".into(),
+        source,
+    })
 }
 
 impl Syncer for DeclarativeSyncer {
@@ -148,8 +228,8 @@ impl Syncer for DeclarativeSyncer {
         ctx: &SyncContext<DynamicObject>,
         virtual_obj: &DynamicObject,
     ) -> Result<(), Error> {
-        ctx.sync_to_host_create(virtual_obj, self.translator.host_object(virtual_obj))
-            .await
+        let host = self.patched_host(virtual_obj, self.translator.host_object(virtual_obj))?;
+        ctx.sync_to_host_create(virtual_obj, host).await
     }
 
     async fn sync(
@@ -161,7 +241,10 @@ impl Syncer for DeclarativeSyncer {
         let mut current = host_obj.clone();
         current.types = Some(self.translator.type_meta());
         let desired = if self.spec_updates {
-            self.translator.host_object_update(virtual_obj, &current)
+            self.patched_host(
+                virtual_obj,
+                self.translator.host_object_update(virtual_obj, &current),
+            )?
         } else {
             let mut desired = current.clone();
             if let Some(update) = self
@@ -176,7 +259,12 @@ impl Syncer for DeclarativeSyncer {
         // Always handed over (not `None` when equal): UpdatePhysical hooks may still differ.
         ctx.sync_to_host_update(&current, Some(desired)).await?;
         if self.sync_status {
-            ctx.sync_status_to_virtual(virtual_obj, host_obj, self.status_subresource)
+            let host_obj = if self.patches.is_empty() {
+                host_obj.clone()
+            } else {
+                self.unpatched_host(virtual_obj, host_obj)?
+            };
+            ctx.sync_status_to_virtual(virtual_obj, &host_obj, self.status_subresource)
                 .await?;
         }
         Ok(())

@@ -52,6 +52,19 @@ pub fn oracle_paths() -> &'static BTreeMap<String, PathBuf> {
 /// # Errors
 /// helm's message when it refuses the values (the chart's values schema, a template error).
 pub fn render_vcluster_chart(namespace: &str, values: &str) -> anyhow::Result<String> {
+    render_vcluster_chart_from(&oracle_paths()["VCLUSTER_CHART"], namespace, values)
+}
+
+/// [`render_vcluster_chart`] with the chart in folder `chart` (another vCluster version's, such
+/// as `VCLUSTER_CHART_V0_36` of [`oracle_paths`]).
+///
+/// # Errors
+/// As [`render_vcluster_chart`].
+pub fn render_vcluster_chart_from(
+    chart: &Path,
+    namespace: &str,
+    values: &str,
+) -> anyhow::Result<String> {
     let paths = oracle_paths();
     let scratch = std::env::temp_dir().join(format!("vcp-helm-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
@@ -59,7 +72,7 @@ pub fn render_vcluster_chart(namespace: &str, values: &str) -> anyhow::Result<St
     std::fs::write(&values_file, values)?;
     let out = Command::new(&paths["HELM"])
         .args(["template", "my-vcluster"])
-        .arg(&paths["VCLUSTER_CHART"])
+        .arg(chart)
         .args(["--namespace", namespace, "-f"])
         .arg(&values_file)
         .env("HELM_CACHE_HOME", scratch.join("cache"))

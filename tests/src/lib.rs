@@ -23,7 +23,8 @@
 //! declarative runtime in-process, and the `World` of a runtime test), [`replica`]
 //! (an operator replica in-process that a test can stop or kill), [`logs`] (the
 //! process's own warnings, captured), [`workload`] (a vCluster's
-//! workload of either kind, as its chart renders it).
+//! workload of either kind, as its chart renders it), [`vcluster_syncer`] (vCluster's own
+//! syncer as a local process, with the virtual API server as its control plane).
 //! Their items are re-exported at the crate root.
 //!
 //! [`cpu`] reads the CPU time of a bench's processes from `/proc`; [`plot`] draws the benches'
@@ -44,6 +45,7 @@ pub mod process;
 pub mod proxy;
 pub mod replica;
 pub mod runtime;
+pub mod vcluster_syncer;
 pub mod wait;
 pub mod workload;
 
@@ -54,8 +56,8 @@ pub use audit::{Audit, AuditedWrite, Writes, audited_reads, audited_write_events
 pub use control_plane::{Cluster, ControlPlane, Identity, config_from, repo_root};
 pub use fixtures::{
     TEST_FIELD_MANAGER, apply_yaml, apply_yaml_file, create_namespace, create_yaml, install_crds,
-    install_operator_rbac, oracle_paths, refusal, render_vcluster_chart, string_map,
-    vcluster_workload, vcluster_workload_with,
+    install_operator_rbac, oracle_paths, refusal, render_vcluster_chart,
+    render_vcluster_chart_from, string_map, vcluster_workload, vcluster_workload_with,
 };
 pub use plugins::{
     condition, create_plugin, delete_plugin, install_operator_role, operator_reconciles,
@@ -67,4 +69,7 @@ pub use process::{OperatorOptions, OperatorProcess, exit_signal, http_get, works
 pub use proxy::{TcpProxy, kubeconfig_server};
 pub use replica::Replica;
 pub use runtime::{Runtime, World, start_runtime};
+pub use vcluster_syncer::{
+    VCLUSTER_RELEASE, VClusterSyncer, install_vcluster_chart, install_vcluster_chart_from,
+};
 pub use wait::{poll_for, wait_for};

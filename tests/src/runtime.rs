@@ -215,6 +215,7 @@ pub async fn world_with(
             {"apiGroups": ["example.loft.sh"], "resources": ["cars"], "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
             {"apiGroups": ["example.loft.sh"], "resources": ["cars/status"], "verbs": ["get", "patch", "update"]},
             {"apiGroups": ["e2e.vcp.test"], "resources": ["widgets"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["e2e.vcp.test"], "resources": ["widgets/status"], "verbs": ["get", "patch"]},
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
             {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["get", "patch"]},
             {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "create"]}

@@ -241,14 +241,8 @@ async fn vclusters_own_parser_reads_what_import_carries_over() {
                 };
                 carried += 1;
                 assert!(enabled, "{name}: {key}");
-                // Patches: vCluster's reading, field for field; a reverseExpression alone gets
-                // the expression `value` (the note of the import).
-                let mut want = entry["patches"].as_array().cloned().unwrap_or_default();
-                for p in &mut want {
-                    if p.get("expression").is_none() && p.get("reverseExpression").is_some() {
-                        p["expression"] = json!("value");
-                    }
-                }
+                // Patches: vCluster's reading, field for field.
+                let want = entry["patches"].as_array().cloned().unwrap_or_default();
                 assert_eq!(
                     serde_json::to_value(&t.patches).expect("patches"),
                     Value::Array(want),

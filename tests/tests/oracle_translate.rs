@@ -5,7 +5,8 @@
 //! `tests/vcluster-go/go.mod` (v0.30.0) and answers, one JSON line per request, what vCluster's
 //! syncer writes on the host (`HostMetadata` with the single-namespace translator, `VClusterName`
 //! and the owner Service set as its start-up sets them; `HostLabels` / `HostAnnotations` of an
-//! existing host object; `SingleNamespaceHostName`; `SafeConcatName`; `HostLabel`). This test
+//! existing host object; `SingleNamespaceHostName`; `SafeConcatName`; `HostLabel`;
+//! `HostLabelSelector`, the rule of a `labels` patch). This test
 //! asks it and `vcp_syncer_runtime::translate` the same questions — at least 10,000 generated
 //! cases and the committed table `tests/fixtures/translate-oracle/edge-cases.json` — and demands
 //! identical answers. The only accepted differences are the deliberate ones in
@@ -716,4 +717,97 @@ fn translation_matches_vcluster() {
     }
     println!("oracle_translate: {total} cases compared with vCluster v0.30.0, all identical");
     assert!(total >= 10_000, "only {total} cases compared");
+}
+
+/// `labels` patches (`syncedTypes[].patches[].labels`) against vCluster's own
+/// `translate.HostLabelSelector` (the oracle's `hostLabelSelector`): generated selectors with
+/// `matchLabels` and `matchExpressions` over vCluster's keys, the ones it translates and plain
+/// ones, empty and absent parts, in vClusters of every name length; the runtime's host selector
+/// (what [`vcp_syncer_runtime::patches::Patches::to_host`] writes at the patch's path) must be
+/// vCluster's answer exactly, and the way back must give the virtual selector again (up to the
+/// parts Go leaves out when empty).
+#[test]
+fn label_selector_patches_match_vcluster() {
+    use vcp_crds::{TranslatePatch, TranslatePatchLabels};
+    use vcp_syncer_runtime::patches::Patches;
+
+    let mut rng = Rng(0x5eed_1abe_15e1_0001);
+    let vclusters = vcluster_names();
+    let keys: Vec<&str> = VCLUSTER_KEYS
+        .iter()
+        .chain(OTHER_KEYS.iter())
+        .copied()
+        .collect();
+    let operators = ["In", "NotIn", "Exists", "DoesNotExist"];
+    let mut requests = Vec::new();
+    for n in 0..2000 {
+        let vcluster = rng.pick(&vclusters).clone();
+        let mut selector = Map::new();
+        if rng.chance(80) {
+            let labels: Map<String, Value> = (0..rng.below(5))
+                .map(|i| ((*rng.pick(&keys)).to_string(), json!(format!("v{i}"))))
+                .collect();
+            selector.insert("matchLabels".into(), Value::Object(labels));
+        }
+        if rng.chance(70) {
+            let expressions: Vec<Value> = (0..rng.below(4))
+                .map(|_| {
+                    let operator = *rng.pick(&operators);
+                    let values: Vec<String> = if operator.ends_with("In") {
+                        (0..rng.below(3)).map(|i| format!("x{i}")).collect()
+                    } else {
+                        Vec::new()
+                    };
+                    json!({"key": rng.pick(&keys), "operator": operator, "values": values})
+                })
+                .collect();
+            selector.insert("matchExpressions".into(), Value::Array(expressions));
+        }
+        requests.push(json!({
+            "op": "hostLabelSelector",
+            "vcluster": vcluster,
+            "hostNamespace": format!("vcluster-{n}"),
+            "selector": selector,
+        }));
+    }
+    let answers = ask_vcluster(&requests);
+    let patch = TranslatePatch {
+        path: "spec.selector".into(),
+        labels: Some(TranslatePatchLabels {}),
+        ..TranslatePatch::default()
+    };
+    let mut translated_keys = 0;
+    for (request, answer) in requests.iter().zip(&answers) {
+        let patches = Patches::new(
+            std::slice::from_ref(&patch),
+            str_of(request, "vcluster"),
+            str_of(request, "hostNamespace"),
+        )
+        .expect("a labels patch");
+        let virtual_obj =
+            json!({"metadata": {"namespace": "team-a"}, "spec": {"selector": request["selector"]}});
+        let mut host = virtual_obj.clone();
+        patches.to_host(&virtual_obj, &mut host).expect("translate");
+        assert_eq!(host["spec"]["selector"], answer["selector"], "{request}");
+        if host["spec"]["selector"]
+            .to_string()
+            .contains("vcluster.loft.sh/label-")
+        {
+            translated_keys += 1;
+        }
+        // the way back: the host selector read back and translated again is vCluster's answer
+        let mut up = host.clone();
+        patches.to_virtual(&virtual_obj, &mut up).expect("reverse");
+        let mut again = up.clone();
+        patches.to_host(&up, &mut again).expect("translate");
+        assert_eq!(again["spec"]["selector"], answer["selector"], "{request}");
+    }
+    println!(
+        "oracle_translate: {} label selectors identical to vCluster's HostLabelSelector ({translated_keys} with translated keys)",
+        requests.len()
+    );
+    assert!(
+        translated_keys > 100,
+        "only {translated_keys} selectors had a translated key"
+    );
 }

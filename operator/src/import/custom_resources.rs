@@ -13,9 +13,6 @@
 //!   field names and meanings. vCluster's omitted strings (`""`) stay omitted. vCluster's own
 //!   refusals (`pkg/config/validation.go`, `validatePatches`: none or several of
 //!   expression / labels / reference, two patches on one path) are import errors with its words.
-//!   A `reverseExpression` without an `expression` (valid in vCluster: nothing is done on the way
-//!   down) gets the expression `value`, which writes the value unchanged (a note says so), since
-//!   the VClusterPlugin schema requires `expression` beside it.
 //! - `mappings.byName` (`fromHost` only), unchanged (the runtime reads vCluster's shapes,
 //!   `""` and `/<name>` for the vCluster's host namespace included, in vCluster's matching
 //!   order). Entries for another host namespace are dropped with a warning: the runtime reads
@@ -290,7 +287,7 @@ fn convert_entry(
         }
     }
 
-    let patches = convert_patches(&path, patches, &mut warn, &mut out.notes)?;
+    let patches = convert_patches(&path, patches, &mut warn)?;
     let mappings = match mappings {
         Some(v) => match convert_mappings(&path, v, namespace, &mut warn)? {
             MappingsOutcome::Kept(m) => m,
@@ -387,7 +384,6 @@ fn convert_patches(
     path: &str,
     value: Option<&Value>,
     warn: &mut impl FnMut(&str, String),
-    notes: &mut Vec<Warning>,
 ) -> Result<Vec<TranslatePatch>, ImportError> {
     let items = match value {
         None | Some(Value::Null) => return Ok(Vec::new()),
@@ -450,7 +446,7 @@ fn convert_patches(
                 message: "required (vCluster's schema marks it required)".into(),
             });
         }
-        let mut patch = typed::<TranslatePatch>(
+        let patch = typed::<TranslatePatch>(
             &here,
             &Value::Mapping(clean),
             "a patch (path, and one of expression, reference, labels)",
@@ -483,13 +479,6 @@ fn convert_patches(
                     "has the same path {:?} as {path}.patches[{j}] (vCluster refuses it too)",
                     patch.path
                 ),
-            });
-        }
-        if patch.expression.is_none() && patch.reverse_expression.is_some() {
-            patch.expression = Some("value".into());
-            notes.push(Warning {
-                path: format!("{here}.expression"),
-                message: "added `value` (writes the value unchanged): vCluster allows a reverseExpression alone, the VClusterPlugin schema wants the expression beside it".into(),
             });
         }
         patches.push(patch);

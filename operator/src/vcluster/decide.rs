@@ -305,7 +305,7 @@ pub struct ClusterFacts {
 
 impl ClusterFacts {
     /// Whether `plugin` is installed, with what, or why not as its condition: not a vCluster
-    /// (`NotAVCluster`), the policy (`PolicyDenied`, judged on the discovered plurals), then
+    /// (`NotAVCluster`), a patch path that cannot be used (`InvalidConfig`), the policy (`PolicyDenied`, judged on the discovered plurals), then
     /// the cluster state ([`ClusterFacts::grant`]). Conflicts are judged by
     /// [`workload::plan`].
     ///
@@ -321,6 +321,12 @@ impl ClusterFacts {
         }
         if let Some(r) = foreign_mappings(plugin) {
             return Err(Check::failed(r.reason, r.message));
+        }
+        // patch paths the CRD's CEL cannot parse (vcp_crds::patch_path): the runtime could not
+        // apply them
+        let unusable = vcp_crds::patch_path::unusable_patch_paths(&plugin.spec.synced_types);
+        if !unusable.is_empty() {
+            return Err(Check::failed(Reason::InvalidConfig, unusable.join("; ")));
         }
         policy::evaluate(policy, plugin, &self.plurals)
             .map_err(|d| Check::failed(Reason::PolicyDenied, d.message()))?;

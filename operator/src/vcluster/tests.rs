@@ -324,3 +324,31 @@ fn refusals_that_depend_on_the_cluster_are_rechecked_soon() {
         );
     }
 }
+
+#[test]
+fn a_patch_path_that_does_not_parse_refuses_the_plugin_only() {
+    let mut broken = plugin("broken", 1, &[("example.loft.sh/v1", "Car")]);
+    broken.spec.synced_types[0].patches = vec![vcp_crds::TranslatePatch {
+        path: "spec[x]".into(),
+        expression: Some("value".into()),
+        ..Default::default()
+    }];
+    let fine = plugin("fine", 2, &[]);
+    let seen = observed(vec![broken.clone(), fine]);
+    let plan = decide_for(Some(&seen), Intent::Install(&broken));
+    let names = entries(plan.workload.as_ref().unwrap());
+    assert!(
+        names.contains("fine") && !names.contains("broken"),
+        "{names:?}"
+    );
+    let check = plan.verdicts["broken"].as_ref().unwrap_err();
+    assert_eq!(reason(check), "InvalidConfig");
+    let Check::Failed { message, .. } = check else {
+        panic!("refused")
+    };
+    assert!(
+        message.starts_with("spec.syncedTypes[0].patches[0].path: invalid patch path"),
+        "{message}"
+    );
+    assert!(plan.verdicts["fine"].is_ok());
+}

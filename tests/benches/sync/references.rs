@@ -255,7 +255,7 @@ fn floor_bring_back(
 ) {
     let host_secrets = Api::<DynamicObject>::namespaced_with(host, host_ns, &secrets());
     let virtual_secrets = Api::<DynamicObject>::namespaced_with(virtual_, vns, &secrets());
-    let translator = FromHostTranslator::new(host_ns, vns, "v1", "Secret");
+    let translator = FromHostTranslator::new(host_ns, "v1", "Secret");
     tokio::spawn(async move {
         let events = watcher(host_secrets, watcher::Config::default())
             .default_backoff()
@@ -275,8 +275,7 @@ fn floor_bring_back(
                     if !done.lock().unwrap().insert(vname.clone()) {
                         return;
                     }
-                    let mut copy = translator.virtual_object(&host, None);
-                    copy.metadata.name = Some(vname.clone());
+                    let mut copy = translator.virtual_object(&host, (vns, vname), None);
                     copy.metadata.resource_version = None;
                     copy.metadata.uid = None;
                     copy.metadata.managed_fields = None;

@@ -21,6 +21,11 @@
 //	    -> {"name":...}: translate.SafeConcatName(parts...)
 //	{"op":"hostLabel","vcluster":"vc","key":"release"}
 //	    -> {"name":...}: translate.HostLabel(key) (a label key as vCluster writes it on the host)
+//	{"op":"hostLabelSelector","vcluster":"vc","hostNamespace":"vcluster-vc","selector":{...}}
+//	    -> {"selector":{...}}: translate.HostLabelSelector(selector), the selector of the host
+//	       copies of the objects `selector` selects in the virtual cluster (what vCluster's
+//	       PodDisruptionBudget syncer writes; the rule of a `labels` patch); a null selector
+//	       answers {"selectorNull":true}
 package main
 
 import (
@@ -47,14 +52,17 @@ type request struct {
 	Namespace     string                 `json:"namespace"`
 	Parts         []string               `json:"parts"`
 	Key           string                 `json:"key"`
+	Selector      *metav1.LabelSelector  `json:"selector"`
 }
 
 type response struct {
-	Metadata    interface{}       `json:"metadata,omitempty"`
-	Labels      map[string]string `json:"labels,omitempty"`
-	Annotations map[string]string `json:"annotations,omitempty"`
-	Name        *string           `json:"name,omitempty"`
-	Error       string            `json:"error,omitempty"`
+	Metadata    interface{}           `json:"metadata,omitempty"`
+	Labels      map[string]string     `json:"labels,omitempty"`
+	Annotations map[string]string     `json:"annotations,omitempty"`
+	Name        *string               `json:"name,omitempty"`
+	Selector    *metav1.LabelSelector `json:"selector,omitempty"`
+	Null        bool                  `json:"selectorNull,omitempty"`
+	Error       string                `json:"error,omitempty"`
 }
 
 // configure sets vCluster's globals as its syncer does at start-up for vCluster `name`
@@ -97,6 +105,10 @@ func answer(req request) response {
 		configure(req.VCluster, "", "")
 		name := translate.HostLabel(req.Key)
 		return response{Name: &name}
+	case "hostLabelSelector":
+		configure(req.VCluster, req.HostNamespace, "")
+		selector := translate.HostLabelSelector(req.Selector)
+		return response{Selector: selector, Null: selector == nil}
 	default:
 		return response{Error: fmt.Sprintf("unknown op %q", req.Op)}
 	}

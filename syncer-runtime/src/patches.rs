@@ -1,0 +1,693 @@
+//! `syncedTypes[].patches[]` in vCluster's meaning (`config.TranslatePatch`), applied to an
+//! object as JSON (pure apart from the JavaScript sandbox of [`expression`]).
+//!
+//! The rules and where each comes from:
+//!
+//! - **path** ([`vcp_crds::patch_path`]): vCluster's notation; every location a `[*]` reaches
+//!   is patched on its own; a path that is not found is skipped (`config.TranslatePatch.path`).
+//!   A path that would write the object's identity is refused (the CRD's CEL rule, and again
+//!   here: [`PatchPath::is_protected`]).
+//! - **reference** (`config.TranslatePatchReference`): on the way to the host the referenced
+//!   name becomes the referenced object's host name, vCluster's single-namespace
+//!   `HostName` ([`host_name`]`(name, namespace, vcluster)`, proven against vCluster's code by the
+//!   translate oracle). When the value at `path` is a map, `namePath`, `namespacePath`,
+//!   `kindPath` and `apiVersionPath` are relative to it (vCluster: "relative path ... within the
+//!   object"); when it is a string, it is the name, and those paths are relative to the object.
+//!   The namespace is the value at `namespacePath` when found, else the object's own virtual
+//!   namespace (vCluster: "If omitted or not found, namespacePath equals to the
+//!   metadata.namespace path of the object"); a namespace found there becomes the host
+//!   namespace, where the referenced object's host copy lives (in single-namespace mode every
+//!   host copy is in the vCluster's namespace). `kindPath` / `apiVersionPath` override `kind` /
+//!   `apiVersion` when found. A referenced kind that is **cluster-scoped** (a cert-manager
+//!   `ClusterIssuer`) keeps its name: vCluster names the host copy of a cluster-scoped object it
+//!   syncs itself `vcluster-<name>-x-<namespace>-x-<vcluster>` (`HostNameCluster`), but the
+//!   runtime syncs only namespaced types, so a reference to a cluster-scoped object can only
+//!   mean one that exists on the host under that name (a platform team's `ClusterIssuer`).
+//!   On the way back (host values that come up, such as the status with `syncStatus`) a host
+//!   name of this vCluster (`<name>-x-<namespace>-x-<vcluster>`) becomes the virtual name again,
+//!   and the host namespace the virtual one; a shortened host name (past 63 characters, with a
+//!   hash) is recognised only when the virtual object names the same reference at that place.
+//! - **labels** (`config.TranslatePatchLabels`): the label selector at `path` (`matchLabels`,
+//!   `matchExpressions`) becomes vCluster's `translate.HostLabelSelector` of it, the selector of
+//!   the host copies (the keys vCluster translates on host copies become their [`host_label`]
+//!   keys; values and operators are kept), as vCluster's own PodDisruptionBudget syncer
+//!   translates its selector; proven against vCluster's function by the translate oracle. The
+//!   way back turns those keys into the virtual ones.
+//! - **expression** / **reverseExpression**: [`expression`] (JavaScript, sandboxed and
+//!   bounded).
+//!
+//! Direction: for `ToHost`, [`Patches::to_host`] on the host copy after vCluster's translation
+//! (create and update alike: the desired copy is recomputed from the virtual object each time,
+//! so the result is the same every time and compares equal, with no write loop) and
+//! [`Patches::to_virtual`] on what comes back up. For `FromHost` the way forward is host to
+//! virtual: [`Patches::from_host`] applies `expression` forward and `reference` / `labels` in
+//! their host-to-virtual sense.
+//!
+//! A patch that fails (an expression that throws or runs past its bounds, a reference or
+//! selector of the wrong shape) fails the whole object ([`PatchError`]): nothing of it is
+//! written, and the runtime reports it (`PatchFailed`).
+
+pub mod expression;
+
+use std::collections::HashSet;
+use std::fmt;
+
+use serde_json::Value;
+use vcp_crds::TranslatePatch;
+use vcp_crds::patch_path::{Location, PatchPath};
+
+use crate::translate::{TRANSLATED_LABELS, host_label, host_name};
+use expression::{Bounds, ExpressionError, Input};
+
+/// A patch that could not be applied: the object is not written.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("patch {path:?} ({what}): {message}")]
+pub struct PatchError {
+    /// The patch's path as declared.
+    pub path: String,
+    /// `expression`, `reverseExpression`, `reference` or `labels`.
+    pub what: &'static str,
+    /// What went wrong, at which location.
+    pub message: String,
+}
+
+/// A [`PatchError`] on one object of a synced type (the runtime's `Error::Patch`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{api_version} {kind} {object}: {source}")]
+pub struct ObjectPatchError {
+    /// `group/version` of the synced type.
+    pub api_version: String,
+    /// Kind of the synced type.
+    pub kind: String,
+    /// `namespace/name` of the object (the virtual object for `ToHost`, the host object for
+    /// `FromHost`).
+    pub object: String,
+    /// uid of that object (the Event's related object).
+    pub uid: Option<String>,
+    /// The patch and what went wrong.
+    #[source]
+    pub source: PatchError,
+}
+
+#[derive(Clone, Debug)]
+enum Kind {
+    Expression {
+        forward: Option<String>,
+        reverse: Option<String>,
+    },
+    Reference(Reference),
+    Labels,
+}
+
+#[derive(Clone, Debug)]
+struct Reference {
+    api_version: String,
+    kind: String,
+    api_version_path: Option<PatchPath>,
+    kind_path: Option<PatchPath>,
+    name_path: Option<PatchPath>,
+    namespace_path: Option<PatchPath>,
+}
+
+#[derive(Clone, Debug)]
+struct Compiled {
+    declared: String,
+    path: PatchPath,
+    kind: Kind,
+}
+
+/// The patches of one synced type, parsed once.
+#[derive(Clone, Debug, Default)]
+pub struct Patches {
+    patches: Vec<Compiled>,
+    vcluster: String,
+    host_namespace: String,
+    bounds: Bounds,
+    /// `(group, kind)` of the cluster-scoped kinds a reference may name (discovered by the
+    /// runtime); every other kind is namespaced.
+    cluster_scoped: HashSet<(String, String)>,
+}
+
+impl Patches {
+    /// The patches `declared` of a type synced by vCluster `vcluster` in host namespace
+    /// `host_namespace`.
+    ///
+    /// # Errors
+    /// [`PatchError`] for a path (or a reference's relative path) that does not parse or that
+    /// writes the object's identity, and for a patch with none of expression, reference or
+    /// labels (the CRD refuses both).
+    pub fn new(
+        declared: &[TranslatePatch],
+        vcluster: &str,
+        host_namespace: &str,
+    ) -> Result<Patches, PatchError> {
+        let mut patches = Vec::with_capacity(declared.len());
+        for patch in declared {
+            let refuse = |what: &'static str, message: String| PatchError {
+                path: patch.path.clone(),
+                what,
+                message,
+            };
+            let parse = |what: &'static str, path: &str| {
+                PatchPath::parse(path).map_err(|e| refuse(what, e.to_string()))
+            };
+            let optional = |what: &'static str, path: &Option<String>| {
+                path.as_deref().map(|p| parse(what, p)).transpose()
+            };
+            let (kind, what) = if let Some(reference) = &patch.reference {
+                (
+                    Kind::Reference(Reference {
+                        api_version: reference.api_version.clone(),
+                        kind: reference.kind.clone(),
+                        api_version_path: optional("reference", &reference.api_version_path)?,
+                        kind_path: optional("reference", &reference.kind_path)?,
+                        name_path: optional("reference", &reference.name_path)?,
+                        namespace_path: optional("reference", &reference.namespace_path)?,
+                    }),
+                    "reference",
+                )
+            } else if patch.labels.is_some() {
+                (Kind::Labels, "labels")
+            } else if patch.expression.is_some() || patch.reverse_expression.is_some() {
+                (
+                    Kind::Expression {
+                        forward: patch.expression.clone(),
+                        reverse: patch.reverse_expression.clone(),
+                    },
+                    "expression",
+                )
+            } else {
+                return Err(refuse(
+                    "patch",
+                    "none of expression, reverseExpression, reference or labels".into(),
+                ));
+            };
+            let path = parse(what, &patch.path)?;
+            if path.is_protected() {
+                return Err(refuse(
+                    what,
+                    "the path writes the object's identity or a vcluster.loft.sh/ key".into(),
+                ));
+            }
+            patches.push(Compiled {
+                declared: patch.path.clone(),
+                path,
+                kind,
+            });
+        }
+        Ok(Patches {
+            patches,
+            vcluster: vcluster.to_string(),
+            host_namespace: host_namespace.to_string(),
+            bounds: Bounds::default(),
+            cluster_scoped: HashSet::new(),
+        })
+    }
+
+    /// These patches with the expressions' bounds `bounds`.
+    #[must_use]
+    pub fn with_bounds(mut self, bounds: Bounds) -> Self {
+        self.bounds = bounds;
+        self
+    }
+
+    /// These patches knowing that `(group, kind)` of `kinds` are cluster-scoped (a reference to
+    /// one keeps its name).
+    #[must_use]
+    pub fn with_cluster_scoped(
+        mut self,
+        kinds: impl IntoIterator<Item = (String, String)>,
+    ) -> Self {
+        self.cluster_scoped.extend(kinds);
+        self
+    }
+
+    /// No patch at all.
+    pub fn is_empty(&self) -> bool {
+        self.patches.is_empty()
+    }
+
+    /// The `(apiVersion, kind)` every reference patch names by its fixed fields (the kinds to
+    /// discover the scope of).
+    pub fn referenced_kinds(&self) -> Vec<(String, String)> {
+        self.patches
+            .iter()
+            .filter_map(|p| match &p.kind {
+                Kind::Reference(r) => Some((r.api_version.clone(), r.kind.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// `ToHost`, on the way down: applies every patch, in order, to `host` (the host copy as
+    /// vCluster's translation made it from `virtual_obj`).
+    ///
+    /// # Errors
+    /// The first [`PatchError`]; `host` is then partly patched and must not be written.
+    pub fn to_host(&self, virtual_obj: &Value, host: &mut Value) -> Result<(), PatchError> {
+        let namespace = object_namespace(virtual_obj);
+        for patch in &self.patches {
+            match &patch.kind {
+                Kind::Expression {
+                    forward: Some(source),
+                    ..
+                } => self.expression(patch, "expression", source, host, Some(virtual_obj), None)?,
+                Kind::Expression { forward: None, .. } => {}
+                Kind::Reference(reference) => {
+                    self.reference_down(patch, reference, &namespace, host)?
+                }
+                Kind::Labels => self.labels(patch, host, Direction::Down)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// `ToHost`, on the way up: applies every patch's way back to `host_view` (a copy of the
+    /// host object whose fields, such as its status, are about to be copied to `virtual_obj`):
+    /// `reverseExpression`, a reference's host name back to the virtual one, a selector's host
+    /// keys back to the virtual ones.
+    ///
+    /// # Errors
+    /// The first [`PatchError`].
+    pub fn to_virtual(&self, virtual_obj: &Value, host_view: &mut Value) -> Result<(), PatchError> {
+        let namespace = object_namespace(virtual_obj);
+        for patch in &self.patches {
+            match &patch.kind {
+                Kind::Expression {
+                    reverse: Some(source),
+                    ..
+                } => {
+                    let host = host_view.clone();
+                    self.expression(
+                        patch,
+                        "reverseExpression",
+                        source,
+                        host_view,
+                        Some(virtual_obj),
+                        Some(&host),
+                    )?
+                }
+                Kind::Expression { reverse: None, .. } => {}
+                Kind::Reference(reference) => {
+                    self.reference_up(patch, reference, &namespace, virtual_obj, host_view)?
+                }
+                Kind::Labels => self.labels(patch, host_view, Direction::Up)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// `FromHost`, forward (host to virtual): applies every patch to `virtual_view` (the
+    /// virtual copy as translated from `host`): `expression`, a reference's host name to the
+    /// virtual one, a selector's host keys to the virtual ones.
+    ///
+    /// # Errors
+    /// The first [`PatchError`].
+    pub fn from_host(&self, host: &Value, virtual_view: &mut Value) -> Result<(), PatchError> {
+        let namespace = object_namespace(virtual_view);
+        for patch in &self.patches {
+            match &patch.kind {
+                Kind::Expression {
+                    forward: Some(source),
+                    ..
+                } => {
+                    let current = virtual_view.clone();
+                    self.expression(
+                        patch,
+                        "expression",
+                        source,
+                        virtual_view,
+                        Some(&current),
+                        Some(host),
+                    )?
+                }
+                Kind::Expression { forward: None, .. } => {}
+                Kind::Reference(reference) => {
+                    let unknown = Value::Null;
+                    self.reference_up(patch, reference, &namespace, &unknown, virtual_view)?
+                }
+                Kind::Labels => self.labels(patch, virtual_view, Direction::Up)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn expression(
+        &self,
+        patch: &Compiled,
+        what: &'static str,
+        source: &str,
+        target: &mut Value,
+        virtual_obj: Option<&Value>,
+        host_obj: Option<&Value>,
+    ) -> Result<(), PatchError> {
+        for location in patch.path.locate(target) {
+            let Some(value) = location.get(target) else {
+                continue;
+            };
+            let value = value.clone();
+            let at = location.to_string();
+            let host_snapshot;
+            let host_obj = match host_obj {
+                Some(host) => Some(host),
+                None => {
+                    host_snapshot = target.clone();
+                    Some(&host_snapshot)
+                }
+            };
+            let input = Input {
+                value: &value,
+                path: &at,
+                vcluster_name: &self.vcluster,
+                vcluster_namespace: &self.host_namespace,
+                virtual_object: virtual_obj,
+                host_object: host_obj,
+            };
+            let result = expression::evaluate(source, &input, &self.bounds).map_err(
+                |e: ExpressionError| PatchError {
+                    path: patch.declared.clone(),
+                    what,
+                    message: format!("at {at}: {e}"),
+                },
+            )?;
+            location.set(target, result);
+        }
+        Ok(())
+    }
+
+    fn wrong_shape(
+        patch: &Compiled,
+        what: &'static str,
+        at: &Location,
+        message: &str,
+    ) -> PatchError {
+        PatchError {
+            path: patch.declared.clone(),
+            what,
+            message: format!("at {at}: {message}"),
+        }
+    }
+
+    /// The referenced object at `location` of `target`: the locations of its name, and of its
+    /// namespace, kind and apiVersion when their paths are found.
+    fn reference_parts(
+        patch: &Compiled,
+        reference: &Reference,
+        location: &Location,
+        target: &Value,
+    ) -> Result<Option<Parts>, PatchError> {
+        let Some(value) = location.get(target) else {
+            return Ok(None);
+        };
+        let base = match value {
+            Value::Null => return Ok(None),
+            Value::String(_) => Location::default(),
+            Value::Object(_) => location.clone(),
+            _ => {
+                return Err(Self::wrong_shape(
+                    patch,
+                    "reference",
+                    location,
+                    "a reference is a name (a string) or an object holding one",
+                ));
+            }
+        };
+        let name = match (value, &reference.name_path) {
+            (Value::String(_), _) => Some(location.clone()),
+            (_, Some(name_path)) => base.join(name_path, target).into_iter().next(),
+            (_, None) => {
+                return Err(Self::wrong_shape(
+                    patch,
+                    "reference",
+                    location,
+                    "the value is an object: set reference.namePath to the name inside it",
+                ));
+            }
+        };
+        let Some(name) = name else {
+            return Ok(None);
+        };
+        let relative = |path: &Option<PatchPath>| {
+            path.as_ref()
+                .and_then(|p| base.join(p, target).into_iter().next())
+                .filter(|l| l.get(target).is_some_and(Value::is_string))
+        };
+        Ok(Some(Parts {
+            name,
+            namespace: relative(&reference.namespace_path),
+            kind: relative(&reference.kind_path),
+            api_version: relative(&reference.api_version_path),
+        }))
+    }
+
+    fn is_cluster_scoped(&self, reference: &Reference, parts: &Parts, target: &Value) -> bool {
+        let read = |l: &Option<Location>| {
+            l.as_ref()
+                .and_then(|l| l.get(target))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
+        let kind = read(&parts.kind).unwrap_or_else(|| reference.kind.clone());
+        let api_version = read(&parts.api_version).unwrap_or_else(|| reference.api_version.clone());
+        let group = match api_version.split_once('/') {
+            Some((group, _)) => group.to_string(),
+            // a bare group (cert-manager's issuerRef.group) or a core version (`v1`)
+            None if api_version.contains('.') => api_version,
+            None => String::new(),
+        };
+        self.cluster_scoped.contains(&(group, kind))
+    }
+
+    fn reference_down(
+        &self,
+        patch: &Compiled,
+        reference: &Reference,
+        namespace: &str,
+        host: &mut Value,
+    ) -> Result<(), PatchError> {
+        for location in patch.path.locate(host) {
+            let Some(parts) = Self::reference_parts(patch, reference, &location, host)? else {
+                continue;
+            };
+            if self.is_cluster_scoped(reference, &parts, host) {
+                continue;
+            }
+            let Some(name) = parts.name.get(host).cloned() else {
+                continue;
+            };
+            let Value::String(name) = name else {
+                return Err(Self::wrong_shape(
+                    patch,
+                    "reference",
+                    &parts.name,
+                    "the referenced name is not a string",
+                ));
+            };
+            let referenced_namespace = parts
+                .namespace
+                .as_ref()
+                .and_then(|l| l.get(host))
+                .and_then(Value::as_str)
+                .unwrap_or(namespace)
+                .to_string();
+            let translated = host_name(&name, &referenced_namespace, &self.vcluster);
+            parts.name.set(host, Some(Value::String(translated)));
+            if let Some(ns) = &parts.namespace {
+                ns.set(host, Some(Value::String(self.host_namespace.clone())));
+            }
+        }
+        Ok(())
+    }
+
+    fn reference_up(
+        &self,
+        patch: &Compiled,
+        reference: &Reference,
+        namespace: &str,
+        virtual_obj: &Value,
+        target: &mut Value,
+    ) -> Result<(), PatchError> {
+        for location in patch.path.locate(target) {
+            let Some(parts) = Self::reference_parts(patch, reference, &location, target)? else {
+                continue;
+            };
+            if self.is_cluster_scoped(reference, &parts, target) {
+                continue;
+            }
+            let Some(Value::String(name)) = parts.name.get(target).cloned() else {
+                continue;
+            };
+            // the virtual object's own value at the same place, when it names this host object
+            let known = parts
+                .name
+                .get(virtual_obj)
+                .and_then(Value::as_str)
+                .filter(|candidate| {
+                    let ns = parts
+                        .namespace
+                        .as_ref()
+                        .and_then(|l| l.get(virtual_obj))
+                        .and_then(Value::as_str)
+                        .unwrap_or(namespace);
+                    host_name(candidate, ns, &self.vcluster) == name
+                })
+                .map(|candidate| {
+                    let ns = parts
+                        .namespace
+                        .as_ref()
+                        .and_then(|l| l.get(virtual_obj))
+                        .and_then(Value::as_str)
+                        .unwrap_or(namespace);
+                    (candidate.to_string(), ns.to_string())
+                });
+            let Some((virtual_name, virtual_namespace)) =
+                known.or_else(|| self.split_host_name(&name))
+            else {
+                continue; // not a host name of this vCluster: kept as it is
+            };
+            parts.name.set(target, Some(Value::String(virtual_name)));
+            if let Some(ns) = &parts.namespace {
+                ns.set(target, Some(Value::String(virtual_namespace)));
+            }
+        }
+        Ok(())
+    }
+
+    /// `<name>-x-<namespace>-x-<vcluster>` back to `(name, namespace)`, when `host` is exactly
+    /// [`host_name`] of them (not shortened).
+    fn split_host_name(&self, host: &str) -> Option<(String, String)> {
+        let rest = host.strip_suffix(&format!("-x-{}", self.vcluster))?;
+        let (name, namespace) = rest.rsplit_once("-x-")?;
+        (host_name(name, namespace, &self.vcluster) == host)
+            .then(|| (name.to_string(), namespace.to_string()))
+    }
+
+    fn labels(
+        &self,
+        patch: &Compiled,
+        target: &mut Value,
+        direction: Direction,
+    ) -> Result<(), PatchError> {
+        for location in patch.path.locate(target) {
+            let Some(selector) = location.get_mut(target) else {
+                continue;
+            };
+            match selector {
+                Value::Null => continue,
+                Value::Object(_) => {}
+                _ => {
+                    return Err(Self::wrong_shape(
+                        patch,
+                        "labels",
+                        &location,
+                        "a label selector is an object with matchLabels and/or matchExpressions",
+                    ));
+                }
+            }
+            let translated = self
+                .selector(selector, direction)
+                .map_err(|m| Self::wrong_shape(patch, "labels", &location, m))?;
+            *selector = translated;
+        }
+        Ok(())
+    }
+
+    /// vCluster's `HostLabelSelector` (down) or its inverse (up) of `selector`, in the shape
+    /// vCluster writes it: a `metav1.LabelSelector` serialized by Go, so only `matchLabels`
+    /// (keys translated) and `matchExpressions` (`key` translated, `operator` and `values`
+    /// kept) remain, and an empty map or list is left out (Go's `omitempty`).
+    fn selector(&self, selector: &Value, direction: Direction) -> Result<Value, &'static str> {
+        let key = |k: &str| match direction {
+            Direction::Down => host_label(k, &self.vcluster),
+            Direction::Up => TRANSLATED_LABELS
+                .iter()
+                .find(|t| host_label(t, &self.vcluster) == k)
+                .map_or_else(|| k.to_string(), |t| (*t).to_string()),
+        };
+        let map = selector.as_object().ok_or("not an object")?;
+        let mut out = serde_json::Map::new();
+        match map.get("matchLabels") {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(entries)) => {
+                let mut labels = serde_json::Map::new();
+                for (k, v) in entries {
+                    if !v.is_string() {
+                        return Err("a matchLabels value is not a string");
+                    }
+                    labels.insert(key(k), v.clone());
+                }
+                if !labels.is_empty() {
+                    out.insert("matchLabels".into(), Value::Object(labels));
+                }
+            }
+            Some(_) => return Err("matchLabels is not a map"),
+        }
+        match map.get("matchExpressions") {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(items)) => {
+                let mut expressions = Vec::with_capacity(items.len());
+                for item in items {
+                    let Some(k) = item.get("key").and_then(Value::as_str) else {
+                        return Err("a matchExpressions entry has no string key");
+                    };
+                    let mut expression = serde_json::Map::new();
+                    expression.insert("key".into(), Value::String(key(k)));
+                    match item.get("operator") {
+                        Some(Value::String(op)) => {
+                            expression.insert("operator".into(), Value::String(op.clone()));
+                        }
+                        None | Some(Value::Null) => {
+                            expression.insert("operator".into(), Value::String(String::new()));
+                        }
+                        Some(_) => return Err("a matchExpressions operator is not a string"),
+                    }
+                    match item.get("values") {
+                        None | Some(Value::Null) => {}
+                        Some(Value::Array(values)) if values.iter().all(Value::is_string) => {
+                            if !values.is_empty() {
+                                expression.insert("values".into(), Value::Array(values.clone()));
+                            }
+                        }
+                        Some(_) => return Err("matchExpressions values are not a list of strings"),
+                    }
+                    expressions.push(Value::Object(expression));
+                }
+                if !expressions.is_empty() {
+                    out.insert("matchExpressions".into(), Value::Array(expressions));
+                }
+            }
+            Some(_) => return Err("matchExpressions is not a list"),
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Direction {
+    Down,
+    Up,
+}
+
+struct Parts {
+    name: Location,
+    namespace: Option<Location>,
+    kind: Option<Location>,
+    api_version: Option<Location>,
+}
+
+impl fmt::Display for Patches {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let paths: Vec<&str> = self.patches.iter().map(|p| p.declared.as_str()).collect();
+        write!(f, "{}", paths.join(", "))
+    }
+}
+
+fn object_namespace(obj: &Value) -> String {
+    obj.pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests;

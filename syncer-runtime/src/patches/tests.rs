@@ -1,0 +1,275 @@
+use super::*;
+use serde_json::json;
+use vcp_crds::{TranslatePatchLabels, TranslatePatchReference};
+
+fn reference(path: &str, api_version: &str, kind: &str) -> TranslatePatch {
+    TranslatePatch {
+        path: path.into(),
+        reference: Some(TranslatePatchReference {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            ..TranslatePatchReference::default()
+        }),
+        ..TranslatePatch::default()
+    }
+}
+
+fn certificate(namespace: &str) -> Value {
+    json!({
+        "apiVersion": "cert-manager.io/v1", "kind": "Certificate",
+        "metadata": {"name": "web", "namespace": namespace},
+        "spec": {"secretName": "web-tls", "issuerRef": {"name": "ca", "kind": "Issuer", "group": "cert-manager.io"}}
+    })
+}
+
+fn cert_manager_patches() -> Patches {
+    let mut issuer = reference("spec.issuerRef", "cert-manager.io/v1", "Issuer");
+    let r = issuer.reference.as_mut().unwrap();
+    r.name_path = Some("name".into());
+    r.kind_path = Some("kind".into());
+    r.api_version_path = Some("group".into());
+    Patches::new(
+        &[reference("spec.secretName", "v1", "Secret"), issuer],
+        "vc",
+        "vcluster-vc",
+    )
+    .unwrap()
+    .with_cluster_scoped([("cert-manager.io".to_string(), "ClusterIssuer".to_string())])
+}
+
+#[test]
+fn references_become_host_names_per_namespace_and_come_back() {
+    let patches = cert_manager_patches();
+    let mut hosts = Vec::new();
+    for namespace in ["team-a", "team-b"] {
+        let virtual_obj = certificate(namespace);
+        let mut host = virtual_obj.clone();
+        patches.to_host(&virtual_obj, &mut host).unwrap();
+        // DESIGN.md: <name>-x-<namespace>-x-<vcluster>
+        assert_eq!(
+            host["spec"]["secretName"],
+            format!("web-tls-x-{namespace}-x-vc")
+        );
+        assert_eq!(
+            host["spec"]["issuerRef"]["name"],
+            format!("ca-x-{namespace}-x-vc")
+        );
+        assert_eq!(host["spec"]["issuerRef"]["kind"], "Issuer");
+        // idempotent: the same virtual object gives the same host copy
+        let mut again = virtual_obj.clone();
+        patches.to_host(&virtual_obj, &mut again).unwrap();
+        assert_eq!(again, host);
+        // the way back restores the virtual names (also with no virtual value to compare to)
+        let mut up = host.clone();
+        patches.to_virtual(&virtual_obj, &mut up).unwrap();
+        assert_eq!(up, virtual_obj);
+        let mut up = host.clone();
+        patches.to_virtual(&json!({}), &mut up).unwrap();
+        assert_eq!(up["spec"], virtual_obj["spec"]);
+        hosts.push(host);
+    }
+    assert_ne!(
+        hosts[0]["spec"]["secretName"],
+        hosts[1]["spec"]["secretName"]
+    );
+}
+
+#[test]
+fn a_cluster_scoped_reference_keeps_its_name() {
+    let patches = cert_manager_patches();
+    let mut virtual_obj = certificate("team-a");
+    virtual_obj["spec"]["issuerRef"]["kind"] = json!("ClusterIssuer");
+    let mut host = virtual_obj.clone();
+    patches.to_host(&virtual_obj, &mut host).unwrap();
+    assert_eq!(host["spec"]["issuerRef"]["name"], "ca");
+    assert_eq!(host["spec"]["secretName"], "web-tls-x-team-a-x-vc");
+}
+
+#[test]
+fn reference_namespace_and_wildcards() {
+    let mut backend = reference("spec.backendRefs[*]", "v1", "Service");
+    let r = backend.reference.as_mut().unwrap();
+    r.name_path = Some("name".into());
+    r.namespace_path = Some("namespace".into());
+    let patches = Patches::new(&[backend], "vc", "vcluster-vc").unwrap();
+    let virtual_obj = json!({
+        "metadata": {"name": "r", "namespace": "team-a"},
+        "spec": {"backendRefs": [
+            {"name": "web", "port": 80},
+            {"name": "api", "namespace": "team-b", "port": 81},
+            {"port": 82}
+        ]}
+    });
+    let mut host = virtual_obj.clone();
+    patches.to_host(&virtual_obj, &mut host).unwrap();
+    assert_eq!(
+        host["spec"]["backendRefs"],
+        json!([
+            {"name": "web-x-team-a-x-vc", "port": 80},
+            {"name": "api-x-team-b-x-vc", "namespace": "vcluster-vc", "port": 81},
+            {"port": 82}
+        ])
+    );
+    let mut up = host.clone();
+    patches.to_virtual(&virtual_obj, &mut up).unwrap();
+    assert_eq!(up, virtual_obj);
+}
+
+#[test]
+fn long_names_are_shortened_like_vcluster_and_recognised_on_the_way_back() {
+    let patches =
+        Patches::new(&[reference("spec.secretName", "v1", "Secret")], "vc", "ns").unwrap();
+    let long = "a".repeat(60);
+    let virtual_obj = json!({"metadata": {"namespace": "team-a"}, "spec": {"secretName": long}});
+    let mut host = virtual_obj.clone();
+    patches.to_host(&virtual_obj, &mut host).unwrap();
+    let translated = host["spec"]["secretName"].as_str().unwrap().to_string();
+    assert_eq!(translated.len(), 63);
+    assert_eq!(translated, host_name(&long, "team-a", "vc"));
+    let mut up = host.clone();
+    patches.to_virtual(&virtual_obj, &mut up).unwrap();
+    assert_eq!(up["spec"]["secretName"], long.as_str());
+    // a value that is no host name of this vCluster is left as it is
+    let mut foreign = json!({"spec": {"secretName": "someone-else"}});
+    patches.to_virtual(&virtual_obj, &mut foreign).unwrap();
+    assert_eq!(foreign["spec"]["secretName"], "someone-else");
+}
+
+#[test]
+fn missing_paths_are_skipped_and_wrong_shapes_fail() {
+    let patches = cert_manager_patches();
+    let virtual_obj = json!({"metadata": {"namespace": "a"}, "spec": {}});
+    let mut host = virtual_obj.clone();
+    patches.to_host(&virtual_obj, &mut host).unwrap();
+    assert_eq!(host, virtual_obj);
+    let bad = json!({"metadata": {"namespace": "a"}, "spec": {"secretName": 7}});
+    let error = patches.to_host(&bad, &mut bad.clone()).unwrap_err();
+    assert_eq!(
+        (error.path.as_str(), error.what),
+        ("spec.secretName", "reference")
+    );
+    assert!(error.message.starts_with("at spec.secretName: "), "{error}");
+    let no_name_path = Patches::new(&[reference("spec.issuerRef", "v1", "X")], "vc", "ns").unwrap();
+    let obj = certificate("a");
+    let error = no_name_path.to_host(&obj, &mut obj.clone()).unwrap_err();
+    assert!(error.message.contains("namePath"), "{error}");
+}
+
+#[test]
+fn protected_and_malformed_paths_are_refused() {
+    for path in [
+        "metadata.name",
+        "metadata.labels[\"vcluster.loft.sh/managed-by\"]",
+        "a[",
+        "kind",
+    ] {
+        let error = Patches::new(&[reference(path, "v1", "Secret")], "vc", "ns").unwrap_err();
+        assert_eq!(error.path, path);
+    }
+}
+
+#[test]
+fn label_selectors_are_translated_like_host_label_selector() {
+    let patch = TranslatePatch {
+        path: "spec.selector".into(),
+        labels: Some(TranslatePatchLabels {}),
+        ..TranslatePatch::default()
+    };
+    let patches = Patches::new(&[patch], "vc", "ns").unwrap();
+    let virtual_obj = json!({"metadata": {"namespace": "a"}, "spec": {"selector": {
+        "matchLabels": {"app": "web", "release": "r1"},
+        "matchExpressions": [{"key": "vcluster.loft.sh/namespace", "operator": "In", "values": ["x"]}]
+    }}});
+    let mut host = virtual_obj.clone();
+    patches.to_host(&virtual_obj, &mut host).unwrap();
+    // release → vCluster's documented host key for vCluster vc (translate/names.rs docs)
+    assert_eq!(
+        host["spec"]["selector"]["matchLabels"],
+        json!({"app": "web", "vcluster.loft.sh/label-vc-x-a4d451ec23": "r1"})
+    );
+    assert_eq!(
+        host["spec"]["selector"]["matchExpressions"][0]["key"],
+        host_label("vcluster.loft.sh/namespace", "vc")
+    );
+    let mut up = host.clone();
+    patches.to_virtual(&virtual_obj, &mut up).unwrap();
+    assert_eq!(up, virtual_obj);
+    let mut bad = json!({"spec": {"selector": "app=web"}});
+    assert!(patches.to_host(&virtual_obj, &mut bad).is_err());
+}
+
+#[test]
+fn expressions_and_reverse_expressions() {
+    let patch = TranslatePatch {
+        path: "spec.image".into(),
+        expression: Some("'registry.example.com/' + value".into()),
+        reverse_expression: Some("value.replace('registry.example.com/', '')".into()),
+        ..TranslatePatch::default()
+    };
+    let patches = Patches::new(&[patch], "vc", "ns").unwrap();
+    let virtual_obj =
+        json!({"metadata": {"namespace": "a"}, "spec": {"image": "nginx"}, "status": {}});
+    let mut host = virtual_obj.clone();
+    patches.to_host(&virtual_obj, &mut host).unwrap();
+    assert_eq!(host["spec"]["image"], "registry.example.com/nginx");
+    let mut up = host.clone();
+    patches.to_virtual(&virtual_obj, &mut up).unwrap();
+    assert_eq!(up, virtual_obj);
+    // a reverseExpression alone (as vCluster allows) changes nothing on the way down
+    let only_reverse = TranslatePatch {
+        path: "status.url".into(),
+        reverse_expression: Some("value.toUpperCase()".into()),
+        ..TranslatePatch::default()
+    };
+    let patches = Patches::new(&[only_reverse], "vc", "ns").unwrap();
+    let mut host = json!({"status": {"url": "abc"}});
+    patches.to_host(&virtual_obj, &mut host).unwrap();
+    assert_eq!(host["status"]["url"], "abc");
+    patches.to_virtual(&virtual_obj, &mut host).unwrap();
+    assert_eq!(host["status"]["url"], "ABC");
+}
+
+#[test]
+fn a_runaway_expression_fails_its_patch() {
+    let patch = TranslatePatch {
+        path: "spec.image".into(),
+        expression: Some("while (true) {}".into()),
+        ..TranslatePatch::default()
+    };
+    let patches = Patches::new(&[patch], "vc", "ns").unwrap();
+    let virtual_obj = json!({"spec": {"image": "nginx"}});
+    let error = patches
+        .to_host(&virtual_obj, &mut virtual_obj.clone())
+        .unwrap_err();
+    assert_eq!(error.what, "expression");
+    assert!(error.message.contains("time bound"), "{error}");
+}
+
+#[test]
+fn from_host_runs_expressions_forward_and_names_back() {
+    let patches = Patches::new(
+        &[
+            TranslatePatch {
+                path: "spec.endpoint".into(),
+                expression: Some("value + '.' + context.vcluster.namespace".into()),
+                reverse_expression: Some("'never run'".into()),
+                ..TranslatePatch::default()
+            },
+            reference("spec.secretName", "v1", "Secret"),
+        ],
+        "vc",
+        "vcluster-vc",
+    )
+    .unwrap();
+    let host = json!({"metadata": {"name": "db", "namespace": "vcluster-vc"},
+        "spec": {"endpoint": "db", "secretName": "creds-x-team-a-x-vc"}});
+    let mut virtual_view = host.clone();
+    patches.from_host(&host, &mut virtual_view).unwrap();
+    assert_eq!(virtual_view["spec"]["endpoint"], "db.vcluster-vc");
+    // a host name of this vCluster becomes the virtual name; another name stays
+    assert_eq!(virtual_view["spec"]["secretName"], "creds");
+    let mut other =
+        json!({"metadata": {"namespace": "vcluster-vc"}, "spec": {"secretName": "shared"}});
+    patches.from_host(&host, &mut other).unwrap();
+    assert_eq!(other["spec"]["secretName"], "shared");
+}
