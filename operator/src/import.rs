@@ -17,9 +17,18 @@
 //! vCluster's own values, and the VClusterPlugin schema refuses `config` with v2), and
 //! `rbac.role.extraRules` / `rbac.clusterRole.extraRules`.
 //!
+//! A `vcluster.yaml`'s `sync.toHost.customResources` and `sync.fromHost.customResources` blocks
+//! (vCluster v0.21 and later) become the `syncedTypes` of one more VClusterPlugin, run by the
+//! embedded runtime (named [`ImportOptions::name`], default [`CUSTOM_RESOURCES_PLUGIN`]): see
+//! [`custom_resources`] for what is carried over. The kind and version of each entry are not in
+//! vCluster's key (`certificates.cert-manager.io`): vCluster reads that CRD from the host, and
+//! the import asks the host API server's discovery ([`resolve`], the CLI's `--kubeconfig`);
+//! without it such an entry is an [`ImportError::Unresolved`].
+//!
 //! Nothing is dropped silently: every key that is not carried over becomes a [`Warning`] naming
-//! its full path (such as `plugins.crd-sync.foo`). Input that cannot be converted at all
-//! (malformed YAML, a value of the wrong type) is an [`ImportError`]; then no manifest is
+//! its full path (such as `plugins.crd-sync.foo`), and what the import adds on its own (such as
+//! cert-manager's `produced` Secret) a note ([`Imported::notes`]). Input that cannot be converted
+//! at all (malformed YAML, a value of the wrong type) is an [`ImportError`]; then no manifest is
 //! produced.
 
 use k8s_openapi::api::core::v1::{
@@ -34,10 +43,28 @@ use vcp_crds::{
     VClusterRef,
 };
 
+pub mod custom_resources;
+pub mod resolve;
+
+pub use custom_resources::{ResolvedType, ResolvedTypes};
+
 /// The legacy map of the vCluster chart (v1 sidecars and v2 plugins).
 pub const LEGACY_KEY: &str = "plugin";
 /// The newer map of the vCluster chart (v2 plugins only).
 pub const PLUGINS_KEY: &str = "plugins";
+/// Default name of the VClusterPlugin made from the `customResources` blocks.
+pub const CUSTOM_RESOURCES_PLUGIN: &str = "custom-resources";
+
+/// How [`import_with`] converts what needs more than the file.
+#[derive(Clone, Debug, Default)]
+pub struct ImportOptions {
+    /// The types of the `customResources` keys, as the host serves them ([`resolve::resolve`]);
+    /// `None`: no host was asked.
+    pub resolved: ResolvedTypes,
+    /// Name of the VClusterPlugin made from the `customResources` blocks; default
+    /// [`CUSTOM_RESOURCES_PLUGIN`].
+    pub name: Option<String>,
+}
 
 /// Container keys of the chart's v1 sidecar template that a VClusterPlugin has no field for.
 const UNSUPPORTED_CONTAINER_KEYS: [&str; 8] = [
@@ -71,11 +98,22 @@ pub enum ImportError {
     /// The top level of the file is not a map of values.
     #[error("the values file must be a YAML map with a `plugin:` or `plugins:` key, found {0}")]
     NotAMap(&'static str),
-    /// Neither `plugin:` nor `plugins:` holds an entry.
+    /// Neither `plugin:` nor `plugins:` holds an entry, and no custom resource is synced.
     #[error(
-        "no plugin found: the values file has no entries under `plugin:` (legacy, v1 and v2) or `plugins:` (v2)"
+        "no plugin found: the values file has no entries under `plugin:` (legacy, v1 and v2) or `plugins:` (v2), and no enabled entry under `sync.toHost.customResources` / `sync.fromHost.customResources`"
     )]
     NoPlugins,
+    /// Entries of `customResources` whose kind and version are unknown: vCluster's key
+    /// (`<resource>.<group>`) holds neither, and the host was not asked (`asked: false`) or does
+    /// not serve the resource (`asked: true`).
+    #[error("{}", unresolved_message(paths, *asked))]
+    Unresolved {
+        /// Full paths of the entries, such as
+        /// `sync.toHost.customResources["certificates.cert-manager.io"]`.
+        paths: Vec<String>,
+        /// Whether the host's discovery was asked.
+        asked: bool,
+    },
     /// A value has the wrong type or shape.
     #[error("{path}: {message}")]
     Invalid {
@@ -89,6 +127,25 @@ pub enum ImportError {
         "plugin `{0}` is defined under both `plugin:` and `plugins:`; a VClusterPlugin name must be unique in its namespace: rename one"
     )]
     Duplicate(String),
+    /// The name of the VClusterPlugin made from the `customResources` blocks is the name of a
+    /// plugin of `plugin:` / `plugins:`.
+    #[error(
+        "the VClusterPlugin made from `sync.*.customResources` would be named `{0}`, like an entry of `plugin:` / `plugins:`: choose another name (--name)"
+    )]
+    NameTaken(String),
+}
+
+fn unresolved_message(paths: &[String], asked: bool) -> String {
+    let list = paths.join(", ");
+    if asked {
+        format!(
+            "{list}: the host API server serves no such resource (is its CRD installed? vCluster reads the CRD from the host cluster too)"
+        )
+    } else {
+        format!(
+            "{list}: the kind and version of a custom resource are not in the vcluster.yaml (vCluster reads the CRD from the host cluster); pass --kubeconfig of the host cluster so that import reads them from its discovery"
+        )
+    }
 }
 
 /// A key that is not carried over into the manifests, with the reason.
@@ -114,6 +171,9 @@ pub struct Imported {
     pub plugins: Vec<VClusterPlugin>,
     /// Keys that were not carried over.
     pub warnings: Vec<Warning>,
+    /// What the import added or changed on its own (such as cert-manager's `produced` Secret),
+    /// each naming the path it concerns.
+    pub notes: Vec<Warning>,
     /// [`Imported::plugins`] as multi-document YAML (documents separated by `---`), ready for
     /// `kubectl apply -f -`.
     pub yaml: String,
@@ -126,25 +186,62 @@ pub struct Imported {
 /// [`ImportError`]: malformed YAML (with line and column), a value of the wrong type, no
 /// plugin at all, or the same name under both maps.
 pub fn import(text: &str, vcluster: &str, namespace: &str) -> Result<Imported, ImportError> {
-    let root: Value = serde_yaml::from_str(text).map_err(|e| match e.location() {
+    import_with(text, vcluster, namespace, &ImportOptions::default())
+}
+
+/// The keys of the enabled `customResources` entries of the file `text` (such as
+/// `certificates.cert-manager.io`), whose types [`resolve::resolve`] must find before
+/// [`import_with`] can convert them; sorted, each once.
+///
+/// # Errors
+/// [`ImportError`]: malformed YAML.
+pub fn custom_resource_keys(text: &str) -> Result<Vec<String>, ImportError> {
+    Ok(match parse(text)? {
+        Value::Mapping(root) => custom_resources::keys(&root),
+        _ => Vec::new(),
+    })
+}
+
+fn parse(text: &str) -> Result<Value, ImportError> {
+    serde_yaml::from_str(text).map_err(|e| match e.location() {
         Some(l) => ImportError::Yaml {
             line: l.line(),
             column: l.column(),
             message: strip_location(&e.to_string()),
         },
         None => ImportError::YamlNoPosition(e.to_string()),
-    })?;
-    let root = match root {
+    })
+}
+
+/// [`import`], with the types of the `customResources` keys and the name of the plugin made of
+/// them in `options`.
+///
+/// # Errors
+/// As [`import`], and [`ImportError::Unresolved`] for an enabled `customResources` entry whose
+/// type is not in `options.resolved`.
+pub fn import_with(
+    text: &str,
+    vcluster: &str,
+    namespace: &str,
+    options: &ImportOptions,
+) -> Result<Imported, ImportError> {
+    let root = match parse(text)? {
         Value::Mapping(m) => m,
         Value::Null => return Err(ImportError::NoPlugins),
         other => return Err(ImportError::NotAMap(kind_of(&other))),
     };
 
     let mut warnings = Vec::new();
+    let mut notes = Vec::new();
     let mut plugins: Vec<VClusterPlugin> = Vec::new();
+    let mut synced = custom_resources::Converted::default();
     for (key, value) in &root {
         let key = key_string(key);
         match key.as_str() {
+            custom_resources::SYNC_KEY => {
+                synced =
+                    custom_resources::convert(value, namespace, &options.resolved, &mut warnings)?;
+            }
             LEGACY_KEY | PLUGINS_KEY => {
                 let legacy = key == LEGACY_KEY;
                 let entries = match value {
@@ -184,6 +281,46 @@ pub fn import(text: &str, vcluster: &str, namespace: &str) -> Result<Imported, I
             }),
         }
     }
+    if !synced.unresolved.is_empty() {
+        return Err(ImportError::Unresolved {
+            paths: synced.unresolved,
+            asked: options.resolved.is_some(),
+        });
+    }
+    notes.extend(synced.notes);
+    if !synced.types.is_empty() {
+        let name = options.name.as_deref().unwrap_or(CUSTOM_RESOURCES_PLUGIN);
+        if plugins
+            .iter()
+            .any(|p| p.metadata.name.as_deref() == Some(name))
+        {
+            return Err(ImportError::NameTaken(name.to_string()));
+        }
+        let spec = VClusterPluginSpec {
+            vcluster: VClusterRef {
+                name: vcluster.to_string(),
+            },
+            synced_types: synced.types,
+            ..Default::default()
+        };
+        let mut plugin = VClusterPlugin::new(name, spec);
+        plugin.metadata.namespace = Some(namespace.to_string());
+        plugins.push(plugin);
+        for direction in ["toHost", "fromHost"] {
+            let path = format!("{}.{direction}.customResources", custom_resources::SYNC_KEY);
+            let present = root
+                .get(custom_resources::SYNC_KEY)
+                .and_then(|s| s.get(direction))
+                .and_then(|d| d.get("customResources"))
+                .is_some_and(|c| !c.is_null());
+            if present {
+                notes.push(Warning {
+                    path,
+                    message: format!("carried over into the VClusterPlugin `{name}`: remove it from the vCluster's values (the open-source vCluster refuses it: a feature of vCluster's paid build)"),
+                });
+            }
+        }
+    }
     if plugins.is_empty() {
         return Err(ImportError::NoPlugins);
     }
@@ -200,6 +337,7 @@ pub fn import(text: &str, vcluster: &str, namespace: &str) -> Result<Imported, I
     Ok(Imported {
         plugins,
         warnings,
+        notes,
         yaml: docs.join("---\n"),
     })
 }

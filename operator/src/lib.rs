@@ -26,7 +26,7 @@
 //! | how to run the operator, its defaults (concurrency, debounce, the sweep's retry delay) | [`Config`] |
 //! | state shared by reconciles, one lock per workload | [`context`] |
 //! | the reads of workloads: watch caches (install), direct reads (delete, sweep), discovery cache | [`cache`] |
-//! | `vcluster-plugin-operator import`: Helm values (`plugin:` / `plugins:`) to VClusterPlugins | [`import`] |
+//! | `vcluster-plugin-operator import`: Helm values (`plugin:` / `plugins:`) and a `vcluster.yaml`'s `sync.*.customResources` to VClusterPlugins | [`import`] |
 //! | leader election on a Lease | [`leader`] |
 //! | metrics, health and readiness | [`telemetry`], served by [`http`] |
 //! | test-only fault point: abort after the n-th write (`VCP_FAULT_ABORT_AFTER_WRITES`; feature `test-faults` only) | `fault` |

@@ -6,7 +6,8 @@
 //! Subcommands:
 //! - none, or `run`: the controller (flags: [`RunArgs`]);
 //! - `crd`: print both CRDs as multi-document YAML (the committed files' content);
-//! - `import`: convert a vCluster Helm values file (`plugin:` / `plugins:`) into VClusterPlugin
+//! - `import`: convert a vCluster Helm values file (`plugin:` / `plugins:`) or `vcluster.yaml`
+//!   (`sync.toHost.customResources` / `sync.fromHost.customResources`) into VClusterPlugin
 //!   manifests (see [`vcluster_plugin_operator::import`]).
 
 use std::io::Write as _;
@@ -20,13 +21,6 @@ use vcluster_plugin_operator::operations::OperationsArgs;
 use vcluster_plugin_operator::{
     Config, default_runtime_image, http as operator_http, import, run_until,
 };
-
-/// The binary's allocator: mimalloc, as the runtime's. With glibc's malloc the operator's
-/// resident set stayed 56 % above its level after 10,000 plugins came and went (47.2 → 73.6
-/// MiB, tests/tests/memory_churn.rs): freed memory of its worker threads' arenas was not
-/// given back; mimalloc returns freed pages to the system.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Command line of the operator.
 #[derive(Debug, Parser)]
@@ -52,7 +46,8 @@ enum Command {
     Run(RunArgs),
     /// Print the CustomResourceDefinitions (VClusterPlugin, Car) as multi-document YAML.
     Crd,
-    /// Convert a vCluster Helm values file (`plugin:` / `plugins:`) into VClusterPlugin manifests.
+    /// Convert a vCluster Helm values file / vcluster.yaml (`plugin:`, `plugins:`,
+    /// `sync.{toHost,fromHost}.customResources`) into VClusterPlugin manifests.
     Import(ImportArgs),
 }
 
@@ -106,6 +101,16 @@ struct ImportArgs {
     /// it explicitly then).
     #[arg(short = 'n', long, value_name = "NAMESPACE")]
     namespace: Option<String>,
+
+    /// Kubeconfig of the host cluster, read only to resolve the kind and version of each
+    /// `customResources` key (`certificates.cert-manager.io`) from its discovery, as vCluster
+    /// reads the CRD from the host. Without it, a file with enabled `customResources` is refused.
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+
+    /// Name of the VClusterPlugin made from the `customResources` blocks.
+    #[arg(long, value_name = "NAME", default_value = import::CUSTOM_RESOURCES_PLUGIN)]
+    name: String,
 }
 
 fn main() -> ExitCode {
@@ -158,10 +163,38 @@ fn run_import(args: &ImportArgs) -> ExitCode {
         }
     };
     let namespace = args.namespace.as_deref().unwrap_or(&args.vcluster);
-    match import::import(&text, &args.vcluster, namespace) {
+    let mut options = import::ImportOptions {
+        resolved: None,
+        name: Some(args.name.clone()),
+    };
+    if let Some(kubeconfig) = &args.kubeconfig {
+        let keys = match import::custom_resource_keys(&text) {
+            Ok(keys) => keys,
+            Err(e) => {
+                eprintln!("error: {source}: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        if !keys.is_empty() {
+            match resolve_on_host(kubeconfig, &keys) {
+                Ok(resolved) => options.resolved = Some(resolved),
+                Err(e) => {
+                    eprintln!(
+                        "error: cannot read the host's discovery through {}: {e}",
+                        kubeconfig.display()
+                    );
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+    }
+    match import::import_with(&text, &args.vcluster, namespace, &options) {
         Ok(out) => {
             for warning in &out.warnings {
                 eprintln!("warning: {source}: {warning}");
+            }
+            for note in &out.notes {
+                eprintln!("note: {source}: {note}");
             }
             write_stdout(&out.yaml)
         }
@@ -170,6 +203,29 @@ fn run_import(args: &ImportArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The types of `keys` from the discovery of the API server of `kubeconfig` (its current
+/// context).
+fn resolve_on_host(
+    kubeconfig: &std::path::Path,
+    keys: &[String],
+) -> Result<std::collections::BTreeMap<String, import::ResolvedType>, String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    runtime.block_on(async {
+        let kc = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|e| e.to_string())?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| e.to_string())?;
+        let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
+        import::resolve::resolve(client, keys)
+            .await
+            .map_err(|e| e.to_string())
+    })
 }
 
 fn write_stdout(text: &str) -> ExitCode {
@@ -432,6 +488,28 @@ mod tests {
                 assert_eq!(args.file, PathBuf::from("plugin.yaml"));
                 assert_eq!(args.vcluster, "my-vcluster");
                 assert_eq!(args.namespace.as_deref(), Some("team-a"));
+                assert_eq!(args.kubeconfig, None);
+                assert_eq!(args.name, import::CUSTOM_RESOURCES_PLUGIN);
+            }
+            other => panic!("expected import, got {other:?}"),
+        }
+        let cli = Cli::try_parse_from([
+            "vcluster-plugin-operator",
+            "import",
+            "-f",
+            "vcluster.yaml",
+            "--vcluster",
+            "v",
+            "--kubeconfig",
+            "host.kubeconfig",
+            "--name",
+            "cert-manager-sync",
+        ])
+        .expect("parse");
+        match cli.command {
+            Some(Command::Import(args)) => {
+                assert_eq!(args.kubeconfig, Some(PathBuf::from("host.kubeconfig")));
+                assert_eq!(args.name, "cert-manager-sync");
             }
             other => panic!("expected import, got {other:?}"),
         }

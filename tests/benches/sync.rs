@@ -32,6 +32,10 @@
 //!     its peak RSS (`restart_rss_mib`: the restart lists everything at once, the first run
 //!     grew into it).
 //!
+//! `BENCH_SYNC_MODE=references` (`scripts/bench sync references`) runs the mode with references
+//! and objects that come back instead (cert-manager's Certificates and their Secrets): see
+//! `sync/references.rs`, and its own last line.
+//!
 //! `BENCH_PERF=<file>` records the runtime's CPU profile of phase (a) with `perf record`.
 //! `BENCH_PPROF=<dir>` records both API servers' CPU profiles (Go pprof,
 //! `/debug/pprof/profile`, for [`PPROF_SECONDS`]) from the start of the loaded floor and from
@@ -263,7 +267,14 @@ impl Syncer {
         self.child.id()
     }
 
-    fn stop(mut self) {
+    fn stop(self) {
+        drop(self);
+    }
+}
+
+/// The runtime process never outlives the bench, a panicking one included.
+impl Drop for Syncer {
+    fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -443,18 +454,12 @@ fn report_syncer_writes(
     }
 }
 
-#[tokio::main]
-async fn main() {
-    let cp = ControlPlane::start().expect("control plane");
-    let host = cp.client(Cluster::Host, Identity::Admin).await;
-    let virtual_ = cp.client(Cluster::Virtual, Identity::Admin).await;
-    vcp_tests::install_crds(&host).await;
-    vcp_tests::install_crds(&virtual_).await;
-    vcp_tests::create_namespace(&host, HOST_NS).await;
-    vcp_tests::create_namespace(&host, "floor").await;
-    vcp_tests::create_namespace(&virtual_, "bench").await;
-    // the syncer identity: cluster-admin in the virtual cluster, admin of its namespace on the host
-    for (client, kind) in [(&host, "RoleBinding"), (&virtual_, "ClusterRoleBinding")] {
+#[path = "sync/references.rs"]
+mod references;
+
+/// The syncer identity: cluster-admin in the virtual cluster, admin of [`HOST_NS`] on the host.
+async fn bind_syncer(host: &Client, virtual_: &Client) {
+    for (client, kind) in [(host, "RoleBinding"), (virtual_, "ClusterRoleBinding")] {
         let (plural, ns) = if kind == "RoleBinding" {
             ("rolebindings", Some(HOST_NS))
         } else {
@@ -482,6 +487,26 @@ async fn main() {
         .await
         .expect("bind");
     }
+}
+
+#[tokio::main]
+async fn main() {
+    match std::env::var("BENCH_SYNC_MODE").as_deref() {
+        Ok("references") => return references::run().await,
+        Ok("cars") | Err(_) => {}
+        Ok(other) => {
+            panic!("BENCH_SYNC_MODE must be `cars` (default) or `references`, not {other:?}")
+        }
+    }
+    let cp = ControlPlane::start().expect("control plane");
+    let host = cp.client(Cluster::Host, Identity::Admin).await;
+    let virtual_ = cp.client(Cluster::Virtual, Identity::Admin).await;
+    vcp_tests::install_crds(&host).await;
+    vcp_tests::install_crds(&virtual_).await;
+    vcp_tests::create_namespace(&host, HOST_NS).await;
+    vcp_tests::create_namespace(&host, "floor").await;
+    vcp_tests::create_namespace(&virtual_, "bench").await;
+    bind_syncer(&host, &virtual_).await;
     let plugin: VClusterPlugin = serde_json::from_value(json!({
         "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
         "metadata": {"name": "bench", "namespace": HOST_NS},

@@ -7,6 +7,9 @@ use std::time::Instant;
 
 use crate::control_plane::ControlPlane;
 
+/// The key of the whole machine's busy CPU seconds in what [`report`] returns.
+pub const MACHINE: &str = "machine";
+
 /// Clock ticks per second of `/proc/<pid>/stat` and `/proc/stat` (`USER_HZ`, 100 on Linux).
 pub const USER_HZ: f64 = 100.0;
 
@@ -77,7 +80,8 @@ pub fn snapshot(procs: &[(String, u32)]) -> CpuSnapshot {
 
 /// Prints (stderr) the CPU seconds each process of `a` used until `b`, their sum, and the
 /// machine's busy seconds against those available (wall time × cores); returns the seconds
-/// by process name. `a` and `b` must be snapshots of the same processes.
+/// by process name, and the machine's busy seconds under [`MACHINE`]. `a` and `b` must be
+/// snapshots of the same processes.
 pub fn report(what: &str, a: &CpuSnapshot, b: &CpuSnapshot) -> HashMap<String, f64> {
     let wall = b.at.duration_since(a.at).as_secs_f64();
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get) as f64;
@@ -96,5 +100,6 @@ pub fn report(what: &str, a: &CpuSnapshot, b: &CpuSnapshot) -> HashMap<String, f
         wall * cores
     );
     eprintln!("{line}");
+    seconds.insert(MACHINE.into(), machine);
     seconds
 }

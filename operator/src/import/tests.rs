@@ -367,3 +367,513 @@ fn mounts_of_the_plugins_volume_are_dropped_with_a_warning() {
         ]
     );
 }
+
+// ---- sync.toHost.customResources / sync.fromHost.customResources (vcluster.yaml, v0.21+) ----
+
+use std::collections::BTreeMap;
+use vcp_crds::{
+    FromHostMappings, ProducedObject, SyncDirection, SyncedType, TranslatePatch,
+    TranslatePatchLabels, TranslatePatchReference,
+};
+
+const CERT_MANAGER: &str =
+    include_str!("../../../tests/fixtures/import/cert-manager.vcluster.yaml");
+const MIXED: &str = include_str!("../../../tests/fixtures/import/mixed.vcluster.yaml");
+
+/// What a host serving cert-manager's CRDs (cert-manager.io/v1, namespaced, status subresource)
+/// and the tutorial's Car answers in discovery.
+fn host_types() -> BTreeMap<String, ResolvedType> {
+    let t = |key: &str, api_version: &str, kind: &str, namespaced: bool| {
+        (
+            key.to_string(),
+            ResolvedType {
+                api_version: api_version.into(),
+                kind: kind.into(),
+                resource: key.split('.').next().unwrap().into(),
+                namespaced,
+                status_subresource: true,
+            },
+        )
+    };
+    [
+        t(
+            "issuers.cert-manager.io",
+            "cert-manager.io/v1",
+            "Issuer",
+            true,
+        ),
+        t(
+            "certificates.cert-manager.io",
+            "cert-manager.io/v1",
+            "Certificate",
+            true,
+        ),
+        t(
+            "clusterissuers.cert-manager.io",
+            "cert-manager.io/v1",
+            "ClusterIssuer",
+            false,
+        ),
+        t("cars.example.loft.sh", "example.loft.sh/v1", "Car", true),
+    ]
+    .into_iter()
+    .collect()
+}
+
+fn with_host(text: &str, namespace: &str) -> Result<Imported, ImportError> {
+    import_with(
+        text,
+        "my-vcluster",
+        namespace,
+        &ImportOptions {
+            resolved: Some(host_types()),
+            name: None,
+        },
+    )
+}
+
+fn reference(api_version: &str, kind: &str) -> Option<TranslatePatchReference> {
+    Some(TranslatePatchReference {
+        api_version: api_version.into(),
+        kind: kind.into(),
+        ..Default::default()
+    })
+}
+
+/// The fixture imports into the plugin of the common example (issue 22): Issuer, and
+/// Certificate with its two reference patches, `syncStatus`, and the produced Secret the import
+/// adds for cert-manager's Certificate, said in a note.
+#[test]
+fn cert_manager_vcluster_yaml_becomes_the_example_plugin() {
+    let out = with_host(CERT_MANAGER, "team-a").expect("import");
+    assert_eq!(out.plugins.len(), 1);
+    let p = &out.plugins[0];
+    assert_eq!(p.metadata.name.as_deref(), Some(CUSTOM_RESOURCES_PLUGIN));
+    assert_eq!(p.metadata.namespace.as_deref(), Some("team-a"));
+    assert_eq!(p.spec.vcluster.name, "my-vcluster");
+    assert_eq!(p.spec.image, None, "the embedded runtime");
+    let want = vec![
+        SyncedType {
+            api_version: "cert-manager.io/v1".into(),
+            kind: "Issuer".into(),
+            resource: Some("issuers".into()),
+            direction: SyncDirection::ToHost,
+            sync_status: true,
+            ..Default::default()
+        },
+        SyncedType {
+            api_version: "cert-manager.io/v1".into(),
+            kind: "Certificate".into(),
+            resource: Some("certificates".into()),
+            direction: SyncDirection::ToHost,
+            sync_status: true,
+            patches: vec![
+                TranslatePatch {
+                    path: "spec.secretName".into(),
+                    reference: reference("v1", "Secret"),
+                    ..Default::default()
+                },
+                TranslatePatch {
+                    path: "spec.issuerRef.name".into(),
+                    reference: reference("cert-manager.io/v1", "Issuer"),
+                    ..Default::default()
+                },
+            ],
+            produced: vec![ProducedObject {
+                api_version: "v1".into(),
+                kind: "Secret".into(),
+                name_path: "spec.secretName".into(),
+            }],
+            ..Default::default()
+        },
+    ];
+    assert_eq!(p.spec.synced_types, want);
+    assert!(out.warnings.is_empty(), "{:?}", out.warnings);
+    let notes: Vec<&str> = out.notes.iter().map(|n| n.path.as_str()).collect();
+    assert_eq!(
+        notes,
+        [
+            "sync.toHost.customResources[\"certificates.cert-manager.io\"]",
+            "sync.toHost.customResources",
+        ]
+    );
+    assert!(
+        out.notes[0].message.contains("added `produced"),
+        "{}",
+        out.notes[0]
+    );
+    assert!(
+        out.notes[1].message.contains("paid build"),
+        "{}",
+        out.notes[1]
+    );
+}
+
+#[test]
+fn kind_and_version_need_the_host() {
+    // No host asked: refused, naming every entry, and saying how to give the host.
+    let err = import(CERT_MANAGER, "v", "ns").unwrap_err();
+    assert_eq!(
+        err,
+        ImportError::Unresolved {
+            paths: vec![
+                "sync.toHost.customResources[\"issuers.cert-manager.io\"]".into(),
+                "sync.toHost.customResources[\"certificates.cert-manager.io\"]".into(),
+            ],
+            asked: false,
+        }
+    );
+    assert!(err.to_string().contains("--kubeconfig"), "{err}");
+    // The host asked, and it serves neither.
+    let err = import_with(
+        CERT_MANAGER,
+        "v",
+        "ns",
+        &ImportOptions {
+            resolved: Some(BTreeMap::new()),
+            name: None,
+        },
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, ImportError::Unresolved { paths, asked: true } if paths.len() == 2),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("is its CRD installed"), "{err}");
+    assert_eq!(
+        custom_resource_keys(CERT_MANAGER).expect("keys"),
+        ["certificates.cert-manager.io", "issuers.cert-manager.io"]
+    );
+    // Disabled entries and subresource keys are not asked for.
+    assert_eq!(
+        custom_resource_keys(MIXED).expect("keys"),
+        [
+            "cars.example.loft.sh",
+            "clusterissuers.cert-manager.io",
+            "issuers.cert-manager.io"
+        ]
+    );
+}
+
+/// Everything the mixed fixture cannot carry over is named by its full path; what it can is
+/// carried over unchanged (vCluster's `""` and `/name` keys of its host namespace included).
+#[test]
+fn mixed_vcluster_yaml_names_what_is_not_carried_over() {
+    let out = with_host(MIXED, "vcluster-prod").expect("import");
+    assert_eq!(
+        paths(&out),
+        vec![
+            "controlPlane",
+            "sync.toHost.pods",
+            "sync.toHost.customResources[\"widgets.example.com\"].enabled",
+            "sync.toHost.customResources[\"cars/status.example.loft.sh\"]",
+            "sync.fromHost.customResources[\"clusterissuers.cert-manager.io\"].scope",
+            "sync.fromHost.customResources[\"issuers.cert-manager.io\"].mappings.byName[\"other/*\"]",
+            "sync.fromHost.nodes",
+        ]
+    );
+    let names: Vec<_> = out
+        .plugins
+        .iter()
+        .map(|p| p.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(names, ["pod-labels", CUSTOM_RESOURCES_PLUGIN]);
+    let types = &out.plugins[1].spec.synced_types;
+    assert_eq!(types.len(), 2);
+    let car = &types[0];
+    assert_eq!(
+        (car.kind.as_str(), car.direction),
+        ("Car", SyncDirection::ToHost)
+    );
+    assert!(
+        car.produced.is_empty(),
+        "only cert-manager's Certificate gets `produced`"
+    );
+    assert_eq!(
+        car.patches,
+        vec![
+            TranslatePatch {
+                path: "spec.type".into(),
+                expression: Some("value.toUpperCase()".into()),
+                reverse_expression: Some("value.toLowerCase()".into()),
+                ..Default::default()
+            },
+            TranslatePatch {
+                path: "spec.selector".into(),
+                labels: Some(TranslatePatchLabels {}),
+                ..Default::default()
+            },
+            TranslatePatch {
+                path: "spec.owner".into(),
+                reference: Some(TranslatePatchReference {
+                    api_version: "v1".into(),
+                    kind: "ConfigMap".into(),
+                    name_path: Some("name".into()),
+                    namespace_path: Some("namespace".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            // A reverseExpression alone, as vCluster allows it.
+            TranslatePatch {
+                path: "metadata.annotations[\"example.com/back\"]".into(),
+                reverse_expression: Some("value + '-seen'".into()),
+                ..Default::default()
+            },
+        ]
+    );
+    let issuers = &types[1];
+    assert_eq!(
+        (
+            issuers.kind.as_str(),
+            issuers.direction,
+            issuers.sync_status
+        ),
+        ("Issuer", SyncDirection::FromHost, false)
+    );
+    assert_eq!(
+        issuers.mappings,
+        Some(FromHostMappings {
+            by_name: [
+                (String::new(), "shared/*".to_string()),
+                ("/root".to_string(), "kube-system/root-ca".to_string()),
+                ("vcluster-prod/web".to_string(), "web/issuer".to_string()),
+            ]
+            .into_iter()
+            .collect()
+        })
+    );
+    let notes: Vec<&str> = out.notes.iter().map(|n| n.path.as_str()).collect();
+    assert_eq!(
+        notes,
+        [
+            "sync.toHost.customResources",
+            "sync.fromHost.customResources",
+        ]
+    );
+}
+
+fn one_entry(direction: &str, entry: &str) -> String {
+    format!("sync:\n  {direction}:\n    customResources:\n      cars.example.loft.sh:\n{entry}")
+}
+
+#[test]
+fn what_is_skipped_and_why() {
+    let cases = [
+        (one_entry("toHost", "        enabled: false\n"), "sync.toHost.customResources[\"cars.example.loft.sh\"].enabled", "vCluster does not sync"),
+        (one_entry("toHost", "        patches: []\n"), "sync.toHost.customResources[\"cars.example.loft.sh\"].enabled", "vCluster does not sync"),
+        (one_entry("toHost", "        enabled: true\n        scope: Cluster\n"), "sync.toHost.customResources[\"cars.example.loft.sh\"].scope", "its validation refuses"),
+        (one_entry("fromHost", "        enabled: true\n        scope: Cluster\n"), "sync.fromHost.customResources[\"cars.example.loft.sh\"].scope", "host namespace only"),
+        (one_entry("toHost", "        enabled: true\n        scope: Global\n"), "sync.toHost.customResources[\"cars.example.loft.sh\"].scope", "neither"),
+        (one_entry("fromHost", "        enabled: true\n        scope: Namespaced\n        mappings:\n          byName:\n            \"elsewhere/*\": \"a/*\"\n"), "sync.fromHost.customResources[\"cars.example.loft.sh\"].mappings.byName", "no entry reads"),
+        ("sync:\n  toHost:\n    customResources:\n      clusterissuers.cert-manager.io:\n        enabled: true\n".to_string(), "sync.toHost.customResources[\"clusterissuers.cert-manager.io\"]", "cluster-scoped"),
+    ];
+    for (text, path, says) in cases {
+        let err = with_host(&text, "ns").unwrap_err();
+        assert_eq!(err, ImportError::NoPlugins, "{text}");
+        // Nothing imported: the warnings are what the CLI prints; check them through the keys.
+        let root: Value = serde_yaml::from_str(&text).unwrap();
+        let mut warnings = Vec::new();
+        let out = custom_resources::convert(
+            root.get("sync").unwrap(),
+            "ns",
+            &Some(host_types()),
+            &mut warnings,
+        )
+        .expect("convert");
+        assert!(out.types.is_empty(), "{text}");
+        let hit = warnings.iter().find(|w| w.path == path);
+        assert!(
+            hit.is_some_and(|w| w.message.contains(says)),
+            "{text}: want {path} saying {says:?}, got {warnings:?}"
+        );
+    }
+    // A FromHost entry without mappings keeps the runtime's default, and says so.
+    let out = with_host(
+        &one_entry(
+            "fromHost",
+            "        enabled: true\n        scope: Namespaced\n",
+        ),
+        "ns",
+    )
+    .expect("import");
+    assert_eq!(out.plugins[0].spec.synced_types[0].mappings, None);
+    assert_eq!(
+        paths(&out),
+        ["sync.fromHost.customResources[\"cars.example.loft.sh\"].mappings"]
+    );
+}
+
+#[test]
+fn patches_vcluster_refuses_are_refused_with_its_words() {
+    let patch = |p: &str| {
+        one_entry(
+            "toHost",
+            &format!("        enabled: true\n        patches:\n{p}"),
+        )
+    };
+    let cases = [
+        (
+            patch("          - path: a\n"),
+            "patches[0]",
+            "need to use one of",
+        ),
+        (
+            patch("          - path: a\n            expression: x\n            labels: {}\n"),
+            "patches[0]",
+            "can only use one of",
+        ),
+        (
+            patch(
+                "          - path: a\n            reverseExpression: x\n            reference: {apiVersion: v1, kind: Secret}\n",
+            ),
+            "patches[0]",
+            "can only use one of",
+        ),
+        (
+            patch(
+                "          - path: a\n            labels: {}\n          - path: a\n            expression: x\n",
+            ),
+            "patches[1]",
+            "same path",
+        ),
+        (
+            patch("          - labels: {}\n"),
+            "patches[0].path",
+            "required",
+        ),
+        (patch("          - nope\n"), "patches[0]", "a patch"),
+    ];
+    for (text, at, says) in cases {
+        match with_host(&text, "ns") {
+            Err(ImportError::Invalid { path, message }) => {
+                assert_eq!(
+                    path,
+                    format!("sync.toHost.customResources[\"cars.example.loft.sh\"].{at}"),
+                    "{text}"
+                );
+                assert!(message.contains(says), "{text}: {message}");
+            }
+            other => panic!("{text}: expected Invalid, got {other:?}"),
+        }
+    }
+    // vCluster's omitted strings: `""` is absent.
+    let out = with_host(
+        &patch("          - path: a\n            expression: \"\"\n            reverseExpression: \"\"\n            reference: {apiVersion: v1, kind: Secret, namePath: \"\"}\n"),
+        "ns",
+    )
+    .expect("import");
+    assert_eq!(
+        out.plugins[0].spec.synced_types[0].patches,
+        vec![TranslatePatch {
+            path: "a".into(),
+            reference: reference("v1", "Secret"),
+            ..Default::default()
+        }]
+    );
+}
+
+#[test]
+fn unknown_keys_of_an_entry_are_named() {
+    let out = with_host(
+        &one_entry(
+            "toHost",
+            "        enabled: true\n        selector: {}\n        patches:\n          - path: a\n            labels: {}\n            note: x\n          - path: b\n            reference: {apiVersion: v1, kind: Secret, name: c}\n",
+        ),
+        "ns",
+    )
+    .expect("import");
+    let at = "sync.toHost.customResources[\"cars.example.loft.sh\"]";
+    assert_eq!(
+        paths(&out),
+        [
+            format!("{at}.selector"),
+            format!("{at}.patches[0].note"),
+            format!("{at}.patches[1].reference.name"),
+        ]
+    );
+    assert_eq!(out.plugins[0].spec.synced_types[0].patches.len(), 2);
+}
+
+#[test]
+fn certificate_without_a_secret_reference_is_warned_about() {
+    let out = with_host(
+        "sync:\n  toHost:\n    customResources:\n      certificates.cert-manager.io:\n        enabled: true\n",
+        "ns",
+    )
+    .expect("import");
+    assert_eq!(out.plugins[0].spec.synced_types[0].produced.len(), 1);
+    assert_eq!(
+        paths(&out),
+        ["sync.toHost.customResources[\"certificates.cert-manager.io\"].patches"]
+    );
+    assert!(out.warnings[0].message.contains("share one host Secret"));
+}
+
+#[test]
+fn the_plugin_name_is_an_option_and_must_be_free() {
+    let opts = |name: &str| ImportOptions {
+        resolved: Some(host_types()),
+        name: Some(name.into()),
+    };
+    let out = import_with(CERT_MANAGER, "v", "ns", &opts("cert-manager-sync")).expect("import");
+    assert_eq!(
+        out.plugins[0].metadata.name.as_deref(),
+        Some("cert-manager-sync")
+    );
+    assert_eq!(
+        import_with(MIXED, "v", "ns", &opts("pod-labels")).unwrap_err(),
+        ImportError::NameTaken("pod-labels".into())
+    );
+}
+
+#[test]
+fn sync_blocks_of_the_wrong_shape_name_the_value() {
+    let cases = [
+        ("sync: 3\n", "sync"),
+        ("sync:\n  toHost: []\n", "sync.toHost"),
+        (
+            "sync:\n  toHost:\n    customResources: [a]\n",
+            "sync.toHost.customResources",
+        ),
+        (
+            "sync:\n  toHost:\n    customResources:\n      cars.example.loft.sh: 1\n",
+            "sync.toHost.customResources[\"cars.example.loft.sh\"]",
+        ),
+        (
+            "sync:\n  toHost:\n    customResources:\n      cars.example.loft.sh:\n        enabled: yes please\n",
+            "sync.toHost.customResources[\"cars.example.loft.sh\"].enabled",
+        ),
+        (
+            "sync:\n  fromHost:\n    customResources:\n      cars.example.loft.sh:\n        enabled: true\n        mappings:\n          byName:\n            \"ns/*\": 3\n",
+            "sync.fromHost.customResources[\"cars.example.loft.sh\"].mappings.byName[\"ns/*\"]",
+        ),
+    ];
+    for (text, want) in cases {
+        match with_host(text, "ns") {
+            Err(ImportError::Invalid { path, .. }) => assert_eq!(path, want, "{text}"),
+            other => panic!("{text}: expected Invalid at {want}, got {other:?}"),
+        }
+    }
+}
+
+/// `config/samples/cert-manager.yaml` is what the import makes of the cert-manager fixture
+/// (its comment says so).
+#[test]
+fn the_cert_manager_sample_is_the_imported_fixture() {
+    let sample: VClusterPlugin =
+        serde_yaml::from_str(include_str!("../../../config/samples/cert-manager.yaml"))
+            .expect("the sample");
+    let out = import_with(
+        CERT_MANAGER,
+        "my-vcluster",
+        "my-vcluster",
+        &ImportOptions {
+            resolved: Some(host_types()),
+            name: Some("cert-manager-sync".into()),
+        },
+    )
+    .expect("import");
+    let json = |p: &VClusterPlugin| serde_json::to_value(p).expect("as JSON");
+    assert_eq!(json(&out.plugins[0]), json(&sample));
+}
