@@ -75,7 +75,10 @@ pub use plugins::{
     start_shared_operator, start_shared_operator_with_policy, wait_event, wait_operator_reconciled,
     wait_ready,
 };
-pub use process::{OperatorOptions, OperatorProcess, exit_signal, http_get, workspace_binary};
+pub use process::{
+    OperatorOptions, OperatorProcess, exit_signal, http_get, tail_of_output, workspace_binary,
+    workspace_example,
+};
 pub use proxy::{TcpProxy, kubeconfig_server};
 pub use real_crds::{
     cert_manager_crd_files, gateway_api_crd_file, install_crd_files, service_monitor_crd_file,

@@ -32,11 +32,24 @@ fn target_profile_dir() -> PathBuf {
 /// its path; built once per test binary.
 ///
 /// # Panics
-/// When cargo fails (its output is in the panic).
+/// When cargo fails (the end of its output, where the error is, is in the panic).
 pub fn workspace_binary(package: &str, bin: &str) -> PathBuf {
-    static BUILT: Mutex<BTreeMap<(String, String), PathBuf>> = Mutex::new(BTreeMap::new());
+    build_once(package, "--bin", bin)
+}
+
+/// [`workspace_binary`] for example `example` of `package` (`<target>/<profile>/examples/`).
+///
+/// # Panics
+/// When cargo fails.
+pub fn workspace_example(package: &str, example: &str) -> PathBuf {
+    build_once(package, "--example", example)
+}
+
+/// `cargo build -p package <kind> name` with the test features, once per test binary.
+fn build_once(package: &str, kind: &str, name: &str) -> PathBuf {
+    static BUILT: Mutex<BTreeMap<(String, String, String), PathBuf>> = Mutex::new(BTreeMap::new());
     let mut built = BUILT.lock().expect("binaries");
-    let key = (package.to_string(), bin.to_string());
+    let key = (package.to_string(), kind.to_string(), name.to_string());
     if let Some(path) = built.get(&key) {
         return path.clone();
     }
@@ -45,7 +58,7 @@ pub fn workspace_binary(package: &str, bin: &str) -> PathBuf {
     let mut build = Command::new(cargo);
     build
         .current_dir(repo_root())
-        .args(["build", "--locked", "-p", package, "--bin", bin])
+        .args(["build", "--locked", "-p", package, kind, name])
         // The test machinery release builds leave out, as tests/Cargo.toml enables it (so the
         // features match `cargo test --workspace`'s and nothing is rebuilt): the fault point
         // (`vcp_crds::fault`; faults_operator_kill.rs and faults_runtime_kill.rs drive it) and
@@ -58,12 +71,32 @@ pub fn workspace_binary(package: &str, bin: &str) -> PathBuf {
     let out = build.output().expect("run cargo build");
     assert!(
         out.status.success(),
-        "cargo build -p {package} --bin {bin} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        "cargo build -p {package} {kind} {name} failed:\n{}",
+        tail_of_output(&out.stderr)
     );
-    let path = profile.join(bin);
+    let path = if kind == "--example" {
+        profile.join("examples").join(name)
+    } else {
+        profile.join(name)
+    };
     built.insert(key, path.clone());
     path
+}
+
+/// The last 60 lines of a tool's output, each cut to 400 characters: the linker's command line
+/// alone can fill a CI log's excerpt, and its error comes after it.
+pub fn tail_of_output(output: &[u8]) -> String {
+    let text = String::from_utf8_lossy(output);
+    let lines: Vec<&str> = text.lines().collect();
+    let from = lines.len().saturating_sub(60);
+    lines[from..]
+        .iter()
+        .map(|line| match line.char_indices().nth(400) {
+            Some((cut, _)) => format!("{}… ({} characters)", &line[..cut], line.len()),
+            None => (*line).to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// How to start an [`OperatorProcess`].

@@ -91,45 +91,12 @@ impl Target {
     }
 }
 
-/// The workspace's target folder (this test binary is `<target>/<profile>/deps/<name>`).
-fn target_profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("<target>/<profile>/deps")
-        .to_path_buf()
-}
-
 /// The runtime binary, built by cargo with this test's profile and target folder (nothing is
-/// rebuilt when it is current).
+/// rebuilt when `cargo test --workspace` already built it).
 fn runtime_binary() -> &'static PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let profile = target_profile_dir();
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut build = std::process::Command::new(cargo);
-        build
-            .current_dir(vcp_tests::repo_root())
-            .args([
-                "build",
-                "--locked",
-                "-p",
-                "vcp-syncer-runtime",
-                "--bin",
-                "vcluster-plugin-syncer",
-            ])
-            .env("CARGO_TARGET_DIR", profile.parent().expect("target folder"));
-        if profile.file_name().is_some_and(|n| n == "release") {
-            build.arg("--release");
-        }
-        let out = build.output().expect("run cargo build");
-        assert!(
-            out.status.success(),
-            "cargo build of the runtime failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        profile.join("vcluster-plugin-syncer")
-    })
+    BUILT
+        .get_or_init(|| vcp_tests::workspace_binary("vcp-syncer-runtime", "vcluster-plugin-syncer"))
 }
 
 /// Runs the init containers of the StatefulSet's pod template that mount the `plugins` volume,

@@ -27,50 +27,15 @@ use vcp_tests::{Cluster, ControlPlane, Identity, TEST_FIELD_MANAGER, string_map,
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The workspace's target folder (this test binary is `<target>/<profile>/deps/<name>`).
-fn target_profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("<target>/<profile>/deps")
-        .to_path_buf()
-}
-
-/// Builds the Car syncer example and the runtime binary with cargo (same target folder and
-/// profile as this test, so nothing is rebuilt when `cargo test --workspace` already built
-/// them) and returns `(car_syncer, vcluster-plugin-syncer)`.
+/// The tutorial's Car syncer example and the runtime binary, built by cargo with this test's
+/// profile and target folder (nothing is rebuilt when `cargo test --workspace` already built
+/// them): `(car_syncer, vcluster-plugin-syncer)`.
 fn plugin_binaries() -> &'static (PathBuf, PathBuf) {
     static BUILT: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let profile = target_profile_dir();
-        let release = profile.file_name().is_some_and(|n| n == "release");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut build = std::process::Command::new(cargo);
-        build
-            .current_dir(vcp_tests::repo_root())
-            .args([
-                "build",
-                "--locked",
-                "-p",
-                "vcp-syncer-runtime",
-                "--example",
-                "car_syncer",
-                "--bin",
-                "vcluster-plugin-syncer",
-            ])
-            .env("CARGO_TARGET_DIR", profile.parent().expect("target folder"));
-        if release {
-            build.arg("--release");
-        }
-        let out = build.output().expect("run cargo build");
-        assert!(
-            out.status.success(),
-            "cargo build of the plugins failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
         (
-            profile.join("examples/car_syncer"),
-            profile.join("vcluster-plugin-syncer"),
+            vcp_tests::workspace_example("vcp-syncer-runtime", "car_syncer"),
+            vcp_tests::workspace_binary("vcp-syncer-runtime", "vcluster-plugin-syncer"),
         )
     })
 }
