@@ -45,6 +45,29 @@ pub fn oracle_paths() -> &'static BTreeMap<String, PathBuf> {
     })
 }
 
+/// The vCluster versions this project proves, oldest first: `(version, suffix)`, where the
+/// suffix names that version's tools in [`oracle_paths`] (`TRANSLATE_ORACLE` + suffix,
+/// `VCLUSTER_CHART` + suffix, ...): the pinned v0.30.0 (tests/vcluster-go/go.mod) and the newest
+/// served, v0.36.1 (tests/vcluster-go-v0.36/go.mod), as in the README's compatibility table.
+pub const VCLUSTER_VERSIONS: [(&str, &str); 2] = [("v0.30.0", ""), ("v0.36.1", "_V0_36")];
+
+/// The path of tool `name` (an [`oracle_paths`] name without its version suffix, e.g.
+/// `TRANSLATE_ORACLE`) built against vCluster `version`, one of [`VCLUSTER_VERSIONS`].
+///
+/// # Panics
+/// When `version` is not in [`VCLUSTER_VERSIONS`] or `scripts/oracles build` printed no such
+/// tool.
+pub fn oracle_path_at(name: &str, version: &str) -> &'static PathBuf {
+    let (_, suffix) = VCLUSTER_VERSIONS
+        .iter()
+        .find(|(v, _)| *v == version)
+        .unwrap_or_else(|| panic!("vCluster {version} is not one of {VCLUSTER_VERSIONS:?}"));
+    let key = format!("{name}{suffix}");
+    oracle_paths()
+        .get(&key)
+        .unwrap_or_else(|| panic!("scripts/oracles build printed no {key}"))
+}
+
 /// vCluster's own chart (`chart/` of the pinned `github.com/loft-sh/vcluster` module) rendered by
 /// `helm template my-vcluster <chart> --namespace <namespace>` with its default values and
 /// `values` (YAML, may be empty): the YAML of every document, or helm's error.

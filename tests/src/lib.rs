@@ -64,9 +64,10 @@ pub use audit::{Audit, AuditedWrite, Writes, audited_reads, audited_write_events
 pub use cert_manager::{CertManager, cert_manager_resource, condition_status, tls_dns_names};
 pub use control_plane::{Cluster, ControlPlane, Identity, config_from, repo_root};
 pub use fixtures::{
-    TEST_FIELD_MANAGER, apply_yaml, apply_yaml_file, create_namespace, create_yaml, install_crds,
-    install_operator_rbac, oracle_paths, refusal, render_vcluster_chart,
-    render_vcluster_chart_from, string_map, vcluster_workload, vcluster_workload_with,
+    TEST_FIELD_MANAGER, VCLUSTER_VERSIONS, apply_yaml, apply_yaml_file, create_namespace,
+    create_yaml, install_crds, install_operator_rbac, oracle_path_at, oracle_paths, refusal,
+    render_vcluster_chart, render_vcluster_chart_from, string_map, vcluster_workload,
+    vcluster_workload_with,
 };
 pub use oracle::{translate_oracle, vcluster_host_label_selector, vcluster_host_name};
 pub use plugins::{

@@ -45,7 +45,7 @@ const RUNTIME_IMAGE: &str = "vcp-test/runtime:inside";
 /// The runtime image's binary, as the operator's init container names it.
 const IMAGE_BINARY: &str = "/usr/local/bin/vcluster-plugin-syncer";
 const PLUGIN: &str = "cars-and-pods";
-/// The folder of the Go plugin (`GO_POD_HOOK`) in the plugins folder.
+/// The folder of the Go plugin (`GO_POD_HOOK`, at each version) in the plugins folder.
 const GO_PLUGIN: &str = "go-pod-hook";
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -65,12 +65,12 @@ struct Target {
 }
 
 impl Target {
-    /// Every version of the matrix, from `scripts/oracles build`: `VCLUSTER_SYNCER` and
-    /// `VCLUSTER_CHART` (v0.30.0, tests/vcluster-go), `VCLUSTER_SYNCER_V0_36` and
-    /// `VCLUSTER_CHART_V0_36` (v0.36.1, tests/vcluster-go-v0.36).
+    /// Every version of the matrix ([`vcp_tests::VCLUSTER_VERSIONS`]), with its syncer and
+    /// chart from `scripts/oracles build` (`VCLUSTER_SYNCER`, `VCLUSTER_CHART` and their
+    /// `_V0_36` twins).
     fn all() -> Vec<Target> {
         let paths = vcp_tests::oracle_paths();
-        [("v0.30.0", ""), ("v0.36.1", "_V0_36")]
+        vcp_tests::VCLUSTER_VERSIONS
             .into_iter()
             .map(|(version, suffix)| {
                 let tag = version.replace('.', "");
@@ -294,12 +294,12 @@ async fn inside(t: &Target) {
         std::fs::read(runtime_binary()).expect("runtime binary")
     );
     // Beside it, a v2 plugin written in Go (tests/vcluster-go/cmd/go-pod-hook, a pod hook adding
-    // `created-by-go-plugin`), copied in as a v2 image's init container does
-    // (`cp -r /plugin /plugins/<name>`).
+    // `created-by-go-plugin`), built against the same vCluster version's SDK, copied in as a v2
+    // image's init container does (`cp -r /plugin /plugins/<name>`).
     let go_plugin = folder.join(GO_PLUGIN);
     std::fs::create_dir_all(&go_plugin).expect("Go plugin folder");
     std::fs::copy(
-        &vcp_tests::oracle_paths()["GO_POD_HOOK"],
+        vcp_tests::oracle_path_at("GO_POD_HOOK", t.version),
         go_plugin.join("plugin"),
     )
     .expect("copy the Go plugin");

@@ -1,8 +1,9 @@
 //! Chart oracle: vCluster's own Helm chart is the referee of what the operator installs.
 //!
 //! `scripts/oracles build` builds helm (`helm.sh/helm/v3`, pinned in `tests/helm/go.mod`) and
-//! finds vCluster's chart in the pinned vCluster module (`chart/` of
-//! `github.com/loft-sh/vcluster@v0.30.0`, from the Go module cache; nothing of it is committed).
+//! finds vCluster's chart in each vCluster module of [`vcp_tests::VCLUSTER_VERSIONS`] (`chart/` of
+//! `github.com/loft-sh/vcluster@v0.30.0` and `@v0.36.1`, from the Go module cache; nothing of it
+//! is committed), and the test runs once per version.
 //! For each values file in `tests/fixtures/chart-oracle/`, this test applies to the host API
 //! server (a) the chart rendered *with* the plugin values, and (b) the chart rendered *without*
 //! them, into which the operator then installs the VClusterPlugins that `import` makes of the same
@@ -97,13 +98,15 @@ fn apply_deliberate(
 }
 
 /// `helm template my-vcluster <vCluster chart> -n <namespace> [-f <values>]`
-/// ([`vcp_tests::render_vcluster_chart`]): the documents, or helm's error.
-fn render(namespace: &str, values: Option<&PathBuf>) -> Result<Vec<Value>, String> {
+/// ([`vcp_tests::render_vcluster_chart_from`]) with the chart of vCluster `version`: the
+/// documents, or helm's error.
+fn render(version: &str, namespace: &str, values: Option<&PathBuf>) -> Result<Vec<Value>, String> {
     let text = values
         .map(|v| std::fs::read_to_string(v).expect("values file"))
         .unwrap_or_default();
-    let rendered =
-        vcp_tests::render_vcluster_chart(namespace, &text).map_err(|e| format!("{e:#}"))?;
+    let chart = vcp_tests::oracle_path_at("VCLUSTER_CHART", version);
+    let rendered = vcp_tests::render_vcluster_chart_from(chart, namespace, &text)
+        .map_err(|e| format!("{e:#}"))?;
     Ok(serde_yaml::Deserializer::from_str(&rendered)
         .map(|doc| serde_yaml::Value::deserialize(doc).expect("helm renders valid YAML"))
         .filter_map(|doc| serde_json::to_value(doc).ok())
@@ -231,13 +234,16 @@ async fn live_pod_spec(admin: &Client, namespace: &str) -> Value {
     serde_json::to_value(sts.spec.expect("spec").template.spec.expect("pod spec")).expect("json")
 }
 
-/// Every difference between the chart's and the operator's install of `values` (`case`).
-async fn differences(admin: &Client, case: &str, values: &PathBuf) -> Outcome {
-    let chart_ns = format!("chart-{case}");
-    let operator_ns = format!("op-{case}");
-    let with = render(&chart_ns, Some(values)).unwrap_or_else(|e| panic!("{case}: {e}"));
-    let without_chart_ns = render(&chart_ns, None).expect("render without plugins");
-    let without = render(&operator_ns, None).expect("render without plugins");
+/// Every difference between vCluster `version`'s chart's and the operator's install of `values`
+/// (`case`).
+async fn differences(admin: &Client, version: &str, case: &str, values: &PathBuf) -> Outcome {
+    let tag = version.replace('.', "");
+    let chart_ns = format!("chart-{case}-{tag}");
+    let operator_ns = format!("op-{case}-{tag}");
+    let with = render(version, &chart_ns, Some(values))
+        .unwrap_or_else(|e| panic!("{version} {case}: {e}"));
+    let without_chart_ns = render(version, &chart_ns, None).expect("render without plugins");
+    let without = render(version, &operator_ns, None).expect("render without plugins");
 
     // (a) the chart with the plugin values
     namespace(admin, &chart_ns).await;
@@ -403,14 +409,24 @@ struct Outcome {
     fields: usize,
 }
 
+/// Every vCluster version of the matrix ([`vcp_tests::VCLUSTER_VERSIONS`]), its own chart against
+/// the same operator and the same values files.
 #[tokio::test]
 async fn operator_installs_what_the_vcluster_chart_renders() {
     let admin = vcp_tests::start_shared_operator(RUNTIME_IMAGE).await;
+    for (version, _) in vcp_tests::VCLUSTER_VERSIONS {
+        chart_matches(&admin, version).await;
+    }
+}
+
+async fn chart_matches(admin: &Client, version: &str) {
+    let tag = version.replace('.', "");
     let fixtures = repo_root().join("tests/fixtures/chart-oracle");
 
     // The tutorial's values as published are refused by the v0.30 chart's values schema.
     let refused = render(
-        "tutorial",
+        version,
+        &format!("tutorial-{tag}"),
         Some(&repo_root().join("tests/fixtures/import/plugin.yaml")),
     )
     .expect_err("the chart's schema refuses rbac.clusterRole.create");
@@ -422,7 +438,8 @@ async fn operator_installs_what_the_vcluster_chart_renders() {
     // Its schema also refuses `env` under `plugins:` (a v2 plugin's init container gets none);
     // `import` drops it with a warning instead of installing what the chart never renders.
     let env_values = fixtures.join("env.yaml");
-    let refused = render("env", Some(&env_values)).expect_err("the chart's schema refuses env");
+    let refused = render(version, &format!("env-{tag}"), Some(&env_values))
+        .expect_err("the chart's schema refuses env");
     assert!(
         refused.contains("'/plugins/gamma': additional properties 'env' not allowed"),
         "{refused}"
@@ -448,30 +465,32 @@ async fn operator_installs_what_the_vcluster_chart_renders() {
     let mut fields = 0;
     for case in ["tutorial", "legacy", "several"] {
         let values = fixtures.join(format!("{case}.yaml"));
-        let outcome = differences(&admin, case, &values).await;
+        let outcome = differences(admin, version, case, &values).await;
         for name in &outcome.deliberate {
             *applied.entry(name).or_default() += 1;
-            eprintln!("oracle_chart: {case}: deliberate difference {name}");
+            eprintln!("oracle_chart: {version} {case}: deliberate difference {name}");
         }
         for (path, change) in outcome.differences {
-            unexplained.push(format!("{case}: {path}: {change}"));
+            unexplained.push(format!("{version} {case}: {path}: {change}"));
         }
         eprintln!(
-            "oracle_chart: {case}: {} fields of the chart's plugin parts and rules compared",
+            "oracle_chart: {version} {case}: {} fields of the chart's plugin parts and rules compared",
             outcome.fields
         );
         fields += outcome.fields;
     }
     assert!(
         unexplained.is_empty(),
-        "the operator's install differs from vCluster's chart:\n{}",
+        "the operator's install differs from vCluster {version}'s chart:\n{}",
         unexplained.join("\n")
     );
     for (name, why) in DELIBERATE_DIFFERENCES {
         assert!(
             applied.contains_key(name),
-            "deliberate difference {name} ({why}) never occurred: remove it"
+            "deliberate difference {name} ({why}) never occurred at {version}: remove it"
         );
     }
-    println!("oracle_chart: {fields} fields identical to vCluster's chart (3 values files)");
+    println!(
+        "oracle_chart: {fields} fields identical to vCluster {version}'s chart (3 values files)"
+    );
 }

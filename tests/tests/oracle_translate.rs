@@ -1,8 +1,9 @@
 //! Translation oracle: vCluster's own code is the referee of the runtime's translation.
 //!
 //! `scripts/oracles build` builds `tests/vcluster-go/cmd/translate-oracle`, a Go program that
-//! imports `github.com/loft-sh/vcluster/pkg/util/translate` at the version pinned in
-//! `tests/vcluster-go/go.mod` (v0.30.0) and answers, one JSON line per request, what vCluster's
+//! imports `github.com/loft-sh/vcluster/pkg/util/translate`, once for each version of
+//! [`vcp_tests::VCLUSTER_VERSIONS`] (v0.30.0, pinned in `tests/vcluster-go/go.mod`, and v0.36.1,
+//! `tests/vcluster-go-v0.36/go.mod`; the same cases are asked of both), and answers, one JSON line per request, what vCluster's
 //! syncer writes on the host (`HostMetadata` with the single-namespace translator, `VClusterName`
 //! and the owner Service set as its start-up sets them; `HostLabels` / `HostAnnotations` of an
 //! existing host object; `SingleNamespaceHostName`; `SafeConcatName`; `HostLabel`;
@@ -40,8 +41,9 @@ const DELIBERATE_DIFFERENCES: [(&str, &str); 1] = [(
 const RUNTIME_FIELD_MANAGER: &str = "vcluster-plugin-syncer";
 
 /// Every `vcluster.loft.sh/*` key that appears in vCluster v0.30.0's Go code (grep of its
-/// module), used as label and annotation keys of the generated virtual objects.
-const VCLUSTER_KEYS: [&str; 61] = [
+/// module), and the ones v0.36.1's code adds (the last nine), used as label and annotation keys
+/// of the generated virtual objects (asked of both versions).
+const VCLUSTER_KEYS: [&str; 70] = [
     "vcluster.loft.sh/apply",
     "vcluster.loft.sh/belongs-to",
     "vcluster.loft.sh/block-deletion",
@@ -103,6 +105,16 @@ const VCLUSTER_KEYS: [&str; 61] = [
     "vcluster.loft.sh/upgrade-node",
     "vcluster.loft.sh/vcluster-name",
     "vcluster.loft.sh/vcluster-namespace",
+    // added by v0.36.1
+    "vcluster.loft.sh/cert-rotation-at",
+    "vcluster.loft.sh/certificate-refs-sanitized",
+    "vcluster.loft.sh/imported-gateway",
+    "vcluster.loft.sh/join-token",
+    "vcluster.loft.sh/ns-label-team",
+    "vcluster.loft.sh/preserve-host-rule",
+    "vcluster.loft.sh/preserve-request-mirror-filters",
+    "vcluster.loft.sh/protected",
+    "vcluster.loft.sh/source-gateway",
 ];
 
 /// Other label / annotation keys: plain, prefixed, and the Helm ones.
@@ -121,9 +133,9 @@ const OTHER_KEYS: [&str; 12] = [
     "heritage",
 ];
 
-/// vCluster's answers to `requests`, in order (one oracle process for all of them).
-fn ask_vcluster(requests: &[Value]) -> Vec<Value> {
-    let mut child = Command::new(&vcp_tests::oracle_paths()["TRANSLATE_ORACLE"])
+/// vCluster `version`'s answers to `requests`, in order (one oracle process for all of them).
+fn ask_vcluster(version: &str, requests: &[Value]) -> Vec<Value> {
+    let mut child = Command::new(vcp_tests::oracle_path_at("TRANSLATE_ORACLE", version))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -282,10 +294,14 @@ fn owned_labels(host: &Value) -> Vec<String> {
         .collect()
 }
 
-/// Compares vCluster's and the runtime's answers to every request; returns how many were
-/// compared and which deliberate differences applied.
-fn compare(what: &str, requests: &[Value]) -> (usize, BTreeMap<&'static str, usize>) {
-    let answers = ask_vcluster(requests);
+/// Compares vCluster `version`'s and the runtime's answers to every request; returns how many
+/// were compared and which deliberate differences applied.
+fn compare(
+    version: &str,
+    what: &str,
+    requests: &[Value],
+) -> (usize, BTreeMap<&'static str, usize>) {
+    let answers = ask_vcluster(version, requests);
     let mut differences: BTreeMap<&'static str, usize> = BTreeMap::new();
     let mut mismatches = Vec::new();
     for (request, vcluster) in requests.iter().zip(answers) {
@@ -302,7 +318,7 @@ fn compare(what: &str, requests: &[Value]) -> (usize, BTreeMap<&'static str, usi
     }
     assert!(
         mismatches.is_empty(),
-        "{what}: {} of {} cases differ from vCluster; the first ones:\n{}",
+        "{what}: {} of {} cases differ from vCluster {version}; the first ones:\n{}",
         mismatches.len(),
         requests.len(),
         mismatches
@@ -674,18 +690,25 @@ fn edge_cases() -> Vec<Value> {
         .collect()
 }
 
+/// Every vCluster version of the matrix: the same generated cases (same seed) asked of each.
 #[test]
 fn translation_matches_vcluster() {
+    for (version, _) in vcp_tests::VCLUSTER_VERSIONS {
+        translation_matches(version);
+    }
+}
+
+fn translation_matches(version: &str) {
     let mut rng = Rng(0x5eed_1234_abcd_0001);
     let vclusters = vcluster_names();
     let mut total = 0;
     let mut differences: BTreeMap<&'static str, usize> = BTreeMap::new();
     let mut count = |what: &str, cases: &[Value]| {
-        let (n, d) = compare(what, cases);
+        let (n, d) = compare(version, what, cases);
         for (name, k) in d {
             *differences.entry(name).or_default() += k;
         }
-        eprintln!("oracle_translate: {what}: {n} cases identical to vCluster");
+        eprintln!("oracle_translate: {what}: {n} cases identical to vCluster {version}");
         total += n;
     };
 
@@ -694,7 +717,7 @@ fn translation_matches_vcluster() {
     count("HostLabel", &host_label_cases(&vclusters));
     let creates = metadata_cases(&mut rng, &vclusters, 4000);
     count("HostMetadata", &creates);
-    let created = ask_vcluster(&creates);
+    let created = ask_vcluster(version, &creates);
     count(
         "HostLabels/HostAnnotations on update",
         &update_cases(&mut rng, &creates, &created),
@@ -709,13 +732,15 @@ fn translation_matches_vcluster() {
 
     for (name, why) in DELIBERATE_DIFFERENCES {
         let n = differences.get(name).copied().unwrap_or_default();
-        eprintln!("oracle_translate: deliberate difference {name} applied to {n} cases: {why}");
+        eprintln!(
+            "oracle_translate: {version}: deliberate difference {name} applied to {n} cases: {why}"
+        );
         assert!(
             n > 0,
             "deliberate difference {name} never applied: remove it from the list"
         );
     }
-    println!("oracle_translate: {total} cases compared with vCluster v0.30.0, all identical");
+    println!("oracle_translate: {total} cases compared with vCluster {version}, all identical");
     assert!(total >= 10_000, "only {total} cases compared");
 }
 
@@ -728,6 +753,12 @@ fn translation_matches_vcluster() {
 /// parts Go leaves out when empty).
 #[test]
 fn label_selector_patches_match_vcluster() {
+    for (version, _) in vcp_tests::VCLUSTER_VERSIONS {
+        label_selector_patches_match(version);
+    }
+}
+
+fn label_selector_patches_match(version: &str) {
     use vcp_crds::{TranslatePatch, TranslatePatchLabels};
     use vcp_syncer_runtime::patches::Patches;
 
@@ -770,7 +801,7 @@ fn label_selector_patches_match_vcluster() {
             "selector": selector,
         }));
     }
-    let answers = ask_vcluster(&requests);
+    let answers = ask_vcluster(version, &requests);
     let patch = TranslatePatch {
         path: "spec.selector".into(),
         labels: Some(TranslatePatchLabels {}),
@@ -788,7 +819,10 @@ fn label_selector_patches_match_vcluster() {
             json!({"metadata": {"namespace": "team-a"}, "spec": {"selector": request["selector"]}});
         let mut host = virtual_obj.clone();
         patches.to_host(&virtual_obj, &mut host).expect("translate");
-        assert_eq!(host["spec"]["selector"], answer["selector"], "{request}");
+        assert_eq!(
+            host["spec"]["selector"], answer["selector"],
+            "vCluster {version}: {request}"
+        );
         if host["spec"]["selector"]
             .to_string()
             .contains("vcluster.loft.sh/label-")
@@ -800,10 +834,13 @@ fn label_selector_patches_match_vcluster() {
         patches.to_virtual(&virtual_obj, &mut up).expect("reverse");
         let mut again = up.clone();
         patches.to_host(&up, &mut again).expect("translate");
-        assert_eq!(again["spec"]["selector"], answer["selector"], "{request}");
+        assert_eq!(
+            again["spec"]["selector"], answer["selector"],
+            "vCluster {version}: {request}"
+        );
     }
     println!(
-        "oracle_translate: {} label selectors identical to vCluster's HostLabelSelector ({translated_keys} with translated keys)",
+        "oracle_translate: {} label selectors identical to vCluster {version}'s HostLabelSelector ({translated_keys} with translated keys)",
         requests.len()
     );
     assert!(

@@ -1,8 +1,10 @@
-// vCluster's syncer at the newest version proven beside the pinned one (tests/vcluster-go):
-// the same cmd/vcluster-syncer main, built by scripts/oracles (VCLUSTER_SYNCER_V0_36), and the
-// chart of the same module (VCLUSTER_CHART_V0_36). github.com/loft-sh/api/v4 v4.11.0-rc.1,
-// which v0.36.1 requires, is not in the Go checksum database (its lookup answers 404): go.sum
-// holds the hashes of proxy.golang.org's copies (go mod tidy with GONOSUMDB=github.com/loft-sh/*).
+// The newest vCluster proven beside the pinned one (tests/vcluster-go): only this go.mod and
+// go.sum. scripts/oracles builds every driver of tests/vcluster-go/cmd (the same mains) with
+// them, against v0.36.1 (TRANSLATE_ORACLE_V0_36, PLUGIN_LOADER_V0_36, VCLUSTER_SYNCER_V0_36, ...),
+// and reads the chart of the same module (VCLUSTER_CHART_V0_36). github.com/loft-sh/api/v4
+// v4.11.0-rc.1, which v0.36.1 requires, is not in the Go checksum database (its lookup answers
+// 404): go.sum holds the hashes of proxy.golang.org's copies (go mod tidy with
+// GONOSUMDB=github.com/loft-sh/*).
 module vcp.dev/tests/vcluster-go-v0.36
 
 go 1.26.3
