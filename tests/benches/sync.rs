@@ -34,7 +34,8 @@
 //!
 //! `BENCH_SYNC_MODE=references` (`scripts/bench sync references`) runs the mode with references
 //! and objects that come back instead (cert-manager's Certificates and their Secrets): see
-//! `sync/references.rs`, and its own last line.
+//! `sync/references.rs`, and its own last line. `BENCH_SYNC_MODE=peer` (`scripts/bench peer`)
+//! measures vCluster's own syncer and the runtime on the same ConfigMaps: `sync/peer.rs`.
 //!
 //! `BENCH_PERF=<file>` records the runtime's CPU profile of phase (a) with `perf record`.
 //! `BENCH_PPROF=<dir>` records both API servers' CPU profiles (Go pprof,
@@ -155,8 +156,13 @@ type Seen = Arc<Mutex<HashMap<String, Instant>>>;
 /// Starts the bench's own watch of the Cars in host namespace `ns`: every floor and every sync
 /// run is clocked by one of these, so each carries the same observing watch.
 fn watch_host(client: Client, ns: &str) -> Seen {
+    watch_named(Api::namespaced_with(client, ns, &cars()))
+}
+
+/// The bench's watch of the objects of `api`: name → when the watch first saw it (every mode's
+/// clock stops on one of these).
+fn watch_named(api: Api<DynamicObject>) -> Seen {
     let seen: Seen = Arc::default();
-    let api = Api::<DynamicObject>::namespaced_with(client, ns, &cars());
     let out = seen.clone();
     tokio::spawn(async move {
         let mut events = std::pin::pin!(
@@ -457,6 +463,9 @@ fn report_syncer_writes(
 #[path = "sync/references.rs"]
 mod references;
 
+#[path = "sync/peer.rs"]
+mod peer;
+
 /// The syncer identity: cluster-admin in the virtual cluster, admin of [`HOST_NS`] on the host.
 async fn bind_syncer(host: &Client, virtual_: &Client) {
     for (client, kind) in [(host, "RoleBinding"), (virtual_, "ClusterRoleBinding")] {
@@ -493,9 +502,12 @@ async fn bind_syncer(host: &Client, virtual_: &Client) {
 async fn main() {
     match std::env::var("BENCH_SYNC_MODE").as_deref() {
         Ok("references") => return references::run().await,
+        Ok("peer") => return peer::run().await,
         Ok("cars") | Err(_) => {}
         Ok(other) => {
-            panic!("BENCH_SYNC_MODE must be `cars` (default) or `references`, not {other:?}")
+            panic!(
+                "BENCH_SYNC_MODE must be `cars` (default), `references` or `peer`, not {other:?}"
+            )
         }
     }
     let cp = ControlPlane::start().expect("control plane");

@@ -187,25 +187,7 @@ fn play_cert_manager(host: Client, ns: &'static str) {
 
 /// The bench's watch of the Secrets of virtual namespace `ns`: name → first seen.
 fn watch_virtual_secrets(client: Client, ns: &str) -> Seen {
-    let seen: Seen = Arc::default();
-    let api = Api::<DynamicObject>::namespaced_with(client, ns, &secrets());
-    let out = seen.clone();
-    tokio::spawn(async move {
-        let mut events = std::pin::pin!(
-            watcher(api, watcher::Config::default())
-                .default_backoff()
-                .applied_objects()
-        );
-        while let Some(event) = events.next().await {
-            if let Ok(obj) = event {
-                out.lock()
-                    .unwrap()
-                    .entry(obj.name_any())
-                    .or_insert_with(Instant::now);
-            }
-        }
-    });
-    seen
+    super::watch_named(Api::namespaced_with(client, ns, &secrets()))
 }
 
 /// Waits until `seen` holds `n` names starting with `prefix`, or panics after
