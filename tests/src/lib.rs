@@ -60,7 +60,10 @@ pub mod workload;
 pub use admission::{
     ADMISSION_OVERLAY, TENANT_RBAC, bind_tenant_rights, install_admission_policies,
 };
-pub use audit::{Audit, AuditedWrite, Writes, audited_reads, audited_write_events, audited_writes};
+pub use audit::{
+    AUDIT_CATCH_UP_TIMEOUT, Audit, AuditedRead, AuditedWrite, Writes, audit_caught_up,
+    audited_read_events, audited_reads, audited_write_events, audited_writes,
+};
 pub use cert_manager::{CertManager, cert_manager_resource, condition_status, tls_dns_names};
 pub use control_plane::{Cluster, ControlPlane, Identity, config_from, repo_root};
 pub use fixtures::{
