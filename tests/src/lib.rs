@@ -15,6 +15,7 @@
 //! binaries that are no longer running.
 //!
 //! Modules: [`admission`] (the trust model's admission policies and tenant identities),
+//! [`argocd`] (Argo CD's health of a VClusterPlugin, in the engine Argo CD embeds),
 //! [`control_plane`] (the processes and clients), [`audit`] (who wrote what, from the
 //! audit logs), [`fixtures`] (vCluster's chart rendered by helm, CRDs, namespaces, YAML), [`plugins`] (the
 //! shared operator and `VClusterPlugin` helpers), [`process`] (the workspace's binaries as
@@ -37,6 +38,7 @@
 //! [`image`] builds the container image without a container engine: it replays the Dockerfile.
 
 pub mod admission;
+pub mod argocd;
 pub mod audit;
 pub mod cert_manager;
 pub mod cert_manager_scenario;
