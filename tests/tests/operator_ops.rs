@@ -168,6 +168,7 @@ async fn two_replicas_only_the_leader_writes_and_a_dead_leader_is_replaced() {
     )
     .await;
     wait_ready(&admin, ns, "first", "True", None, TIMEOUT).await;
+    vcp_tests::audit_caught_up(vcp_tests::ControlPlane::shared(), vcp_tests::Cluster::Host).await;
     let writes = operator_writes(ns);
     assert!(
         writes
@@ -206,6 +207,7 @@ async fn two_replicas_only_the_leader_writes_and_a_dead_leader_is_replaced() {
     // (Not a second Car syncer: that would be a Conflict with `first`.)
     create_plugin(&admin, ns, "second", json!({ "vcluster": { "name": VC } })).await;
     wait_ready(&admin, ns, "second", "True", None, TIMEOUT).await;
+    vcp_tests::audit_caught_up(vcp_tests::ControlPlane::shared(), vcp_tests::Cluster::Host).await;
     let after: Vec<_> = operator_writes(ns).into_iter().skip(before).collect();
     assert!(!after.is_empty(), "the new leader installed `second`");
     assert!(
