@@ -1,8 +1,14 @@
 //! The API servers' audit logs (`audit-{host,virtual}.log` in [`ControlPlane::dir`]; policy:
 //! `tests/control-plane/audit-policy.yaml`): which writes who made, so that a test can show
-//! that a component made a write, or none; and which lists and watches the operator made.
+//! that a component made a write, or none ([`audit_caught_up`] first, so that none is missed);
+//! and which lists and watches the operator made, and the syncer identity made of Cars.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use anyhow::Context as _;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, PostParams};
 
 use crate::control_plane::{Cluster, ControlPlane, Identity};
 
@@ -19,6 +25,71 @@ fn audit_events(cp: &ControlPlane, cluster: Cluster) -> anyhow::Result<Vec<serde
         .filter(|line| !line.is_empty())
         .map(|line| serde_json::from_str(line).with_context(|| format!("audit line {line}")))
         .collect()
+}
+
+/// How long [`audit_caught_up`] waits for its marker to appear in the audit log.
+pub const AUDIT_CATCH_UP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Waits until `cluster`'s audit log holds every request the API server answered before this
+/// call, so that a count of writes made right after an event (a process killed after a write, a
+/// reconcile that finished) misses none: the API server writes an audit event when its handler
+/// finishes, which can be after the client already has the answer, so the last entries may lag.
+///
+/// The barrier is a request of its own, made after everything the caller waits for: a
+/// server-side dry-run create (`dryRun=All`: admitted, never stored) of a ConfigMap named
+/// `audit-marker-<pid>-<n>` in namespace `default`, as the admin. The API server writes each
+/// request's last audit event (`ResponseComplete`, the `--audit-log-mode=blocking` default)
+/// as its handler returns; the marker is sent only after the requests the caller waits for were
+/// answered, and goes through authentication, admission and the dry run before its own event
+/// is written, so once the marker's event is in the log (a complete line), so are theirs.
+/// Returns the marker's name. The marker is the
+/// admin's, in `default`, and a dry run, so the queries of the operator's, the runtime's or a
+/// namespace's writes never count it.
+///
+/// # Panics
+/// When the dry run is refused, or its audit event does not appear within
+/// [`AUDIT_CATCH_UP_TIMEOUT`].
+pub async fn audit_caught_up(cp: &ControlPlane, cluster: Cluster) -> String {
+    static MARKERS: AtomicU64 = AtomicU64::new(0);
+    let name = format!(
+        "audit-marker-{}-{}",
+        std::process::id(),
+        MARKERS.fetch_add(1, Ordering::Relaxed)
+    );
+    let admin = cp.client(cluster, Identity::Admin).await;
+    let marker: ConfigMap = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "default"},
+    }))
+    .expect("marker ConfigMap");
+    Api::<ConfigMap>::namespaced(admin, "default")
+        .create(
+            &PostParams {
+                dry_run: true,
+                ..PostParams::default()
+            },
+            &marker,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("audit marker {name}: {e}"));
+    let path = cp.dir().join(format!("audit-{}.log", cluster.as_str()));
+    let quoted = format!("\"{name}\"");
+    crate::wait::poll_for(AUDIT_CATCH_UP_TIMEOUT, || {
+        let (path, quoted) = (&path, &quoted);
+        async move {
+            let text = std::fs::read_to_string(path).ok()?;
+            let complete = &text[..text.rfind('\n')?];
+            complete.contains(quoted.as_str()).then_some(())
+        }
+    })
+    .await
+    .unwrap_or_else(|| {
+        panic!(
+            "the audit event of marker {name} is not in {} after {AUDIT_CATCH_UP_TIMEOUT:?}",
+            path.display()
+        )
+    });
+    name
 }
 
 /// Write requests (create, update, patch, delete) that `user` made on `cluster`, read from the
@@ -76,10 +147,7 @@ pub fn audited_write_events(
             continue;
         }
         let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
-        let received_at = event["requestReceivedTimestamp"]
-            .as_str()
-            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
-            .map_or(std::time::UNIX_EPOCH, std::time::SystemTime::from);
+        let received_at = received_at(&event);
         writes.push(AuditedWrite {
             user: s(&event["user"]["username"]),
             user_agent: s(&event["userAgent"]),
@@ -314,18 +382,32 @@ impl<'a> Writes<'a> {
     }
 }
 
-/// The request URIs of the `list` and `watch` requests `user` made on `cluster` (the audit
-/// policy logs them for the operator's user, `vcp-operator`, on StatefulSets, Deployments and
-/// the RBAC kinds), one per request as it started (a watch is logged when its response starts),
-/// in order: `(verb, request URI)`.
+/// One `list` or `watch` request from the API server's audit log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditedRead {
+    /// `list` or `watch`.
+    pub verb: String,
+    /// The request URI.
+    pub uri: String,
+    /// When the API server received the request (`requestReceivedTimestamp`, microsecond
+    /// precision); the Unix epoch when absent.
+    pub received_at: std::time::SystemTime,
+}
+
+/// The `list` and `watch` requests `user` made on `cluster`, one per request as it started (a
+/// watch is logged when its response starts, a list when it completes), in order. The audit
+/// policy (`tests/control-plane/audit-policy.yaml`) logs them only for the operator's user,
+/// `vcp-operator`, on StatefulSets, Deployments and the RBAC kinds, and for the syncer's,
+/// `vcp-syncer`, on the tutorial's Cars (`example.loft.sh`, `cars`); for anything else the
+/// answer is empty.
 ///
 /// # Errors
 /// When the audit log cannot be read or a complete line is not JSON.
-pub fn audited_reads(
+pub fn audited_read_events(
     cp: &ControlPlane,
     cluster: Cluster,
     user: &str,
-) -> anyhow::Result<Vec<(String, String)>> {
+) -> anyhow::Result<Vec<AuditedRead>> {
     Ok(audit_events(cp, cluster)?
         .into_iter()
         .filter(|e| {
@@ -341,7 +423,35 @@ pub fn audited_reads(
         })
         .map(|e| {
             let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
-            (s(&e["verb"]), s(&e["requestURI"]))
+            AuditedRead {
+                verb: s(&e["verb"]),
+                uri: s(&e["requestURI"]),
+                received_at: received_at(&e),
+            }
         })
         .collect())
+}
+
+/// The request URIs of the `list` and `watch` requests `user` made on `cluster`
+/// ([`audited_read_events`] says which the audit policy logs), in order: `(verb, request URI)`.
+///
+/// # Errors
+/// When the audit log cannot be read or a complete line is not JSON.
+pub fn audited_reads(
+    cp: &ControlPlane,
+    cluster: Cluster,
+    user: &str,
+) -> anyhow::Result<Vec<(String, String)>> {
+    Ok(audited_read_events(cp, cluster, user)?
+        .into_iter()
+        .map(|r| (r.verb, r.uri))
+        .collect())
+}
+
+/// An audit event's `requestReceivedTimestamp`; the Unix epoch when absent.
+fn received_at(event: &serde_json::Value) -> std::time::SystemTime {
+    event["requestReceivedTimestamp"]
+        .as_str()
+        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+        .map_or(std::time::UNIX_EPOCH, std::time::SystemTime::from)
 }

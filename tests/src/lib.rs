@@ -15,6 +15,7 @@
 //! binaries that are no longer running.
 //!
 //! Modules: [`admission`] (the trust model's admission policies and tenant identities),
+//! [`argocd`] (Argo CD's health of a VClusterPlugin, in the engine Argo CD embeds),
 //! [`control_plane`] (the processes and clients), [`audit`] (who wrote what, from the
 //! audit logs), [`fixtures`] (vCluster's chart rendered by helm, CRDs, namespaces, YAML), [`plugins`] (the
 //! shared operator and `VClusterPlugin` helpers), [`process`] (the workspace's binaries as
@@ -37,6 +38,7 @@
 //! [`image`] builds the container image without a container engine: it replays the Dockerfile.
 
 pub mod admission;
+pub mod argocd;
 pub mod audit;
 pub mod cert_manager;
 pub mod cert_manager_scenario;
@@ -60,7 +62,10 @@ pub mod workload;
 pub use admission::{
     ADMISSION_OVERLAY, TENANT_RBAC, bind_tenant_rights, install_admission_policies,
 };
-pub use audit::{Audit, AuditedWrite, Writes, audited_reads, audited_write_events, audited_writes};
+pub use audit::{
+    AUDIT_CATCH_UP_TIMEOUT, Audit, AuditedRead, AuditedWrite, Writes, audit_caught_up,
+    audited_read_events, audited_reads, audited_write_events, audited_writes,
+};
 pub use cert_manager::{CertManager, cert_manager_resource, condition_status, tls_dns_names};
 pub use control_plane::{Cluster, ControlPlane, Identity, config_from, repo_root};
 pub use fixtures::{

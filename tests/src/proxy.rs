@@ -1,6 +1,6 @@
-//! A TCP proxy between a client and an API server that a test can pause and whose
-//! connections it can drop: a network partition between one process and the API server,
-//! while both keep running. TLS passes through untouched (the proxy listens on 127.0.0.1,
+//! A TCP proxy between a client and an API server that a test can pause (both ways, or only the
+//! client's requests) and whose connections it can drop: a network partition between one
+//! process and the API server, while both keep running. TLS passes through untouched (the proxy listens on 127.0.0.1,
 //! which the API server's certificate names too).
 
 use std::net::SocketAddr;
@@ -13,12 +13,23 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
+/// What the proxy forwards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Gate {
+    /// Both ways.
+    Open,
+    /// Only from the upstream to the client ([`TcpProxy::pause_upstream`]).
+    Downstream,
+    /// Nothing ([`TcpProxy::pause`]).
+    Closed,
+}
+
 /// A running proxy from [`TcpProxy::addr`] to its upstream; stops (and drops its connections)
 /// on drop.
 #[derive(Debug)]
 pub struct TcpProxy {
     addr: SocketAddr,
-    paused: watch::Sender<bool>,
+    paused: watch::Sender<Gate>,
     connections: Arc<Mutex<Vec<AbortHandle>>>,
     accept: AbortHandle,
 }
@@ -31,15 +42,16 @@ impl TcpProxy {
     pub async fn start(upstream: SocketAddr) -> std::io::Result<TcpProxy> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let (paused, _) = watch::channel(false);
+        let (paused, _) = watch::channel(Gate::Open);
         let connections: Arc<Mutex<Vec<AbortHandle>>> = Arc::default();
         let (p, c) = (paused.clone(), connections.clone());
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let mut gate = p.subscribe();
                 let task = tokio::spawn(async move {
-                    // A connection made while paused waits, like a SYN into a partition.
-                    if gate.wait_for(|paused| !paused).await.is_err() {
+                    // A connection made while paused (either way) waits, like a SYN into a
+                    // partition.
+                    if gate.wait_for(|g| *g == Gate::Open).await.is_err() {
                         return;
                     }
                     let Ok(server) = TcpStream::connect(upstream).await else {
@@ -47,7 +59,10 @@ impl TcpProxy {
                     };
                     let (cr, cw) = client.into_split();
                     let (sr, sw) = server.into_split();
-                    tokio::join!(pipe(cr, sw, gate.clone()), pipe(sr, cw, gate));
+                    tokio::join!(
+                        pipe(cr, sw, gate.clone(), |g| g == Gate::Open),
+                        pipe(sr, cw, gate, |g| g != Gate::Closed)
+                    );
                 });
                 if let Ok(mut all) = c.lock() {
                     all.retain(|h| !h.is_finished());
@@ -72,12 +87,20 @@ impl TcpProxy {
     /// Stops forwarding in both directions: bytes already read are held, nothing more is
     /// read, new connections wait. The peers see silence, not an error.
     pub fn pause(&self) {
-        self.paused.send_replace(true);
+        self.paused.send_replace(Gate::Closed);
     }
 
-    /// Forwards again (held bytes first).
+    /// Stops forwarding what the clients send (bytes already read are held, nothing more is
+    /// read, new connections wait) while the upstream's answers and watch events still reach
+    /// them: a one-way partition, in which a client hears the API server but cannot be heard,
+    /// so it may begin requests that stay in flight until [`TcpProxy::resume`] delivers them.
+    pub fn pause_upstream(&self) {
+        self.paused.send_replace(Gate::Downstream);
+    }
+
+    /// Forwards again both ways (held bytes first).
     pub fn resume(&self) {
-        self.paused.send_replace(false);
+        self.paused.send_replace(Gate::Open);
     }
 
     /// Closes every connection made so far; held bytes are discarded, never delivered.
@@ -111,11 +134,17 @@ impl Drop for TcpProxy {
     }
 }
 
-/// Copies `from` to `to`, holding each chunk while the proxy is paused.
-async fn pipe(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, mut gate: watch::Receiver<bool>) {
+/// Copies `from` to `to`, holding each chunk while `forwards` says the gate is shut for this
+/// direction.
+async fn pipe(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    mut gate: watch::Receiver<Gate>,
+    forwards: fn(Gate) -> bool,
+) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
-        if gate.wait_for(|paused| !paused).await.is_err() {
+        if gate.wait_for(|g| forwards(*g)).await.is_err() {
             return;
         }
         let n = match from.read(&mut buf).await {
@@ -125,7 +154,7 @@ async fn pipe(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, mut gate: watch::
             }
             Ok(n) => n,
         };
-        if gate.wait_for(|paused| !paused).await.is_err() {
+        if gate.wait_for(|g| forwards(*g)).await.is_err() {
             return;
         }
         if to.write_all(&buf[..n]).await.is_err() {

@@ -9,7 +9,8 @@
 //! the n-th successful write, SIGABRT, no cleanup) and started again without it; the end state
 //! (pod template, Roles, bindings, ClusterRoles, status, finalizer) must equal the reference's,
 //! nothing may be left behind, and no object may be written more often than in the reference
-//! (the audit log's writes per object). One more case kills the process with a real SIGKILL
+//! (the audit log's writes per object; every count first waits until the audit log has caught
+//! up, [`vcp_tests::audit_caught_up`]). One more case kills the process with a real SIGKILL
 //! frozen at a boundary by `VCP_FAULT_STOP_AFTER_WRITES=n`, for the install and the removal.
 //!
 //! One test, so this binary's operator processes are the only ones reconciling.
@@ -98,6 +99,14 @@ fn writes(ns: &str) -> Vec<AuditedWrite> {
         .excluding("/leases")
         .without_dry_runs()
         .succeeded()
+}
+
+/// [`writes`] once the audit log has caught up ([`vcp_tests::audit_caught_up`]): the API server
+/// writes an audit event as the request's handler returns, so a count made right after the
+/// operator died or converged could miss its last writes.
+async fn settled_writes(ns: &str) -> Vec<AuditedWrite> {
+    vcp_tests::audit_caught_up(ControlPlane::shared(), Cluster::Host).await;
+    writes(ns)
 }
 
 /// A write as `verb path` with `ns` replaced by `NS` (the query left out): one key per object
@@ -299,7 +308,7 @@ async fn interrupt(
         Fault::SigkillAfter(_) => 9,
     };
     assert_eq!(exit_signal(&status), Some(signal), "{ns}: how it died");
-    let seen = writes(ns).len() - before;
+    let seen = settled_writes(ns).await.len() - before;
     assert_eq!(
         seen, n,
         "{ns}: the n-th write of the process was this plugin's"
@@ -321,14 +330,18 @@ async fn a_killed_operator_at_every_write_boundary_converges_to_the_uninterrupte
     let op = start(None);
     vcp_tests::create_plugin(&admin, ns, PLUGIN, spec()).await;
     converge_install(&admin, ns, &op).await;
-    let install = writes(ns);
+    let install = settled_writes(ns).await;
     let installed = snapshot(&admin, ns).await;
     plugins(ns)
         .delete(PLUGIN, &DeleteParams::default())
         .await
         .expect("delete");
     converge_removal(&admin, ns).await;
-    let removal: Vec<AuditedWrite> = writes(ns).into_iter().skip(install.len()).collect();
+    let removal: Vec<AuditedWrite> = settled_writes(ns)
+        .await
+        .into_iter()
+        .skip(install.len())
+        .collect();
     let removed = snapshot(&admin, ns).await;
     stop(op).await;
     let reference = Reference {
@@ -416,7 +429,7 @@ async fn a_killed_operator_at_every_write_boundary_converges_to_the_uninterrupte
             None => (op, reference.install.len(), began),
         };
         converge_install(&admin, ns, &op).await;
-        let install = writes(ns);
+        let install = settled_writes(ns).await;
         let killed_after = install
             .get(seen.wrapping_sub(1))
             .map_or("-".to_string(), |w| key(w, ns));
@@ -466,7 +479,8 @@ async fn a_killed_operator_at_every_write_boundary_converges_to_the_uninterrupte
             None => (op, reference.removal.len(), began),
         };
         converge_removal(&admin, ns).await;
-        let removal: Vec<AuditedWrite> = writes(ns).into_iter().skip(before).collect();
+        let removal: Vec<AuditedWrite> =
+            settled_writes(ns).await.into_iter().skip(before).collect();
         let killed_after = removal
             .get(seen.wrapping_sub(1))
             .map_or("-".to_string(), |w| key(w, ns));

@@ -7,12 +7,16 @@
 //!   Lease, and once it has expired one replica leads again and converges a change made
 //!   meanwhile;
 //! - lost: `replica-a` reaches the API server through a TCP proxy ([`vcp_tests::TcpProxy`])
-//!   that the test pauses (a partition: the process keeps running); `replica-a` stops before
-//!   its Lease can expire, `replica-b` takes over and converges a change, and when the proxy
-//!   forwards again `replica-a` writes nothing.
+//!   that the test pauses one way (a partition in which `replica-a` still gets answers and
+//!   watch events but its requests are held; the process keeps running); a change made then
+//!   reaches `replica-a`, which begins to converge it, so a request of it is in flight;
+//!   `replica-a` stops before its Lease can expire, `replica-b` takes over and converges two
+//!   changes, and when the proxy forwards again the held requests reach the API server: that
+//!   write in flight stores nothing (a dry run, or refused), the Lease stays `replica-b`'s, and
+//!   `replica-a` writes nothing more.
 //!
-//! In both, the operator's writes in the test's namespace, in audit-log order, never go back
-//! from the new leader to the old one: no two replicas write in the same interval.
+//! In both, the operator's accepted writes in the test's namespace, in audit-log order, never
+//! go back from the new leader to the old one: no two replicas write in the same interval.
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -226,6 +230,7 @@ async fn a_stolen_lease_stops_the_old_leader_and_one_replica_leads_again() {
     let resumed = theft.elapsed();
     let new_leader = holder(&admin, lease).await.expect("a holder");
 
+    vcp_tests::audit_caught_up(cp, Cluster::Host).await;
     let all = writes(ns);
     let after_theft: Vec<&AuditedWrite> =
         all.iter().filter(|w| w.received_at >= stolen_at).collect();
@@ -293,13 +298,19 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_its_lease_expires() {
     let (a, b) = leader_and_standby(lease, through_proxy, direct).await;
     prepare(&admin, ns).await;
     converged(&admin, ns, 1, TIMEOUT).await;
+    vcp_tests::audit_caught_up(cp, Cluster::Host).await;
     let a_writes = writes(ns).len();
     assert!(a_writes > 0, "replica-a installed the plugin");
 
-    // The partition: replica-a's requests go nowhere, the process keeps running.
-    let cut_at = SystemTime::now();
+    // The partition, one way: replica-a's requests are held at the proxy (its Lease renewals
+    // and reads too), while the API server's answers and watch events still reach it. The
+    // process keeps running. A change made now reaches replica-a through its watch, so it
+    // begins to converge it: the request it sends for that stays in flight, held.
     let cut = Instant::now();
-    proxy.pause();
+    proxy.pause_upstream();
+    // (After the pause: a request already past the proxy is answered before this.)
+    let cut_at = SystemTime::now();
+    change(&admin, ns, 2).await;
     let stopped = wait_leading(&a, false, Duration::from_secs(3 * LEASE)).await;
     let stopped_after = cut.elapsed();
     assert!(
@@ -311,15 +322,15 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_its_lease_expires() {
         .await
         .expect("replica-b takes over");
     let took_over = cut.elapsed();
-    change(&admin, ns, 2).await;
     converged(&admin, ns, 2, TIMEOUT).await;
-
-    // The partition heals: what replica-a held is dropped, new connections go through.
-    proxy.drop_connections();
-    proxy.resume();
-    let healed = Instant::now();
     change(&admin, ns, 3).await;
     converged(&admin, ns, 3, TIMEOUT).await;
+
+    // The partition heals with replica-a's requests still in flight: nothing is dropped, the
+    // held bytes reach the API server now, after replica-b's writes.
+    let healed_at = SystemTime::now();
+    let healed = Instant::now();
+    proxy.resume();
     // replica-a has read the Lease again (its log says whose it is) and stays a standby.
     let log = a.log.clone();
     wait_for(TIMEOUT, || {
@@ -335,19 +346,45 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_its_lease_expires() {
     assert_eq!(leading(&a).await, Some(false), "replica-a stays a standby");
     change(&admin, ns, 4).await;
     converged(&admin, ns, 4, TIMEOUT).await;
+    vcp_tests::audit_caught_up(cp, Cluster::Host).await;
 
+    // What replica-a had in flight: every request of its identity and agent that the API
+    // server received after the cut (Leases and dry runs included).
+    let late: Vec<AuditedWrite> = Audit::writes()
+        .by(Identity::Operator)
+        .since(cut_at)
+        .attempts()
+        .into_iter()
+        .filter(|w| w.user_agent == agent("replica-a"))
+        .collect();
+    let show = |ws: &[AuditedWrite]| -> Vec<String> {
+        ws.iter()
+            .map(|w| format!("{} {} -> {}", w.verb, w.uri, w.code))
+            .collect()
+    };
     let all = writes(ns);
-    let after_cut: Vec<&AuditedWrite> = all.iter().filter(|w| w.received_at >= cut_at).collect();
+    let accepted: Vec<AuditedWrite> = all
+        .iter()
+        .filter(|w| (200..300).contains(&w.code))
+        .cloned()
+        .collect();
+    let after_cut: Vec<&AuditedWrite> = accepted
+        .iter()
+        .filter(|w| w.received_at >= cut_at)
+        .collect();
+    let holder_now = holder(&admin, lease).await;
     println!(
         "cut-off leader: replica-a stopped {:.2} s after the cut (Lease {LEASE} s), replica-b \
-         led {:.2} s after it; {a_writes} writes by replica-a before, {} after the cut (all by \
-         replica-b expected); replica-a re-read the Lease {:.2} s after the heal; writers in \
-         turn {:?}",
+         led {:.2} s after it; {a_writes} writes by replica-a before, {} accepted after the cut \
+         (all by replica-b expected); replica-a re-read the Lease {:.2} s after the heal; its \
+         requests received after the cut: {:?}; Lease holder {holder_now:?}; accepted writers \
+         in turn {:?}",
         stopped_after.as_secs_f64(),
         took_over.as_secs_f64(),
         after_cut.len(),
         healed.elapsed().as_secs_f64(),
-        writers_in_turn(&all)
+        show(&late),
+        writers_in_turn(&accepted)
     );
     assert!(
         stopped_after < Duration::from_secs(LEASE),
@@ -356,16 +393,55 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_its_lease_expires() {
     assert!(!after_cut.is_empty(), "replica-b converged the changes");
     assert!(
         after_cut.iter().all(|w| w.user_agent == agent("replica-b")),
-        "only replica-b writes after the cut: {:?}",
+        "only replica-b's writes are accepted after the cut: {:?}",
         after_cut
             .iter()
             .map(|w| (&w.user_agent, &w.uri))
             .collect::<Vec<_>>()
     );
     assert_eq!(
-        writers_in_turn(&all),
+        writers_in_turn(&accepted),
         [agent("replica-a"), agent("replica-b")],
         "no two replicas write in the same interval"
+    );
+    // The write in flight: replica-a began converging change 2 during the partition, and the
+    // API server got that request only when the partition healed, after replica-b's writes.
+    let in_flight: Vec<AuditedWrite> = late
+        .iter()
+        .filter(|w| w.uri.contains(&format!("/namespaces/{ns}/")))
+        .cloned()
+        .collect();
+    assert!(
+        !in_flight.is_empty(),
+        "replica-a had a request for the plugin's objects in flight when the partition healed: \
+         {:?}",
+        show(&late)
+    );
+    assert!(
+        late.iter().all(|w| w.received_at >= healed_at),
+        "nothing of replica-a's got through the partition before it healed: {:?}",
+        show(&late)
+    );
+    // The stale leader's writes are refused or harmless: none of them stored anything in the
+    // namespace (a dry run stores nothing; anything else must have been refused), ...
+    let stored: Vec<AuditedWrite> = in_flight
+        .iter()
+        .filter(|w| (200..300).contains(&w.code) && !w.uri.contains("dryRun="))
+        .cloned()
+        .collect();
+    assert!(
+        stored.is_empty(),
+        "a stale leader's write was accepted after the heal: {:?}",
+        show(&stored)
+    );
+    // ... its Lease requests did not take the Lease back (seen: its renewal in flight, a
+    // strategic-merge patch of `renewTime` alone from kube-lease-manager, is accepted after the
+    // heal and renews replica-b's Lease, holder unchanged), and the workload holds the new
+    // leader's last change (checked by `converged` above, after the heal).
+    assert_eq!(
+        holder_now.as_deref(),
+        Some("replica-b"),
+        "the Lease stays replica-b's"
     );
     tokio::task::spawn_blocking(move || {
         a.terminate(TIMEOUT);

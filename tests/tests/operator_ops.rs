@@ -48,8 +48,9 @@ fn operator_writes(ns: &str) -> Vec<AuditedWrite> {
         .attempts()
 }
 
-/// Merge-patches an annotation onto the plugin (a watch event: one more reconcile).
-async fn touch_plugin(admin: &Client, ns: &str, name: &str, value: &str) {
+/// Merge-patches an annotation onto the plugin (a watch event: one more reconcile); returns
+/// the plugin's new `resourceVersion`.
+async fn touch_plugin(admin: &Client, ns: &str, name: &str, value: &str) -> String {
     Api::<VClusterPlugin>::namespaced(admin.clone(), ns)
         .patch(
             name,
@@ -57,7 +58,10 @@ async fn touch_plugin(admin: &Client, ns: &str, name: &str, value: &str) {
             &Patch::Merge(json!({ "metadata": { "annotations": { "e2e/touched": value } } })),
         )
         .await
-        .expect("touch plugin");
+        .expect("touch plugin")
+        .metadata
+        .resource_version
+        .unwrap_or_default()
 }
 
 // Least privilege (item 9)
@@ -164,6 +168,7 @@ async fn two_replicas_only_the_leader_writes_and_a_dead_leader_is_replaced() {
     )
     .await;
     wait_ready(&admin, ns, "first", "True", None, TIMEOUT).await;
+    vcp_tests::audit_caught_up(vcp_tests::ControlPlane::shared(), vcp_tests::Cluster::Host).await;
     let writes = operator_writes(ns);
     assert!(
         writes
@@ -202,6 +207,7 @@ async fn two_replicas_only_the_leader_writes_and_a_dead_leader_is_replaced() {
     // (Not a second Car syncer: that would be a Conflict with `first`.)
     create_plugin(&admin, ns, "second", json!({ "vcluster": { "name": VC } })).await;
     wait_ready(&admin, ns, "second", "True", None, TIMEOUT).await;
+    vcp_tests::audit_caught_up(vcp_tests::ControlPlane::shared(), vcp_tests::Cluster::Host).await;
     let after: Vec<_> = operator_writes(ns).into_iter().skip(before).collect();
     assert!(!after.is_empty(), "the new leader installed `second`");
     assert!(
@@ -314,7 +320,8 @@ async fn conditions_move_only_on_a_change_and_events_are_published() {
     let same = api.get("watched").await.unwrap();
     assert_eq!(times(&same), t0);
 
-    // Timestamps have a resolution of one second: let one pass so a transition is visible.
+    // Timestamps have a resolution of one second: let one pass so a transition is visible
+    // (not a wait for the operator: `wait_ready` below waits for the transition itself).
     tokio::time::sleep(Duration::from_millis(1100)).await;
     create_workload(&admin, ns, Kind::StatefulSet).await;
     let ready = wait_ready(&admin, ns, "watched", "True", None, TIMEOUT).await;
@@ -327,7 +334,10 @@ async fn conditions_move_only_on_a_change_and_events_are_published() {
         );
     }
 
-    // A new generation with the same status: observedGeneration follows, times stay.
+    // A new generation with the same status: observedGeneration follows, times stay. The
+    // pause is not a wait for the operator (`wait_ready` below waits for the new generation):
+    // lastTransitionTime has a resolution of one second, so a transition time wrongly moved
+    // by this reconcile would be equal to the one before it unless a second has passed.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     api.patch(
         "watched",
@@ -428,6 +438,7 @@ async fn restart_and_touches_after_convergence_make_zero_writes() {
         }
     }
     first.stop().await;
+    vcp_tests::audit_caught_up(vcp_tests::ControlPlane::shared(), vcp_tests::Cluster::Host).await;
     let total = (namespaces.len() * plugins.len()) as u64;
     let writes = || -> Vec<AuditedWrite> {
         namespaces
@@ -444,11 +455,17 @@ async fn restart_and_touches_after_convergence_make_zero_writes() {
     let second = Replica::start("idem-2", None).await;
     // Every plugin is reconciled once at start ...
     second.wait_reconciles(total).await;
-    // ... and again for each touch of a plugin and of a workload.
+    // ... and again for each touch of a workload and of a plugin. A workload touch reconciles
+    // its plugins, but that reconcile is not counted per workload: the evidence that every
+    // one of them ran is a barrier per watch, then a touch per plugin. The operator's
+    // StatefulSet and Deployment caches each fill from one watch, in resourceVersion order, and
+    // hand every event to the controller's queue before the next: once a marker workload
+    // created after the touches is in a cache (`vcp_operator_cached_objects` counts it), the
+    // touches of that kind are queued. A plugin touched after that is reconciled at the
+    // touched version only after (or together with) every reconcile queued before for it.
+    let cached = |kind: &str| second.telemetry.cached_objects(kind);
+    let (statefulsets, deployments) = (cached("StatefulSet"), cached("Deployment"));
     for (ns, kind) in &namespaces {
-        for (name, _) in &plugins {
-            touch_plugin(&admin, ns, name, "2").await;
-        }
         let touch = Patch::Merge(json!({ "metadata": { "annotations": { "e2e/touched": "2" } } }));
         match kind {
             Kind::StatefulSet => {
@@ -465,9 +482,34 @@ async fn restart_and_touches_after_convergence_make_zero_writes() {
             }
         }
     }
-    second.wait_reconciles(2 * total).await;
-    // Reconciles queued by the workload touches finish too.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    create_vcluster(&admin, "ops-idem-mark-sts", Kind::StatefulSet).await;
+    create_vcluster(&admin, "ops-idem-mark-deploy", Kind::Deployment).await;
+    wait_for(TIMEOUT, || async move {
+        (cached("StatefulSet") > statefulsets && cached("Deployment") > deployments).then_some(())
+    })
+    .await;
+    let mut touched = Vec::new();
+    for (ns, _) in &namespaces {
+        for (name, _) in &plugins {
+            let rv = touch_plugin(&admin, ns, name, "2").await;
+            touched.push((ns.clone(), *name, rv));
+        }
+    }
+    let telemetry = &second.telemetry;
+    for (ns, name, rv) in &touched {
+        wait_for(TIMEOUT, || async move {
+            let seen = telemetry.reconciled(ns, name)?;
+            (seen.resource_version == *rv).then_some(())
+        })
+        .await;
+    }
+    assert!(
+        second.telemetry.reconciles() >= 2 * total,
+        "every plugin reconciled at start and after its touch: {} reconciles",
+        second.telemetry.reconciles()
+    );
+    // The writes of those reconciles are all in the audit log.
+    vcp_tests::audit_caught_up(vcp_tests::ControlPlane::shared(), vcp_tests::Cluster::Host).await;
     let after = writes();
     assert_eq!(
         after.len(),

@@ -109,36 +109,6 @@ fn run_lua51(health_lua: &Path, object: &Value, case: &str) -> (String, String) 
     (status, message)
 }
 
-/// Runs `health_lua` on `object` in gopher-lua as Argo CD does (tests/argocd-lua, built by
-/// `scripts/oracles build` as `ARGOCD_LUA`): returns (status, message).
-fn run_gopher_lua(health_lua: &Path, object: &Value, case: &str) -> (String, String) {
-    let driver = vcp_tests::oracle_paths()
-        .get("ARGOCD_LUA")
-        .expect("scripts/oracles build prints ARGOCD_LUA");
-    let mut child = Command::new(driver)
-        .arg(health_lua)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run argocd-lua");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(object.to_string().as_bytes())
-        .expect("write the object");
-    let out = child.wait_with_output().expect("wait for argocd-lua");
-    assert!(
-        out.status.success(),
-        "gopher-lua failed on {case}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let health: Value = serde_json::from_slice(&out.stdout).expect("argocd-lua prints JSON");
-    let text = |k: &str| health[k].as_str().unwrap_or_default().to_string();
-    (text("status"), text("message"))
-}
-
 /// A captured fixture (tests/tests/runtime_argocd_states.rs writes them from the real operator and
 /// runtime) as the JSON object Argo CD reads.
 fn captured(file: &str) -> Value {
@@ -221,41 +191,10 @@ const DERIVED: &[Derived] = &[
     ),
 ];
 
-/// (case: a captured fixture or a derived state, expected health, text the message must
-/// contain). The expected health is the README's table ("Argo CD", "Status and condition
-/// reasons"), not the script's output.
-const CASES: &[(&str, &str, &str)] = &[
-    ("ready.yaml", "Healthy", "Installed"),
-    (
-        "degraded-host-object-conflict.yaml",
-        "Degraded",
-        "HostObjectConflict: 1 object(s) not synced",
-    ),
-    (
-        "degraded-type-unavailable.yaml",
-        "Degraded",
-        "TypeUnavailable: the CustomResourceDefinition cars.example.loft.sh in the virtual cluster is being deleted",
-    ),
-    (
-        "installing-runtime-updating.yaml",
-        "Progressing",
-        "RuntimeUpdating: the runtime reports generation 1, not yet 2",
-    ),
-    (
-        "terminating.yaml",
-        "Progressing",
-        "Terminating: the VClusterPlugin is being deleted",
-    ),
-    (
-        "pending-vcluster-not-found.yaml",
-        "Progressing",
-        "VClusterNotFound: no StatefulSet or Deployment named my-vcluster",
-    ),
-    (
-        "failed-policy-denied.yaml",
-        "Degraded",
-        "PolicyDenied: spec.rbac.role.extraRules[0]",
-    ),
+/// (derived state, expected health, text the message must contain); the captured fixtures'
+/// are [`vcp_tests::argocd::FIXTURE_HEALTH`]. The expected health is the README's table
+/// ("Argo CD", "Status and condition reasons"), not the script's output.
+const DERIVED_CASES: &[(&str, &str, &str)] = &[
     (
         "no status yet",
         "Progressing",
@@ -303,12 +242,19 @@ fn object_of(case: &str) -> Value {
 
 #[test]
 fn health_lua_gives_each_outcome_in_both_engines() {
-    let health = repo_root().join("config/argocd/health.lua");
-    for (case, status, message) in CASES {
+    let health = vcp_tests::argocd::health_lua();
+    let cases: Vec<&(&str, &str, &str)> = vcp_tests::argocd::FIXTURE_HEALTH
+        .iter()
+        .chain(DERIVED_CASES)
+        .collect();
+    for (case, status, message) in cases.iter().copied() {
         let object = object_of(case);
         for (engine, (got_status, got_message)) in [
             ("Lua 5.1", run_lua51(&health, &object, case)),
-            ("gopher-lua", run_gopher_lua(&health, &object, case)),
+            (
+                "gopher-lua",
+                vcp_tests::argocd::gopher_lua_health(&health, &object, case),
+            ),
         ] {
             assert_eq!(
                 &got_status, status,
@@ -330,11 +276,11 @@ fn health_lua_gives_each_outcome_in_both_engines() {
         .chain(DERIVED.iter().map(|d| d.0.to_string()))
         .collect();
     files.sort();
-    let mut cased: Vec<String> = CASES.iter().map(|c| c.0.to_string()).collect();
+    let mut cased: Vec<String> = cases.iter().map(|c| c.0.to_string()).collect();
     cased.sort();
     assert_eq!(files, cased, "every fixture needs an expected outcome");
     for outcome in ["Healthy", "Progressing", "Degraded"] {
-        assert!(CASES.iter().any(|c| c.1 == outcome), "no {outcome} case");
+        assert!(cases.iter().any(|c| c.1 == outcome), "no {outcome} case");
     }
 }
 

@@ -13,7 +13,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -234,6 +234,59 @@ async fn create_host_pod(host: &Client, namespace: &str, pod: &Value) -> Pod {
         .expect("create host pod")
 }
 
+/// Checks in both audit logs (once they have caught up) that the plugin (user `vcp-syncer`)
+/// listed and watched Cars on both clusters and wrote the host copy, and that it did each of
+/// these only at or after `leader_sent` (when the test sent SetLeader).
+async fn plugin_looked_only_after(leader_sent: SystemTime) {
+    let cp = ControlPlane::shared();
+    let user = Identity::Syncer.user();
+    for cluster in [Cluster::Virtual, Cluster::Host] {
+        vcp_tests::audit_caught_up(cp, cluster).await;
+        let reads: Vec<_> = vcp_tests::audited_read_events(cp, cluster, user)
+            .expect("audit log")
+            .into_iter()
+            .filter(|r| r.uri.contains("/cars"))
+            .collect();
+        let verbs: Vec<&str> = reads.iter().map(|r| r.verb.as_str()).collect();
+        assert!(
+            verbs.contains(&"list") && verbs.contains(&"watch"),
+            "the plugin listed and watched the {} Cars: {reads:?}",
+            cluster.as_str()
+        );
+        let early: Vec<_> = reads
+            .iter()
+            .filter(|r| r.received_at < leader_sent)
+            .collect();
+        assert!(
+            early.is_empty(),
+            "the plugin looked at the {} Cars before SetLeader: {early:?}",
+            cluster.as_str()
+        );
+        let early_writes: Vec<_> = vcp_tests::Audit::writes()
+            .on(cluster)
+            .by(Identity::Syncer)
+            .attempts()
+            .into_iter()
+            .filter(|w| w.received_at < leader_sent)
+            .collect();
+        assert!(
+            early_writes.is_empty(),
+            "the plugin wrote on the {} cluster before SetLeader: {early_writes:?}",
+            cluster.as_str()
+        );
+    }
+    let copies = vcp_tests::Audit::writes()
+        .by(Identity::Syncer)
+        .in_namespace("vc-v2-car")
+        .resource("cars")
+        .verb("create")
+        .succeeded();
+    assert!(
+        !copies.is_empty() && copies.iter().all(|w| w.received_at >= leader_sent),
+        "the plugin created the host copy after SetLeader: {copies:?}"
+    );
+}
+
 /// Stops the loader with SIGTERM (as a container runtime stops the syncer) and checks that it
 /// stopped its plugins through go-plugin (`Client.Kill`: the plugin's `GRPCController.Shutdown`
 /// and a clean exit, not the forced kill after 2 s).
@@ -283,7 +336,12 @@ async fn car_syncer_and_pod_hook_through_vclusters_loader() {
     let folder = plugins_folder("car");
     install_copy(&folder, "car-sync", car_syncer);
 
-    let (mut loader, started) = Loader::start(&folder, NS, VCLUSTER, Identity::Admin).await;
+    // The loader, and so the plugin (vCluster hands it the syncer's kubeconfigs), runs as
+    // `vcp-syncer`, an identity no other test of this binary uses: the audit logs tell its
+    // requests apart (its lists and watches of Cars are logged too).
+    vcp_tests::runtime::syncer_is_cluster_admin(&host).await;
+    vcp_tests::runtime::syncer_is_cluster_admin(&virtual_).await;
+    let (mut loader, started) = Loader::start(&folder, NS, VCLUSTER, Identity::Syncer).await;
     assert_eq!(
         started["plugins"][0]["path"],
         json!(folder.join("car-sync/plugin"))
@@ -298,7 +356,13 @@ async fn car_syncer_and_pod_hook_through_vclusters_loader() {
         ])
     );
 
-    // Before SetLeader the plugin answers (a Mutate goes through) but syncs nothing.
+    // Before SetLeader the plugin answers (a Mutate goes through) but syncs nothing: it does
+    // not even look. The tutorial's plugin starts its syncers (their lists and watches of
+    // Cars) only when SetLeader arrives, so the evidence is the order in the audit logs, read
+    // once it has synced: every list, watch and write of Cars the plugin made came after
+    // SetLeader was sent, although it was initialised and serving (the Mutate above) and the
+    // Car existed before. A plugin that synced from Initialize would have listed Cars right
+    // after its handshake, before the loader even reported it started.
     let audi = apply_car(
         &virtual_,
         json!({
@@ -314,19 +378,20 @@ async fn car_syncer_and_pod_hook_through_vclusters_loader() {
     assert_eq!(early["metadata"]["labels"]["created-by-plugin"], "pod-hook");
     let host_cars: Api<Car> = Api::namespaced(host.clone(), NS);
     let host_name = "audi-x-team-a-x-car-vc";
-    tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(
         host_cars.get_opt(host_name).await.unwrap().is_none(),
         "no sync before SetLeader"
     );
 
     // SetLeader: the Car syncer starts and makes the host copy with vCluster's exact name.
+    let leader_sent = SystemTime::now();
     loader.set_leader().await;
     let host_audi = wait_for(TIMEOUT, || {
         let api = host_cars.clone();
         async move { api.get_opt(host_name).await.ok().flatten() }
     })
     .await;
+    plugin_looked_only_after(leader_sent).await;
     assert_eq!(
         host_audi.labels(),
         &string_map([

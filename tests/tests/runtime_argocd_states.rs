@@ -17,8 +17,11 @@
 //! type, being deleted or not, the generation observed) must equal the committed fixture's, so
 //! a change of what the operator or runtime writes fails here until the fixtures are recorded
 //! again: `VCP_RECORD_ARGOCD_FIXTURES=1 cargo test -p vcp-tests --test runtime_argocd_states`
-//! (uids, resource versions, managed fields and times are normalized away). The expected Argo
-//! CD health of each fixture is in tests/tests/oracle_argocd_health.rs, from the README's table.
+//! (uids, resource versions, managed fields and times are normalized away). Recorded or
+//! compared, each capture must then get the Argo CD health the README's table gives its
+//! fixture, from Argo CD's own engine (`vcp_tests::argocd`: config/argocd/health.lua in
+//! gopher-lua with Argo CD's libraries); tests/tests/oracle_argocd_health.rs checks the
+//! committed fixtures in Lua 5.1 too, and the transient states made from them.
 
 use std::time::Duration;
 
@@ -101,13 +104,18 @@ fn shape(v: &Value) -> Value {
     })
 }
 
-/// Compares the captured `plugin` with the committed fixture `file` (or records it).
+/// Compares the captured `plugin` with the committed fixture `file`, or, with
+/// `VCP_RECORD_ARGOCD_FIXTURES` set, records it as that fixture; either way then checks that
+/// Argo CD's own engine gives the fixture's content the health the README's table says
+/// ([`vcp_tests::argocd::assert_fixture_health`]): a recording is asserted too, against Argo
+/// CD rather than against itself.
 fn check_fixture(file: &str, what: &str, plugin: &VClusterPlugin) {
     let path = vcp_tests::repo_root()
         .join("tests/fixtures/argocd")
         .join(file);
     let captured = normalized(plugin);
-    if std::env::var_os("VCP_RECORD_ARGOCD_FIXTURES").is_some() {
+    let recording = std::env::var_os("VCP_RECORD_ARGOCD_FIXTURES").is_some();
+    if recording {
         let yaml = serde_yaml::to_string(&captured).expect("YAML");
         let text = format!(
             "# Captured by tests/tests/runtime_argocd_states.rs from the real operator and runtime: \
@@ -116,11 +124,16 @@ fn check_fixture(file: &str, what: &str, plugin: &VClusterPlugin) {
         );
         std::fs::write(&path, text).expect("write fixture");
         println!("recorded {file}");
-        return;
     }
     let text =
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     let committed: Value = serde_yaml::from_str(&text).expect("fixture YAML");
+    if recording {
+        assert_eq!(
+            committed, captured,
+            "{file}: the recording reads back as captured"
+        );
+    }
     assert_eq!(
         shape(&captured),
         shape(&committed),
@@ -128,7 +141,11 @@ fn check_fixture(file: &str, what: &str, plugin: &VClusterPlugin) {
          fixture; re-record with VCP_RECORD_ARGOCD_FIXTURES=1 cargo test -p vcp-tests --test \
          runtime_argocd_states and check tests/tests/oracle_argocd_health.rs"
     );
-    println!("{file}: {what}: {}", shape(&captured));
+    let (health, message) = vcp_tests::argocd::assert_fixture_health(file, &committed);
+    println!(
+        "{file}: {what}: {}; Argo CD: {health} ({message})",
+        shape(&captured)
+    );
 }
 
 /// Waits until the plugin satisfies `check`; returns it.
