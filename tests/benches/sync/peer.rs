@@ -36,15 +36,16 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use kube::Client;
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
-    PatchParams,
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
 };
-use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use vcp_crds::VClusterPlugin;
 use vcp_syncer_runtime::translate::host_name;
-use vcp_tests::{Cluster, ControlPlane, Identity, TEST_FIELD_MANAGER, VCLUSTER_RELEASE, VClusterSyncer, cpu};
+use vcp_tests::{
+    Cluster, ControlPlane, Identity, TEST_FIELD_MANAGER, VCLUSTER_RELEASE, VClusterSyncer, cpu,
+};
 
 use super::{HOST_NS, Seen, WORKERS, env_usize, vm_hwm_mib, wait_count};
 
@@ -162,7 +163,12 @@ fn plugin() -> VClusterPlugin {
 fn comparable(obj: &DynamicObject, host_ns: &str) -> Value {
     let mut v = serde_json::to_value(obj).expect("json");
     if let Some(meta) = v["metadata"].as_object_mut() {
-        for key in ["uid", "resourceVersion", "creationTimestamp", "managedFields"] {
+        for key in [
+            "uid",
+            "resourceVersion",
+            "creationTimestamp",
+            "managedFields",
+        ] {
             meta.remove(key);
         }
     }
@@ -240,21 +246,14 @@ pub async fn run() {
     let plugins = cp.dir().join("peer-plugins");
     std::fs::create_dir_all(&plugins).expect("plugins folder");
     let vc_seen = watch_host_configmaps(host.clone(), VC_NS);
-    let mut syncer = {
-        let cp = cp.clone();
-        tokio::task::spawn_blocking(move || {
-            VClusterSyncer::start(&cp, VC_NS, VCLUSTER_RELEASE, &plugins)
-        })
-        .await
-        .expect("join")
-        .expect("start vCluster's syncer")
-    };
+    // (the script blocks until vCluster's controllers run; the watch keeps running meanwhile)
+    let mut syncer = tokio::task::block_in_place(|| {
+        VClusterSyncer::start(&cp, VC_NS, VCLUSTER_RELEASE, &plugins)
+    })
+    .expect("start vCluster's syncer");
     let pid = syncer.pid().expect("vCluster's pid");
     let vcluster = measure("vCluster", pid, &virtual_, &vc_seen, n).await;
-    tokio::task::spawn_blocking(move || syncer.stop())
-        .await
-        .expect("join")
-        .expect("stop vCluster's syncer");
+    tokio::task::block_in_place(|| syncer.stop()).expect("stop vCluster's syncer");
     let virtual_cms = Api::<DynamicObject>::namespaced_with(virtual_.clone(), VNS, &configmaps());
     virtual_cms
         .delete_collection(
