@@ -1,7 +1,8 @@
 //! Rust plugins loaded by vCluster's own v2 plugin loader.
 //!
 //! The driver `tests/vcluster-go/cmd/plugin-loader` (built by `scripts/oracles` from
-//! `github.com/loft-sh/vcluster` v0.30.0) runs `pkg/plugin/v2`'s `Manager` — the code the
+//! `github.com/loft-sh/vcluster` at each version of [`vcp_tests::VCLUSTER_VERSIONS`]: v0.30.0
+//! and v0.36.1; every test runs at both, one after the other) runs `pkg/plugin/v2`'s `Manager` — the code the
 //! vCluster syncer uses to find `<folder>/<name>/plugin`, start it with go-plugin, send it
 //! `Initialize`, read its `GetPluginConfig`, call `SetLeader` and `MutateObject` — against this
 //! binary's control plane. The plugins are this workspace's binaries: the tutorial's Car syncer
@@ -67,9 +68,11 @@ struct Loader {
 }
 
 impl Loader {
-    /// Starts the loader on `folder` for vCluster `vcluster` in host namespace `namespace`,
-    /// with the kubeconfigs of `identity`, and waits for its `started` event.
+    /// Starts vCluster `version`'s loader (`PLUGIN_LOADER` of that version) on `folder` for
+    /// vCluster `vcluster` in host namespace `namespace`, with the kubeconfigs of `identity`,
+    /// and waits for its `started` event.
     async fn start(
+        version: &str,
         folder: &Path,
         namespace: &str,
         vcluster: &str,
@@ -78,7 +81,7 @@ impl Loader {
         let cp = ControlPlane::shared();
         let stderr = folder.join("loader.log");
         let log = std::fs::File::create(&stderr).expect("loader log");
-        let mut child = Command::new(&vcp_tests::oracle_paths()["PLUGIN_LOADER"])
+        let mut child = Command::new(vcp_tests::oracle_path_at("PLUGIN_LOADER", version))
             .arg("--plugins")
             .arg(folder)
             .arg("--host-kubeconfig")
@@ -237,7 +240,7 @@ async fn create_host_pod(host: &Client, namespace: &str, pod: &Value) -> Pod {
 /// Checks in both audit logs (once they have caught up) that the plugin (user `vcp-syncer`)
 /// listed and watched Cars on both clusters and wrote the host copy, and that it did each of
 /// these only at or after `leader_sent` (when the test sent SetLeader).
-async fn plugin_looked_only_after(leader_sent: SystemTime) {
+async fn plugin_looked_only_after(since: SystemTime, leader_sent: SystemTime, host_ns: &str) {
     let cp = ControlPlane::shared();
     let user = Identity::Syncer.user();
     for cluster in [Cluster::Virtual, Cluster::Host] {
@@ -245,7 +248,7 @@ async fn plugin_looked_only_after(leader_sent: SystemTime) {
         let reads: Vec<_> = vcp_tests::audited_read_events(cp, cluster, user)
             .expect("audit log")
             .into_iter()
-            .filter(|r| r.uri.contains("/cars"))
+            .filter(|r| r.uri.contains("/cars") && r.received_at >= since)
             .collect();
         let verbs: Vec<&str> = reads.iter().map(|r| r.verb.as_str()).collect();
         assert!(
@@ -267,7 +270,7 @@ async fn plugin_looked_only_after(leader_sent: SystemTime) {
             .by(Identity::Syncer)
             .attempts()
             .into_iter()
-            .filter(|w| w.received_at < leader_sent)
+            .filter(|w| w.received_at >= since && w.received_at < leader_sent)
             .collect();
         assert!(
             early_writes.is_empty(),
@@ -277,7 +280,7 @@ async fn plugin_looked_only_after(leader_sent: SystemTime) {
     }
     let copies = vcp_tests::Audit::writes()
         .by(Identity::Syncer)
-        .in_namespace("vc-v2-car")
+        .in_namespace(host_ns)
         .resource("cars")
         .verb("create")
         .succeeded();
@@ -327,13 +330,23 @@ async fn stop_gracefully(mut loader: Loader, started: &Value) {
     );
 }
 
+/// At every vCluster version of the matrix ([`vcp_tests::VCLUSTER_VERSIONS`]), one after the
+/// other (each its own host namespace and plugins folder).
 #[tokio::test]
 async fn car_syncer_and_pod_hook_through_vclusters_loader() {
-    const NS: &str = "vc-v2-car";
+    for (version, _) in vcp_tests::VCLUSTER_VERSIONS {
+        car_syncer_and_pod_hook(version).await;
+    }
+}
+
+async fn car_syncer_and_pod_hook(version: &str) {
     const VCLUSTER: &str = "car-vc";
-    let (host, virtual_) = setup(NS).await;
+    let tag = version.replace('.', "");
+    let ns = format!("vc-v2-car-{tag}");
+    let ns = ns.as_str();
+    let (host, virtual_) = setup(ns).await;
     let (car_syncer, _) = plugin_binaries();
-    let folder = plugins_folder("car");
+    let folder = plugins_folder(&format!("car-{tag}"));
     install_copy(&folder, "car-sync", car_syncer);
 
     // The loader, and so the plugin (vCluster hands it the syncer's kubeconfigs), runs as
@@ -341,7 +354,9 @@ async fn car_syncer_and_pod_hook_through_vclusters_loader() {
     // requests apart (its lists and watches of Cars are logged too).
     vcp_tests::runtime::syncer_is_cluster_admin(&host).await;
     vcp_tests::runtime::syncer_is_cluster_admin(&virtual_).await;
-    let (mut loader, started) = Loader::start(&folder, NS, VCLUSTER, Identity::Syncer).await;
+    let since = SystemTime::now();
+    let (mut loader, started) =
+        Loader::start(version, &folder, ns, VCLUSTER, Identity::Syncer).await;
     assert_eq!(
         started["plugins"][0]["path"],
         json!(folder.join("car-sync/plugin"))
@@ -376,7 +391,7 @@ async fn car_syncer_and_pod_hook_through_vclusters_loader() {
         .mutate("CreatePhysical", &host_pod("early", VCLUSTER))
         .await;
     assert_eq!(early["metadata"]["labels"]["created-by-plugin"], "pod-hook");
-    let host_cars: Api<Car> = Api::namespaced(host.clone(), NS);
+    let host_cars: Api<Car> = Api::namespaced(host.clone(), ns);
     let host_name = "audi-x-team-a-x-car-vc";
     assert!(
         host_cars.get_opt(host_name).await.unwrap().is_none(),
@@ -391,7 +406,7 @@ async fn car_syncer_and_pod_hook_through_vclusters_loader() {
         async move { api.get_opt(host_name).await.ok().flatten() }
     })
     .await;
-    plugin_looked_only_after(leader_sent).await;
+    plugin_looked_only_after(since, leader_sent, ns).await;
     assert_eq!(
         host_audi.labels(),
         &string_map([
@@ -415,7 +430,7 @@ async fn car_syncer_and_pod_hook_through_vclusters_loader() {
     let pod = loader
         .mutate("CreatePhysical", &host_pod("web", VCLUSTER))
         .await;
-    let created = create_host_pod(&host, NS, &pod).await;
+    let created = create_host_pod(&host, ns, &pod).await;
     assert_eq!(
         created.labels(),
         &string_map([
@@ -438,14 +453,23 @@ async fn car_syncer_and_pod_hook_through_vclusters_loader() {
     stop_gracefully(loader, &started).await;
 }
 
+/// At every vCluster version of the matrix.
 #[tokio::test]
 async fn the_plugin_exits_when_its_loader_dies() {
-    const NS: &str = "vc-v2-kill";
-    setup(NS).await;
+    for (version, _) in vcp_tests::VCLUSTER_VERSIONS {
+        plugin_exits_with_its_loader(version).await;
+    }
+}
+
+async fn plugin_exits_with_its_loader(version: &str) {
+    let tag = version.replace('.', "");
+    let ns = format!("vc-v2-kill-{tag}");
+    setup(&ns).await;
     let (car_syncer, _) = plugin_binaries();
-    let folder = plugins_folder("kill");
+    let folder = plugins_folder(&format!("kill-{tag}"));
     install_copy(&folder, "car-sync", car_syncer);
-    let (mut loader, started) = Loader::start(&folder, NS, "kill-vc", Identity::Admin).await;
+    let (mut loader, started) =
+        Loader::start(version, &folder, &ns, "kill-vc", Identity::Admin).await;
     let pids = plugin_pids(&started);
     assert!(pids.iter().all(|p| running(*p)));
     // SIGKILL: the loader cannot stop its plugins; they notice their parent is gone.
@@ -457,15 +481,24 @@ async fn the_plugin_exits_when_its_loader_dies() {
     .await;
 }
 
+/// At every vCluster version of the matrix.
 #[tokio::test]
 async fn embedded_runtime_as_a_v2_plugin() {
-    const NS: &str = "vc-v2-embedded";
+    for (version, _) in vcp_tests::VCLUSTER_VERSIONS {
+        embedded_runtime(version).await;
+    }
+}
+
+async fn embedded_runtime(version: &str) {
     const VCLUSTER: &str = "emb-vc";
     const PLUGIN: &str = "cars-and-pods";
-    let (host, virtual_) = setup(NS).await;
+    let tag = version.replace('.', "");
+    let ns = format!("vc-v2-embedded-{tag}");
+    let ns = ns.as_str();
+    let (host, virtual_) = setup(ns).await;
     let plugin: VClusterPlugin = serde_json::from_value(json!({
         "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
-        "metadata": {"name": PLUGIN, "namespace": NS},
+        "metadata": {"name": PLUGIN, "namespace": ns},
         "spec": {
             "vcluster": {"name": VCLUSTER},
             "version": "v2",
@@ -475,7 +508,7 @@ async fn embedded_runtime_as_a_v2_plugin() {
         }
     }))
     .expect("plugin");
-    Api::<VClusterPlugin>::namespaced(host.clone(), NS)
+    Api::<VClusterPlugin>::namespaced(host.clone(), ns)
         .patch(
             PLUGIN,
             &PatchParams::apply(TEST_FIELD_MANAGER),
@@ -486,7 +519,7 @@ async fn embedded_runtime_as_a_v2_plugin() {
 
     // The operator's init container: the runtime copies itself into /plugins/<name>.
     let (_, runtime) = plugin_binaries();
-    let folder = plugins_folder("embedded");
+    let folder = plugins_folder(&format!("embedded-{tag}"));
     let install = std::process::Command::new(runtime)
         .arg("install-plugin")
         .arg(folder.join(PLUGIN))
@@ -502,7 +535,8 @@ async fn embedded_runtime_as_a_v2_plugin() {
         std::fs::read(runtime).unwrap()
     );
 
-    let (mut loader, started) = Loader::start(&folder, NS, VCLUSTER, Identity::Admin).await;
+    let (mut loader, started) =
+        Loader::start(version, &folder, ns, VCLUSTER, Identity::Admin).await;
     // The declared hooks of the spec are registered with vCluster.
     assert_eq!(
         started["clientHooks"],
@@ -517,7 +551,7 @@ async fn embedded_runtime_as_a_v2_plugin() {
         }),
     )
     .await;
-    let host_cars: Api<Car> = Api::namespaced(host.clone(), NS);
+    let host_cars: Api<Car> = Api::namespaced(host.clone(), ns);
     let synced = wait_for(TIMEOUT, || {
         let api = host_cars.clone();
         async move { api.get_opt("tesla-x-team-a-x-emb-vc").await.ok().flatten() }
@@ -528,12 +562,12 @@ async fn embedded_runtime_as_a_v2_plugin() {
     let pod = loader
         .mutate("CreatePhysical", &host_pod("api", VCLUSTER))
         .await;
-    let created = create_host_pod(&host, NS, &pod).await;
+    let created = create_host_pod(&host, ns, &pod).await;
     assert_eq!(created.labels()["created-by-plugin"], "pod-hook");
 
     // The runtime reports into its VClusterPlugin, as the sidecar does (the other tests of
     // this binary add Cars to the same virtual namespace: at least this one is counted).
-    let plugins: Api<VClusterPlugin> = Api::namespaced(host.clone(), NS);
+    let plugins: Api<VClusterPlugin> = Api::namespaced(host.clone(), ns);
     wait_for(TIMEOUT, || {
         let plugins = plugins.clone();
         async move {
