@@ -78,10 +78,12 @@ pub async fn run_until(
     // re-list drops those of plugins deleted during a watch outage.
     let retries = Arc::new(Retries::default());
     let (listed, retries_of_deleted) = (store.clone(), retries.clone());
+    let (telemetry, mut lists) = (config.telemetry.clone(), 0);
     let plugins = watcher(Api::<VClusterPlugin>::all(client.clone()), wc)
         .modify(|p: &mut VClusterPlugin| p.metadata.managed_fields = None)
         .reflect(writer)
         .inspect(move |event| match event {
+            Ok(watcher::Event::Init) => telemetry.count_list("VClusterPlugin", &mut lists),
             // A re-list after a watch error: deletes during the outage came as no event.
             Ok(watcher::Event::InitDone) if *plugins_ready_tx.borrow() => {
                 retries_of_deleted.retain(|p| listed.get(p).is_some());
