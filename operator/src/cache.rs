@@ -20,7 +20,9 @@
 //!   every binding of that Role for `SharedVClusterRole`, the Roles carrying a plugin's added
 //!   rules): those are listed from the API server in that one namespace when needed
 //!   (`crate::vcluster::observe`: one list of each per reconcile of a plugin in that mode, or of a plugin
-//!   whose spec changed since its status was written, which may have left that mode);
+//!   whose spec changed since its status was written, which may have left that mode); their
+//!   changes are watched, not cached, and only in the namespaces of plugins in that mode
+//!   ([`crate::patched_roles`]);
 //! - ClusterRoles and ClusterRoleBindings labelled [`PLUGIN_NAME_LABEL`].
 //!
 //! A cache may lag behind the API server. The rules that keep a lag from causing a wrong
