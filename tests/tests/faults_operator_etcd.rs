@@ -2,8 +2,10 @@
 //! etcd compacted at its current revision and the host API server restarted, so that every
 //! watch of the operator must resume from a revision etcd no longer holds (410 Gone) and list
 //! again. After each fault a VClusterPlugin created and one changed are installed correctly
-//! (`Ready=True` at their generation, the workload's containers, the new plugin's Role), and
-//! at the end removing every plugin gives back the workload's original pod template.
+//! (`Ready=True` at their generation, the workload's containers, the new plugin's Role); after
+//! the compaction a rule of a `PatchVClusterRoles` plugin taken out of the chart's Role is
+//! still put back (the operator's watch of that namespace's Roles resumed); at the end removing
+//! every plugin gives back the workload's original pod template and the chart's Role.
 //!
 //! Each fault is shown to have happened before anything is asserted of the operator: the
 //! restarted process has a new pid (the control plane's `pids` file) and is running; during the
@@ -34,6 +36,13 @@ use vcp_tests::workload::{VC, container, container_names};
 use vcp_tests::{Cluster, ControlPlane, Identity, create_plugin, delete_plugin, wait_for};
 
 const NS: &str = "faults-operator";
+/// The Role vCluster's chart binds to the vCluster's service account.
+const CHART_ROLE: &str = "vc-my-vcluster";
+
+/// The rule the `PatchVClusterRoles` plugin appends to [`CHART_ROLE`].
+static PATCHER_RULE: std::sync::LazyLock<Value> = std::sync::LazyLock::new(
+    || json!({ "apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"] }),
+);
 const TIMEOUT: Duration = Duration::from_secs(90);
 
 /// The watches of the operator whose re-lists `Telemetry::relists` counts (kinds).
@@ -190,6 +199,21 @@ async fn the_operator_installs_after_an_etcd_restart_and_a_compaction() {
     vcp_tests::apply_yaml(&admin, &vcp_tests::vcluster_workload(NS), Some(NS))
         .await
         .expect("the vCluster's workload");
+    // The chart's Role and RoleBinding too: a plugin in `rbac.mode: PatchVClusterRoles` appends
+    // to that Role, which the operator watches in this namespace (`patched_roles`).
+    let rendered = vcp_tests::render_vcluster_chart(NS, "").expect("render the chart");
+    for doc in rendered.split("---\n") {
+        let Ok(value) = serde_yaml::from_str::<Value>(doc) else {
+            continue;
+        };
+        if matches!(value["kind"].as_str(), Some("Role" | "RoleBinding")) {
+            vcp_tests::create_yaml(&admin, doc, Some(NS), "helm")
+                .await
+                .expect("create the chart's RBAC");
+        }
+    }
+    let roles: Api<Role> = Api::namespaced(admin.clone(), NS);
+    let chart_role = roles.get(CHART_ROLE).await.expect("the chart's Role");
     let original = template(&admin).await;
 
     let telemetry = Arc::new(Telemetry::new());
@@ -208,10 +232,28 @@ async fn the_operator_installs_after_an_etcd_restart_and_a_compaction() {
         vcp_tests::workload::embedded_car_spec(),
     )
     .await;
+    create_plugin(
+        &admin,
+        NS,
+        "patcher",
+        json!({
+            "vcluster": { "name": VC },
+            "image": "example.com/patcher:1",
+            "rbac": { "mode": "PatchVClusterRoles", "role": { "extraRules": [PATCHER_RULE.clone()] } },
+        }),
+    )
+    .await;
     ready_at_generation(&admin, "before").await;
+    ready_at_generation(&admin, "patcher").await;
     assert_eq!(
         container_names(&template(&admin).await, "containers"),
         ["syncer", "before"]
+    );
+    let patched = roles.get(CHART_ROLE).await.expect("the chart's Role");
+    assert_eq!(
+        patched.rules.as_ref().map(Vec::len),
+        chart_role.rules.as_ref().map(|r| r.len() + 1),
+        "the patcher's rule appended"
     );
     assert_eq!(relists(&telemetry).iter().map(|(_, n)| n).sum::<u64>(), 0);
 
@@ -300,6 +342,7 @@ async fn the_operator_installs_after_an_etcd_restart_and_a_compaction() {
         .await
         .expect("write before the compaction");
     let relists_before = relists(&telemetry);
+    let patcher_reconciles = telemetry.reconciled(NS, "patcher").map_or(0, |r| r.count);
     let apiserver_before = pid_of(&cp, "apiserver-host");
     let revision = {
         let cp = cp.clone();
@@ -332,6 +375,59 @@ async fn the_operator_installs_after_an_etcd_restart_and_a_compaction() {
         "the compaction took effect: every watch of the operator re-listed (re-lists since the \
          fault, by kind: {moved:?})"
     );
+    // The namespace's Role watch (besides the cluster-wide cache of plugins' own Roles)
+    // re-listed too, and still triggers: the patcher's rule taken out comes back.
+    let role_relists = moved
+        .iter()
+        .find(|(k, _)| *k == "Role")
+        .map_or(0, |(_, n)| *n);
+    assert!(
+        role_relists >= 2,
+        "both watches of Roles re-listed after the compaction: {role_relists}"
+    );
+    // The edit comes once the reconciles the re-lists caused are over (the patcher's count
+    // moved, then no reconcile finished for 2 s), so that none of them repairs it by chance
+    // (`operator_drift.rs` proves the trigger strictly; this shows it survives the 410).
+    vcp_tests::wait_for(TIMEOUT, || async {
+        telemetry
+            .reconciled(NS, "patcher")
+            .filter(|r| r.count > patcher_reconciles)
+            .map(|_| ())
+    })
+    .await;
+    let mut quiet_since = (telemetry.reconciles(), Instant::now());
+    vcp_tests::wait_for(TIMEOUT, || {
+        let now = telemetry.reconciles();
+        if now != quiet_since.0 {
+            quiet_since = (now, Instant::now());
+        }
+        let quiet = quiet_since.1.elapsed() >= Duration::from_secs(2);
+        async move { quiet.then_some(()) }
+    })
+    .await;
+    let mut edited = roles.get(CHART_ROLE).await.expect("the chart's Role");
+    edited.rules = chart_role.rules.clone();
+    edited.metadata.managed_fields = None;
+    roles
+        .replace(
+            CHART_ROLE,
+            &kube::api::PostParams {
+                field_manager: Some("kubectl-edit".into()),
+                ..Default::default()
+            },
+            &edited,
+        )
+        .await
+        .expect("take the patcher's rule out");
+    let repaired = vcp_tests::poll_for(Duration::from_secs(30), || async {
+        let rules = roles.get(CHART_ROLE).await.ok()?.rules;
+        (rules == patched.rules).then_some(())
+    })
+    .await;
+    assert!(
+        repaired.is_some(),
+        "the patcher's rule taken out after the compaction is not back within 30 s"
+    );
     let took_compaction = install_after_fault(
         &admin,
         "after-compaction",
@@ -343,10 +439,14 @@ async fn the_operator_installs_after_an_etcd_restart_and_a_compaction() {
     .await;
 
     // Everything removed: the workload's original pod template.
-    for name in ["after-compaction", "after-etcd", "before"] {
+    for name in ["after-compaction", "after-etcd", "before", "patcher"] {
         delete_plugin(&admin, NS, name, TIMEOUT).await;
     }
     assert_eq!(template(&admin).await, original);
+    assert_eq!(
+        roles.get(CHART_ROLE).await.expect("the chart's Role").rules,
+        chart_role.rules
+    );
     assert!(
         Api::<StatefulSet>::namespaced(admin.clone(), NS)
             .get(VC)
@@ -363,7 +463,8 @@ async fn the_operator_installs_after_an_etcd_restart_and_a_compaction() {
         "etcd restart: the test's slowest write {slowest:?}, {failed_writes} refused; the \
          operator opened {} watches again (audit log); a plugin created and one changed installed {took_etcd:?} \
          later. Compaction at revision {revision} and host API server restart: the operator's \
-         re-lists {moved:?}; a plugin created and one changed installed {took_compaction:?} later",
+         re-lists {moved:?} (Role: the cache and the namespace's watch), the chart's Role \
+         repaired; a plugin created and one changed installed {took_compaction:?} later",
         watches_after_etcd - watches_before
     );
 }
