@@ -20,7 +20,9 @@
 //!   every binding of that Role for `SharedVClusterRole`, the Roles carrying a plugin's added
 //!   rules): those are listed from the API server in that one namespace when needed
 //!   (`crate::vcluster::observe`: one list of each per reconcile of a plugin in that mode, or of a plugin
-//!   whose spec changed since its status was written, which may have left that mode);
+//!   whose spec changed since its status was written, which may have left that mode); their
+//!   changes are watched, not cached, and only in the namespaces of plugins in that mode
+//!   ([`crate::patched_roles`]);
 //! - ClusterRoles and ClusterRoleBindings labelled [`PLUGIN_NAME_LABEL`].
 //!
 //! A cache may lag behind the API server. The rules that keep a lag from causing a wrong
@@ -132,7 +134,9 @@ pub struct CacheStreams {
 
 /// A reflector on `api`: the store and the stream that fills it (the store fills only while
 /// the stream is polled). `strip` trims each object before it is stored. After each event
-/// the store's size is set as `vcp_operator_cached_objects{kind=<K's kind>}` in `telemetry`.
+/// the store's size is set as `vcp_operator_cached_objects{kind=<K's kind>}` in `telemetry`,
+/// and each list after the first is counted there as a re-list of K's kind
+/// ([`Telemetry::count_list`]).
 fn reflect<K>(
     api: Api<K>,
     wc: watcher::Config,
@@ -146,11 +150,17 @@ where
     let kind = K::kind(&()).to_string();
     let counted = reader.clone();
     let telemetry = telemetry.clone();
+    let mut lists = 0;
     let stream = watcher(api, wc)
         .default_backoff()
         .modify(strip)
         .reflect(writer)
-        .inspect(move |_| telemetry.set_cached_objects(&kind, counted.len()))
+        .inspect(move |event| {
+            if let Ok(watcher::Event::Init) = event {
+                telemetry.count_list(&kind, &mut lists);
+            }
+            telemetry.set_cached_objects(&kind, counted.len());
+        })
         .touched_objects();
     (reader, Box::pin(stream))
 }

@@ -22,7 +22,10 @@
 //! discovery cache, so a converged plugin in `rbac.mode: Dedicated` costs no request at all
 //! (what costs direct reads: see [`crate::cache`]). The same watches trigger
 //! reconciles (of the plugins targeting a changed workload; of the plugin whose RBAC object
-//! changed), debounced by [`DEBOUNCE`](crate::DEBOUNCE) (default of [`Config::debounce`]).
+//! changed), debounced by [`DEBOUNCE`](crate::DEBOUNCE) (default of [`Config::debounce`]). The
+//! vCluster Roles `rbac.mode: PatchVClusterRoles` plugins append to are not in those caches;
+//! they are watched per namespace ([`crate::patched_roles`]), so an edit that takes a plugin's
+//! rule out triggers the reconcile that puts it back.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -43,6 +46,7 @@ use crate::config::Config;
 use crate::context::{Context, WorkloadLocks};
 use crate::error::{Error, Result};
 use crate::judge::Verdicts;
+use crate::patched_roles::{self, PatchedRoleWatches};
 use crate::retry::Retries;
 use crate::trace::Key;
 use crate::{finalizer, sweep, vcluster};
@@ -78,20 +82,30 @@ pub async fn run_until(
     // re-list drops those of plugins deleted during a watch outage.
     let retries = Arc::new(Retries::default());
     let (listed, retries_of_deleted) = (store.clone(), retries.clone());
+    // The vCluster Roles of `rbac.mode: PatchVClusterRoles` plugins: watched per namespace
+    // while such a plugin lives there ([`crate::patched_roles`]), started and stopped here as
+    // the plugins' cache changes.
+    let (role_watches, patched_roles) = PatchedRoleWatches::new(&client, &config.telemetry);
+    let (telemetry, mut lists) = (config.telemetry.clone(), 0);
     let plugins = watcher(Api::<VClusterPlugin>::all(client.clone()), wc)
         .modify(|p: &mut VClusterPlugin| p.metadata.managed_fields = None)
         .reflect(writer)
         .inspect(move |event| match event {
+            Ok(watcher::Event::Init) => telemetry.count_list("VClusterPlugin", &mut lists),
             // A re-list after a watch error: deletes during the outage came as no event.
             Ok(watcher::Event::InitDone) if *plugins_ready_tx.borrow() => {
                 retries_of_deleted.retain(|p| listed.get(p).is_some());
+                role_watches.sync_all(&listed);
                 sweeps.sweep(sweep::Scope::All);
             }
             Ok(watcher::Event::InitDone) => {
+                role_watches.sync_all(&listed);
                 let _ = plugins_ready_tx.send(true);
             }
+            Ok(watcher::Event::Apply(p)) => role_watches.sync(&listed, p, false),
             Ok(watcher::Event::Delete(p)) => {
                 retries_of_deleted.forget(&ObjectRef::from_obj(p));
+                role_watches.sync(&listed, p, true);
                 sweeps.sweep(sweep::Scope::Plugin {
                     namespace: p.namespace().unwrap_or_default(),
                     name: p.name_any(),
@@ -148,10 +162,13 @@ pub async fn run_until(
 
     let sts_store = store.clone();
     let deploy_store = store.clone();
+    let role_store = store.clone();
 
     // The cache streams both fill `context.caches` and trigger reconciles: a change of a
     // workload reconciles the plugins targeting it, a change of a plugin's own RBAC object
-    // (owned, or labelled when cluster-scoped) reconciles that plugin.
+    // (owned, or labelled when cluster-scoped) reconciles that plugin, a vCluster Role that may
+    // no longer hold what `PatchVClusterRoles` plugins appended reconciles those of its
+    // namespace.
     controller
         .with_config(
             kube::runtime::controller::Config::default()
@@ -175,6 +192,9 @@ pub async fn run_until(
         })
         .owns_stream(streams.roles)
         .owns_stream(streams.role_bindings)
+        .watches_stream(patched_roles, move |role| {
+            patched_roles::plugins_of_role(&role_store, &role.namespace().unwrap_or_default())
+        })
         .watches_stream(streams.cluster_roles, plugin_of_labels)
         .watches_stream(streams.cluster_role_bindings, plugin_of_labels)
         .graceful_shutdown_on(shutdown)

@@ -21,6 +21,7 @@
 //! | which RBAC rules a plugin may grant, what its container may ask for (`PolicyDenied`) | [`policy`] |
 //! | each plugin's part judged by server-side dry runs before the apply, the namespace's Pod Security level (`InvalidWorkload`, `PolicyDenied`) | [`judge`] |
 //! | watches, mappers, reconcile, retries | [`controller`] |
+//! | the watches of the vCluster Roles `PatchVClusterRoles` plugins append to (an edit taking a plugin's rule out triggers its repair) | [`patched_roles`] |
 //! | the delay before a failed reconcile is retried: per plugin, exponential with jitter, reset by a success | [`retry`] |
 //! | the fields of the tracing spans (a reconcile's plugin and vCluster, a write's kind and object) | [`trace`] |
 //! | how to run the operator, its defaults (concurrency, debounce, the sweep's retry delay) | [`Config`] |
@@ -44,6 +45,7 @@ pub mod import;
 pub mod judge;
 pub mod leader;
 pub mod operations;
+pub mod patched_roles;
 pub mod policy;
 pub mod rbac;
 pub mod retry;

@@ -58,7 +58,7 @@ pub use rules::{
 pub use vcluster_roles::{
     ADDED_RULES_MAX_NAME, ADDED_RULES_PREFIX, added_rules_annotation,
     legacy_added_rules_annotation, other_subjects, patch_records, patch_role, record_keys,
-    recorded_rules, restore_role, rules_under, target_role, without_recorded,
+    recorded_rules, records_held, restore_role, rules_under, target_role, without_recorded,
 };
 
 #[cfg(test)]

@@ -17,6 +17,10 @@
 //! show that the operator looked at a given version of the object before it asserts that a
 //! reconcile wrote nothing. A plugin whose last reconcile finished its deletion leaves the
 //! table; its last entry is kept among the `GONE_KEPT` most recently gone plugins.
+//! With the same feature, `Telemetry::relists` counts the re-lists of the operator's watches by
+//! kind (one entry per kind, so bounded): a watch lists again only when it cannot resume from
+//! its last resourceVersion (410 Gone after etcd compacted it), so a fault test can show that
+//! the fault reached the operator.
 //!
 //! Readiness: the replica is ready once it knows its leader state (it joined the election, or
 //! runs without one) and, while it leads, once its controller started and the API server
@@ -68,6 +72,8 @@ pub struct Telemetry {
     synced: AtomicBool,
     #[cfg(feature = "reconcile-log")]
     per_plugin: Mutex<PerPlugin>,
+    #[cfg(feature = "reconcile-log")]
+    relists: Mutex<HashMap<String, u64>>,
 }
 
 /// How many gone plugins `Telemetry::reconciled` still answers for (1,024, oldest dropped
@@ -156,6 +162,8 @@ impl Telemetry {
             synced: AtomicBool::new(false),
             #[cfg(feature = "reconcile-log")]
             per_plugin: Mutex::default(),
+            #[cfg(feature = "reconcile-log")]
+            relists: Mutex::default(),
         }
     }
 
@@ -218,6 +226,41 @@ impl Telemetry {
             .lock()
             .map(|t| (t.live.len(), t.gone.len()))
             .unwrap_or_default()
+    }
+
+    /// Counts one re-list of a watch of `kind` (such as `VClusterPlugin`, `StatefulSet`,
+    /// `Role`): a list after that watch's first one, which kube's watcher makes only when it
+    /// cannot resume from its last resourceVersion (a 410 Gone: etcd compacted the revision),
+    /// never for a plain reconnect.
+    #[cfg(feature = "reconcile-log")]
+    pub fn relisted(&self, kind: &str) {
+        if let Ok(mut relists) = self.relists.lock() {
+            *relists.entry(kind.to_string()).or_default() += 1;
+        }
+    }
+
+    /// Re-lists of the operator's watches of `kind` so far (every watch of the kind together:
+    /// the cluster-wide cache and the per-namespace watches of vCluster Roles for `Role`).
+    #[cfg(feature = "reconcile-log")]
+    pub fn relists(&self, kind: &str) -> u64 {
+        self.relists
+            .lock()
+            .ok()
+            .and_then(|r| r.get(kind).copied())
+            .unwrap_or(0)
+    }
+
+    /// Counts the `Init` events (each the start of a list) of one watch of `kind`, `lists`
+    /// being that watch's count so far: every one after the first is a re-list
+    /// ([`Telemetry::relisted`]). Without the feature `reconcile-log`, nothing.
+    pub fn count_list(&self, kind: &str, lists: &mut u64) {
+        *lists += 1;
+        #[cfg(feature = "reconcile-log")]
+        if *lists > 1 {
+            self.relisted(kind);
+        }
+        #[cfg(not(feature = "reconcile-log"))]
+        let _ = kind;
     }
 
     /// Records one finished reconcile: `error` is `None` on success, else its reason label.
@@ -314,6 +357,22 @@ mod tests {
             None,
             "the oldest gone entries are dropped"
         );
+    }
+
+    #[cfg(feature = "reconcile-log")]
+    #[test]
+    fn the_lists_after_a_watchs_first_are_counted_as_relists() {
+        let t = Telemetry::new();
+        let (mut plugins, mut roles, mut other_roles) = (0, 0, 0);
+        t.count_list("VClusterPlugin", &mut plugins);
+        t.count_list("Role", &mut roles);
+        t.count_list("Role", &mut other_roles);
+        assert_eq!((t.relists("VClusterPlugin"), t.relists("Role")), (0, 0));
+        t.count_list("Role", &mut roles);
+        t.count_list("Role", &mut other_roles);
+        t.count_list("VClusterPlugin", &mut plugins);
+        assert_eq!((t.relists("VClusterPlugin"), t.relists("Role")), (1, 2));
+        assert_eq!(t.relists("StatefulSet"), 0);
     }
 
     #[cfg(feature = "reconcile-log")]

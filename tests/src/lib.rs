@@ -74,7 +74,9 @@ pub use fixtures::{
     render_vcluster_chart, render_vcluster_chart_from, string_map, vcluster_workload,
     vcluster_workload_with,
 };
-pub use oracle::{translate_oracle, vcluster_host_label_selector, vcluster_host_name};
+pub use oracle::{
+    kubernetes_plurals, translate_oracle, vcluster_host_label_selector, vcluster_host_name,
+};
 pub use plugins::{
     condition, create_plugin, delete_plugin, install_operator_role, operator_reconciles,
     operator_telemetry, poke_plugin, poll_event, poll_ready, prepare_operator_host,

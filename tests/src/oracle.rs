@@ -2,7 +2,8 @@
 //! (`tests/vcluster-go/cmd/translate-oracle`, built by `scripts/oracles build` against the pinned
 //! `github.com/loft-sh/vcluster`), for the expected values of end-to-end tests (the host name of
 //! a referenced object, the host selector of a `labels` patch). `tests/tests/oracle_translate.rs`
-//! compares the runtime's translation with the same oracle case by case.
+//! compares the runtime's translation with the same oracle case by case. Kubernetes' guess of a
+//! kind's plural is asked of Kubernetes' own code the same way ([`kubernetes_plurals`]).
 
 use std::io::Write as _;
 use std::process::{Command, Stdio};
@@ -80,4 +81,47 @@ pub fn vcluster_host_label_selector(
         return None;
     }
     Some(answer[0]["selector"].clone())
+}
+
+/// The plural Kubernetes guesses for each of `kinds`, in order, from one run of the plural
+/// oracle (`tests/vcluster-go/cmd/plural-oracle`: `k8s.io/apimachinery/pkg/api/meta`
+/// `UnsafeGuessKindToResource`, at the version vCluster's module pins).
+///
+/// # Panics
+/// When the oracle cannot be built or started, exits non-zero, or answers another number of
+/// lines or another kind than asked.
+pub fn kubernetes_plurals(kinds: &[String]) -> Vec<String> {
+    let mut child = Command::new(&oracle_paths()["PLURAL_ORACLE"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the plural oracle");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let input: String = kinds.iter().map(|k| format!("{k}\n")).collect();
+    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+    let out = child.wait_with_output().expect("plural oracle output");
+    writer.join().expect("writer").expect("write kinds");
+    assert!(
+        out.status.success(),
+        "plural oracle failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answers: Vec<Value> = String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("the oracle answers JSON"))
+        .collect();
+    assert_eq!(answers.len(), kinds.len(), "one answer per kind");
+    kinds
+        .iter()
+        .zip(answers)
+        .map(|(kind, answer)| {
+            assert_eq!(answer["kind"], kind.as_str(), "answers in order");
+            answer["plural"]
+                .as_str()
+                .expect("the oracle answers a plural")
+                .to_string()
+        })
+        .collect()
 }

@@ -1,5 +1,6 @@
 //! The operator's drift handling and lifecycle, end to end on the real host API server (RBAC
-//! on): a removed sidecar and an edited Role come back, a deleted vCluster is reported and
+//! on): a removed sidecar and an edited Role come back (the plugin's dedicated Role, and under
+//! `rbac.mode: PatchVClusterRoles` the chart's Role it appended to), a deleted vCluster is reported and
 //! reinstalled when it returns, a plugin deleted while the operator is down is cleaned up when
 //! it returns, plugins of a Deployment vCluster come and go independently. Every operator runs
 //! in-process under the `vcp-operator` identity (config/rbac) as a [`vcp_tests::Replica`] on a
@@ -18,6 +19,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio::sync::Mutex;
 use vcluster_plugin_operator::policy::Policy;
+use vcluster_plugin_operator::vcluster::decide::RESYNC;
 use vcp_crds::VClusterPlugin;
 use vcp_tests::workload::{
     Kind, VC, container, container_names, containers, create_vcluster, create_workload, template,
@@ -178,6 +180,226 @@ async fn edited_dedicated_role_is_restored() {
     let p = wait_ready(&admin, ns, "car-syncer", "True", None, TIMEOUT).await;
     assert_eq!(condition(&p, "RBACReady").unwrap().status, "True");
     delete_plugin(&admin, ns, "car-syncer", TIMEOUT).await;
+    r.stop().await;
+}
+
+/// The longest a repair of the chart's Role may take: far below the resync of a converged
+/// plugin ([`RESYNC`], 600 s), so only a watch of the Role can have triggered it.
+const REPAIR: Duration = Duration::from_secs(30);
+const _: () = assert!(REPAIR.as_secs() * 10 < RESYNC.as_secs());
+
+/// `rbac.mode: PatchVClusterRoles`: the chart's Role `vc-my-vcluster` (vCluster's own chart,
+/// created as Helm does) holds the plugin's rules, recorded in `vcp.dev/added-rules.car-syncer`.
+/// Someone's edit that takes them out is repaired within [`REPAIR`] by the operator's patch of
+/// that Role (the audit log), three ways:
+/// - `kubectl edit`: an update of the whole Role without the plugin's rules (the record stays);
+/// - an apply of the chart's Role by another field manager, forced: it then owns `rules`, which
+///   hold only the chart's rules (the record, not in its apply, stays);
+/// - the chart's manifest replaced as it was: rules and record both gone.
+///
+/// The operator watches Roles only in the namespaces of such plugins, and only those not
+/// labelled as a plugin's own (the cache scope of `operator_cache_scope.rs`: its cluster-wide
+/// watches carry a label selector); removing the plugin restores the Role.
+#[tokio::test]
+async fn patched_vcluster_role_edited_by_someone_else_is_repaired() {
+    let _guard = LOCK.lock().await;
+    let admin = vcp_tests::replica::prepare_host().await;
+    let ns = "ops-drift-patched-role";
+    create_vcluster(&admin, ns, Kind::StatefulSet).await;
+    // The chart's Role and RoleBinding (which `create_vcluster` leaves out), as Helm creates them.
+    let rendered = vcp_tests::render_vcluster_chart(ns, "").expect("render the chart");
+    let mut chart_role = None;
+    for doc in rendered.split("---\n") {
+        let Ok(value) = serde_yaml::from_str::<serde_json::Value>(doc) else {
+            continue;
+        };
+        if !matches!(value["kind"].as_str(), Some("Role" | "RoleBinding")) {
+            continue;
+        }
+        assert_eq!(value["metadata"]["name"], "vc-my-vcluster", "{doc}");
+        vcp_tests::create_yaml(&admin, doc, Some(ns), "helm")
+            .await
+            .expect("create the chart's RBAC");
+        if value["kind"] == "Role" {
+            chart_role = Some(value);
+        }
+    }
+    let chart_role = chart_role.expect("the chart renders a Role");
+    let roles = Api::<Role>::namespaced(admin.clone(), ns);
+    let role = "vc-my-vcluster";
+    let original = roles.get(role).await.expect("the chart's Role");
+
+    let r = Replica::start("drift-patched-role", None).await;
+    let mut spec = vcp_tests::workload::embedded_car_spec();
+    spec["rbac"] = json!({
+        "mode": "PatchVClusterRoles",
+        "role": { "extraRules": [{ "apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"] }] },
+    });
+    create_plugin(&admin, ns, "car-syncer", spec).await;
+    wait_ready(&admin, ns, "car-syncer", "True", None, TIMEOUT).await;
+    let installed = roles.get(role).await.expect("Role");
+    let record = "vcp.dev/added-rules.car-syncer";
+    let installed_rules = installed.rules.clone().unwrap_or_default();
+    let original_rules = original.rules.clone().unwrap_or_default();
+    assert!(
+        installed_rules.len() > original_rules.len()
+            && installed_rules[..original_rules.len()] == original_rules[..],
+        "the plugin's rules appended: {installed_rules:?}"
+    );
+    let recorded = installed
+        .annotations()
+        .get(record)
+        .cloned()
+        .expect("recorded");
+    let appended = serde_json::to_string(&installed_rules[original_rules.len()..]).unwrap();
+    assert_eq!(recorded, appended);
+    let held = |role: &Role| {
+        role.rules.as_ref() == Some(&installed_rules)
+            && role.annotations().get(record) == Some(&recorded)
+    };
+
+    // Before each edit the operator is done with the plugin: its last finished reconcile read
+    // the plugin's current resourceVersion (so no reconcile of a status write is still due to
+    // repair the edit by chance). After it, the repair: the Role as the operator left it, by its
+    // patch after the edit.
+    let plugins = Api::<VClusterPlugin>::namespaced(admin.clone(), ns);
+    let settled = || async {
+        vcp_tests::wait_for(TIMEOUT, || async {
+            let rv = plugins
+                .get("car-syncer")
+                .await
+                .ok()?
+                .metadata
+                .resource_version?;
+            let seen = r.telemetry.reconciled(ns, "car-syncer")?;
+            (seen.resource_version == rv).then_some(())
+        })
+        .await;
+    };
+    let repaired = |what: &'static str, edited_at: std::time::SystemTime| {
+        let roles = roles.clone();
+        async move {
+            let began = std::time::Instant::now();
+            let back = vcp_tests::poll_for(REPAIR, || {
+                let roles = roles.clone();
+                async move { roles.get(role).await.ok().filter(|r| held(r)).map(|_| ()) }
+            })
+            .await;
+            assert!(
+                back.is_some(),
+                "{what}: the plugin's rules are not back within {REPAIR:?}: {:?}",
+                roles.get(role).await.map(|r| r.rules)
+            );
+            let took = began.elapsed();
+            // The audit log (written a moment after the answer) shows the operator's repair.
+            let patches = vcp_tests::wait_for(Duration::from_secs(10), || async {
+                let p = vcp_tests::Audit::writes()
+                    .by(vcp_tests::Identity::Operator)
+                    .in_namespace(ns)
+                    .uri_contains(&format!("/roles/{role}"))
+                    .verb("patch")
+                    .since(edited_at)
+                    .succeeded();
+                (!p.is_empty()).then_some(p)
+            })
+            .await;
+            println!(
+                "{what}: the plugin's rules were back {took:?} after the edit, by {} operator \
+                 patch(es) of Role {role}",
+                patches.len()
+            );
+        }
+    };
+
+    // `kubectl edit`: the whole Role updated without the plugin's rules.
+    settled().await;
+    let mut edited = roles.get(role).await.unwrap();
+    edited.rules = Some(original_rules.clone());
+    edited.metadata.managed_fields = None;
+    let at = std::time::SystemTime::now();
+    let after = roles
+        .replace(
+            role,
+            &PostParams {
+                field_manager: Some("kubectl-edit".into()),
+                ..Default::default()
+            },
+            &edited,
+        )
+        .await
+        .expect("kubectl edit");
+    assert!(!held(&after) && after.annotations().get(record) == Some(&recorded));
+    repaired("kubectl edit", at).await;
+
+    // Another manager applies the chart's Role, forced: it takes `rules` over.
+    settled().await;
+    let at = std::time::SystemTime::now();
+    let after = roles
+        .patch(
+            role,
+            &PatchParams::apply("argocd-controller").force(),
+            &Patch::Apply(&chart_role),
+        )
+        .await
+        .expect("apply the chart's Role");
+    assert_eq!(after.rules.as_ref(), Some(&original_rules));
+    repaired("a forced apply of the chart's Role", at).await;
+
+    // The chart's manifest put back as it was: rules and record gone.
+    settled().await;
+    let mut replaced = original.clone();
+    replaced.metadata.managed_fields = None;
+    replaced.metadata.resource_version = roles.get(role).await.unwrap().metadata.resource_version;
+    let at = std::time::SystemTime::now();
+    let after = roles
+        .replace(
+            role,
+            &PostParams {
+                field_manager: Some("kubectl-replace".into()),
+                ..Default::default()
+            },
+            &replaced,
+        )
+        .await
+        .expect("replace the Role");
+    assert_eq!(after.annotations().get(record), None);
+    repaired("the chart's manifest replaced", at).await;
+
+    // The Roles the operator watched: cluster-wide only with a label selector (its cache of
+    // plugins' own Roles), else in this namespace, leaving the plugins' own Roles out.
+    let reads = vcp_tests::audited_reads(
+        vcp_tests::ControlPlane::shared(),
+        vcp_tests::Cluster::Host,
+        vcp_tests::Identity::Operator.user(),
+    )
+    .expect("audit log");
+    let role_watches: Vec<&String> = reads
+        .iter()
+        .filter(|(verb, uri)| verb == "watch" && uri.contains("/roles?"))
+        .map(|(_, uri)| uri)
+        .collect();
+    let here = format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles?");
+    assert!(
+        role_watches.iter().any(|uri| uri.starts_with(&here)),
+        "no watch of the Roles of {ns}: {role_watches:#?}"
+    );
+    for uri in &role_watches {
+        let query = uri.replace("%2F", "/").replace("%21", "!");
+        let cluster_wide = uri.starts_with("/apis/rbac.authorization.k8s.io/v1/roles?")
+            && query.contains("labelSelector=vcp.dev/plugin-name");
+        let vcluster_roles =
+            uri.contains("/namespaces/") && query.contains("labelSelector=!vcp.dev/plugin-name");
+        assert!(
+            cluster_wide || vcluster_roles,
+            "a watch of Roles outside the cache scope: {uri}"
+        );
+    }
+
+    delete_plugin(&admin, ns, "car-syncer", TIMEOUT).await;
+    let restored = roles.get(role).await.unwrap();
+    assert_eq!(restored.rules, original.rules);
+    assert_eq!(restored.metadata.annotations, original.metadata.annotations);
+    assert_eq!(restored.metadata.labels, original.metadata.labels);
     r.stop().await;
 }
 

@@ -285,21 +285,6 @@ fn a_narrowing_policy_judges_derived_rules_on_the_discovered_plural() {
 }
 
 #[test]
-fn kubernetes_guesses_plurals_as_unsafe_guess_kind_to_resource() {
-    // k8s.io/apimachinery/pkg/api/meta/restmapper.go, UnsafeGuessKindToResource.
-    for (kind, plural) in [
-        ("Car", "cars"),
-        ("Secret", "secrets"),
-        ("Ingress", "ingresses"),
-        ("NetworkPolicy", "networkpolicies"),
-        ("Endpoints", "endpoints"),
-        ("Person", "persons"),
-    ] {
-        assert_eq!(guess_plural(kind), plural, "{kind}");
-    }
-}
-
-#[test]
 fn the_resource_admission_checked_must_be_discoverys_plural() {
     let check = |types: Vec<SyncedType>| {
         let mut p = plugin(vec![], vec![]);

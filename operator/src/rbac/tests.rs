@@ -975,3 +975,58 @@ fn produced_kinds_are_read_and_references_derive_nothing() {
     p.spec.synced_types = vec![from_host];
     assert!(types_to_resolve(&p).iter().all(|(_, k)| k != "Secret"));
 }
+
+/// `records_held` tells a Role the operator left as it leaves it from one someone took a
+/// recorded rule out of, with the same counting as `patch_role`'s "converged" (the repair it
+/// triggers is a patch that `patch_role` then computes).
+#[test]
+fn records_held_sees_a_recorded_rule_taken_out() {
+    let original = chart_role();
+    assert_eq!(records_held(&original), None, "no record: nothing to hold");
+    let cars = rule("example.loft.sh", &["cars"], &WRITE_VERBS, None);
+    let one = std::slice::from_ref(&cars);
+    let installed = apply_patch(
+        &original,
+        &patch_role(&original, "car-syncer", &[], Some(one)).unwrap(),
+    );
+    assert_eq!(records_held(&installed), Some(true));
+    // A second plugin recording the same rule needs a second entry.
+    let both = apply_patch(
+        &installed,
+        &patch_role(&installed, "other", &[], Some(one)).unwrap(),
+    );
+    assert_eq!(records_held(&both), Some(true));
+
+    // `kubectl edit` taking the rule out (the record stays): not held, and the repair is due.
+    let mut edited = installed.clone();
+    edited.rules.as_mut().unwrap().pop();
+    assert_eq!(records_held(&edited), Some(false));
+    assert!(patch_role(&edited, "car-syncer", &[], Some(one)).is_some());
+    // One of the two equal entries taken out: the rule is still granted, and neither plugin's
+    // reconcile would write (held, as `patch_role` judges it).
+    let mut one_copy = both.clone();
+    one_copy.rules.as_mut().unwrap().pop();
+    assert_eq!(records_held(&one_copy), Some(true));
+    assert_eq!(
+        patch_role(&one_copy, "car-syncer", &["other".into()], Some(one)),
+        None
+    );
+    // Every appended entry gone (an apply of the chart's own rules by another manager).
+    let mut reapplied = both.clone();
+    reapplied.rules = original.rules.clone();
+    assert_eq!(records_held(&reapplied), Some(false));
+    assert!(patch_role(&reapplied, "other", &["car-syncer".into()], Some(one)).is_some());
+    // The rules reordered, nothing taken out: still held.
+    let mut reordered = both.clone();
+    reordered.rules.as_mut().unwrap().reverse();
+    assert_eq!(records_held(&reordered), Some(true));
+    // A record that is not a list of rules: not held (the reconcile judges it).
+    let mut garbled = installed.clone();
+    garbled
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert("vcp.dev/added-rules.car-syncer".into(), "{".into());
+    assert_eq!(records_held(&garbled), Some(false));
+}

@@ -273,3 +273,32 @@ pub fn patch_records(
 pub fn restore_role(live: &Role, plugin_name: &str, others: &[String]) -> Option<Value> {
     patch_role(live, plugin_name, others, None)
 }
+
+/// Whether `role` still holds every rule its `vcp.dev/added-rules.*` annotations
+/// ([`ADDED_RULES_PREFIX`], any plugin's, any key scheme) record, as the operator leaves a Role
+/// it appended to: `None` when it carries no record; `Some(false)` when a recorded rule is
+/// missing from `rules` (someone took it out: `kubectl edit`, an apply by another field manager
+/// that owns `rules` now) or a record is not a JSON list of rules.
+///
+/// Each record is judged on its own, as [`patch_records`] judges a plugin's "still held" (each
+/// recorded rule takes one equal entry out of the live list, [`without_recorded`]), so this is
+/// `Some(false)` exactly when the reconcile of some plugin recorded here would write the Role
+/// back. (Two plugins recording the same rule share one entry for this judgement: one copy
+/// taken out leaves the rule granted, and the restore of the first plugin to go leaves the
+/// other's record unheld, which is then repaired.)
+pub fn records_held(role: &Role) -> Option<bool> {
+    let keys: Vec<&String> = role
+        .annotations()
+        .keys()
+        .filter(|k| k.starts_with(ADDED_RULES_PREFIX))
+        .collect();
+    if keys.is_empty() {
+        return None;
+    }
+    let live = role.rules.clone().unwrap_or_default();
+    Some(keys.iter().all(|k| {
+        serde_json::from_str::<Vec<PolicyRule>>(&role.annotations()[*k]).is_ok_and(|recorded| {
+            without_recorded(&live, &recorded).len() + recorded.len() == live.len()
+        })
+    }))
+}

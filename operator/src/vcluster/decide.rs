@@ -39,9 +39,10 @@ pub const RESYNC: Duration = Duration::from_secs(600);
 /// How soon a plugin refused for the state of the cluster rather than its own spec
 /// (`UnknownType`: a type the host does not serve; `VClusterRoleNotFound`: no Role bound to the
 /// vCluster's service account; `SharedVClusterRole`: that Role is bound to others too) is
-/// judged again. The CRD or Role that resolves the refusal is
-/// not watched for this plugin (it is not the plugin's own), so without this the plugin would
-/// wait for [`RESYNC`].
+/// judged again. The CRD or RoleBinding that resolves the refusal is
+/// not watched for this plugin (it is not the plugin's own; of the namespace's Roles only those
+/// of a plugin in `PatchVClusterRoles` mode are, [`crate::patched_roles`]), so without this the
+/// plugin would wait for [`RESYNC`].
 pub const RECHECK: Duration = Duration::from_secs(20);
 
 /// What a reconcile converges the vCluster for: the inputs of [`decide`] besides what was
