@@ -22,8 +22,9 @@
 //!
 //! Then the host copies of the two are compared field by field (after removing what the API
 //! server sets per object: `uid`, `resourceVersion`, `creationTimestamp`, `managedFields`; and
-//! with the host namespace's name replaced by a placeholder, since the two live in different
-//! host namespaces): every path that differs is printed with how many copies differ there and
+//! with what differs between the phases by construction replaced by placeholders: the host
+//! namespace's name, the uid of the vCluster's Service there, the uid of the virtual ConfigMap
+//! of each phase): every path that differs is printed with how many copies differ there and
 //! one example of each side.
 //!
 //! One run (the peer bench has no `BENCH_RUNS` median yet; its record runs are repeated by
@@ -158,9 +159,19 @@ fn plugin() -> VClusterPlugin {
     .expect("plugin")
 }
 
-/// A host copy as compared: what the API server sets per object removed, the host namespace's
-/// name replaced by `<host-namespace>` wherever it appears.
-fn comparable(obj: &DynamicObject, host_ns: &str) -> Value {
+/// What differs between the two phases by construction, replaced by a placeholder before the
+/// comparison: the host namespace's name, the uid of the vCluster's Service there (the owner of
+/// every host copy), and the uid of the virtual ConfigMap the copy was made from (each phase
+/// created its own).
+struct Phase {
+    host_ns: &'static str,
+    service_uid: String,
+    virtual_uids: BTreeMap<String, String>,
+}
+
+/// A host copy as compared: what the API server sets per object removed, and `phase`'s
+/// per-phase values replaced by placeholders wherever they appear.
+fn comparable(obj: &DynamicObject, phase: &Phase, virtual_name: &str) -> Value {
     let mut v = serde_json::to_value(obj).expect("json");
     if let Some(meta) = v["metadata"].as_object_mut() {
         for key in [
@@ -172,8 +183,35 @@ fn comparable(obj: &DynamicObject, host_ns: &str) -> Value {
             meta.remove(key);
         }
     }
-    let text = v.to_string().replace(host_ns, "<host-namespace>");
+    let mut text = v
+        .to_string()
+        .replace(phase.host_ns, "<host-namespace>")
+        .replace(&phase.service_uid, "<vcluster-service-uid>");
+    if let Some(uid) = phase.virtual_uids.get(virtual_name) {
+        text = text.replace(uid.as_str(), "<virtual-uid>");
+    }
     serde_json::from_str(&text).expect("json")
+}
+
+/// `phase`'s per-phase values, read from the API servers while the phase's objects exist.
+async fn phase_values(host: &Client, virtual_: &Client, host_ns: &'static str) -> Phase {
+    let service = Api::<k8s_openapi::api::core::v1::Service>::namespaced(host.clone(), host_ns)
+        .get(VCLUSTER_RELEASE)
+        .await
+        .expect("the vCluster's Service");
+    let virtual_uids = Api::<DynamicObject>::namespaced_with(virtual_.clone(), VNS, &configmaps())
+        .list_metadata(&ListParams::default().labels("bench=peer"))
+        .await
+        .expect("list the virtual ConfigMaps")
+        .items
+        .into_iter()
+        .filter_map(|m| Some((m.metadata.name?, m.metadata.uid?)))
+        .collect();
+    Phase {
+        host_ns,
+        service_uid: service.metadata.uid.expect("uid"),
+        virtual_uids,
+    }
 }
 
 /// Every leaf path where `a` and `b` differ, with both values (`null` where one side has none).
@@ -197,19 +235,20 @@ fn differences(path: &str, a: &Value, b: &Value, out: &mut Vec<(String, Value, V
 
 /// Compares the two host copies of every ConfigMap; prints each differing path (count, and one
 /// example of each side); returns the number of distinct paths.
-async fn compare_host_copies(host: &Client, n: usize) -> usize {
-    let vc = Api::<DynamicObject>::namespaced_with(host.clone(), VC_NS, &configmaps());
-    let ours = Api::<DynamicObject>::namespaced_with(host.clone(), HOST_NS, &configmaps());
+async fn compare_host_copies(host: &Client, n: usize, vcluster: &Phase, ours: &Phase) -> usize {
+    let vc_api = Api::<DynamicObject>::namespaced_with(host.clone(), VC_NS, &configmaps());
+    let ours_api = Api::<DynamicObject>::namespaced_with(host.clone(), HOST_NS, &configmaps());
     let mut by_path: BTreeMap<String, (usize, Value, Value)> = BTreeMap::new();
     for i in 0..n {
-        let name = host_name(&format!("cm-{i}"), VNS, VCLUSTER_RELEASE);
-        let a = vc.get(&name).await.expect("vCluster's host copy");
-        let b = ours.get(&name).await.expect("the runtime's host copy");
+        let virtual_name = format!("cm-{i}");
+        let name = host_name(&virtual_name, VNS, VCLUSTER_RELEASE);
+        let a = vc_api.get(&name).await.expect("vCluster's host copy");
+        let b = ours_api.get(&name).await.expect("the runtime's host copy");
         let mut found = Vec::new();
         differences(
             "",
-            &comparable(&a, VC_NS),
-            &comparable(&b, HOST_NS),
+            &comparable(&a, vcluster, &virtual_name),
+            &comparable(&b, ours, &virtual_name),
             &mut found,
         );
         for (path, x, y) in found {
@@ -253,6 +292,7 @@ pub async fn run() {
     .expect("start vCluster's syncer");
     let pid = syncer.pid().expect("vCluster's pid");
     let vcluster = measure("vCluster", pid, &virtual_, &vc_seen, n).await;
+    let vcluster_phase = phase_values(&host, &virtual_, VC_NS).await;
     tokio::task::block_in_place(|| syncer.stop()).expect("stop vCluster's syncer");
     let virtual_cms = Api::<DynamicObject>::namespaced_with(virtual_.clone(), VNS, &configmaps());
     virtual_cms
@@ -274,7 +314,12 @@ pub async fn run() {
     })
     .await;
 
-    // (b) the runtime, the same ConfigMaps declared as a synced type
+    // (b) the runtime, the same ConfigMaps declared as a synced type; the chart's objects are
+    // applied to its host namespace too (nothing runs them), so the vCluster's Service exists
+    // there and the runtime sets it as the owner of its host copies, as vCluster does
+    vcp_tests::install_vcluster_chart(&host, HOST_NS, "")
+        .await
+        .expect("install vCluster's chart for the runtime's namespace");
     Api::<VClusterPlugin>::namespaced(host.clone(), HOST_NS)
         .patch(
             "bench",
@@ -291,9 +336,10 @@ pub async fn run() {
     })
     .await;
     let ours = measure("runtime", runtime.id(), &virtual_, &ours_seen, n).await;
+    let ours_phase = phase_values(&host, &virtual_, HOST_NS).await;
     runtime.stop();
 
-    let paths = compare_host_copies(&host, n).await;
+    let paths = compare_host_copies(&host, n, &vcluster_phase, &ours_phase).await;
     let ratio = |a: f64, b: f64| a / b;
     println!(
         "peer_vcluster_time_s={:.2} peer_vcluster_cpu_ms_per_object={:.3} \
