@@ -27,12 +27,19 @@
 //! of each phase): every path that differs is printed with how many copies differ there and
 //! one example of each side.
 //!
+//! vCluster's host client is rate-limited: 40 requests per second, bursts of 80, unless
+//! `VCLUSTER_PHYSICAL_CLIENT_QPS` / `VCLUSTER_PHYSICAL_CLIENT_BURST` say otherwise
+//! (`pkg/setup/config/config.go`, `InitClientConfig`). The bench passes both through from its
+//! own environment and prints the rate it ran with (`peer_vcluster_qps`); with the default,
+//! vCluster's time is bound by its rate limit (2,000 creates at 40 per second take 50 s). The
+//! runtime's client has no rate limit.
+//!
 //! One run (the peer bench has no `BENCH_RUNS` median yet; its record runs are repeated by
 //! hand). Last line: `peer_vcluster_time_s=<x> peer_vcluster_cpu_ms_per_object=<x>
 //! peer_vcluster_peak_rss_mib=<x> peer_vcluster_idle_cpu_pct=<x> peer_ours_time_s=<x>
 //! peer_ours_cpu_ms_per_object=<x> peer_ours_peak_rss_mib=<x> peer_ours_idle_cpu_pct=<x>
 //! peer_cpu_ratio=<ours/vCluster's> peer_rss_ratio=<ours/vCluster's>
-//! peer_time_ratio=<ours/vCluster's> field_differences=<paths> objects=<n>`.
+//! peer_time_ratio=<ours/vCluster's> field_differences=<paths> peer_vcluster_qps=<n> objects=<n>`.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -340,13 +347,18 @@ pub async fn run() {
     runtime.stop();
 
     let paths = compare_host_copies(&host, n, &vcluster_phase, &ours_phase).await;
+    // vCluster's default when the variable is unset or not a number (InitClientConfig)
+    let qps = std::env::var("VCLUSTER_PHYSICAL_CLIENT_QPS")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(40.0);
     let ratio = |a: f64, b: f64| a / b;
     println!(
         "peer_vcluster_time_s={:.2} peer_vcluster_cpu_ms_per_object={:.3} \
          peer_vcluster_peak_rss_mib={:.1} peer_vcluster_idle_cpu_pct={:.2} \
          peer_ours_time_s={:.2} peer_ours_cpu_ms_per_object={:.3} peer_ours_peak_rss_mib={:.1} \
          peer_ours_idle_cpu_pct={:.2} peer_cpu_ratio={:.2} peer_rss_ratio={:.2} \
-         peer_time_ratio={:.2} field_differences={paths} objects={n}",
+         peer_time_ratio={:.2} field_differences={paths} peer_vcluster_qps={qps} objects={n}",
         vcluster.time.as_secs_f64(),
         vcluster.cpu_ms_per_object,
         vcluster.peak_rss_mib,
