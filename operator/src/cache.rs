@@ -360,6 +360,20 @@ impl WrittenWorkloads {
         );
     }
 
+    /// Keeps the written copies of the workloads for which `exists(namespace, name)` holds
+    /// only: a workload deleted before the cache showed the operator's write is never read
+    /// again through [`workload`], which is what drops a copy ([`crate::sweep`] prunes with the
+    /// watch caches; issue 24, item 3).
+    pub fn retain(&self, exists: impl Fn(&str, &str) -> bool) {
+        self.lock()
+            .retain(|_, w| exists(&w.workload.namespace, &w.workload.name));
+    }
+
+    /// Written workloads held (until the cache shows them).
+    pub fn entries(&self) -> usize {
+        self.lock().len()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Written>> {
         self.by_key
             .lock()
@@ -502,6 +516,11 @@ impl Discovery {
         Ok(plurals)
     }
 
+    /// Types held (one per `(apiVersion, kind)` discovered).
+    pub fn entries(&self) -> usize {
+        self.lock().len()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), (Served, Instant)>> {
         self.found
             .lock()
@@ -586,6 +605,16 @@ mod tests {
         let cached = sts("new", 1, "cached");
         let w = written.newest(seen(&cached), Workload::from_statefulset(&cached));
         assert_eq!(w.pod_spec.containers[0].image.as_deref(), Some("cached"));
+    }
+
+    #[test]
+    fn the_written_copy_of_a_gone_workload_is_pruned() {
+        let written = WrittenWorkloads::default();
+        written.statefulset(&sts("u1", 3, "written"));
+        written.retain(|namespace, name| (namespace, name) == ("ns", "vc"));
+        assert_eq!(written.entries(), 1, "its workload still exists");
+        written.retain(|namespace, name| (namespace, name) == ("ns", "other"));
+        assert_eq!(written.entries(), 0, "its workload is gone");
     }
 
     #[test]

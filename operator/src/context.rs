@@ -1,12 +1,12 @@
 //! State shared by every reconcile ([`crate::controller`], [`crate::vcluster`],
-//! [`crate::sweep`]): the operator's client, the Event recorder, the policy, the watch
+//! [`crate::sweep`]): the operator's client, the Events' reporter, the policy, the watch
 //! caches, the dry-run verdicts, and one lock per workload.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use kube::Client;
-use kube::runtime::events::Recorder;
+use kube::runtime::events::Reporter;
 use kube::runtime::reflector::Store;
 use vcp_crds::VClusterPlugin;
 
@@ -21,8 +21,11 @@ pub struct Context {
     pub client: Client,
     /// Image of the embedded-runtime sidecar (`--runtime-image`).
     pub runtime_image: String,
-    /// Publishes Events on VClusterPlugins.
-    pub recorder: Recorder,
+    /// Who publishes the Events on VClusterPlugins: each Event is published through a
+    /// [`kube::runtime::events::Recorder`] made for it ([`crate::writes::write_status`]), not
+    /// one kept here, because a Recorder keeps every Event it published in a map for 6 minutes
+    /// and that map never shrinks back (issue 24, item 3).
+    pub reporter: Reporter,
     /// Which RBAC rules a plugin may grant (`--policy-file`).
     pub policy: Policy,
     /// Every VClusterPlugin, from the controller's watch cache (used to build the workload's
@@ -57,23 +60,89 @@ impl Context {
     pub fn workload_lock(&self, namespace: &str, vcluster: &str) -> Arc<tokio::sync::Mutex<()>> {
         self.workload_locks.get(namespace, vcluster)
     }
+
+    /// The sizes of the per-object state every reconcile shares, for the test endpoint
+    /// `/state` ([`crate::telemetry::Telemetry::state`]; feature `reconcile-log` only), as
+    /// `(name, count)`:
+    /// `plugins_cached` (the plugins' watch cache), `written_statuses`, `written_workloads`,
+    /// `verdicts_dry_run`, `verdicts_hooks`, `workload_locks`, `retries`, `discovery_types`.
+    #[cfg(feature = "reconcile-log")]
+    pub fn state(&self) -> Vec<(&'static str, i64)> {
+        let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        let (dry_run, hooks) = self.verdicts.entries();
+        vec![
+            ("plugins_cached", count(self.plugins.state().len())),
+            ("written_statuses", count(self.written_statuses.entries())),
+            ("written_workloads", count(self.written.entries())),
+            ("verdicts_dry_run", count(dry_run)),
+            ("verdicts_hooks", count(hooks)),
+            ("workload_locks", count(self.workload_locks.entries())),
+            ("retries", count(self.retries.len())),
+            ("discovery_types", count(self.discovery.entries())),
+        ]
+    }
 }
 
-/// One async lock per workload, keyed `namespace/vcluster`, created on first use (and kept:
-/// one small entry per vCluster the operator has seen).
+/// One async lock per workload, keyed `namespace/vcluster`, created on first use and dropped
+/// once idle: a lock nobody holds or waits for (no clone of it outside the map) carries no
+/// state, so each [`WorkloadLocks::get`] drops the idle ones, and the map holds only the locks
+/// of reconciles in flight (no entry outlives its vCluster; issue 24, item 3).
 #[derive(Default)]
 pub struct WorkloadLocks(Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
 
 impl WorkloadLocks {
-    /// The lock of the workload of `vcluster` in `namespace`.
+    /// The lock of the workload of `vcluster` in `namespace`: the one held or awaited by
+    /// another reconcile of the same workload, else a new one.
     pub fn get(&self, namespace: &str, vcluster: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self
-            .0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut locks = self.lock();
+        // Only the map holds it: nobody holds the lock nor waits for it.
+        locks.retain(|_, lock| Arc::strong_count(lock) > 1);
         locks
             .entry(format!("{namespace}/{vcluster}"))
             .or_default()
             .clone()
+    }
+
+    /// Locks in use (held or awaited by a reconcile): the map's size once the idle ones are
+    /// dropped, as [`WorkloadLocks::get`] does.
+    pub fn entries(&self) -> usize {
+        let mut locks = self.lock();
+        locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+        locks.len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<tokio::sync::Mutex<()>>>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_workload_lock_serializes_while_used_and_goes_once_idle() {
+        let locks = WorkloadLocks::default();
+        let a = locks.get("ns", "a");
+        let held = a.clone().lock_owned().await;
+        // The same workload's lock while another reconcile holds it: the same lock.
+        let again = locks.get("ns", "a");
+        assert!(Arc::ptr_eq(&a, &again));
+        assert!(again.try_lock().is_err(), "held by the first reconcile");
+        drop(again);
+        // Other vClusters come and go; the held one stays.
+        for n in 0..100 {
+            drop(locks.get("ns", &format!("gone-{n}")));
+        }
+        assert_eq!(locks.entries(), 1, "the held lock alone");
+        drop(held);
+        assert_eq!(locks.entries(), 1, "awaited: `a` still holds a clone");
+        drop(a);
+        assert_eq!(locks.entries(), 0, "idle locks are dropped");
+        let b = locks.get("ns", "b");
+        assert_eq!(locks.entries(), 1);
+        assert!(b.try_lock().is_ok());
     }
 }

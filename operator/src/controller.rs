@@ -34,7 +34,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
@@ -119,13 +119,10 @@ pub async fn run_until(
     let context = Arc::new(Context {
         client: client.clone(),
         runtime_image: config.runtime_image.clone(),
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: CONTROLLER_NAME.into(),
-                instance: config.instance.clone(),
-            },
-        ),
+        reporter: Reporter {
+            controller: CONTROLLER_NAME.into(),
+            instance: config.instance.clone(),
+        },
         plugins: store.clone(),
         policy: config.policy.clone(),
         telemetry: config.telemetry.clone(),
@@ -138,6 +135,23 @@ pub async fn run_until(
         workload_locks: WorkloadLocks::default(),
         retries,
     });
+    // The test endpoint `/state` (feature `reconcile-log`): this controller's per-object state.
+    #[cfg(feature = "reconcile-log")]
+    {
+        let (of, backlog) = (Arc::downgrade(&context), gone.backlog());
+        config.telemetry.set_state_probe(Box::new(move || {
+            // This controller has stopped: nothing to report.
+            let Some(context) = of.upgrade() else {
+                return Vec::new();
+            };
+            let mut figures = context.state();
+            figures.push((
+                "sweep_backlog",
+                i64::try_from(backlog.pending()).unwrap_or(i64::MAX),
+            ));
+            figures
+        }));
+    }
 
     // Ready (while leading) once the API server answers a list of VClusterPlugins with the
     // operator's identity (reachable, CRD installed, RBAC in place; retried every second) and

@@ -6,6 +6,7 @@
 //! | `/metrics` | [`Telemetry::encode`], Prometheus text format |
 //! | `/healthz` | `200 ok` while the process serves requests (liveness) |
 //! | `/readyz` | `200 ok` when [`Telemetry::is_ready`], else `503` |
+//! | `/state` | test feature `reconcile-log` only: `Telemetry::state`, the sizes of the per-object state, one `name value` line each |
 //!
 //! Anything else is `404`.
 
@@ -85,6 +86,8 @@ fn answer(req: &Request<Incoming>, telemetry: &Telemetry) -> Response<Full<Bytes
             telemetry.encode(),
         ),
         "/healthz" => (StatusCode::OK, "text/plain", "ok\n".to_string()),
+        #[cfg(feature = "reconcile-log")]
+        "/state" => (StatusCode::OK, "text/plain", telemetry.state()),
         "/readyz" if telemetry.is_ready() => (StatusCode::OK, "text/plain", "ok\n".to_string()),
         "/readyz" => (
             StatusCode::SERVICE_UNAVAILABLE,

@@ -541,6 +541,27 @@ impl Verdicts {
     pub fn forget(&self, workload: &Workload) {
         self.lock().remove(&key(workload));
     }
+
+    /// Keeps the verdicts of the workloads for which `exists(kind, namespace, name)` holds
+    /// only: the others are gone ([`crate::sweep`] prunes with the workloads' watch caches, so
+    /// no verdict outlives its workload by more than one full sweep; issue 24, item 3).
+    pub fn retain(&self, exists: impl Fn(&str, &str, &str) -> bool) {
+        // `kind/namespace/name`, as `key` writes it.
+        let keep = |k: &String| {
+            let mut parts = k.splitn(3, '/');
+            match (parts.next(), parts.next(), parts.next()) {
+                (Some(kind), Some(namespace), Some(name)) => exists(kind, namespace, name),
+                _ => false,
+            }
+        };
+        self.lock().retain(|k, _| keep(k));
+        self.lock_hooks().retain(|k, _| keep(k));
+    }
+
+    /// Verdicts held: `(workloads judged by dry runs, workloads judged for hooks)`.
+    pub fn entries(&self) -> (usize, usize) {
+        (self.lock().len(), self.lock_hooks().len())
+    }
 }
 
 #[cfg(test)]

@@ -15,6 +15,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+/// Test machinery (feature `reconcile-log` only): the heap's live bytes counted for `/state`.
+#[cfg(feature = "reconcile-log")]
+#[global_allocator]
+static ALLOCATOR: vcluster_plugin_operator::heap::Counting =
+    vcluster_plugin_operator::heap::Counting;
+
 use futures::FutureExt;
 use tracing_subscriber::EnvFilter;
 use vcluster_plugin_operator::operations::OperationsArgs;

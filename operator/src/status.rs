@@ -365,9 +365,8 @@ impl WrittenStatuses {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Records kept.
-    #[cfg(test)]
-    fn len(&self) -> usize {
+    /// Records kept (one per plugin written to whose echo the cache has not shown yet).
+    pub fn entries(&self) -> usize {
         self.lock().len()
     }
 }
@@ -453,7 +452,7 @@ mod tests {
         let mut moved = read.clone();
         moved.metadata.resource_version = Some("11".into());
         assert_eq!(written.live(&moved), None);
-        assert_eq!(written.len(), 0);
+        assert_eq!(written.entries(), 0);
         assert_eq!(written.live(&read), None);
     }
 
@@ -504,7 +503,7 @@ mod tests {
         let written = WrittenStatuses::default();
         let anonymous = plugin(); // no uid, no resourceVersion
         written.remember(&anonymous, &desired(&anonymous, &installed(), &t(1)));
-        assert_eq!(written.len(), 0);
+        assert_eq!(written.entries(), 0);
         let mut read = plugin();
         read.metadata.uid = Some("u1".into());
         read.metadata.resource_version = Some("10".into());

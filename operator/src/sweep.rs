@@ -25,9 +25,12 @@
 //! ([`Scope::All`]); after each plugin delete the plugins' watch reports
 //! ([`Scope::Plugin`]: the plugin's own labelled objects and its namespace's Roles and
 //! workloads), whether or not the finalizer ran; and every [`SWEEP_INTERVAL`] for every plugin,
-//! the safety net for a delete missed while the watch was down. What one object's read or write
-//! fails never stops the rest: the sweep goes on, collects the failures ([`Swept::failed`]),
-//! and retries the scope after [`crate::config::RETRY`], doubling up to [`SWEEP_INTERVAL`].
+//! the safety net for a delete missed while the watch was down. Deletes that come together
+//! are swept together: more than [`SWEEP_ALL_ABOVE`] plugin scopes waiting at once are swept
+//! as one `Scope::All` that also looks at their namespaces' Roles ([`pass_of`]). What one
+//! object's read or write fails never stops the rest: the sweep goes on, collects the failures
+//! ([`Swept::failed`]), and retries the scope after [`crate::config::RETRY`], doubling up to
+//! [`SWEEP_INTERVAL`].
 //!
 //! The pure part ([`Existing`], [`labelled_orphan`], [`orphan_records`], [`orphan_entries`])
 //! decides from the live objects and the existing plugins; [`sweep`] reads and writes. Reads
@@ -43,6 +46,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use backon::BackoffBuilder as _;
@@ -70,6 +74,18 @@ pub const SWEEP_INTERVAL: Duration = crate::vcluster::RESYNC;
 /// How long the sweeper waits after a trigger for more (the deletes of one `kubectl delete`
 /// of several plugins), to sweep them together.
 pub const COALESCE: Duration = Duration::from_millis(300);
+
+/// Above this many plugin scopes waiting together, the sweeper sweeps them as one
+/// [`Scope::All`] (with their namespaces' Roles, [`sweep_all`]) instead of one by one.
+///
+/// A plugin scope costs five requests (four labelled lists and the namespace's Roles) plus a
+/// GET per workload of its namespace, one after the other; `Scope::All` costs the same four
+/// lists cluster-wide and one list of Roles per namespace. 10,000 plugins deleted in chunks of
+/// 1,000 (`tests/tests/memory_churn.rs`) left a backlog of over 11,000 plugin scopes that
+/// took longer to sweep than the deletes took to happen; swept as `All`, a chunk is a few
+/// sweeps. 16 scopes cost 80 requests, more than an `All` of a cluster with a few namespaces
+/// of vClusters.
+pub const SWEEP_ALL_ABOVE: usize = 16;
 
 /// What one sweep looks at.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -269,6 +285,39 @@ impl Swept {
 /// Conflict on a Role's patch, are not failures: the object changed, the next sweep looks
 /// again).
 pub async fn sweep(ctx: &Context, scope: &Scope) -> Swept {
+    sweep_in(ctx, scope, &BTreeSet::new()).await
+}
+
+/// [`sweep`] of [`Scope::All`] that also takes the records of deleted plugins out of the Roles
+/// of `namespaces` (the namespaces of the plugin scopes it stands for: their Roles are
+/// looked at even when no plugin or vCluster workload is left there, as a plugin scope would).
+pub async fn sweep_all(ctx: &Context, namespaces: &BTreeSet<String>) -> Swept {
+    sweep_in(ctx, &Scope::All, namespaces).await
+}
+
+/// What one pass of the sweeper sweeps of the scopes `pending`, and the namespaces whose Roles
+/// a sweep of [`Scope::All`] looks at besides its own ([`sweep_all`]): `All` alone when it
+/// is pending (it covers every plugin scope) or when more than [`SWEEP_ALL_ABOVE`] plugin
+/// scopes are (then with their namespaces); else the plugin scopes one by one.
+pub fn pass_of(pending: BTreeSet<Scope>) -> (Vec<Scope>, BTreeSet<String>) {
+    if !pending.contains(&Scope::All) && pending.len() <= SWEEP_ALL_ABOVE {
+        return (pending.into_iter().collect(), BTreeSet::new());
+    }
+    let namespaces = pending
+        .into_iter()
+        .filter_map(|s| match s {
+            Scope::Plugin { namespace, .. } => Some(namespace),
+            Scope::All => None,
+        })
+        .collect();
+    (vec![Scope::All], namespaces)
+}
+
+/// [`sweep`] of `scope`, and for [`Scope::All`] the Roles of the namespaces `also` too.
+async fn sweep_in(ctx: &Context, scope: &Scope, also: &BTreeSet<String>) -> Swept {
+    if *scope == Scope::All {
+        prune_gone_workloads(ctx);
+    }
     let existing = Existing::new(ctx.plugins.state().iter().map(|p| &**p));
     let mut swept = Swept::default();
     let (selector, namespace) = match scope {
@@ -345,6 +394,7 @@ pub async fn sweep(ctx: &Context, scope: &Scope) -> Swept {
                     .filter_map(|d| d.namespace()),
             )
             .chain(existing.names.keys().cloned())
+            .chain(also.iter().cloned())
             .collect(),
     };
     for ns in namespaces {
@@ -401,6 +451,38 @@ pub async fn sweep(ctx: &Context, scope: &Scope) -> Swept {
         ));
     }
     swept
+}
+
+/// Drops the per-workload state of the workloads the watch caches no longer hold (deleted, or
+/// no longer a vCluster): the dry-run verdicts ([`crate::judge::Verdicts`]) and the written
+/// copies ([`crate::cache::WrittenWorkloads`]), which nothing else removes once their workload
+/// is gone (issue 24, item 3). Run with every sweep of [`Scope::All`].
+fn prune_gone_workloads(ctx: &Context) {
+    let statefulsets: BTreeSet<(String, String)> = ctx
+        .caches
+        .statefulsets
+        .state()
+        .iter()
+        .map(|s| (s.namespace().unwrap_or_default(), s.name_any()))
+        .collect();
+    let deployments: BTreeSet<(String, String)> = ctx
+        .caches
+        .deployments
+        .state()
+        .iter()
+        .map(|d| (d.namespace().unwrap_or_default(), d.name_any()))
+        .collect();
+    let exists = |set: &BTreeSet<(String, String)>, namespace: &str, name: &str| {
+        set.contains(&(namespace.to_string(), name.to_string()))
+    };
+    ctx.verdicts.retain(|kind, namespace, name| match kind {
+        "StatefulSet" => exists(&statefulsets, namespace, name),
+        "Deployment" => exists(&deployments, namespace, name),
+        _ => false,
+    });
+    ctx.written.retain(|namespace, name| {
+        exists(&statefulsets, namespace, name) || exists(&deployments, namespace, name)
+    });
 }
 
 /// Takes the records of plugins that no longer exist ([`orphan_records`]) out of the Roles of
@@ -529,24 +611,50 @@ where
 
 /// Sends scopes to the sweeper task of [`spawn`].
 #[derive(Clone, Debug)]
-pub struct Trigger(mpsc::UnboundedSender<Scope>);
+pub struct Trigger(mpsc::UnboundedSender<Scope>, Arc<Backlog>);
 
 impl Trigger {
     /// Asks for a sweep of `scope` (dropped when the sweeper has stopped).
     pub fn sweep(&self, scope: Scope) {
-        let _ = self.0.send(scope);
+        if self.0.send(scope).is_ok() {
+            self.1.asked.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// The count of the scopes asked for and not swept yet ([`Backlog::pending`]).
+    pub fn backlog(&self) -> Arc<Backlog> {
+        self.1.clone()
+    }
+}
+
+/// Scopes asked for through a [`Trigger`] and scopes the sweeper has taken and swept (a scope
+/// asked for twice before it was swept counts as swept twice).
+#[derive(Debug, Default)]
+pub struct Backlog {
+    asked: AtomicU64,
+    swept: AtomicU64,
+}
+
+impl Backlog {
+    /// Scopes asked for that the sweeper has not swept yet (0 once it has caught up with every
+    /// delete it was told of).
+    pub fn pending(&self) -> u64 {
+        // `swept` is read first: it never passes `asked`.
+        let swept = self.swept.load(Ordering::SeqCst);
+        self.asked.load(Ordering::SeqCst).saturating_sub(swept)
     }
 }
 
 /// A [`Trigger`] and the receiver to give [`spawn`].
 pub fn channel() -> (Trigger, Scopes) {
     let (tx, rx) = mpsc::unbounded_channel();
-    (Trigger(tx), Scopes(rx))
+    let backlog = Arc::new(Backlog::default());
+    (Trigger(tx, backlog.clone()), Scopes(rx, backlog))
 }
 
 /// The receiving end of a [`Trigger`] ([`channel`]).
 #[derive(Debug)]
-pub struct Scopes(mpsc::UnboundedReceiver<Scope>);
+pub struct Scopes(mpsc::UnboundedReceiver<Scope>, Arc<Backlog>);
 
 /// Starts the sweeper task (module docs): it waits until `plugins_ready` is `true` (the
 /// plugins' watch cache holds its first full list: sweeping before would take every plugin
@@ -558,7 +666,7 @@ pub fn spawn(
     mut plugins_ready: watch::Receiver<bool>,
     scopes: Scopes,
 ) -> tokio::task::JoinHandle<()> {
-    let mut rx = scopes.0;
+    let Scopes(mut rx, backlog) = scopes;
     tokio::spawn(async move {
         if plugins_ready.wait_for(|r| *r).await.is_err() || ctx.caches_ready.wait().await.is_err() {
             return;
@@ -567,15 +675,19 @@ pub fn spawn(
         let mut next_all = tokio::time::Instant::now() + SWEEP_INTERVAL;
         // The delays between retries of sweeps that left failures, reset by a clean sweep.
         let mut retries: Option<backon::ExponentialBackoff> = None;
+        // Scopes taken from the channel into `pending`, counted as swept after the next pass.
+        let mut taken = 0u64;
         loop {
             let mut failed = BTreeSet::new();
-            // `All` covers every plugin scope.
-            if pending.contains(&Scope::All) {
-                pending = BTreeSet::from([Scope::All]);
+            let (pass, namespaces) = pass_of(std::mem::take(&mut pending));
+            if pass.contains(&Scope::All) {
                 next_all = tokio::time::Instant::now() + SWEEP_INTERVAL;
             }
-            for scope in std::mem::take(&mut pending) {
-                let swept = sweep(&ctx, &scope).await;
+            for scope in pass {
+                let swept = match scope {
+                    Scope::All => sweep_all(&ctx, &namespaces).await,
+                    Scope::Plugin { .. } => sweep(&ctx, &scope).await,
+                };
                 if swept.is_empty() {
                     debug!(?scope, "swept: nothing left behind");
                     continue;
@@ -592,6 +704,9 @@ pub fn spawn(
                     failed.insert(scope);
                 }
             }
+            backlog
+                .swept
+                .fetch_add(std::mem::take(&mut taken), Ordering::SeqCst);
             let wake = if failed.is_empty() {
                 retries = None;
                 next_all
@@ -607,9 +722,11 @@ pub fn spawn(
                 got = rx.recv() => {
                     let Some(scope) = got else { return };
                     pending.insert(scope);
+                    taken += 1;
                     tokio::time::sleep(COALESCE).await;
                     while let Ok(scope) = rx.try_recv() {
                         pending.insert(scope);
+                        taken += 1;
                     }
                 }
                 () = tokio::time::sleep_until(wake) => {

@@ -22,6 +22,11 @@
 //! its last resourceVersion (410 Gone after etcd compacted it), so a fault test can show that
 //! the fault reached the operator.
 //!
+//! Also with `reconcile-log` only: [`Telemetry::state`], the sizes of the operator's
+//! per-object state (each map of its [`crate::context::Context`], the plugins' watch cache, the
+//! sweeper's backlog), its live tasks and its heap's live bytes ([`crate::heap`]), served on
+//! `/state` so a test can show that the state of gone objects went with them.
+//!
 //! Readiness: the replica is ready once it knows its leader state (it joined the election, or
 //! runs without one) and, while it leads, once its controller started and the API server
 //! answered a list of VClusterPlugins with the operator's identity.
@@ -74,7 +79,13 @@ pub struct Telemetry {
     per_plugin: Mutex<PerPlugin>,
     #[cfg(feature = "reconcile-log")]
     relists: Mutex<HashMap<String, u64>>,
+    state_probe: Mutex<Option<StateProbe>>,
 }
+
+/// What [`Telemetry::state`] asks the running controller for: `(name, value)` pairs (test
+/// feature `reconcile-log`).
+#[cfg(feature = "reconcile-log")]
+pub type StateProbe = Box<dyn Fn() -> Vec<(&'static str, i64)> + Send + Sync>;
 
 /// How many gone plugins `Telemetry::reconciled` still answers for (1,024, oldest dropped
 /// first).
@@ -164,6 +175,7 @@ impl Telemetry {
             per_plugin: Mutex::default(),
             #[cfg(feature = "reconcile-log")]
             relists: Mutex::default(),
+            state_probe: Mutex::default(),
         }
     }
 
@@ -261,6 +273,47 @@ impl Telemetry {
         }
         #[cfg(not(feature = "reconcile-log"))]
         let _ = kind;
+    }
+
+    /// Sets what [`Telemetry::state`] reports of the running controller (replaced by the next
+    /// controller a new term of leadership starts).
+    #[cfg(feature = "reconcile-log")]
+    pub fn set_state_probe(&self, probe: StateProbe) {
+        if let Ok(mut p) = self.state_probe.lock() {
+            *p = Some(probe);
+        }
+    }
+
+    /// The test endpoint `/state`: one `name value` line per figure, in this order:
+    /// - `heap_live_bytes`: bytes the process holds on its heap ([`crate::heap::live_bytes`];
+    ///   0 when the binary does not install [`crate::heap::Counting`]);
+    /// - `tasks_alive`: tokio tasks alive in the runtime serving the request;
+    /// - `reconciled_live`, `reconciled_gone`: entries of [`Telemetry::reconciled`]'s table;
+    /// - then the controller's figures (its [`StateProbe`], see
+    ///   [`crate::context::Context::state`]), absent while no controller runs.
+    #[cfg(feature = "reconcile-log")]
+    pub fn state(&self) -> String {
+        let (live, gone) = self.reconciled_len();
+        let mut figures: Vec<(&'static str, i64)> = vec![
+            ("heap_live_bytes", crate::heap::live_bytes()),
+            (
+                "tasks_alive",
+                tokio::runtime::Handle::try_current()
+                    .map(|h| i64::try_from(h.metrics().num_alive_tasks()).unwrap_or(i64::MAX))
+                    .unwrap_or(-1),
+            ),
+            ("reconciled_live", i64::try_from(live).unwrap_or(i64::MAX)),
+            ("reconciled_gone", i64::try_from(gone).unwrap_or(i64::MAX)),
+        ];
+        if let Ok(probe) = self.state_probe.lock()
+            && let Some(probe) = probe.as_ref()
+        {
+            figures.extend(probe());
+        }
+        figures
+            .into_iter()
+            .map(|(name, value)| format!("{name} {value}\n"))
+            .collect()
     }
 
     /// Records one finished reconcile: `error` is `None` on success, else its reason label.

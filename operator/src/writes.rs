@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
@@ -226,7 +226,15 @@ pub async fn write_status(plugin: &VClusterPlugin, outcome: &Outcome, ctx: &Cont
             action: "Reconcile".into(),
             secondary: None,
         };
-        if let Err(e) = ctx.recorder.publish(&event, &plugin.object_ref(&())).await {
+        // A Recorder for this Event alone (`Context::reporter`): kube-runtime's Recorder keeps
+        // each Event it published for 6 minutes to fold a repeat into a series, in a map whose
+        // capacity stays at its largest, so one Recorder for the process held the Events of
+        // every plugin of the last 6 minutes and the memory of the busiest 6 minutes for ever
+        // (issue 24, item 3). An Event is published only when the `Ready` reason changes, so
+        // there is no repeat to fold; a return to an earlier reason within 6 minutes is now an
+        // Event of its own instead of a count on the earlier one.
+        let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
+        if let Err(e) = recorder.publish(&event, &plugin.object_ref(&())).await {
             warn!(error = %e, "cannot publish Event");
         }
     }

@@ -351,6 +351,27 @@ fn verdicts_are_remembered_per_body_and_generation() {
 }
 
 #[test]
+fn the_verdicts_of_a_gone_workload_are_pruned() {
+    let bad = mounting(sidecar("bad", 2), "nope");
+    let verdicts = Verdicts::default();
+    let fake = Fake::new(vec![]);
+    let wl = workload();
+    run(verdicts.refusals(&fake, &wl, &[&bad], RUNTIME)).unwrap();
+    let held = verdicts.entries();
+    assert_eq!(held.0, 1, "judged by dry run: {held:?}");
+    verdicts.retain(|kind, namespace, name| {
+        (kind, namespace, name) == ("StatefulSet", "team-a", "my-vcluster")
+    });
+    assert_eq!(verdicts.entries(), held, "its workload still exists");
+    verdicts.retain(|kind, _, _| kind == "Deployment");
+    assert_eq!(verdicts.entries(), (0, 0), "its workload is gone");
+    // Judged again, not answered from a pruned verdict.
+    let calls = fake.calls();
+    run(verdicts.refusals(&fake, &wl, &[&bad], RUNTIME)).unwrap();
+    assert!(fake.calls().0 > calls.0);
+}
+
+#[test]
 fn nothing_to_judge_costs_nothing() {
     let verdicts = Verdicts::default();
     let fake = Fake::new(vec![]);

@@ -1,4 +1,4 @@
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::rbac::v1::{ClusterRole, Role};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
@@ -270,4 +270,38 @@ fn failed_sweeps_back_off_to_the_sweep_interval() {
         .map(|d| d.as_secs())
         .collect();
     assert_eq!(delays, [5, 10, 20, 40, 80, 160, 320, 600, 600]);
+}
+
+#[test]
+fn many_plugin_scopes_are_swept_as_one_sweep_of_all_with_their_namespaces() {
+    let scope = |namespace: &str, name: &str| Scope::Plugin {
+        namespace: namespace.into(),
+        name: name.into(),
+    };
+    // A few deletes: swept one by one.
+    let few: BTreeSet<Scope> = (0..SWEEP_ALL_ABOVE)
+        .map(|n| scope("team-a", &format!("p{n}")))
+        .collect();
+    let (pass, namespaces) = pass_of(few.clone());
+    assert_eq!(pass, few.into_iter().collect::<Vec<_>>());
+    assert!(namespaces.is_empty());
+    // One more: one sweep of every plugin, which also looks at their namespaces' Roles.
+    let many: BTreeSet<Scope> = (0..=SWEEP_ALL_ABOVE)
+        .map(|n| {
+            scope(
+                if n % 2 == 0 { "team-a" } else { "team-b" },
+                &format!("p{n}"),
+            )
+        })
+        .collect();
+    let (pass, namespaces) = pass_of(many);
+    assert_eq!(pass, vec![Scope::All]);
+    assert_eq!(
+        namespaces,
+        BTreeSet::from(["team-a".to_string(), "team-b".to_string()])
+    );
+    // `All` pending covers every plugin scope, however few.
+    let (pass, namespaces) = pass_of(BTreeSet::from([Scope::All, scope("team-c", "p")]));
+    assert_eq!(pass, vec![Scope::All]);
+    assert_eq!(namespaces, BTreeSet::from(["team-c".to_string()]));
 }
