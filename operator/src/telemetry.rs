@@ -79,6 +79,7 @@ pub struct Telemetry {
     per_plugin: Mutex<PerPlugin>,
     #[cfg(feature = "reconcile-log")]
     relists: Mutex<HashMap<String, u64>>,
+    #[cfg(feature = "reconcile-log")]
     state_probe: Mutex<Option<StateProbe>>,
 }
 
@@ -175,6 +176,7 @@ impl Telemetry {
             per_plugin: Mutex::default(),
             #[cfg(feature = "reconcile-log")]
             relists: Mutex::default(),
+            #[cfg(feature = "reconcile-log")]
             state_probe: Mutex::default(),
         }
     }
