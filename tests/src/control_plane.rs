@@ -214,6 +214,40 @@ impl ControlPlane {
         &self.dir
     }
 
+    /// The pid `scripts/control-plane` recorded last for process `name` (`etcd`,
+    /// `apiserver-host`, `apiserver-virtual`) in this control plane's `pids` file; a restart
+    /// records the new one.
+    ///
+    /// # Panics
+    /// When the file cannot be read or names no such process.
+    pub fn pid_of(&self, name: &str) -> u32 {
+        let pids = std::fs::read_to_string(self.dir.join("pids")).expect("read the pids file");
+        pids.lines()
+            .rev()
+            .filter_map(|line| line.split_once(' '))
+            .filter(|(_, n)| *n == name)
+            .find_map(|(pid, _)| pid.parse().ok())
+            .unwrap_or_else(|| panic!("{name} is not in the pids file:\n{pids}"))
+    }
+
+    /// Asserts that process `name` was restarted since it had pid `before`: another pid now,
+    /// and that one running; returns it. `context` starts each failure message.
+    ///
+    /// # Panics
+    /// When it was not restarted, or the new process is not running.
+    pub fn assert_restarted(&self, name: &str, before: u32, context: &str) -> u32 {
+        let after = self.pid_of(name);
+        assert_ne!(
+            after, before,
+            "{context}{name} was not restarted (same pid {before})"
+        );
+        assert!(
+            Path::new(&format!("/proc/{after}")).exists(),
+            "{context}the restarted {name} (pid {after}) is not running"
+        );
+        after
+    }
+
     /// Path of the kubeconfig for `cluster` as `identity`.
     pub fn kubeconfig(&self, cluster: Cluster, identity: Identity) -> PathBuf {
         self.dir.join(format!(

@@ -19,7 +19,6 @@
 //! ([`ControlPlane::start`]). The operator runs in-process as `vcp-operator` with its RBAC
 //! (`config/rbac`); no runtime runs (the subject is the operator's install).
 
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -55,32 +54,6 @@ const WATCHED: [&str; 7] = [
     "ClusterRole",
     "ClusterRoleBinding",
 ];
-
-/// The pid `scripts/control-plane` recorded last for process `name` (`etcd`,
-/// `apiserver-host`); a restart records the new one.
-fn pid_of(cp: &ControlPlane, name: &str) -> u32 {
-    let pids = std::fs::read_to_string(cp.dir().join("pids")).expect("read the pids file");
-    pids.lines()
-        .rev()
-        .filter_map(|line| line.split_once(' '))
-        .filter(|(_, n)| *n == name)
-        .find_map(|(pid, _)| pid.parse().ok())
-        .unwrap_or_else(|| panic!("{name} is not in the pids file:\n{pids}"))
-}
-
-/// Asserts that `name` was restarted: another pid than `before`, and that one running.
-fn assert_restarted(cp: &ControlPlane, name: &str, before: u32) -> u32 {
-    let after = pid_of(cp, name);
-    assert_ne!(
-        after, before,
-        "{name} was not restarted (same pid {before})"
-    );
-    assert!(
-        Path::new(&format!("/proc/{after}")).exists(),
-        "the restarted {name} (pid {after}) is not running"
-    );
-    after
-}
 
 /// The operator's re-lists so far, per watched kind.
 fn relists(t: &Telemetry) -> Vec<(&'static str, u64)> {
@@ -259,7 +232,7 @@ async fn the_operator_installs_after_an_etcd_restart_and_a_compaction() {
 
     // Fault 1: etcd restarts. Meanwhile the test writes a ConfigMap in a loop: a write held or
     // refused shows that the API server felt etcd go.
-    let etcd_before = pid_of(&cp, "etcd");
+    let etcd_before = cp.pid_of("etcd");
     let watches_before = operator_watches(&cp);
     let writing = Arc::new(AtomicBool::new(true));
     let (slowest_ms, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicUsize::new(0)));
@@ -305,7 +278,7 @@ async fn the_operator_installs_after_an_etcd_restart_and_a_compaction() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     writing.store(false, Ordering::SeqCst);
     writer.await.expect("writer");
-    assert_restarted(&cp, "etcd", etcd_before);
+    cp.assert_restarted("etcd", etcd_before, "");
     let (slowest, failed_writes) = (
         Duration::from_millis(slowest_ms.load(Ordering::SeqCst)),
         failed.load(Ordering::SeqCst),
@@ -343,7 +316,7 @@ async fn the_operator_installs_after_an_etcd_restart_and_a_compaction() {
         .expect("write before the compaction");
     let relists_before = relists(&telemetry);
     let patcher_reconciles = telemetry.reconciled(NS, "patcher").map_or(0, |r| r.count);
-    let apiserver_before = pid_of(&cp, "apiserver-host");
+    let apiserver_before = cp.pid_of("apiserver-host");
     let revision = {
         let cp = cp.clone();
         tokio::task::spawn_blocking(move || {
@@ -355,7 +328,7 @@ async fn the_operator_installs_after_an_etcd_restart_and_a_compaction() {
         .expect("compaction task")
         .expect("compact etcd, restart the host API server")
     };
-    assert_restarted(&cp, "apiserver-host", apiserver_before);
+    cp.assert_restarted("apiserver-host", apiserver_before, "");
     // The operator's watches were answered 410 and listed again: every one of them.
     let moved = |now: &[(&'static str, u64)]| -> Vec<(&'static str, u64)> {
         now.iter()

@@ -22,7 +22,6 @@
 //! apart from the test's (`admin`) in the audit logs.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -181,18 +180,6 @@ async fn start_operator(cp: &ControlPlane, host: &Client) -> tokio::task::JoinHa
     })
 }
 
-/// The pid `scripts/control-plane` recorded for process `name` (`etcd`, `apiserver-host`,
-/// `apiserver-virtual`) in the control plane's `pids` file; a restart records the new one.
-fn pid_of(cp: &ControlPlane, name: &str) -> u32 {
-    let pids = std::fs::read_to_string(cp.dir().join("pids")).expect("read the pids file");
-    pids.lines()
-        .rev()
-        .filter_map(|line| line.split_once(' '))
-        .filter(|(_, n)| *n == name)
-        .find_map(|(pid, _)| pid.parse().ok())
-        .unwrap_or_else(|| panic!("{name} is not in the pids file:\n{pids}"))
-}
-
 /// The runtime's watch failures logged so far (any cause), for the report.
 fn watch_failures() -> Vec<String> {
     vcp_tests::logs::warnings()
@@ -315,7 +302,7 @@ async fn restart_scenario(cp: &Arc<ControlPlane>, restart: Fault, tag: &str) {
     let pids_before: Vec<(&str, u32)> = restart
         .restarted()
         .into_iter()
-        .map(|name| (name, pid_of(cp, name)))
+        .map(|name| (name, cp.pid_of(name)))
         .collect();
     let failures_before = watch_failures().len();
     let refused_before = REFUSED_TEST_WRITES.load(Ordering::Relaxed);
@@ -519,15 +506,7 @@ async fn restart_scenario(cp: &Arc<ControlPlane>, restart: Fault, tag: &str) {
     let failures: Vec<String> = watch_failures().split_off(failures_before);
     // The fault happened: each restarted process is a new one (another pid, alive).
     for (name, before) in pids_before {
-        let after = pid_of(cp, name);
-        assert_ne!(
-            after, before,
-            "{restart:?}: {name} was not restarted (same pid {before})"
-        );
-        assert!(
-            Path::new(&format!("/proc/{after}")).exists(),
-            "{restart:?}: the restarted {name} (pid {after}) is not running"
-        );
+        cp.assert_restarted(name, before, &format!("{restart:?}: "));
     }
     eprintln!(
         "{restart:?}: {} watch failures logged by the runtime since the fault began, the last \
