@@ -75,7 +75,8 @@ pub use fixtures::{
     vcluster_workload_with,
 };
 pub use oracle::{
-    kubernetes_plurals, translate_oracle, vcluster_host_label_selector, vcluster_host_name,
+    json_lines_oracle, kubernetes_plurals, translate_oracle, translate_oracle_at,
+    vcluster_host_label_selector, vcluster_host_name,
 };
 pub use plugins::{
     condition, create_plugin, delete_plugin, install_operator_role, operator_reconciles,

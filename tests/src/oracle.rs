@@ -6,33 +6,35 @@
 //! kind's plural is asked of Kubernetes' own code the same way ([`kubernetes_plurals`]).
 
 use std::io::Write as _;
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 
-use crate::fixtures::oracle_paths;
+use crate::fixtures::{VCLUSTER_VERSIONS, oracle_path_at, oracle_paths};
 
-/// vCluster's answers to `requests` (the oracle's JSON request lines, documented in its
-/// `main.go`), in order, from one oracle process.
+/// Runs the line oracle `program` (a Go driver of `tests/vcluster-go/cmd` that reads one
+/// request per line on stdin and writes one JSON answer per line) on `requests`, in one process,
+/// and returns its answers in order. `what` names it in failures.
 ///
 /// # Panics
-/// When the oracle cannot be built or started, exits non-zero, or answers an `error` (an unknown
-/// `op`, a malformed request): the request and the answer are in the panic.
-pub fn translate_oracle(requests: &[Value]) -> Vec<Value> {
-    let mut child = Command::new(&oracle_paths()["TRANSLATE_ORACLE"])
+/// When it cannot be started, exits non-zero (its stderr is in the panic), answers something
+/// that is not JSON, or answers another number of lines than asked.
+pub fn json_lines_oracle(program: &Path, what: &str, requests: &[String]) -> Vec<Value> {
+    let mut child = Command::new(program)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("start the translate oracle");
+        .unwrap_or_else(|e| panic!("start the {what}: {e}"));
     let mut stdin = child.stdin.take().expect("stdin");
     let input: String = requests.iter().map(|r| format!("{r}\n")).collect();
     let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
-    let out = child.wait_with_output().expect("translate oracle output");
+    let out = child.wait_with_output().expect("oracle output");
     writer.join().expect("writer").expect("write requests");
     assert!(
         out.status.success(),
-        "translate oracle failed: {}",
+        "{what} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     let answers: Vec<Value> = String::from_utf8(out.stdout)
@@ -40,7 +42,36 @@ pub fn translate_oracle(requests: &[Value]) -> Vec<Value> {
         .lines()
         .map(|l| serde_json::from_str(l).expect("the oracle answers JSON"))
         .collect();
-    assert_eq!(answers.len(), requests.len(), "one answer per request");
+    assert_eq!(
+        answers.len(),
+        requests.len(),
+        "{what}: one answer per request"
+    );
+    answers
+}
+
+/// vCluster's answers to `requests` (the oracle's JSON request lines, documented in its
+/// `main.go`), in order, from one process of the pinned version's translate oracle.
+///
+/// # Panics
+/// As [`translate_oracle_at`].
+pub fn translate_oracle(requests: &[Value]) -> Vec<Value> {
+    translate_oracle_at(VCLUSTER_VERSIONS[0].0, requests)
+}
+
+/// [`translate_oracle`] with the translate oracle of vCluster `version` (one of
+/// [`VCLUSTER_VERSIONS`]).
+///
+/// # Panics
+/// When the oracle cannot be built or started, exits non-zero, or answers an `error` (an unknown
+/// `op`, a malformed request): the request and the answer are in the panic.
+pub fn translate_oracle_at(version: &str, requests: &[Value]) -> Vec<Value> {
+    let lines: Vec<String> = requests.iter().map(Value::to_string).collect();
+    let answers = json_lines_oracle(
+        oracle_path_at("TRANSLATE_ORACLE", version),
+        &format!("translate oracle {version}"),
+        &lines,
+    );
     for (request, answer) in requests.iter().zip(&answers) {
         assert!(answer.get("error").is_none(), "{request}: {answer}");
     }
@@ -91,28 +122,7 @@ pub fn vcluster_host_label_selector(
 /// When the oracle cannot be built or started, exits non-zero, or answers another number of
 /// lines or another kind than asked.
 pub fn kubernetes_plurals(kinds: &[String]) -> Vec<String> {
-    let mut child = Command::new(&oracle_paths()["PLURAL_ORACLE"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the plural oracle");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let input: String = kinds.iter().map(|k| format!("{k}\n")).collect();
-    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
-    let out = child.wait_with_output().expect("plural oracle output");
-    writer.join().expect("writer").expect("write kinds");
-    assert!(
-        out.status.success(),
-        "plural oracle failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let answers: Vec<Value> = String::from_utf8(out.stdout)
-        .expect("utf-8")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("the oracle answers JSON"))
-        .collect();
-    assert_eq!(answers.len(), kinds.len(), "one answer per kind");
+    let answers = json_lines_oracle(&oracle_paths()["PLURAL_ORACLE"], "plural oracle", kinds);
     kinds
         .iter()
         .zip(answers)

@@ -14,8 +14,7 @@
 //! (`tests/fixtures/import/cert-manager-crds.yaml`).
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
@@ -132,31 +131,11 @@ async fn legacy_v1_values_are_accepted_with_config_and_container_fields() {
 /// vCluster's own config parser on each text of `texts`: its answer (`toHost`, `fromHost`,
 /// `proFeature`, or `error`), in order.
 fn vcluster_reads(texts: &[&str]) -> Vec<Value> {
-    let mut child = Command::new(&oracle_paths()["CONFIG_ORACLE"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start config-oracle");
-    {
-        let mut stdin = child.stdin.take().expect("stdin");
-        for text in texts {
-            writeln!(stdin, "{}", json!({"yaml": text, "name": "my-vcluster"})).expect("write");
-        }
-    }
-    let out = child.wait_with_output().expect("config-oracle");
-    assert!(
-        out.status.success(),
-        "config-oracle failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let answers: Vec<Value> = String::from_utf8(out.stdout)
-        .expect("UTF-8")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("an answer"))
+    let requests: Vec<String> = texts
+        .iter()
+        .map(|text| json!({"yaml": text, "name": "my-vcluster"}).to_string())
         .collect();
-    assert_eq!(answers.len(), texts.len());
-    answers
+    vcp_tests::json_lines_oracle(&oracle_paths()["CONFIG_ORACLE"], "config-oracle", &requests)
 }
 
 /// Installs the stand-ins of cert-manager's CRDs and waits until the host's discovery serves

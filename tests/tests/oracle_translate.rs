@@ -15,8 +15,6 @@
 //! answer is still compared) and each shown to occur. The number of cases compared is printed.
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::process::{Command, Stdio};
 
 use kube::api::DynamicObject;
 use serde_json::{Map, Value, json};
@@ -135,32 +133,7 @@ const OTHER_KEYS: [&str; 12] = [
 
 /// vCluster `version`'s answers to `requests`, in order (one oracle process for all of them).
 fn ask_vcluster(version: &str, requests: &[Value]) -> Vec<Value> {
-    let mut child = Command::new(vcp_tests::oracle_path_at("TRANSLATE_ORACLE", version))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the translation oracle");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let input: String = requests.iter().map(|r| format!("{r}\n")).collect();
-    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
-    let out = child.wait_with_output().expect("oracle output");
-    writer.join().expect("writer").expect("write requests");
-    assert!(
-        out.status.success(),
-        "translation oracle failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let answers: Vec<Value> = String::from_utf8(out.stdout)
-        .expect("utf-8")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("oracle answer is JSON"))
-        .collect();
-    assert_eq!(answers.len(), requests.len(), "one answer per request");
-    for (request, answer) in requests.iter().zip(&answers) {
-        assert!(answer.get("error").is_none(), "{request}: {answer}");
-    }
-    answers
+    vcp_tests::translate_oracle_at(version, requests)
 }
 
 fn str_of<'a>(request: &'a Value, key: &str) -> &'a str {
