@@ -103,24 +103,11 @@ impl<K: Resource + Serialize + DeserializeOwned> Cache<K> {
         let entry = contents
             .objects
             .get(&(namespace.to_string(), name.to_string()))?;
-        let dictionary = contents.dictionary.as_deref().unwrap_or_default();
-        let bytes = match lz4_flex::block::decompress_size_prepended_with_dict(entry, dictionary) {
-            Ok(bytes) => bytes,
-            Err(error) => {
-                warn!(%namespace, %name, %error, "cannot decompress a cached object");
-                return None;
-            }
-        };
-        match serde_json::from_slice(&bytes) {
-            Ok(obj) => Some(obj),
-            Err(error) => {
-                warn!(%namespace, %name, %error, "cannot parse a cached object");
-                None
-            }
-        }
+        decode(entry, &contents.dictionary, namespace, name)
     }
 
     /// The keys of every cached object.
+    #[cfg(test)]
     pub(crate) fn keys(&self) -> Vec<CacheKey> {
         self.contents
             .read()
@@ -128,22 +115,38 @@ impl<K: Resource + Serialize + DeserializeOwned> Cache<K> {
             .unwrap_or_default()
     }
 
+    /// Calls `f` with the `(namespace, name)` of every cached object, under the cache's read
+    /// lock (no list of the keys is made: a full resync of 50,000 objects pushes them straight
+    /// into the work queue, `docs/BENCHMARKS.md`, "Sync runtime"). `f` must not use this cache.
+    pub(crate) fn for_each_key(&self, mut f: impl FnMut(&str, &str)) {
+        if let Ok(contents) = self.contents.read() {
+            for (namespace, name) in contents.objects.keys() {
+                f(namespace, name);
+            }
+        }
+    }
+
+    /// Calls `f` with every cached object that parses, under the cache's read lock; each
+    /// object is parsed just before `f` takes it and dropped after, so at most one parsed
+    /// object lives at a time (a parsed object is several times its JSON: parsing all 50,000
+    /// host copies at once to compute their keys took the restarted runtime's peak RSS from 127
+    /// to 459 MiB, `docs/BENCHMARKS.md`, "Sync runtime"). `f` must not use this cache.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(K)) {
+        if let Ok(contents) = self.contents.read() {
+            for ((namespace, name), entry) in &contents.objects {
+                if let Some(obj) = decode(entry, &contents.dictionary, namespace, name) {
+                    f(obj);
+                }
+            }
+        }
+    }
+
     /// Every cached object, parsed (objects that fail to parse are left out).
     #[cfg(test)]
     pub(crate) fn objects(&self) -> Vec<K> {
-        self.filter_map(Some)
-    }
-
-    /// `f` of every cached object that parses, collected; each object is parsed just before
-    /// `f` takes it and dropped after, so at most one parsed object lives at a time (a parsed
-    /// object is several times its JSON: parsing all 50,000 host copies at once to compute
-    /// their keys took the restarted runtime's peak RSS from 127 to 459 MiB,
-    /// `docs/BENCHMARKS.md`, "Sync runtime").
-    pub(crate) fn filter_map<T>(&self, mut f: impl FnMut(K) -> Option<T>) -> Vec<T> {
-        self.keys()
-            .into_iter()
-            .filter_map(|(namespace, name)| self.get(&namespace, &name).and_then(&mut f))
-            .collect()
+        let mut out = Vec::new();
+        self.for_each(|obj| out.push(obj));
+        out
     }
 
     /// Number of cached objects.
@@ -164,6 +167,31 @@ fn key_of<K: Resource>(obj: &K) -> CacheKey {
         meta.namespace.clone().unwrap_or_default(),
         meta.name.clone().unwrap_or_default(),
     )
+}
+
+/// Parses cache entry `entry` of `namespace/name` (its LZ4 block decompressed with
+/// `dictionary`); `None`, with a warning, when it does not decompress or parse.
+fn decode<K: DeserializeOwned>(
+    entry: &[u8],
+    dictionary: &Option<Box<[u8]>>,
+    namespace: &str,
+    name: &str,
+) -> Option<K> {
+    let dictionary = dictionary.as_deref().unwrap_or_default();
+    let bytes = match lz4_flex::block::decompress_size_prepended_with_dict(entry, dictionary) {
+        Ok(bytes) => bytes,
+        Err(error) => {
+            warn!(%namespace, %name, %error, "cannot decompress a cached object");
+            return None;
+        }
+    };
+    match serde_json::from_slice(&bytes) {
+        Ok(obj) => Some(obj),
+        Err(error) => {
+            warn!(%namespace, %name, %error, "cannot parse a cached object");
+            None
+        }
+    }
 }
 
 /// The entry of `obj`: its key and its JSON compressed with `dictionary`, which is set to that
@@ -266,26 +294,33 @@ mod tests {
     }
 
     #[test]
-    fn filter_map_hands_over_each_parsed_object_and_keeps_what_it_returns() {
+    fn for_each_hands_over_each_parsed_object_and_for_each_key_each_key() {
         let cache = Cache::<DynamicObject>::new();
         cache.apply(&watcher::Event::Init);
         for (name, rv) in [("a", "1"), ("b", "2"), ("c", "3")] {
             cache.apply(&watcher::Event::InitApply(car(name, rv)));
         }
         cache.apply(&watcher::Event::InitDone);
-        let mut seen = cache.filter_map(|obj| {
-            (obj.metadata.name.as_deref() != Some("b")).then(|| {
-                (
-                    obj.metadata.name.unwrap(),
-                    obj.metadata.resource_version.unwrap(),
-                )
-            })
+        let mut seen = Vec::new();
+        cache.for_each(|obj| {
+            seen.push((
+                obj.metadata.name.unwrap(),
+                obj.metadata.resource_version.unwrap(),
+            ));
         });
         seen.sort();
         assert_eq!(
             seen,
-            vec![("a".into(), "1".into()), ("c".into(), "3".into())]
+            vec![
+                ("a".to_string(), "1".to_string()),
+                ("b".into(), "2".into()),
+                ("c".into(), "3".into())
+            ]
         );
+        let mut keys = Vec::new();
+        cache.for_each_key(|namespace, name| keys.push(format!("{namespace}/{name}")));
+        keys.sort();
+        assert_eq!(keys, ["ns/a", "ns/b", "ns/c"]);
     }
 
     #[test]

@@ -211,15 +211,18 @@ impl<S: Syncer> Reconcile for Controller<S> {
         }
     }
 
-    fn all_keys(&self) -> Vec<ObjectKey> {
-        let mut keys: Vec<ObjectKey> = self
-            .virtual_store
-            .keys()
-            .into_iter()
-            .map(|(namespace, name)| ObjectKey { namespace, name })
-            .collect();
-        keys.extend(self.host_store.filter_map(|obj| self.key_of_host(&obj)));
-        keys
+    fn for_each_key(&self, push: &mut dyn FnMut(ObjectKey)) {
+        self.virtual_store.for_each_key(|namespace, name| {
+            push(ObjectKey {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            });
+        });
+        self.host_store.for_each(|obj| {
+            if let Some(key) = self.key_of_host(&obj) {
+                push(key);
+            }
+        });
     }
 
     /// One step of the lifecycle table for `key`. `Ok(None)`: nothing exists any more.

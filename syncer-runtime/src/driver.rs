@@ -8,7 +8,7 @@
 //! - each [`Watch`] feeds its side's compact [`Cache`] (objects kept as JSON, without
 //!   `managedFields`: [`slim_for_cache`]) and pushes the keys its events touch; after every
 //!   (re-)listing, and every `resync_period`, every key is pushed
-//!   ([`Reconcile::all_keys`]), so changes made while a watch was down converge;
+//!   ([`Reconcile::for_each_key`]), so changes made while a watch was down converge;
 //! - a watch that fails is retried after a capped exponential delay ([`crate::retry`]: 500 ms
 //!   doubling up to `retry_max`, reset only by a delivered object or listing, not by the
 //!   `Init` the watcher emits before each attempt; each failure is logged with `retry_in_ms`)
@@ -133,8 +133,12 @@ pub(crate) trait Reconcile: Send + Sync + 'static {
         self.key_of(side, obj, deleted).into_iter().collect()
     }
 
-    /// Every key to reconcile on a resync or after a (re-)listing.
-    fn all_keys(&self) -> Vec<ObjectKey>;
+    /// Calls `push` with every key to reconcile on a resync or after a (re-)listing (a key may
+    /// come more than once: the work queue drops duplicates). Keys go straight to the queue,
+    /// with no list of them made first: at 50,000 synced objects such a list held 100,000
+    /// keys on top of the queue, the largest part of a restart's peak RSS above the first
+    /// run's (`docs/BENCHMARKS.md`, "Sync runtime").
+    fn for_each_key(&self, push: &mut dyn FnMut(ObjectKey));
 
     /// One reconcile of `key` from the caches. `Ok(None)`: nothing to track any more (the
     /// key's outcome is forgotten).
@@ -296,9 +300,7 @@ async fn watch<R: Reconcile>(
 }
 
 fn push_all<R: Reconcile>(reconciler: &R, queue: &WorkQueue<ObjectKey>) {
-    for key in reconciler.all_keys() {
-        queue.push(key);
-    }
+    reconciler.for_each_key(&mut |key| queue.push(key));
 }
 
 async fn work<R: Reconcile>(

@@ -192,14 +192,15 @@ impl Reconcile for FromHost {
         }
     }
 
-    fn all_keys(&self) -> Vec<ObjectKey> {
-        let host = self.host_store.keys().into_iter().map(|(_, name)| name);
+    fn for_each_key(&self, push: &mut dyn FnMut(ObjectKey)) {
+        self.host_store
+            .for_each_key(|_, name| push(self.key(name.to_string())));
         let copies: Vec<String> = self
             .copies
             .lock()
             .map(|c| c.keys().cloned().collect())
             .unwrap_or_default();
-        host.chain(copies).map(|name| self.key(name)).collect()
+        copies.into_iter().for_each(|name| push(self.key(name)));
     }
 
     async fn reconcile(&self, key: &ObjectKey) -> Result<Option<Outcome>, Error> {

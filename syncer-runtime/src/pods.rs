@@ -175,12 +175,13 @@ impl Reconcile for PodHooks {
         })
     }
 
-    fn all_keys(&self) -> Vec<ObjectKey> {
-        self.cache
-            .keys()
-            .into_iter()
-            .map(|(namespace, name)| ObjectKey { namespace, name })
-            .collect()
+    fn for_each_key(&self, push: &mut dyn FnMut(ObjectKey)) {
+        self.cache.for_each_key(|namespace, name| {
+            push(ObjectKey {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            });
+        });
     }
 
     /// Applies the hooks to the cached pod; writes only when they change it.

@@ -315,17 +315,19 @@ impl Reconcile for Produced {
         }
     }
 
-    fn all_keys(&self) -> Vec<ObjectKey> {
-        let mut keys: BTreeSet<ObjectKey> = self
-            .virtual_sources
-            .keys()
-            .into_iter()
-            .map(|(namespace, name)| ObjectKey { namespace, name })
-            .collect();
-        if let Ok(index) = self.index.lock() {
-            keys.extend(index.copies.keys().cloned());
-        }
-        keys.into_iter().collect()
+    fn for_each_key(&self, push: &mut dyn FnMut(ObjectKey)) {
+        self.virtual_sources.for_each_key(|namespace, name| {
+            push(ObjectKey {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            });
+        });
+        let copies: Vec<ObjectKey> = self
+            .index
+            .lock()
+            .map(|index| index.copies.keys().cloned().collect())
+            .unwrap_or_default();
+        copies.into_iter().for_each(push);
     }
 
     async fn reconcile(&self, key: &ObjectKey) -> Result<Option<Outcome>, Error> {
