@@ -310,7 +310,13 @@ async fn run_controller(args: RunArgs) -> ExitCode {
         shutdown.clone(),
     ));
 
-    tracing::info!(runtime_image = %config.runtime_image, leader_election = ?config.leader_election, "starting vcluster-plugin-operator");
+    tracing::info!(
+        runtime_image = %config.runtime_image,
+        leader_election = ?config.leader_election,
+        concurrency = config.concurrency,
+        debounce_ms = u64::try_from(config.debounce.as_millis()).unwrap_or(u64::MAX),
+        "starting vcluster-plugin-operator"
+    );
     // A graceful stop that does not finish within SHUTDOWN_DEADLINE of the signal ends anyway:
     // kube-runtime holds its applier until the plugin cache is ready, and its graceful
     // shutdown waits for the applier, so a signal that came before the caches filled (the API

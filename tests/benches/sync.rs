@@ -5,23 +5,36 @@
 //! on the host namespace it writes to, and a clock that stops when that watch has seen the last
 //! object (not when the last create returns).
 //!
-//! (a) 2,000 Cars created in the virtual cluster → time until all are on the host, beside the
-//!     floor: the same 2,000 created directly on the host by one client at the same concurrency
-//!     (the runtime's worker count), nothing else running; ratio = sync / floor
+//! Every figure is the median of `BENCH_RUNS` runs (default 3), each on a fresh control plane
+//! (`vcp_tests::bench`); each run prints its own line (stderr), the last line gives every
+//! figure as `name=<median>[<min>..<max>]`.
+//!
+//! (a) `BENCH_BULK` (default 10,000) Cars created in the virtual cluster → time until all are
+//!     on the host, beside the floor: the same number created directly on the host by one
+//!     client at the same concurrency (the runtime's worker count); ratio = sync / floor
 //!     (`sync_ratio`). Also: a second floor, the same host creates while the virtual API server
-//!     takes the same 2,000 virtual creates at the same time (no runtime running: the load the
-//!     sync run puts on this machine's shared cores, minus the runtime and its host writes),
-//!     `sync_ratio_loaded` = sync / that floor; the CPU seconds of every process (etcd, both API
-//!     servers, the runtime, the bench, and the whole machine) in each of these runs, and
-//!     `runtime_cpu_ms_per_object` = the runtime process's CPU time during the sync / 2,000;
-//!     and the runtime's requests in the sync run (API server request counters and audit log).
+//!     takes the same number of virtual creates at the same time (of `Bike`, the Car CRD
+//!     renamed, which the runtime does not sync: the load the sync run puts on this machine's
+//!     shared cores, minus the runtime and its host writes), `sync_ratio_loaded` = sync / that
+//!     floor. The runtime runs through all three phases (idle during the floors: none of their
+//!     objects is its). Even runs take them in the order floor, loaded floor, sync; odd runs
+//!     sync, floor, loaded floor, so that neither kind always runs first on a fresh control
+//!     plane; before each, the bench waits until the control plane and the runtime are quiet
+//!     (at most 15 ticks of CPU in one second, all together: a phase clocked while the API
+//!     servers still publish the CRDs' OpenAPI or delete the last phase's objects measures
+//!     that work too). The CPU seconds of every process (etcd, both API servers, the runtime,
+//!     the bench, and the whole machine) in each phase; `runtime_cpu_ms_per_object` = the
+//!     runtime's CPU from the first create until it is idle again (its tail work — echoes of
+//!     its own writes, status writes — counted), less its idle rate over that window, per
+//!     object; and the runtime's requests in the sync run (API server request counters and
+//!     audit log).
 //! (b) latency from virtual create (request returned) to host visible (watch event) at a steady
 //!     50 objects/s, p50 / p99 over 250 objects.
 //! (b') reaction time on an idle runtime (issue 15, item 4): `BENCH_REACTION_TRIES` (default
 //!     100) single virtual creates, one at a time, each timed from the start of its create
 //!     request until the bench's host watch sees the host copy; beside each, the floor: the
 //!     same single create sent directly to the host, timed until the same watch sees it.
-//! (c) memory: Cars created in chunks until `BENCH_OBJECTS` (default 10,000) are synced; the
+//! (c) memory: Cars created in chunks until `BENCH_OBJECTS` (default 50,000) are synced; the
 //!     runtime's resident set (`VmRSS`) after each chunk (and once 1,000 are on the host),
 //!     its peak (`VmHWM`) at the end, and the bytes per object beyond the first 1,000
 //!     ((RSS at the end − RSS at 1,000) / (objects − 1,000)).
@@ -46,11 +59,10 @@
 //! Plots (SVG, written to `docs/bench/`): `sync-rss.svg` (RSS against synced objects) and
 //! `sync-latency.svg` (latency percentiles of (b) and (b') and of the reaction floor).
 //!
-//! Last line: `sync_ratio=<x> p50_ms=<x> p99_ms=<x> rss_mib=<x> restart_rss_mib=<x>
-//! resync_writes=<n>
-//! sync_ratio_loaded=<x> runtime_cpu_ms_per_object=<x> objects=<n> bytes_per_object=<n>
-//! initial_list_s=<x> resync_s=<x> reaction_p50_ms=<x> reaction_p99_ms=<x>
-//! reaction_floor_p50_ms=<x> reaction_floor_p99_ms=<x>`.
+//! Last line (each figure `<median>[<min>..<max>]`): `sync_ratio sync_ratio_loaded
+//! runtime_cpu_ms_per_object sync_s floor_s floor_loaded_s p50_ms p99_ms rss_mib
+//! restart_rss_mib resync_writes objects bytes_per_object initial_list_s resync_s
+//! reaction_p50_ms reaction_p99_ms reaction_floor_p50_ms reaction_floor_p99_ms runs`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -72,7 +84,6 @@ use vcp_tests::{Cluster, ControlPlane, Identity, TEST_FIELD_MANAGER, audited_wri
 const HOST_NS: &str = "vc-bench";
 const VCLUSTER: &str = "bench";
 const WORKERS: usize = 4;
-const BULK: usize = 2_000;
 const STEADY: usize = 250;
 
 fn cars() -> ApiResource {
@@ -380,9 +391,9 @@ fn report_requests(
 }
 
 /// How long each API server profile of `BENCH_PPROF` lasts: a little longer than the loaded
-/// floor and the sync take on the 2-core machine (2.5–4 s), so both profiles cover the whole
-/// phase and the same length of time.
-const PPROF_SECONDS: u64 = 5;
+/// floor and the sync take on the 2-core machine at 10,000 objects (20–30 s), so both profiles
+/// cover the whole phase and the same length of time.
+const PPROF_SECONDS: u64 = 35;
 
 /// With `BENCH_PPROF=<dir>`: starts a CPU profile of the API server behind `client` (an admin
 /// client: `/debug/pprof` is a non-resource URL only `system:masters` may read) that lasts
@@ -510,14 +521,88 @@ async fn main() {
             )
         }
     }
+    let runs = vcp_tests::bench::runs();
+    let mut all = Vec::new();
+    for run in 0..runs {
+        eprintln!("=== run {} of {runs} ===", run + 1);
+        let figures = run_cars(run).await;
+        eprintln!("run {} of {runs}: {}", run + 1, figures.line());
+        all.push(figures);
+    }
+    println!("{}", vcp_tests::bench::median_line(&all));
+}
+
+/// A Car-shaped kind the runtime does not sync (`bikes.example.loft.sh`, the Car CRD renamed):
+/// the loaded floor's virtual creates, the same work for the virtual API server as the sync's
+/// virtual Car creates, which the runtime (running in every phase) does not see.
+fn bikes() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("example.loft.sh", "v1", "Bike"),
+        "bikes",
+    )
+}
+
+/// Installs [`bikes`] in the cluster of `client`: the Car CRD of `crds/`, renamed.
+async fn install_bikes(client: &Client) {
+    let text =
+        std::fs::read_to_string(vcp_tests::repo_root().join("crds/cars.example.loft.sh.yaml"))
+            .expect("the Car CRD");
+    let text = text
+        .replace("cars.example.loft.sh", "bikes.example.loft.sh")
+        .replace("kind: Car", "kind: Bike")
+        .replace("listKind: CarList", "listKind: BikeList")
+        .replace("plural: cars", "plural: bikes")
+        .replace("singular: car", "singular: bike");
+    let crd: serde_json::Value = serde_yaml::from_str(&text).expect("the Bike CRD");
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+        "customresourcedefinitions",
+    );
+    let crds = Api::<DynamicObject>::all_with(client.clone(), &ar);
+    let crd: DynamicObject = serde_json::from_value(crd).expect("the Bike CRD");
+    crds.patch(
+        "bikes.example.loft.sh",
+        &PatchParams::apply(TEST_FIELD_MANAGER).force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .expect("apply the Bike CRD");
+    let bikes = Api::<DynamicObject>::all_with(client.clone(), &bikes());
+    vcp_tests::wait_for(Duration::from_secs(30), || {
+        let bikes = bikes.clone();
+        async move {
+            bikes
+                .list_metadata(&Default::default())
+                .await
+                .ok()
+                .map(|_| ())
+        }
+    })
+    .await;
+}
+
+/// Ticks (1/100 s) the control plane and the idle runtime may use together in one second
+/// before a clocked phase starts (their idle rate is 2–6 ticks; the control plane's start,
+/// the CRDs' OpenAPI publication and the previous phase's deletes are well above it).
+const QUIET_TICKS: u64 = 15;
+
+/// One run of the Car mode (module docs), on a control plane of its own. Run `run` (from 0)
+/// orders its three ratio phases floor, loaded floor, sync when even and sync, floor, loaded
+/// floor when odd, so that neither kind always runs first on a fresh control plane.
+#[allow(clippy::too_many_lines)]
+async fn run_cars(run: usize) -> vcp_tests::bench::Figures {
+    let bulk = env_usize("BENCH_BULK", 10_000);
     let cp = ControlPlane::start().expect("control plane");
     let host = cp.client(Cluster::Host, Identity::Admin).await;
     let virtual_ = cp.client(Cluster::Virtual, Identity::Admin).await;
     vcp_tests::install_crds(&host).await;
     vcp_tests::install_crds(&virtual_).await;
+    install_bikes(&virtual_).await;
     vcp_tests::create_namespace(&host, HOST_NS).await;
     vcp_tests::create_namespace(&host, "floor").await;
+    vcp_tests::create_namespace(&host, "floor-loaded").await;
     vcp_tests::create_namespace(&virtual_, "bench").await;
+    vcp_tests::create_namespace(&virtual_, "floor-load").await;
     bind_syncer(&host, &virtual_).await;
     let plugin: VClusterPlugin = serde_json::from_value(json!({
         "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
@@ -538,126 +623,175 @@ async fn main() {
 
     let virtual_cars = Api::<DynamicObject>::namespaced_with(virtual_.clone(), "bench", &cars());
     let floor_cars = Api::<DynamicObject>::namespaced_with(host.clone(), "floor", &cars());
+    let loaded_host = Api::<DynamicObject>::namespaced_with(host.clone(), "floor-loaded", &cars());
+    let load_virtual =
+        Api::<DynamicObject>::namespaced_with(virtual_.clone(), "floor-load", &bikes());
 
     // the bench's own watches, started before any clock: the sync namespace, the floors'
     let seen = watch_host(host.clone(), HOST_NS);
     let floor_seen = watch_host(host.clone(), "floor");
-    vcp_tests::create_namespace(&host, "floor-loaded").await;
     let loaded_seen = watch_host(host.clone(), "floor-loaded");
-    tokio::time::sleep(Duration::from_secs(1)).await; // the watches have listed
 
-    // (a) floor first (nothing else running), then the loaded floor, then the runtime
-    let floor_names: Vec<String> = (0..BULK).map(|i| format!("floor-{i}")).collect();
-    let cpu0 = cpu::snapshot(&processes(&cp, None));
-    let start = Instant::now();
-    create_all_of(&floor_cars, &floor_names, WORKERS, |n| {
-        host_copy(n, "floor")
-    })
-    .await;
-    let floor = wait_count(&floor_seen, "floor-", BULK)
-        .await
-        .duration_since(start);
-    cpu::report("floor", &cpu0, &cpu::snapshot(&processes(&cp, None)));
+    // The runtime runs through every phase, the floors included (it watches the virtual Cars
+    // and the host Cars of its own namespace: the floors' writes are not its).
+    let syncer = start_syncer(&cp);
+    let procs = processes(&cp, Some(syncer.id()));
+    let control_plane: Vec<(String, u32)> = procs
+        .iter()
+        .filter(|(n, _)| n != "bench")
+        .cloned()
+        .collect();
+    let floor_names: Vec<String> = (0..bulk).map(|i| format!("floor-{i}")).collect();
+    let names: Vec<String> = (0..bulk).map(|i| format!("bulk-{i}")).collect();
+    let order: [&str; 3] = if run.is_multiple_of(2) {
+        ["floor", "loaded floor", "sync"]
+    } else {
+        ["sync", "floor", "loaded floor"]
+    };
+    let (mut floor, mut floor_loaded, mut synced) = (None, None, None);
+    let mut runtime_cpu_ms_per_object = f64::NAN;
+    let mut rss_at_1000 = None;
+    for phase in order {
+        let (waited, ticks) =
+            cpu::until_quiet(&control_plane, QUIET_TICKS, Duration::from_secs(90)).await;
+        eprintln!(
+            "{phase}: control plane and runtime quiet after {:.1} s ({ticks} ticks in the last second)",
+            waited.as_secs_f64()
+        );
+        match phase {
+            "floor" => {
+                let cpu0 = cpu::snapshot(&procs);
+                let start = Instant::now();
+                create_all_of(&floor_cars, &floor_names, WORKERS, |n| {
+                    host_copy(n, "floor")
+                })
+                .await;
+                let took = wait_count(&floor_seen, "floor-", bulk)
+                    .await
+                    .duration_since(start);
+                cpu::report("floor", &cpu0, &cpu::snapshot(&procs));
+                eprintln!(
+                    "floor: {bulk} host creates at concurrency {WORKERS}, all seen by the watch after {took:?}"
+                );
+                floor = Some(took);
+            }
+            "loaded floor" => {
+                // the same host creates while the virtual API server takes the same number of
+                // virtual creates of a Car-shaped kind the runtime does not sync
+                let profiles = vec![
+                    pprof(&host, "loaded-host"),
+                    pprof(&virtual_, "loaded-virtual"),
+                ];
+                let cpu0 = cpu::snapshot(&procs);
+                let start = Instant::now();
+                let (_, load) = tokio::join!(
+                    create_all_of(&loaded_host, &floor_names, WORKERS, |n| host_copy(
+                        n,
+                        "floor-loaded"
+                    )),
+                    create_all_of(&load_virtual, &floor_names, WORKERS, bike)
+                );
+                let took = wait_count(&loaded_seen, "floor-", bulk)
+                    .await
+                    .duration_since(start);
+                cpu::report("loaded floor", &cpu0, &cpu::snapshot(&procs));
+                pprof_done(profiles).await;
+                eprintln!(
+                    "loaded floor: {bulk} host creates at concurrency {WORKERS}, all seen after {took:?}, while {bulk} virtual creates took {load:?}"
+                );
+                floor_loaded = Some(took);
+            }
+            _ => {
+                let writes0 = syncer_writes(&cp);
+                let (host_req0, virtual_req0) =
+                    (request_counts(&host).await, request_counts(&virtual_).await);
+                // the runtime's own idle rate, beside which its CPU of the phase is counted
+                let idle_per_s = cpu::idle_rate(syncer.id(), Duration::from_secs(3)).await;
+                // `BENCH_PERF=<file>`: the runtime's CPU profile of the bulk phase (`perf
+                // record`, software clock at 999 Hz, call graphs), read with
+                // `perf report -i <file>`
+                let perf = std::env::var_os("BENCH_PERF").map(|out| {
+                    Command::new("perf")
+                        .args(["record", "-e", "cpu-clock", "-F", "999", "-g", "-p"])
+                        .arg(syncer.id().to_string())
+                        .arg("-o")
+                        .arg(out)
+                        .stdout(Stdio::null())
+                        .spawn()
+                        .expect("start perf record (BENCH_PERF)")
+                });
+                let profiles = vec![pprof(&host, "sync-host"), pprof(&virtual_, "sync-virtual")];
+                let cpu0 = cpu::snapshot(&procs);
+                let runtime_ticks0 = cpu::process_ticks(syncer.id());
+                // the runtime's resident set once 1,000 copies are on the host (the start of
+                // the RSS curve)
+                rss_at_1000 = Some({
+                    let seen = seen.clone();
+                    let pid = syncer.id();
+                    tokio::spawn(async move {
+                        wait_count(&seen, "bulk-", 1_000).await;
+                        vm_rss_mib(pid)
+                    })
+                });
+                let start = Instant::now();
+                let created = create_all(&virtual_cars, &names, WORKERS).await;
+                let last = wait_count(&seen, "bulk-", bulk).await;
+                let took = last.duration_since(start);
+                // the CPU window goes on until the runtime is idle again: its echoes, status
+                // writes and queue drain are its work for these objects too
+                let end = cpu::until_idle(syncer.id(), idle_per_s).await;
+                let sync_cpu = cpu::report(
+                    "sync, until the runtime is idle",
+                    &cpu0,
+                    &cpu::snapshot(&procs),
+                );
+                let window = end.duration_since(start).as_secs_f64();
+                let ticks = cpu::process_ticks(syncer.id()).saturating_sub(runtime_ticks0) as f64;
+                let beyond_idle = (ticks - idle_per_s * window).max(0.0);
+                runtime_cpu_ms_per_object = beyond_idle * 1000.0 / cpu::USER_HZ / bulk as f64;
+                if let Some(mut perf) = perf {
+                    let _ = Command::new("kill")
+                        .args(["-INT", &perf.id().to_string()])
+                        .status();
+                    let _ = perf.wait();
+                }
+                pprof_done(profiles).await;
+                report_requests("host", &host_req0, &request_counts(&host).await);
+                report_requests("virtual", &virtual_req0, &request_counts(&virtual_).await);
+                report_syncer_writes(&writes0, &syncer_writes(&cp));
+                eprintln!(
+                    "sync: {bulk} virtual creates took {created:?}, all on the host after {took:?}; the runtime idle again after {window:.1} s: {:.2} s of CPU ({:.2} s beyond its idle rate of {idle_per_s:.1} ticks/s), {runtime_cpu_ms_per_object:.3} ms per object; whole-window CPU by process {sync_cpu:?}",
+                    ticks / cpu::USER_HZ,
+                    beyond_idle / cpu::USER_HZ
+                );
+                synced = Some(took);
+            }
+        }
+    }
+    let (floor, floor_loaded, synced) = (
+        floor.expect("floor ran"),
+        floor_loaded.expect("loaded floor ran"),
+        synced.expect("sync ran"),
+    );
+    let ratio = synced.as_secs_f64() / floor.as_secs_f64();
+    let ratio_loaded = synced.as_secs_f64() / floor_loaded.as_secs_f64();
     eprintln!(
-        "floor: {BULK} host creates at concurrency {WORKERS}, all seen by the watch after {floor:?}"
+        "ratios: sync {:.2} s / floor {:.2} s = {ratio:.2}; / loaded floor {:.2} s = {ratio_loaded:.2} (order: {order:?})",
+        synced.as_secs_f64(),
+        floor.as_secs_f64(),
+        floor_loaded.as_secs_f64()
     );
-
-    // the same host creates while the virtual API server takes the same virtual creates (in a
-    // namespace of its own, removed again before the runtime starts)
-    vcp_tests::create_namespace(&virtual_, "floor-load").await;
-    let loaded_host = Api::<DynamicObject>::namespaced_with(host.clone(), "floor-loaded", &cars());
-    let load_virtual =
-        Api::<DynamicObject>::namespaced_with(virtual_.clone(), "floor-load", &cars());
-    let profiles = vec![
-        pprof(&host, "loaded-host"),
-        pprof(&virtual_, "loaded-virtual"),
-    ];
-    let cpu0 = cpu::snapshot(&processes(&cp, None));
-    let start = Instant::now();
-    let (_, load) = tokio::join!(
-        create_all_of(&loaded_host, &floor_names, WORKERS, |n| host_copy(
-            n,
-            "floor-loaded"
-        )),
-        create_all(&load_virtual, &floor_names, WORKERS)
-    );
-    let floor_loaded = wait_count(&loaded_seen, "floor-", BULK)
-        .await
-        .duration_since(start);
-    cpu::report("loaded floor", &cpu0, &cpu::snapshot(&processes(&cp, None)));
-    pprof_done(profiles).await;
-    eprintln!(
-        "loaded floor: {BULK} host creates at concurrency {WORKERS}, all seen after {floor_loaded:?}, while {BULK} virtual creates took {load:?}"
-    );
+    let mut rss_points = vec![(
+        1_000usize,
+        rss_at_1000.expect("sync ran").await.expect("rss at 1,000"),
+    )];
+    rss_points.push((bulk, vm_rss_mib(syncer.id())));
+    // the loaded floor's virtual load goes again (a quiet window follows before (b))
     load_virtual
         .delete_collection(&Default::default(), &Default::default())
         .await
         .expect("delete the load");
-    vcp_tests::wait_for(Duration::from_secs(120), || {
-        let api = load_virtual.clone();
-        async move {
-            api.list_metadata(&Default::default())
-                .await
-                .ok()
-                .filter(|l| l.items.is_empty())
-                .map(|_| ())
-        }
-    })
-    .await;
-
-    let syncer = start_syncer(&cp);
-    tokio::time::sleep(Duration::from_secs(3)).await; // the runtime lists and is idle
-    let names: Vec<String> = (0..BULK).map(|i| format!("bulk-{i}")).collect();
-    let procs = processes(&cp, Some(syncer.id()));
-    let writes0 = syncer_writes(&cp);
-    let (host_req0, virtual_req0) = (request_counts(&host).await, request_counts(&virtual_).await);
-    // `BENCH_PERF=<file>`: the runtime's CPU profile of the bulk phase (`perf record`,
-    // software clock at 999 Hz, call graphs), read with `perf report -i <file>`
-    let perf = std::env::var_os("BENCH_PERF").map(|out| {
-        Command::new("perf")
-            .args(["record", "-e", "cpu-clock", "-F", "999", "-g", "-p"])
-            .arg(syncer.id().to_string())
-            .arg("-o")
-            .arg(out)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start perf record (BENCH_PERF)")
-    });
-    let profiles = vec![pprof(&host, "sync-host"), pprof(&virtual_, "sync-virtual")];
-    let cpu0 = cpu::snapshot(&procs);
-    // the runtime's resident set once 1,000 copies are on the host (the start of the RSS curve)
-    let rss_at_1000 = {
-        let seen = seen.clone();
-        let pid = syncer.id();
-        tokio::spawn(async move {
-            wait_count(&seen, "bulk-", 1_000).await;
-            vm_rss_mib(pid)
-        })
-    };
-    let start = Instant::now();
-    let created = create_all(&virtual_cars, &names, WORKERS).await;
-    let last = wait_count(&seen, "bulk-", BULK).await;
-    let synced = last.duration_since(start);
-    let sync_cpu = cpu::report("sync", &cpu0, &cpu::snapshot(&procs));
-    if let Some(mut perf) = perf {
-        let _ = Command::new("kill")
-            .args(["-INT", &perf.id().to_string()])
-            .status();
-        let _ = perf.wait();
-    }
-    pprof_done(profiles).await;
-    let runtime_cpu_ms_per_object = sync_cpu["runtime"] * 1000.0 / BULK as f64;
-    tokio::time::sleep(Duration::from_secs(3)).await; // the last status write
-    report_requests("host", &host_req0, &request_counts(&host).await);
-    report_requests("virtual", &virtual_req0, &request_counts(&virtual_).await);
-    report_syncer_writes(&writes0, &syncer_writes(&cp));
-    let ratio = synced.as_secs_f64() / floor.as_secs_f64();
-    let ratio_loaded = synced.as_secs_f64() / floor_loaded.as_secs_f64();
-    eprintln!(
-        "sync: {BULK} virtual creates took {created:?}, all on the host after {synced:?}; ratio {ratio:.2}, to the loaded floor {ratio_loaded:.2}; runtime CPU {runtime_cpu_ms_per_object:.3} ms per object"
-    );
-    let mut rss_points = vec![(1_000usize, rss_at_1000.await.expect("rss at 1,000"))];
-    rss_points.push((BULK, vm_rss_mib(syncer.id())));
+    cpu::until_quiet(&control_plane, QUIET_TICKS, Duration::from_secs(90)).await;
 
     // (b) steady 50/s
     let mut sent = HashMap::new();
@@ -719,8 +853,8 @@ async fn main() {
     );
 
     // (c) memory: chunks of Cars until `objects` are synced
-    let synced_so_far = BULK + STEADY + tries;
-    let objects = env_usize("BENCH_OBJECTS", 10_000);
+    let synced_so_far = bulk + STEADY + tries;
+    let objects = env_usize("BENCH_OBJECTS", 50_000);
     assert!(
         objects > synced_so_far,
         "BENCH_OBJECTS must be above the {synced_so_far} the earlier phases create"
@@ -815,11 +949,37 @@ async fn main() {
         ],
     );
     eprintln!("plots: {}/sync-rss.svg, sync-latency.svg", plots.display());
-    println!(
-        "sync_ratio={ratio:.2} p50_ms={p50:.1} p99_ms={p99:.1} rss_mib={rss:.1} restart_rss_mib={restart_rss:.1} resync_writes={resync_writes} sync_ratio_loaded={ratio_loaded:.2} runtime_cpu_ms_per_object={runtime_cpu_ms_per_object:.3} objects={objects} bytes_per_object={bytes_per_object:.0} initial_list_s={:.2} resync_s={:.2} reaction_p50_ms={r50:.1} reaction_p99_ms={r99:.1} reaction_floor_p50_ms={f50:.1} reaction_floor_p99_ms={f99:.1}",
-        initial_list.as_secs_f64(),
-        resync.as_secs_f64()
-    );
+    let mut f = vcp_tests::bench::Figures::default();
+    f.push("sync_ratio", ratio, 2);
+    f.push("sync_ratio_loaded", ratio_loaded, 2);
+    f.push("runtime_cpu_ms_per_object", runtime_cpu_ms_per_object, 3);
+    f.push("sync_s", synced.as_secs_f64(), 2);
+    f.push("floor_s", floor.as_secs_f64(), 2);
+    f.push("floor_loaded_s", floor_loaded.as_secs_f64(), 2);
+    f.push("p50_ms", p50, 1);
+    f.push("p99_ms", p99, 1);
+    f.push("rss_mib", rss, 1);
+    f.push("restart_rss_mib", restart_rss, 1);
+    f.push("resync_writes", resync_writes as f64, 0);
+    f.push("objects", objects as f64, 0);
+    f.push("bytes_per_object", bytes_per_object, 0);
+    f.push("initial_list_s", initial_list.as_secs_f64(), 2);
+    f.push("resync_s", resync.as_secs_f64(), 2);
+    f.push("reaction_p50_ms", r50, 1);
+    f.push("reaction_p99_ms", r99, 1);
+    f.push("reaction_floor_p50_ms", f50, 1);
+    f.push("reaction_floor_p99_ms", f99, 1);
+    f
+}
+
+/// The `i`th Bike of the loaded floor's virtual load: [`car`]'s body as a [`bikes`] object.
+fn bike(name: &str) -> DynamicObject {
+    let mut obj = car(name);
+    obj.types = Some(kube::api::TypeMeta {
+        api_version: "example.loft.sh/v1".into(),
+        kind: "Bike".into(),
+    });
+    obj
 }
 
 /// `name` from the environment as a count, or `default`.

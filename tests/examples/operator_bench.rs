@@ -20,9 +20,17 @@
 //!    plugins, the Role/RoleBinding/ClusterRole/ClusterRoleBinding, the status apply and the
 //!    `Ready` Event of each plugin, computed with the operator's own pure functions
 //!    (`workload::plan`, `rbac::desired`, `status::desired`) — sent directly by one client with
-//!    the operator's identity at the operator's concurrency, against a fresh equivalent set of
-//!    vClusters and plugins; the floor's reads happen before its clock starts, which stops
-//!    when the same kind of watch has seen all of them `Ready=True`.
+//!    the operator's identity, `c` vClusters at a time, against a fresh equivalent set of
+//!    vClusters and plugins `floor<c>` for each `c` of `BENCH_FLOOR_CONCURRENCIES` (default
+//!    4, 8 and 16); the floor's reads happen before its clock starts, which stops when the
+//!    same kind of watch has seen all of them `Ready=True`. The fastest of them is the floor
+//!    (issue 24: a floor run at the operator's concurrency only was slowed by it, 16 being
+//!    slower than 8 on 2 cores), and the last line names its concurrency.
+//!
+//! Even runs take the operator's phases (1, 2) first and the floors after; odd runs the
+//! floors first, so that neither always runs on the fresher control plane. Before each clocked
+//! phase the bench waits until the control plane is quiet (etcd and both API servers at most
+//! 15 ticks of CPU in one second together).
 //!
 //! The CPU seconds of each process (etcd, both API servers, the operator, the bench) and of the
 //! whole machine during phases 1 and 3 are printed (`cpu …` lines, stderr), to tell where the
@@ -37,13 +45,17 @@
 //!    operator's trigger debounce (`--debounce-ms`, default 200 ms, `vcluster_plugin_operator::DEBOUNCE`)
 //!    counts against it: `VCP_DEBOUNCE_MS=<ms>` in the bench's environment reaches every
 //!    operator process it starts (they inherit it), to weigh the debounce against the bulk
-//!    phase's reconciles and time; the last line names the value used. The percentiles of both
+//!    phase's reconciles and time; the last line names the value the operator logged at start. The percentiles of both
 //!    are plotted to `docs/bench/operator-latency.svg`.
 //!
-//! Last line: `operator_ready_ratio=<operator time / floor time> noop_writes=<n>
-//! operator_peak_rss_mib=<the larger peak of the two operator processes, MiB>`, then, with
-//! the reaction phase, `reaction_p50_ms= reaction_p99_ms= reaction_floor_p50_ms=
-//! reaction_floor_p99_ms=` (nearest-rank percentiles).
+//! Every figure is the median of `BENCH_RUNS` runs (default 3), each on a fresh control plane
+//! (`vcp_tests::bench`); each run prints its own line. Last line, each figure
+//! `<median>[<min>..<max>]`: `operator_ready_ratio` (operator time / the fastest floor's)
+//! `floor_concurrency operator_s floor_s floor_c<c>_s`… `noop_writes operator_peak_rss_mib`
+//! (the larger peak of the two operator processes, MiB), with the reaction phase
+//! `reaction_p50_ms reaction_p99_ms reaction_floor_p50_ms reaction_floor_p99_ms`
+//! (nearest-rank percentiles), then `debounce_ms` (read from the operator's start-up log line:
+//! the value it ran with) `vclusters runs`.
 //! `BENCH_VCLUSTERS` (default 200), `BENCH_UNRELATED` (default 1) and `BENCH_CONCURRENCY`
 //! (default: the operator's default) change the scale. The operator binary is built with the
 //! profile of this example (`scripts/bench`: release, or `BENCH_PROFILE=dev`).
@@ -701,79 +713,154 @@ async fn floor_writes(
     Ok(all)
 }
 
+/// The bench's settings, from the environment (module docs).
+struct Settings {
+    /// vClusters per set (`BENCH_VCLUSTERS`, default 200).
+    n: usize,
+    /// The operator's `--concurrency` (`BENCH_CONCURRENCY`, default its own default).
+    concurrency: u16,
+    /// The concurrencies the floor runs at (`BENCH_FLOOR_CONCURRENCIES`, default `4,8,16`);
+    /// the fastest is the floor.
+    floor_concurrencies: Vec<usize>,
+    /// The busy cluster (`BENCH_UNRELATED`, default 1).
+    with_unrelated: bool,
+    /// Reaction tries (`BENCH_REACTION_TRIES`, default 100; 0 leaves the phase out).
+    tries: usize,
+}
+
+fn env_parse<T: std::str::FromStr>(name: &str) -> anyhow::Result<Option<T>>
+where
+    T::Err: std::error::Error + Send + Sync + 'static,
+{
+    std::env::var(name)
+        .ok()
+        .map(|v| {
+            v.parse::<T>()
+                .map_err(|e| anyhow::anyhow!("{name}={v:?}: {e}"))
+        })
+        .transpose()
+}
+
+impl Settings {
+    fn from_env() -> anyhow::Result<Settings> {
+        let default_concurrency = Config::new(Client::try_from(kube::Config::new(
+            "http://127.0.0.1:1".parse()?,
+        ))?)
+        .concurrency;
+        let floor_concurrencies = std::env::var("BENCH_FLOOR_CONCURRENCIES")
+            .unwrap_or_else(|_| "4,8,16".into())
+            .split(',')
+            .map(|c| c.trim().parse::<usize>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| anyhow::anyhow!("BENCH_FLOOR_CONCURRENCIES: {e}"))?;
+        anyhow::ensure!(
+            !floor_concurrencies.is_empty() && !floor_concurrencies.contains(&0),
+            "BENCH_FLOOR_CONCURRENCIES must list positive concurrencies"
+        );
+        Ok(Settings {
+            n: env_parse("BENCH_VCLUSTERS")?.unwrap_or(200),
+            concurrency: env_parse("BENCH_CONCURRENCY")?.unwrap_or(default_concurrency),
+            floor_concurrencies,
+            with_unrelated: std::env::var("BENCH_UNRELATED").map_or(true, |v| v != "0"),
+            tries: env_parse("BENCH_REACTION_TRIES")?.unwrap_or(100),
+        })
+    }
+}
+
+/// Ticks (1/100 s) the control plane (etcd, both API servers) may use together in one second
+/// before a clocked phase starts: its idle rate is 2–6 ticks; the set-up's creates, their
+/// garbage and the last phase's tail are above it.
+const QUIET_TICKS: u64 = 15;
+
+/// Waits until the control plane is quiet before a clocked phase (`QUIET_TICKS`), and says
+/// how long that took.
+async fn quiet(cp: &ControlPlane, start: Instant, phase: &str) {
+    let (waited, ticks) = cpu::until_quiet(
+        &cpu::control_plane_processes(cp),
+        QUIET_TICKS,
+        Duration::from_secs(120),
+    )
+    .await;
+    progress(
+        start,
+        format!(
+            "{phase}: control plane quiet after {:.1} s ({ticks} ticks in the last second)",
+            waited.as_secs_f64()
+        ),
+    );
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let start = Instant::now();
-    let n: usize = std::env::var("BENCH_VCLUSTERS")
-        .ok()
-        .map(|v| v.parse())
-        .transpose()?
-        .unwrap_or(200);
-    let default_concurrency = Config::new(Client::try_from(kube::Config::new(
-        "http://127.0.0.1:1".parse()?,
-    ))?)
-    .concurrency;
-    let concurrency: u16 = std::env::var("BENCH_CONCURRENCY")
-        .ok()
-        .map(|v| v.parse())
-        .transpose()?
-        .unwrap_or(default_concurrency);
-    let with_unrelated = std::env::var("BENCH_UNRELATED").map_or(true, |v| v != "0");
-    let tries: usize = std::env::var("BENCH_REACTION_TRIES")
-        .ok()
-        .map(|v| v.parse())
-        .transpose()?
-        .unwrap_or(100);
-    let total = 2 * n;
+    let settings = Settings::from_env()?;
     // Built before any clock starts (the profile of this example).
     vcp_tests::workspace_binary("vcluster-plugin-operator", "vcluster-plugin-operator");
-    progress(
-        start,
-        format!("operator bench: {n} vClusters x 2 plugins, operator concurrency {concurrency}"),
-    );
-    let cp = ControlPlane::start()?;
-    let admin = cp.client(Cluster::Host, Identity::Admin).await;
-    vcp_tests::install_crds(&admin).await;
-    for file in [
-        "config/rbac/role.yaml",
-        "config/rbac/test-user-binding.yaml",
-    ] {
-        vcp_tests::apply_yaml_file(&admin, file, None).await?;
+    let runs = vcp_tests::bench::runs();
+    let mut all = Vec::new();
+    for run in 0..runs {
+        progress(start, format!("=== run {} of {runs} ===", run + 1));
+        let figures = run_once(run, &settings, start).await?;
+        progress(
+            start,
+            format!("run {} of {runs}: {}", run + 1, figures.line()),
+        );
+        all.push(figures);
     }
-    progress(start, format!("control plane up in {}", cp.dir().display()));
+    println!("{}", vcp_tests::bench::median_line(&all));
+    Ok(())
+}
 
-    // 0. A busy cluster.
-    if with_unrelated {
-        create_unrelated(&admin, start).await?;
-    }
+/// What the operator phases measured.
+struct OperatorPhases {
+    secs: f64,
+    writes: usize,
+    noop_writes: usize,
+    peak_rss: u64,
+    debounce_ms: u64,
+}
 
-    // 1. The operator.
-    create_set(&admin, "op", n, start).await?;
-    let watch = ReadyWatch::start(&admin, "op");
-    tokio::time::sleep(Duration::from_secs(1)).await; // the watch has listed
+/// Phases 1 and 2: the operator installs set `op`, then a restarted operator resyncs it.
+async fn operator_phases(
+    cp: &ControlPlane,
+    admin: &Client,
+    settings: &Settings,
+    start: Instant,
+) -> anyhow::Result<OperatorPhases> {
+    let (n, concurrency) = (settings.n, settings.concurrency);
+    let total = 2 * n;
+    create_set(admin, "op", n, start).await?;
+    let watch = ReadyWatch::start(admin, "op");
+    quiet(cp, start, "operator").await; // and the watch has listed
     let t0 = Instant::now();
-    let operator = Operator::start(&cp, "bench", concurrency);
-    let mut procs = cpu::control_plane_processes(&cp);
+    let operator = Operator::start(cp, "bench", concurrency);
+    let mut procs = cpu::control_plane_processes(cp);
     procs.push(("operator".into(), operator.0.pid()));
     procs.push(("bench".into(), std::process::id()));
     let cpu0 = cpu::snapshot(&procs);
     let t1 = watch.wait_all("op", total, start).await?;
     drop(watch);
     cpu::report("operator install", &cpu0, &cpu::snapshot(&procs));
-    let operator_secs = (t1 - t0).as_secs_f64();
+    let secs = (t1 - t0).as_secs_f64();
     progress(
         start,
-        format!("op: all {total} Ready {operator_secs:.2}s after the apply"),
+        format!("op: all {total} Ready {secs:.2}s after the apply"),
     );
+    // The value the operator ran with, from its own start-up line.
+    let debounce_ms = operator
+        .0
+        .started_with("debounce_ms")
+        .and_then(|v| v.as_u64())
+        .ok_or_else(|| anyhow::anyhow!("the operator's start-up line gave no debounce_ms"))?;
     // Reconciles the last writes triggered (watch events of its own writes) finish quietly.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let reconciles = operator.reconciles().await;
     let peak_install = operator.stop()?;
-    let op_writes = operator_writes(&cp, "op")?;
+    let op_writes = operator_writes(cp, "op")?;
     progress(
         start,
         format!(
-            "op: {} write requests, {reconciles} reconciles, peak RSS {:.1} MiB: {:?}",
+            "op: {} write requests, {reconciles} reconciles, peak RSS {:.1} MiB, debounce {debounce_ms} ms: {:?}",
             op_writes.len(),
             mib(peak_install),
             breakdown(&op_writes)
@@ -782,7 +869,7 @@ async fn main() -> anyhow::Result<()> {
 
     // 2. No-op resync: a restarted operator on the converged state.
     let before = op_writes.len();
-    let operator = Operator::start(&cp, "bench-resync", concurrency);
+    let operator = Operator::start(cp, "bench-resync", concurrency);
     let deadline = Instant::now() + TIMEOUT;
     while operator.reconciles().await < total as u64 {
         anyhow::ensure!(Instant::now() < deadline, "resync did not finish");
@@ -791,7 +878,7 @@ async fn main() -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let resync_reconciles = operator.reconciles().await;
     let peak_resync = operator.stop()?;
-    let after = operator_writes(&cp, "op")?;
+    let after = operator_writes(cp, "op")?;
     let noop_writes = after.len() - before;
     progress(
         start,
@@ -801,16 +888,34 @@ async fn main() -> anyhow::Result<()> {
             breakdown(&after[before..])
         ),
     );
+    Ok(OperatorPhases {
+        secs,
+        writes: op_writes.len(),
+        noop_writes,
+        peak_rss: peak_install.max(peak_resync),
+        debounce_ms,
+    })
+}
 
-    // 3. The floor: the same final writes, sent directly.
-    create_set(&admin, "floor", n, start).await?;
+/// Phase 3 at one concurrency: the same final writes for a fresh set `floor<concurrency>`,
+/// sent directly `concurrency` vClusters at a time; returns the seconds until all are Ready.
+async fn floor_phase(
+    cp: &ControlPlane,
+    admin: &Client,
+    n: usize,
+    concurrency: usize,
+    start: Instant,
+) -> anyhow::Result<f64> {
+    let total = 2 * n;
+    let set = format!("floor{concurrency}");
+    create_set(admin, &set, n, start).await?;
     let client = Client::try_from(cp.config(Cluster::Host, Identity::Operator).await?)?;
-    let writes = floor_writes(&client, &admin, "floor", n).await?;
+    let writes = floor_writes(&client, admin, &set, n).await?;
     let planned: usize = writes.iter().map(Vec::len).sum();
-    progress(start, format!("floor: {planned} writes computed"));
-    let watch = ReadyWatch::start(&admin, "floor");
-    tokio::time::sleep(Duration::from_secs(1)).await; // the watch has listed
-    let mut procs = cpu::control_plane_processes(&cp);
+    progress(start, format!("{set}: {planned} writes computed"));
+    let watch = ReadyWatch::start(admin, &set);
+    quiet(cp, start, &set).await; // and the watch has listed
+    let mut procs = cpu::control_plane_processes(cp);
     procs.push(("bench".into(), std::process::id()));
     let cpu0 = cpu::snapshot(&procs);
     let t0 = Instant::now();
@@ -824,25 +929,77 @@ async fn main() -> anyhow::Result<()> {
                 Ok(())
             }
         })
-        .buffer_unordered(usize::from(concurrency).max(1))
+        .buffer_unordered(concurrency)
         .collect()
         .await;
     results.into_iter().collect::<anyhow::Result<()>>()?;
-    let floor_secs = (watch.wait_all("floor", total, start).await? - t0).as_secs_f64();
+    let secs = (watch.wait_all(&set, total, start).await? - t0).as_secs_f64();
     drop(watch);
-    cpu::report("floor", &cpu0, &cpu::snapshot(&procs));
-    let (ready, _) = ready_count(&admin, "floor").await?;
-    anyhow::ensure!(ready == total, "floor: only {ready}/{total} Ready");
-    let floor_audited = operator_writes(&cp, "floor")?;
+    cpu::report(&set, &cpu0, &cpu::snapshot(&procs));
+    let (ready, _) = ready_count(admin, &set).await?;
+    anyhow::ensure!(ready == total, "{set}: only {ready}/{total} Ready");
+    let audited = operator_writes(cp, &set)?;
     progress(
         start,
         format!(
-            "floor: {} write requests in {floor_secs:.2}s, all {total} Ready: {:?}",
-            floor_audited.len(),
-            breakdown(&floor_audited)
+            "{set}: {} write requests at concurrency {concurrency} in {secs:.2}s, all {total} Ready: {:?}",
+            audited.len(),
+            breakdown(&audited)
         ),
     );
+    Ok(secs)
+}
 
+/// One run on a control plane of its own: even runs take the operator's phases first, odd
+/// runs the floors first, so that neither always runs on the fresher control plane.
+#[allow(clippy::too_many_lines)]
+async fn run_once(
+    run: usize,
+    settings: &Settings,
+    start: Instant,
+) -> anyhow::Result<vcp_tests::bench::Figures> {
+    let (n, concurrency, tries) = (settings.n, settings.concurrency, settings.tries);
+    progress(
+        start,
+        format!(
+            "operator bench: {n} vClusters x 2 plugins, operator concurrency {concurrency}, floors at {:?}",
+            settings.floor_concurrencies
+        ),
+    );
+    let cp = ControlPlane::start()?;
+    let admin = cp.client(Cluster::Host, Identity::Admin).await;
+    vcp_tests::install_crds(&admin).await;
+    for file in [
+        "config/rbac/role.yaml",
+        "config/rbac/test-user-binding.yaml",
+    ] {
+        vcp_tests::apply_yaml_file(&admin, file, None).await?;
+    }
+    progress(start, format!("control plane up in {}", cp.dir().display()));
+
+    // 0. A busy cluster.
+    if settings.with_unrelated {
+        create_unrelated(&admin, start).await?;
+    }
+
+    // 1–3, in this run's order.
+    let operator_first = run.is_multiple_of(2);
+    let mut op = None;
+    if operator_first {
+        op = Some(operator_phases(&cp, &admin, settings, start).await?);
+    }
+    let mut floors = Vec::new();
+    for &c in &settings.floor_concurrencies {
+        floors.push((c, floor_phase(&cp, &admin, n, c, start).await?));
+    }
+    if !operator_first {
+        op = Some(operator_phases(&cp, &admin, settings, start).await?);
+    }
+    let op = op.expect("the operator phases ran");
+    let &(floor_concurrency, floor_secs) = floors
+        .iter()
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .expect("a floor ran");
     // 4. Reaction time: the floor first (no operator running), then with an idle operator.
     let mut reaction = None;
     if tries > 0 {
@@ -912,23 +1069,43 @@ async fn main() -> anyhow::Result<()> {
         reaction = Some(r);
     }
 
-    let ratio = operator_secs / floor_secs;
+    let ratio = op.secs / floor_secs;
+    let own = floors
+        .iter()
+        .find(|(c, _)| *c == usize::from(concurrency))
+        .map(|(_, s)| op.secs / s);
     println!(
-        "operator: {operator_secs:.2}s, {} writes; floor: {floor_secs:.2}s, {} writes; no-op resync: {noop_writes} writes",
-        op_writes.len(),
-        floor_audited.len()
+        "operator: {:.2}s, {} writes; floors: {}; the fastest at concurrency {floor_concurrency}: ratio {ratio:.2}{}; no-op resync: {} writes",
+        op.secs,
+        op.writes,
+        floors
+            .iter()
+            .map(|(c, s)| format!("{s:.2}s at {c}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        own.map_or(String::new(), |r| format!(
+            " (against the floor at the operator's concurrency {concurrency}: {r:.2})"
+        )),
+        op.noop_writes
     );
     drop(cp);
-    let reaction = reaction.map_or(String::new(), |r| {
-        format!(
-            " reaction_p50_ms={:.0} reaction_p99_ms={:.0} reaction_floor_p50_ms={:.0} reaction_floor_p99_ms={:.0}",
-            r[0], r[1], r[2], r[3]
-        )
-    });
-    println!(
-        "operator_ready_ratio={ratio:.2} noop_writes={noop_writes} operator_peak_rss_mib={:.1}{reaction} debounce_ms={}",
-        mib(peak_install.max(peak_resync)),
-        std::env::var("VCP_DEBOUNCE_MS").unwrap_or_else(|_| "200".into())
-    );
-    Ok(())
+    let mut f = vcp_tests::bench::Figures::default();
+    f.push("operator_ready_ratio", ratio, 2);
+    f.push("floor_concurrency", floor_concurrency as f64, 0);
+    f.push("operator_s", op.secs, 2);
+    f.push("floor_s", floor_secs, 2);
+    for (c, s) in &floors {
+        f.push(&format!("floor_c{c}_s"), *s, 2);
+    }
+    f.push("noop_writes", op.noop_writes as f64, 0);
+    f.push("operator_peak_rss_mib", mib(op.peak_rss), 1);
+    if let Some(r) = reaction {
+        f.push("reaction_p50_ms", r[0], 0);
+        f.push("reaction_p99_ms", r[1], 0);
+        f.push("reaction_floor_p50_ms", r[2], 0);
+        f.push("reaction_floor_p99_ms", r[3], 0);
+    }
+    f.push("debounce_ms", op.debounce_ms as f64, 0);
+    f.push("vclusters", n as f64, 0);
+    Ok(f)
 }

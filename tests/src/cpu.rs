@@ -103,3 +103,52 @@ pub fn report(what: &str, a: &CpuSnapshot, b: &CpuSnapshot) -> HashMap<String, f
     seconds.insert(MACHINE.into(), machine);
     seconds
 }
+
+/// Waits until `procs` (`(name, pid)`) are quiet together: a one-second window in which they
+/// used at most `max_ticks` ticks of [`USER_HZ`] in all (the control plane settling after its
+/// start, a CRD's OpenAPI publication or the previous phase's tail), or `limit` passed.
+/// Returns how long it waited and the ticks of the last window, so that a bench can print
+/// both: a phase clocked while the control plane is still busy measures that work too.
+pub async fn until_quiet(
+    procs: &[(String, u32)],
+    max_ticks: u64,
+    limit: std::time::Duration,
+) -> (std::time::Duration, u64) {
+    let start = Instant::now();
+    loop {
+        let t0: u64 = procs.iter().map(|(_, pid)| process_ticks(*pid)).sum();
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        let used = procs
+            .iter()
+            .map(|(_, pid)| process_ticks(*pid))
+            .sum::<u64>()
+            .saturating_sub(t0);
+        if used <= max_ticks || start.elapsed() >= limit {
+            return (start.elapsed(), used);
+        }
+    }
+}
+
+/// CPU ticks (of [`USER_HZ`]) process `pid` uses over `window`, as a rate per second: its idle
+/// rate, when it has nothing to do.
+pub async fn idle_rate(pid: u32, window: std::time::Duration) -> f64 {
+    let t0 = process_ticks(pid);
+    tokio::time::sleep(window).await;
+    (process_ticks(pid).saturating_sub(t0)) as f64 / window.as_secs_f64()
+}
+
+/// Waits until process `pid` is idle again after a phase: a one-second window with no more
+/// than `idle_per_s` (its [`idle_rate`]) plus one tick, or 30 s; returns when. A bench's CPU
+/// window ends here, so the process's tail work (echoes of its own writes, status writes) is
+/// counted.
+pub async fn until_idle(pid: u32, idle_per_s: f64) -> Instant {
+    let limit = Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let t0 = process_ticks(pid);
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        let used = process_ticks(pid).saturating_sub(t0) as f64;
+        if used <= idle_per_s + 1.0 || Instant::now() > limit {
+            return Instant::now();
+        }
+    }
+}

@@ -33,13 +33,14 @@
 //! [`oracle`] asks vCluster's translate oracle for expected host names and selectors.
 //!
 //! [`cpu`] reads the CPU time of a bench's processes from `/proc`; [`plot`] draws the benches'
-//! plots.
+//! plots; [`bench`] repeats a bench (`BENCH_RUNS`) and prints the medians of its figures.
 //!
 //! [`image`] builds the container image without a container engine: it replays the Dockerfile.
 
 pub mod admission;
 pub mod argocd;
 pub mod audit;
+pub mod bench;
 pub mod cert_manager;
 pub mod cert_manager_scenario;
 pub mod control_plane;

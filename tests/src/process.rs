@@ -260,6 +260,17 @@ impl OperatorProcess {
         Some(kib * 1024)
     }
 
+    /// Field `field` of its start-up log line (`starting vcluster-plugin-operator`: the
+    /// settings it runs with, e.g. `debounce_ms`, `concurrency`), as logged; `None` before the
+    /// line is written or when the line has no such field.
+    pub fn started_with(&self, field: &str) -> Option<serde_json::Value> {
+        let log = std::fs::read_to_string(&self.log).ok()?;
+        log.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|l| l["fields"]["message"] == "starting vcluster-plugin-operator")
+            .and_then(|l| l["fields"].get(field).cloned())
+    }
+
     /// Its finished reconciles (`vcp_reconcile_total`, all results), from `/metrics`.
     pub async fn reconciles(&self) -> Option<u64> {
         let (_, body) = self.get("/metrics").await?;

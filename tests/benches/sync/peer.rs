@@ -86,27 +86,6 @@ fn watch_host_configmaps(client: Client, ns: &str) -> Seen {
     super::watch_named(Api::namespaced_with(client, ns, &configmaps()))
 }
 
-/// CPU ticks (1/100 s) of process `pid` over `window`, as a rate per second.
-async fn idle_rate(pid: u32, window: Duration) -> f64 {
-    let t0 = cpu::process_ticks(pid);
-    tokio::time::sleep(window).await;
-    (cpu::process_ticks(pid).saturating_sub(t0)) as f64 / window.as_secs_f64()
-}
-
-/// Waits until process `pid` is idle again: a one-second window with no more than its idle
-/// rate plus one tick (at most 30 s); returns when.
-async fn until_idle(pid: u32, idle_per_s: f64) -> Instant {
-    let limit = Instant::now() + Duration::from_secs(30);
-    loop {
-        let t0 = cpu::process_ticks(pid);
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let used = cpu::process_ticks(pid).saturating_sub(t0) as f64;
-        if used <= idle_per_s + 1.0 || Instant::now() > limit {
-            return Instant::now();
-        }
-    }
-}
-
 /// One phase's figures.
 struct Figures {
     time: Duration,
@@ -118,7 +97,7 @@ struct Figures {
 /// Measures one syncer process `pid` on the same work: its idle rate, then `n` ConfigMaps
 /// created in [`VNS`] until `seen` (the host watch) has them all, then its tail.
 async fn measure(what: &str, pid: u32, virtual_: &Client, seen: &Seen, n: usize) -> Figures {
-    let idle_per_s = idle_rate(pid, IDLE_WINDOW).await;
+    let idle_per_s = cpu::idle_rate(pid, IDLE_WINDOW).await;
     let names: Vec<String> = (0..n).map(|i| format!("cm-{i}")).collect();
     let api = Api::<DynamicObject>::namespaced_with(virtual_.clone(), VNS, &configmaps());
     let ticks0 = cpu::process_ticks(pid);
@@ -133,7 +112,7 @@ async fn measure(what: &str, pid: u32, virtual_: &Client, seen: &Seen, n: usize)
             )
         });
     let time = last.duration_since(start);
-    let end = until_idle(pid, idle_per_s).await;
+    let end = cpu::until_idle(pid, idle_per_s).await;
     let window = end.duration_since(start).as_secs_f64();
     let ticks = cpu::process_ticks(pid).saturating_sub(ticks0) as f64;
     let beyond_idle = (ticks - idle_per_s * window).max(0.0);
