@@ -1020,7 +1020,8 @@ async fn run_once(
                 .await?;
         }
         let operator = Operator::start(&cp, "bench-react", concurrency);
-        let settled = 4 * n as u64;
+        // every plugin of the converged sets (`op` and one per floor), reconciled once
+        let settled = (2 * n * (1 + floors.len())) as u64;
         let deadline = Instant::now() + TIMEOUT;
         let mut last = (0, Instant::now());
         loop {
