@@ -59,6 +59,16 @@ use vcp_crds::patch_path::{Location, PatchPath};
 use crate::translate::{TRANSLATED_LABELS, host_label, host_name};
 use expression::{Bounds, ExpressionError, Input};
 
+/// How many times one evaluation's time bound all evaluations of one patch on one object may
+/// take together (100 ms × 10 = 1 s by default); their results together may hold at most one
+/// evaluation's memory bound (16 MiB) of JSON.
+pub const OBJECT_BUDGET_FACTOR: u32 = 10;
+
+/// The length of `value` as compact JSON, in bytes.
+fn json_len(value: &Value) -> usize {
+    serde_json::to_vec(value).map_or(usize::MAX, |v| v.len())
+}
+
 /// A patch that could not be applied: the object is not written.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("patch {path:?} ({what}): {message}")]
@@ -341,12 +351,29 @@ impl Patches {
         virtual_obj: Option<&Value>,
         host_obj: Option<&Value>,
     ) -> Result<(), PatchError> {
-        for location in patch.path.locate(target) {
+        // The bounds of one object's evaluations of this patch, all locations together: a `[*]`
+        // path reaches as many locations as the object has elements, each evaluation is
+        // bounded on its own, and every one gets the whole object (a virtual user's Widget
+        // with 8,000 tags took 306 s), while the results live outside QuickJS's memory limit
+        // (150 results of 4 MB each took the runtime to 2.45 GB).
+        let budget = self.bounds.time * OBJECT_BUDGET_FACTOR;
+        let started = std::time::Instant::now();
+        let mut result_bytes = 0_usize;
+        for (done, location) in patch.path.locate(target).into_iter().enumerate() {
             let Some(value) = location.get(target) else {
                 continue;
             };
             let value = value.clone();
             let at = location.to_string();
+            if started.elapsed() > budget {
+                return Err(PatchError {
+                    path: patch.declared.clone(),
+                    what,
+                    message: format!(
+                        "at {at}: the {done} evaluations before it took longer than the object's bound of {budget:?} ({OBJECT_BUDGET_FACTOR} times one evaluation's) and it was stopped"
+                    ),
+                });
+            }
             let host_snapshot;
             let host_obj = match host_obj {
                 Some(host) => Some(host),
@@ -370,6 +397,18 @@ impl Patches {
                     message: format!("at {at}: {e}"),
                 },
             )?;
+            result_bytes += result.as_ref().map_or(0, json_len);
+            if result_bytes > self.bounds.memory {
+                return Err(PatchError {
+                    path: patch.declared.clone(),
+                    what,
+                    message: format!(
+                        "at {at}: the results of the {} evaluations so far hold {result_bytes} bytes of JSON, above the object's bound of {} bytes (one evaluation's memory bound)",
+                        done + 1,
+                        self.bounds.memory
+                    ),
+                });
+            }
             location.set(target, result);
         }
         Ok(())

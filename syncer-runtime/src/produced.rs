@@ -395,6 +395,69 @@ impl Reconcile for Produced {
     }
 }
 
+/// A synced object that declares a host name: its key, the virtual name it declares, and whether
+/// a copy of the host object is already there under that name for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Claimant {
+    key: ObjectKey,
+    virtual_name: String,
+    holds_copy: bool,
+}
+
+/// Whether `ours` may bring back the host object `host_name`, which `others` declare too.
+///
+/// vCluster's host names are ambiguous: `<name>-x-<namespace>-x-<vcluster>` is the same for
+/// `web-tls` in namespace `a-x-team` and for `web-tls-x-a` in namespace `team`, so a tenant of
+/// `team` could name another namespace's produced object (a Secret with its private key) as
+/// its own. A host object is therefore brought back to one place only: when other synced
+/// objects declare it under another namespace or virtual name, the one that already holds the
+/// copy keeps it (first claim wins: the other claims are refused, the holder's copy is left
+/// alone), and while none holds one, every claim is refused until one is left.
+///
+/// # Errors
+/// The refusal's message, naming the other claims.
+fn claim(
+    ours: &Claimant,
+    others: &[Claimant],
+    host_name: &str,
+    source_kind: &str,
+    produced_kind: &str,
+) -> Result<(), String> {
+    let rivals: Vec<&Claimant> = others
+        .iter()
+        .filter(|o| o.key.namespace != ours.key.namespace || o.virtual_name != ours.virtual_name)
+        .collect();
+    if rivals.is_empty() || ours.holds_copy {
+        return Ok(());
+    }
+    let named = |c: &Claimant| {
+        format!(
+            "{}/{} (for {source_kind} {})",
+            c.key.namespace, c.virtual_name, c.key
+        )
+    };
+    if let Some(holder) = rivals.iter().find(|c| c.holds_copy) {
+        return Err(format!(
+            "{source_kind} {}: the host {produced_kind} {host_name:?} is already brought back as {}; the host name of {:?} in namespace {} is ambiguous (vCluster's `<name>-x-<namespace>-x-<vcluster>`), so it is not copied here",
+            ours.key,
+            named(holder),
+            ours.virtual_name,
+            ours.key.namespace
+        ));
+    }
+    Err(format!(
+        "{source_kind} {}: the host {produced_kind} {host_name:?} is the host name of {:?} in namespace {} and also of {}: an ambiguous name (vCluster's `<name>-x-<namespace>-x-<vcluster>`) is brought back nowhere while more than one place declares it",
+        ours.key,
+        ours.virtual_name,
+        ours.key.namespace,
+        rivals
+            .iter()
+            .map(|c| named(c))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
+
 /// What one synced object asks for.
 enum Wanted {
     /// Its host copy is not there yet: change nothing.
@@ -448,6 +511,9 @@ impl Produced {
                 translator.host_namespace(),
             ));
         }
+        if let Err(message) = self.claim(key, &virtual_name, &expected) {
+            return Wanted::Refused(message);
+        }
         match self
             .host_produced
             .get(translator.host_namespace(), host_name)
@@ -458,6 +524,43 @@ impl Produced {
             Some(host) => Wanted::Copy(virtual_name, Box::new(host)),
             None => Wanted::Nothing,
         }
+    }
+
+    /// Whether the synced object `key` may bring back the host object `host_name` as
+    /// `virtual_name` in its namespace ([`claim`] over what the index knows of the other
+    /// synced objects that declare the same host name).
+    fn claim(&self, key: &ObjectKey, virtual_name: &str, host_name: &str) -> Result<(), String> {
+        let Ok(index) = self.index.lock() else {
+            return Ok(());
+        };
+        let holds =
+            |k: &ObjectKey, name: &str| index.copies.get(k).is_some_and(|c| c.contains(name));
+        let others: Vec<Claimant> = index
+            .by_host_name
+            .get(host_name)
+            .into_iter()
+            .flatten()
+            .filter(|k| *k != key)
+            .filter_map(|k| {
+                let (name, _) = index.declared.get(k)?;
+                Some(Claimant {
+                    key: k.clone(),
+                    virtual_name: name.clone(),
+                    holds_copy: holds(k, name),
+                })
+            })
+            .collect();
+        claim(
+            &Claimant {
+                key: key.clone(),
+                virtual_name: virtual_name.to_string(),
+                holds_copy: holds(key, virtual_name),
+            },
+            &others,
+            host_name,
+            &self.opts.source.kind,
+            &self.opts.produced.kind,
+        )
     }
 
     /// The synced object's name a virtual object of the produced kind is marked as a copy for,
@@ -636,6 +739,82 @@ mod tests {
 
     /// The index follows what a synced object declares: a changed name leaves no stale entry,
     /// two objects declaring one name are both found, a forgotten object is gone everywhere.
+    fn claimant(namespace: &str, name: &str, virtual_name: &str, holds_copy: bool) -> Claimant {
+        Claimant {
+            key: ObjectKey {
+                namespace: namespace.into(),
+                name: name.into(),
+            },
+            virtual_name: virtual_name.into(),
+            holds_copy,
+        }
+    }
+
+    #[test]
+    fn an_ambiguous_host_name_is_brought_back_to_its_first_holder_only() {
+        // the attack: `web-tls` in `a-x-team` and `web-tls-x-a` in `team` have one host name
+        let host = "web-tls-x-a-x-team-x-vc";
+        let translator = NamespacedTranslator::new("vc", "host-ns", "v1", "Secret");
+        assert_eq!(translator.host_name("web-tls", "a-x-team"), host);
+        assert_eq!(translator.host_name("web-tls-x-a", "team"), host);
+        let victim = |holds| claimant("a-x-team", "web", "web-tls", holds);
+        let attacker = |holds| claimant("team", "grab", "web-tls-x-a", holds);
+        // the victim holds the copy: it keeps it, the attacker is refused and told by whom
+        assert_eq!(
+            claim(
+                &victim(true),
+                &[attacker(false)],
+                host,
+                "Certificate",
+                "Secret"
+            ),
+            Ok(())
+        );
+        let refused = claim(
+            &attacker(false),
+            &[victim(true)],
+            host,
+            "Certificate",
+            "Secret",
+        )
+        .unwrap_err();
+        assert!(
+            refused.contains("already brought back as a-x-team/web-tls"),
+            "{refused}"
+        );
+        // neither holds one: both are refused until one is left
+        assert!(
+            claim(
+                &victim(false),
+                &[attacker(false)],
+                host,
+                "Certificate",
+                "Secret"
+            )
+            .is_err()
+        );
+        assert!(
+            claim(
+                &attacker(false),
+                &[victim(false)],
+                host,
+                "Certificate",
+                "Secret"
+            )
+            .is_err()
+        );
+        assert_eq!(
+            claim(&victim(false), &[], host, "Certificate", "Secret"),
+            Ok(())
+        );
+        // two synced objects of one namespace naming the same virtual name are one place
+        let twin = claimant("a-x-team", "web-2", "web-tls", false);
+        assert_eq!(
+            claim(&victim(false), &[twin], host, "Certificate", "Secret"),
+            Ok(())
+        );
+    }
+
     #[test]
     fn the_index_follows_declared_names_and_copies() {
         let key = |name: &str| ObjectKey {

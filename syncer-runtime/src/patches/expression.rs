@@ -94,7 +94,8 @@ type Intrinsics = (
     intrinsic::Promise,
 );
 
-/// `btoa` and `atob` as in browsers (a binary string is one character per byte, code points up
+/// The string searches guarded by the product of their lengths (see the script), and `btoa`
+/// and `atob` as in browsers (a binary string is one character per byte, code points up
 /// to 255; `btoa` of a wider character and `atob` of malformed base64 throw; `atob` ignores
 /// ASCII white space and accepts missing padding), written in JavaScript: a function
 /// implemented in Rust would hold its context alive (a reference the engine's collector cannot
@@ -116,6 +117,42 @@ const HELPERS: &str = r#"
     }
     return out;
   };
+  // QuickJS's string searches are native loops that never reach the interrupt handler, and a
+  // naive search costs the product of the two lengths: `h.indexOf(n)` with 3,000,000 and
+  // 1,500,000 characters ran for 18 minutes past a 100 ms bound. Each such method checks the
+  // product first (MAX_SEARCH) and throws a RangeError above it; the originals stay in this
+  // closure, and the replacements can be neither written nor redefined.
+  var MAX_SEARCH = 10000000;
+  var S = String.prototype;
+  var searches = ['indexOf', 'lastIndexOf', 'includes', 'startsWith', 'endsWith', 'split',
+    'replace', 'replaceAll'];
+  var protocol = { split: Symbol.split, replace: Symbol.replace, replaceAll: Symbol.replace };
+  searches.forEach(function (name) {
+    var original = S[name];
+    var guarded = function (pattern) {
+      var s = String(this);
+      var args = Array.prototype.slice.call(arguments);
+      var p = pattern;
+      var object = p !== null && (typeof p === 'object' || typeof p === 'function');
+      // a RegExp (or any object with the method's protocol) runs its own, interruptible code,
+      // and `includes` / `startsWith` / `endsWith` refuse a RegExp themselves; anything else is
+      // searched for as its string
+      var own = object && (protocol[name] ? p[protocol[name]] !== undefined
+        : (name !== 'indexOf' && name !== 'lastIndexOf' && p[Symbol.match] !== undefined));
+      if (!own) {
+        p = p === undefined && name === 'split' ? undefined : String(p);
+        args[0] = p;
+      }
+      if (typeof p === 'string' && s.length * Math.max(p.length, 1) > MAX_SEARCH) {
+        throw new RangeError('String.prototype.' + name + ': searching ' + p.length +
+          ' characters in ' + s.length + ' is above the expression bound (' + MAX_SEARCH +
+          ' as their product)');
+      }
+      return original.apply(s, args);
+    };
+    Object.defineProperty(S, name, { value: guarded, writable: false, configurable: false,
+      enumerable: false });
+  });
   g.atob = function atob(data) {
     var s = String(data).replace(/[\t\n\f\r ]/g, '');
     if (s.length % 4 === 0) s = s.replace(/==?$/, '');
@@ -469,6 +506,84 @@ mod tests {
         );
         // the engine is usable again afterwards
         assert_eq!(eval("value + 1", json!(1)).unwrap(), Some(json!(2)));
+    }
+
+    #[test]
+    fn native_string_searches_are_bounded_by_the_product_of_their_lengths() {
+        let started = Instant::now();
+        // the attack: a naive search of 1.5 M characters in 3 M, which never reaches the
+        // interrupt handler (18 minutes against a 100 ms bound before the guard)
+        for source in [
+            "var h='a'.repeat(3000000), n='a'.repeat(1500000)+'b'; h.indexOf(n); value",
+            "var h='a'.repeat(3000000), n='a'.repeat(1500000)+'b'; h.includes(n)",
+            "var h='a'.repeat(3000000), n={toString(){return 'a'.repeat(1500000)+'b'}}; h.lastIndexOf(n)",
+            "var h='a'.repeat(3000000); h.split('a'.repeat(1500000)+'b')",
+            "var h='a'.repeat(3000000); h.replaceAll('a'.repeat(1500000)+'b', '')",
+        ] {
+            // a time bound far away, so that only the guard can end these
+            let bounds = Bounds {
+                time: Duration::from_secs(60),
+                ..Bounds::default()
+            };
+            let value = json!(1);
+            let input = Input {
+                value: &value,
+                path: "spec.x",
+                vcluster_name: "vc",
+                vcluster_namespace: "vcluster-vc",
+                virtual_object: None,
+                host_object: None,
+            };
+            match evaluate(source, &input, &bounds) {
+                Err(ExpressionError::Thrown(m)) => {
+                    assert!(
+                        m.starts_with("RangeError: String.prototype."),
+                        "{source}: {m}"
+                    );
+                }
+                other => panic!("{source}: {other:?}"),
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        // the guard cannot be taken away: an expression runs in strict mode, where writing,
+        // deleting or redefining a non-writable, non-configurable property throws, and a script
+        // that catches that still gets the guarded method
+        assert!(matches!(
+            eval("String.prototype.indexOf = function () { return 7 }", json!(0)),
+            Err(ExpressionError::Thrown(m)) if m == "TypeError: 'indexOf' is read-only"
+        ));
+        assert_eq!(
+            eval(
+                "var f = function () { return 7 }, thrown = 0; \
+                 try { String.prototype.indexOf = f } catch (e) { thrown++ } \
+                 try { delete String.prototype.indexOf } catch (e) { thrown++ } \
+                 try { Object.defineProperty(String.prototype, 'indexOf', { value: f }) } \
+                 catch (e) { thrown++ } \
+                 [thrown, 'ab'.indexOf('b'), 'a'.repeat(3000).includes('b'.repeat(3000))]",
+                json!(0)
+            )
+            .unwrap(),
+            Some(json!([3, 1, false]))
+        );
+        assert_eq!(
+            eval(
+                "[value.indexOf('b'), value.lastIndexOf('a'), value.includes('c'), value.startsWith('ab'), \
+                  value.endsWith('ca'), value.split('b'), value.split(/c/), value.split(), \
+                  value.replace('b', 'B'), value.replace(/a/g, (m) => m.toUpperCase()), \
+                  value.replaceAll('a', '-'), value.indexOf(), 'x1'.indexOf(1)]",
+                json!("abca")
+            )
+            .unwrap(),
+            Some(json!([1, 3, true, true, true, ["a", "ca"], ["ab", "a"], ["abca"], "aBca", "AbcA", "-bc-", -1, 1]))
+        );
+        assert!(matches!(
+            eval("value.startsWith(/a/)", json!("abc")),
+            Err(ExpressionError::Thrown(m)) if m.starts_with("TypeError")
+        ));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 use super::*;
 use serde_json::json;
+use std::time::Duration;
 use vcp_crds::{TranslatePatchLabels, TranslatePatchReference};
 
 fn reference(path: &str, api_version: &str, kind: &str) -> TranslatePatch {
@@ -272,4 +273,62 @@ fn from_host_runs_expressions_forward_and_names_back() {
         json!({"metadata": {"namespace": "vcluster-vc"}, "spec": {"secretName": "shared"}});
     patches.from_host(&host, &mut other).unwrap();
     assert_eq!(other["spec"]["secretName"], "shared");
+}
+
+#[test]
+fn one_objects_evaluations_together_are_bounded_in_time_and_in_result_size() {
+    // time: 200 locations of a `[*]` path, each evaluation taking ~2 ms, against an object's
+    // bound of 10 × 20 ms = 200 ms: stopped before the last location, the object unchanged
+    let patch = TranslatePatch {
+        path: "spec.tags[*]".into(),
+        expression: Some(
+            "var t = Date.now(); while (Date.now() - t < 2) {} value.toUpperCase()".into(),
+        ),
+        ..TranslatePatch::default()
+    };
+    let patches = Patches::new(&[patch], "vc", "ns")
+        .unwrap()
+        .with_bounds(Bounds {
+            time: Duration::from_millis(20),
+            memory: 16 << 20,
+        });
+    let tags: Vec<String> = (0..200).map(|i| format!("t{i}")).collect();
+    let virtual_obj = json!({"spec": {"tags": tags}});
+    let started = std::time::Instant::now();
+    let error = patches
+        .to_host(&virtual_obj, &mut virtual_obj.clone())
+        .unwrap_err();
+    assert!(
+        error
+            .message
+            .contains("longer than the object's bound of 200ms"),
+        "{error}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    // size: a FromHost object's 150 items, each made a 1 MB string (the expressions read the
+    // host object, which the results do not grow), against a bound of 16 MiB: stopped at the
+    // 17th
+    let patch = TranslatePatch {
+        path: "spec.items[*]".into(),
+        expression: Some("'x'.repeat(1000000)".into()),
+        ..TranslatePatch::default()
+    };
+    let patches = Patches::new(&[patch], "vc", "ns")
+        .unwrap()
+        .with_bounds(Bounds {
+            time: Duration::from_secs(10),
+            memory: 16 << 20,
+        });
+    let host = json!({"metadata": {"namespace": "ns"}, "spec": {"items": vec![0; 150]}});
+    let error = patches.from_host(&host, &mut host.clone()).unwrap_err();
+    assert!(
+        error
+            .message
+            .contains("the results of the 17 evaluations so far hold 17000034 bytes"),
+        "{error}"
+    );
 }
