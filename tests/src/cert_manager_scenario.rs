@@ -43,7 +43,11 @@ pub fn readme_spec(vcluster: &str) -> Value {
     json!({
         "vcluster": {"name": vcluster},
         "syncedTypes": [
-            {"apiVersion": "cert-manager.io/v1", "kind": "Issuer"},
+            {"apiVersion": "cert-manager.io/v1", "kind": "Issuer",
+             "patches": [
+                {"path": "spec", "expression": "({selfSigned: value.selfSigned, ca: value.ca})"},
+                {"path": "spec.ca.secretName", "reference": {"apiVersion": "v1", "kind": "Secret"}}
+             ]},
             {"apiVersion": "cert-manager.io/v1", "kind": "Certificate", "syncStatus": true,
              "patches": [
                 {"path": "spec.secretName", "reference": {"apiVersion": "v1", "kind": "Secret"}},

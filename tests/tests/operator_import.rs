@@ -356,7 +356,11 @@ async fn cert_manager_vcluster_yaml_imports_into_the_example_plugin() {
             "vcluster": {"name": "my-vcluster"},
             "syncedTypes": [
                 {"apiVersion": "cert-manager.io/v1", "kind": "Issuer", "resource": "issuers",
-                 "direction": "ToHost", "syncStatus": true},
+                 "direction": "ToHost", "syncStatus": true,
+                 "patches": [
+                     {"path": "spec", "expression": "({selfSigned: value.selfSigned, ca: value.ca})"},
+                     {"path": "spec.ca.secretName", "reference": {"apiVersion": "v1", "kind": "Secret"}}
+                 ]},
                 {"apiVersion": "cert-manager.io/v1", "kind": "Certificate", "resource": "certificates",
                  "direction": "ToHost", "syncStatus": true,
                  "patches": [
