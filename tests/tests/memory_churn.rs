@@ -279,7 +279,8 @@ async fn heap_live_bytes(operator: &OperatorProcess) -> i64 {
 async fn the_operators_resident_set_returns_after_10000_plugins_came_and_went() {
     let cp = ControlPlane::shared();
     let admin = cp.client(Cluster::Host, Identity::Admin).await;
-    vcp_tests::prepare_operator_host(cp, &admin).await;
+    vcp_tests::install_crds(&admin).await;
+    vcp_tests::install_operator_role(&admin).await;
     stream::iter(0..VCLUSTERS)
         .for_each_concurrent(4, |i| {
             let admin = admin.clone();
