@@ -459,6 +459,18 @@ fn cert_manager_vcluster_yaml_becomes_the_example_plugin() {
             resource: Some("issuers".into()),
             direction: SyncDirection::ToHost,
             sync_status: true,
+            patches: vec![
+                TranslatePatch {
+                    path: "spec".into(),
+                    expression: Some("({selfSigned: value.selfSigned, ca: value.ca})".into()),
+                    ..Default::default()
+                },
+                TranslatePatch {
+                    path: "spec.ca.secretName".into(),
+                    reference: reference("v1", "Secret"),
+                    ..Default::default()
+                },
+            ],
             ..Default::default()
         },
         SyncedType {
