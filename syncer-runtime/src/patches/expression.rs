@@ -367,6 +367,28 @@ mod tests {
         evaluate(source, &input, &Bounds::default())
     }
 
+    /// `source` on `value` (no objects in its context) with a time bound of `time`: far away,
+    /// so that only another bound or a thrown error can end it.
+    fn eval_within(
+        source: &str,
+        value: Value,
+        time: Duration,
+    ) -> Result<Option<Value>, ExpressionError> {
+        let input = Input {
+            value: &value,
+            path: "spec.x",
+            vcluster_name: "vc",
+            vcluster_namespace: "vcluster-vc",
+            virtual_object: None,
+            host_object: None,
+        };
+        let bounds = Bounds {
+            time,
+            ..Bounds::default()
+        };
+        evaluate(source, &input, &bounds)
+    }
+
     #[test]
     fn the_documented_variables_and_helpers() {
         // vCluster's documented examples
@@ -521,20 +543,7 @@ mod tests {
             "var h='a'.repeat(3000000); h.replaceAll('a'.repeat(1500000)+'b', '')",
         ] {
             // a time bound far away, so that only the guard can end these
-            let bounds = Bounds {
-                time: Duration::from_secs(60),
-                ..Bounds::default()
-            };
-            let value = json!(1);
-            let input = Input {
-                value: &value,
-                path: "spec.x",
-                vcluster_name: "vc",
-                vcluster_namespace: "vcluster-vc",
-                virtual_object: None,
-                host_object: None,
-            };
-            match evaluate(source, &input, &bounds) {
+            match eval_within(source, json!(1), Duration::from_secs(60)) {
                 Err(ExpressionError::Thrown(m)) => {
                     assert!(
                         m.starts_with("RangeError: String.prototype."),
@@ -590,19 +599,6 @@ mod tests {
     fn the_memory_bound_stops_allocations() {
         // a time bound far away, so that only the memory bound can stop them (with the default
         // 100 ms, whichever comes first stops them: on a busy machine, the time bound)
-        let bounds = Bounds {
-            time: Duration::from_secs(20),
-            ..Bounds::default()
-        };
-        let value = json!(0);
-        let input = Input {
-            value: &value,
-            path: "spec.x",
-            vcluster_name: "vc",
-            vcluster_namespace: "vcluster-vc",
-            virtual_object: None,
-            host_object: None,
-        };
         for source in [
             // the attack fixture's allocating expression, literally
             "let a=[]; while(true) a.push(new Array(1e6))",
@@ -610,7 +606,7 @@ mod tests {
             "(function () { let a = []; for (;;) a.push({x: a.length}) })()",
         ] {
             let started = Instant::now();
-            let result = evaluate(source, &input, &bounds);
+            let result = eval_within(source, json!(0), Duration::from_secs(20));
             assert_eq!(
                 result,
                 Err(ExpressionError::OutOfMemory(16 << 20)),
