@@ -44,10 +44,11 @@ pub use decide::{
 /// Converges the vCluster of `plugin`, which is not being deleted, to install it (see the
 /// module docs).
 ///
-/// Under the workload's lock, the finalizer is added first to this plugin and then to every
-/// other plugin of the vCluster that lacks it and is not being deleted (each would add it in
-/// its own reconcile before anything is installed for it): the workload is then planned with
-/// all of them and applied once, instead of once per plugin as each gains its finalizer.
+/// Under the workload's lock, before anything is installed, the finalizer is added to this
+/// plugin and, when its workload exists, at the same time to every other plugin of the
+/// vCluster that lacks it and is not being deleted (each would add it in its own reconcile
+/// before anything is installed for it): the workload is then planned with all of them and
+/// applied once, instead of once per plugin as each gains its finalizer.
 ///
 /// # Errors
 /// API errors (the finalizer patches, discovery, the dry runs, the writes); the controller
@@ -70,7 +71,8 @@ pub async fn install(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
         // Deleted since this reconcile started: the deletion's own trigger runs the cleanup.
         return Ok(Action::await_change());
     }
-    let plugin = &with_finalizer(ctx, &latest).await?;
+    // The workload first (from the watch caches: no request once they hold it): the siblings'
+    // finalizers are added only when there is a workload to install them into.
     let wl = cache::workload(
         &ctx.client,
         &ctx.caches,
@@ -79,11 +81,10 @@ pub async fn install(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
         &vcluster,
     )
     .await?;
+    let fresher = with_finalizers(ctx, &latest, wl.is_some()).await?;
+    let plugin = &fresher[0];
     let observed = match wl {
-        Some(wl) => {
-            let fresher = with_sibling_finalizers(ctx, plugin).await?;
-            Some(observe::vcluster(ctx, wl, &fresher, None).await?)
-        }
+        Some(wl) => Some(observe::vcluster(ctx, wl, &fresher, None).await?),
         None => None,
     };
     let plan = decide_and_act(ctx, plugin, &observed, Intent::Install(plugin), guard).await?;
@@ -171,35 +172,41 @@ pub async fn reapply(ctx: &Context, wl: crate::workload::Workload) -> Result<boo
     act::workload(ctx, Some(&observed), &plan).await
 }
 
-/// `plugin` and the other plugins of its vCluster that are not being deleted, each carrying the
-/// finalizer (added now to those that lack it, [`with_finalizer`]): the copies newer than the
-/// plugins' watch cache.
+/// `plugin` (first) and, when `siblings`, the other plugins of its vCluster that are not being
+/// deleted, each carrying the finalizer (added now to those that lack it, [`with_finalizer`]):
+/// the copies newer than the plugins' watch cache. The patches are sent at once, not one
+/// after the other (issue 24: one round trip instead of one per plugin).
 ///
 /// # Errors
 /// The finalizer patches.
-async fn with_sibling_finalizers(
+async fn with_finalizers(
     ctx: &Context,
     plugin: &VClusterPlugin,
+    siblings: bool,
 ) -> Result<Vec<VClusterPlugin>> {
     let namespace = plugin.namespace().unwrap_or_default();
     let vcluster = &plugin.spec.vcluster.name;
-    let mut fresher = vec![plugin.clone()];
-    let unfinalized: Vec<Arc<VClusterPlugin>> = ctx
-        .plugins
-        .state()
-        .into_iter()
-        .filter(|p| {
-            p.namespace().as_deref() == Some(namespace.as_str())
-                && &p.spec.vcluster.name == vcluster
-                && p.name_any() != plugin.name_any()
-                && p.metadata.deletion_timestamp.is_none()
-                && !p.finalizers().iter().any(|f| f == FINALIZER)
-        })
-        .collect();
-    for other in unfinalized {
-        fresher.push(with_finalizer(ctx, &other).await?);
-    }
-    Ok(fresher)
+    let unfinalized: Vec<Arc<VClusterPlugin>> = if siblings {
+        ctx.plugins
+            .state()
+            .into_iter()
+            .filter(|p| {
+                p.namespace().as_deref() == Some(namespace.as_str())
+                    && &p.spec.vcluster.name == vcluster
+                    && p.name_any() != plugin.name_any()
+                    && p.metadata.deletion_timestamp.is_none()
+                    && !p.finalizers().iter().any(|f| f == FINALIZER)
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    futures::future::try_join_all(
+        std::iter::once(plugin)
+            .chain(unfinalized.iter().map(|p| &**p))
+            .map(|p| with_finalizer(ctx, p)),
+    )
+    .await
 }
 
 /// The controller's [`Action`] for `plan`'s requeue.
