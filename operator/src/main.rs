@@ -315,6 +315,9 @@ async fn run_controller(args: RunArgs) -> ExitCode {
         leader_election = ?config.leader_election,
         concurrency = config.concurrency,
         debounce_ms = u64::try_from(config.debounce.as_millis()).unwrap_or(u64::MAX),
+        // the test machinery compiled in (cargo features `test-faults`, `reconcile-log`):
+        // false in a release build; the benchmark checks it runs a build without them
+        test_machinery = cfg!(any(feature = "test-faults", feature = "reconcile-log")),
         "starting vcluster-plugin-operator"
     );
     // A graceful stop that does not finish within SHUTDOWN_DEADLINE of the signal ends anyway:

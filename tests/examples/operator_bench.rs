@@ -57,7 +57,8 @@
 //! (nearest-rank percentiles), then `debounce_ms` (read from the operator's start-up log line:
 //! the value it ran with) `vclusters runs`.
 //! `BENCH_VCLUSTERS` (default 200), `BENCH_UNRELATED` (default 1) and `BENCH_CONCURRENCY`
-//! (default: the operator's default) change the scale. The operator binary is built with the
+//! (default: the operator's default) change the scale. The operator binary, built without the
+//! test features by `scripts/bench operator` (`VCP_BENCH_OPERATOR_BINARY`), is built with the
 //! profile of this example (`scripts/bench`: release, or `BENCH_PROFILE=dev`).
 
 use std::collections::{BTreeMap, HashMap};
@@ -408,8 +409,15 @@ impl Drop for ReadyWatch {
 struct Operator(OperatorProcess);
 
 impl Operator {
+    /// Starts the operator binary `scripts/bench operator` built without the test features
+    /// (`VCP_BENCH_OPERATOR_BINARY`, its path), as the product ships (issue 24: the bench had
+    /// run the test-featured build); checked at start from its start-up line.
     fn start(cp: &ControlPlane, name: &str, concurrency: u16) -> Operator {
-        Operator(OperatorProcess::start(
+        let binary = std::env::var_os("VCP_BENCH_OPERATOR_BINARY").expect(
+            "VCP_BENCH_OPERATOR_BINARY: the operator binary without test features (scripts/bench operator builds it)",
+        );
+        let operator = Operator(OperatorProcess::start_binary(
+            std::path::Path::new(&binary),
             name,
             cp.dir(),
             &OperatorOptions {
@@ -420,7 +428,24 @@ impl Operator {
                 leader_election: None,
                 concurrency: Some(concurrency),
             },
-        ))
+        ));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let machinery = loop {
+            if let Some(v) = operator.0.started_with("test_machinery") {
+                break v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no start-up line from the operator"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(
+            machinery,
+            serde_json::json!(false),
+            "the benchmark runs the operator without its test features"
+        );
+        operator
     }
 
     /// Finished reconciles (`/metrics`; 0 while it does not answer yet).

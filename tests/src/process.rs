@@ -135,8 +135,23 @@ impl OperatorProcess {
     /// # Panics
     /// When it cannot be built or started.
     pub fn start(name: &str, log_dir: &Path, options: &OperatorOptions) -> OperatorProcess {
-        static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let binary = workspace_binary("vcluster-plugin-operator", "vcluster-plugin-operator");
+        OperatorProcess::start_binary(&binary, name, log_dir, options)
+    }
+
+    /// [`OperatorProcess::start`] of the operator binary at `binary` (the benchmark's release
+    /// build without the test features, `scripts/bench operator`). The fault options need a
+    /// binary built with `test-faults`.
+    ///
+    /// # Panics
+    /// When it cannot be started.
+    pub fn start_binary(
+        binary: &Path,
+        name: &str,
+        log_dir: &Path,
+        options: &OperatorOptions,
+    ) -> OperatorProcess {
+        static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let metrics = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port");
