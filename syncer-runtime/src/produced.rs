@@ -341,18 +341,9 @@ impl Reconcile for Produced {
                 Wanted::Keep => return Ok(None),
                 Wanted::Refused(message) => {
                     self.delete_copies(key, None).await?;
-                    let uid = source.uid().unwrap_or_default();
-                    self.opts.stats.warn_once(
-                        &format!(
-                            "{uid} {} {}",
-                            Reason::ProducedNameRefused,
-                            self.opts.name_path
-                        ),
-                        Reason::ProducedNameRefused,
-                        message.clone(),
-                    );
-                    return Ok(Some(Outcome::Failed(message)));
+                    return Ok(Some(self.refused(source, message)));
                 }
+                Wanted::Ambiguous(message) => return Ok(Some(self.refused(source, message))),
                 Wanted::Nothing => None,
                 Wanted::Copy(name, host) => Some((name, host)),
             },
@@ -410,9 +401,14 @@ struct Claimant {
 /// `web-tls` in namespace `a-x-team` and for `web-tls-x-a` in namespace `team`, so a tenant of
 /// `team` could name another namespace's produced object (a Secret with its private key) as
 /// its own. A host object is therefore brought back to one place only: when other synced
-/// objects declare it under another namespace or virtual name, the one that already holds the
-/// copy keeps it (first claim wins: the other claims are refused, the holder's copy is left
-/// alone), and while none holds one, every claim is refused until one is left.
+/// objects declare it under another namespace or virtual name, every claim is refused until
+/// one is left; the copies already made are left as they are, no longer updated.
+///
+/// Whether a place already holds a copy is *not* a reason to keep copying to it: that is known
+/// from marks on virtual objects (`vcp.dev/produced-for`, ...), which any virtual user can
+/// write on an object of their own namespace, and a forged mark made the earlier rule ("the
+/// first holder keeps it") copy another namespace's Secret, private key included, to the
+/// forger (a fresh attacker, issue 24's second round). `holds_copy` only words the message.
 ///
 /// # Errors
 /// The refusal's message, naming the other claims.
@@ -427,7 +423,7 @@ fn claim(
         .iter()
         .filter(|o| o.key.namespace != ours.key.namespace || o.virtual_name != ours.virtual_name)
         .collect();
-    if rivals.is_empty() || ours.holds_copy {
+    if rivals.is_empty() {
         return Ok(());
     }
     let named = |c: &Claimant| {
@@ -438,7 +434,7 @@ fn claim(
     };
     if let Some(holder) = rivals.iter().find(|c| c.holds_copy) {
         return Err(format!(
-            "{source_kind} {}: the host {produced_kind} {host_name:?} is already brought back as {}; the host name of {:?} in namespace {} is ambiguous (vCluster's `<name>-x-<namespace>-x-<vcluster>`), so it is not copied here",
+            "{source_kind} {}: the host {produced_kind} {host_name:?} was brought back as {}; the host name of {:?} in namespace {} is the same (vCluster's `<name>-x-<namespace>-x-<vcluster>` is ambiguous), so it is brought back nowhere while both declare it (copies already made are left as they are, no longer updated)",
             ours.key,
             named(holder),
             ours.virtual_name,
@@ -466,11 +462,30 @@ enum Wanted {
     Nothing,
     /// The host name is not the host name of the virtual name (the message says why).
     Refused(String),
+    /// The host name is declared by more than one place ([`claim`]): nothing is copied, and
+    /// the copies already there are left as they are (no longer updated).
+    Ambiguous(String),
     /// Copy this host object to this virtual name.
     Copy(String, Box<DynamicObject>),
 }
 
 impl Produced {
+    /// The synced object `source` brings nothing back: one `ProducedNameRefused` Event per
+    /// object, and the object counts as failed.
+    fn refused(&self, source: &DynamicObject, message: String) -> Outcome {
+        let uid = source.uid().unwrap_or_default();
+        self.opts.stats.warn_once(
+            &format!(
+                "{uid} {} {}",
+                Reason::ProducedNameRefused,
+                self.opts.name_path
+            ),
+            Reason::ProducedNameRefused,
+            message.clone(),
+        );
+        Outcome::Failed(message)
+    }
+
     /// What the virtual object `obj` (the synced object `key`) declares, from its `namePath`.
     fn declared(&self, obj: &DynamicObject, key: &ObjectKey) -> Option<Declared> {
         let name = string_at(&obj.data, &self.opts.name_path)?;
@@ -512,7 +527,7 @@ impl Produced {
             ));
         }
         if let Err(message) = self.claim(key, &virtual_name, &expected) {
-            return Wanted::Refused(message);
+            return Wanted::Ambiguous(message);
         }
         match self
             .host_produced
@@ -751,7 +766,7 @@ mod tests {
     }
 
     #[test]
-    fn an_ambiguous_host_name_is_brought_back_to_its_first_holder_only() {
+    fn an_ambiguous_host_name_is_brought_back_nowhere() {
         // the attack: `web-tls` in `a-x-team` and `web-tls-x-a` in `team` have one host name
         let host = "web-tls-x-a-x-team-x-vc";
         let translator = NamespacedTranslator::new("vc", "host-ns", "v1", "Secret");
@@ -759,17 +774,29 @@ mod tests {
         assert_eq!(translator.host_name("web-tls-x-a", "team"), host);
         let victim = |holds| claimant("a-x-team", "web", "web-tls", holds);
         let attacker = |holds| claimant("team", "grab", "web-tls-x-a", holds);
-        // the victim holds the copy: it keeps it, the attacker is refused and told by whom
-        assert_eq!(
-            claim(
-                &victim(true),
-                &[attacker(false)],
+        // the second round's attack: the attacker forged the marks of a held copy on an object
+        // of their own namespace; holding a copy wins nothing, for either side
+        for (attacker_holds, victim_holds) in [(true, true), (true, false), (false, true)] {
+            let refused = claim(
+                &attacker(attacker_holds),
+                &[victim(victim_holds)],
                 host,
                 "Certificate",
-                "Secret"
-            ),
-            Ok(())
-        );
+                "Secret",
+            )
+            .unwrap_err();
+            assert!(refused.contains("a-x-team/web-tls"), "{refused}");
+            assert!(
+                claim(
+                    &victim(victim_holds),
+                    &[attacker(attacker_holds)],
+                    host,
+                    "Certificate",
+                    "Secret"
+                )
+                .is_err()
+            );
+        }
         let refused = claim(
             &attacker(false),
             &[victim(true)],
@@ -779,7 +806,7 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            refused.contains("already brought back as a-x-team/web-tls"),
+            refused.contains("was brought back as a-x-team/web-tls"),
             "{refused}"
         );
         // neither holds one: both are refused until one is left
