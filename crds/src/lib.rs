@@ -16,6 +16,7 @@
 //! (absent from release builds).
 
 pub mod admission;
+pub mod built_in;
 pub mod car;
 #[cfg(feature = "test-faults")]
 pub mod fault;

@@ -12,13 +12,14 @@
 //! | `observedGeneration`, `phase`, conditions, `lastTransitionTime` | [`status`] |
 //! | the condition and Event reasons, shared with the runtime and serialized as the API's strings | [`vcp_crds::Reason`] |
 //! | converging one vCluster, the unit of a reconcile (install and delete alike): the finalizer added, then *observe* the workload, its plugins, the cluster facts and the dry-run verdicts; *act* on the plan (workload under its lock, RBAC); *report* the status | [`vcluster`] |
-//! | *decide*, pure: every refusal before any write, in order (`NotAVCluster`, `PolicyDenied`, `UnknownType`, `ClusterScopedType`, `VClusterRoleNotFound`, `SharedVClusterRole`, `TooLarge`, `InvalidWorkload`, `Conflict`; `VClusterNotFound`), the workload body, every plugin's verdict, the status, the requeue (`RESYNC`, `RECHECK`) | [`vcluster::decide`] |
+//! | *decide*, pure: every refusal before any write, in order (`NotAVCluster`, `PolicyDenied`, `UnknownType`, `ClusterScopedType`, `VClusterRoleNotFound`, `SharedVClusterRole`, `PolicyDenied` for a synced kind Kubernetes serves itself, `TooLarge`, `InvalidWorkload`, `Conflict`; `VClusterNotFound`), the workload body, every plugin's verdict, the status, the requeue (`RESYNC`, `RECHECK`) | [`vcluster::decide`] |
 //! | *observe*: the plugins of a vCluster, the cluster facts (identity, discovery, Roles and RoleBindings), the hooks' and dry runs' verdicts | [`vcluster::observe`] |
 //! | *act*: the workload apply, the plugin's RBAC objects and vCluster Role entries, removal on delete (exactly what was added, a missing workload does not block it), the status | [`vcluster::act`] |
 //! | adding and removing the finalizer `vcp.dev/cleanup` | [`finalizer`] |
 //! | what plugins deleted without that removal left behind (finalizer removed by hand, operator stopped): swept at start, after each delete, periodically | [`sweep`] |
 //! | server-side apply under one field manager, zero writes once converged, deletes only of the plugin's own objects, Events, the dry-run requests | [`writes`] |
 //! | which RBAC rules a plugin may grant, what its container may ask for (`PolicyDenied`) | [`policy`] |
+//! | which synced types the runtime may sync: custom resources and `ConfigMap` (`PolicyDenied`) | [`vcp_crds::built_in`] |
 //! | each plugin's part judged by server-side dry runs before the apply, the namespace's Pod Security level (`InvalidWorkload`, `PolicyDenied`) | [`judge`] |
 //! | watches, mappers, reconcile, retries | [`controller`] |
 //! | the watches of the vCluster Roles `PatchVClusterRoles` plugins append to (an edit taking a plugin's rule out triggers its repair) | [`patched_roles`] |

@@ -331,7 +331,12 @@ impl Generation {
         if let Some(table) = &config.hook_table {
             table.set(hooks.clone());
         }
-        let mut synced_types = spec.synced_types.clone();
+        let (mut synced_types, refused) = syncable_types(&spec.synced_types, config.pod_sync);
+        for message in refused {
+            // the operator refuses such a plugin (PolicyDenied); this holds when the runtime
+            // reads a newer spec before the operator does, or runs without the operator
+            warn!(plugin = %config.plugin, "{message}; not synced");
+        }
         if config.pod_sync == PodSync::Full
             && !synced_types
                 .iter()
@@ -413,6 +418,26 @@ impl Generation {
         );
         Ok(generation)
     }
+}
+
+/// The synced types of `declared` the runtime syncs, and the refusals of the others
+/// ([`vcp_crds::built_in::refusal`]: a kind Kubernetes serves itself other than `ConfigMap`),
+/// except that with [`PodSync::Full`] (standalone, the runtime is the pod syncer) a `v1`
+/// `Pod` entry (a selector narrowing the pods it syncs) is kept.
+pub fn syncable_types(
+    declared: &[SyncedType],
+    pod_sync: PodSync,
+) -> (Vec<SyncedType>, Vec<String>) {
+    let mut kept = Vec::new();
+    let mut refused = Vec::new();
+    for (i, t) in declared.iter().enumerate() {
+        let own_pods = pod_sync == PodSync::Full && t.api_version == "v1" && t.kind == "Pod";
+        match vcp_crds::built_in::refusal(i, t) {
+            Some(message) if !own_pods => refused.push(message),
+            _ => kept.push(t.clone()),
+        }
+    }
+    (kept, refused)
 }
 
 /// Resolves a synced type (retrying with backoff while it is not served) and runs its syncer:
@@ -743,5 +768,48 @@ impl Reporter {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn synced(api_version: &str, kind: &str) -> SyncedType {
+        SyncedType {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            ..SyncedType::default()
+        }
+    }
+
+    /// The second attacker's plugin (`syncedTypes: [v1 Pod]`) syncs no pod beside a vCluster;
+    /// the standalone pod syncer keeps its own `Pod` entry.
+    #[test]
+    fn kinds_kubernetes_acts_on_are_not_synced() {
+        let declared = [
+            synced("example.loft.sh/v1", "Car"),
+            synced("v1", "Pod"),
+            synced("v1", "ConfigMap"),
+            synced("apps/v1", "Deployment"),
+        ];
+        for pod_sync in [PodSync::Hooks, PodSync::Mutate] {
+            let (kept, refused) = syncable_types(&declared, pod_sync);
+            assert_eq!(kept, [declared[0].clone(), declared[2].clone()]);
+            assert_eq!(refused.len(), 2);
+            assert!(
+                refused[0].starts_with("spec.syncedTypes[1] (v1 Pod)"),
+                "{}",
+                refused[0]
+            );
+            assert!(
+                refused[1].starts_with("spec.syncedTypes[3] (apps/v1 Deployment)"),
+                "{}",
+                refused[1]
+            );
+        }
+        let (kept, refused) = syncable_types(&declared, PodSync::Full);
+        assert_eq!(kept, declared[..3]);
+        assert_eq!(refused.len(), 1);
     }
 }

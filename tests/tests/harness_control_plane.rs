@@ -80,3 +80,51 @@ async fn crds_install_on_both_clusters() {
         );
     }
 }
+
+/// `vcp_crds::built_in::BUILT_IN_GROUPS` holds every group the real kube-apiserver serves
+/// itself: its discovery, less the groups of the CRDs installed (which the list must not
+/// hold, Gateway API's `gateway.networking.k8s.io` among the names it could be confused with).
+#[tokio::test]
+async fn built_in_groups_are_the_api_servers_own() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use vcp_crds::built_in::{BUILT_IN_GROUPS, is_built_in_group};
+    let cp = ControlPlane::shared();
+    let host = cp.client(Cluster::Host, Identity::Admin).await;
+    vcp_tests::install_crds(&host).await;
+    let crd_groups: Vec<String> = Api::<CustomResourceDefinition>::all(host.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("list CRDs")
+        .items
+        .into_iter()
+        .map(|c| c.spec.group)
+        .collect();
+    assert!(
+        !crd_groups.is_empty(),
+        "the shared control plane installs CRDs"
+    );
+    let served: Vec<String> = host
+        .list_api_groups()
+        .await
+        .expect("discovery")
+        .groups
+        .into_iter()
+        .map(|g| g.name)
+        .chain([String::new()])
+        .collect();
+    let own: Vec<&String> = served.iter().filter(|g| !crd_groups.contains(g)).collect();
+    assert!(own.len() >= 20, "{own:?}");
+    for group in own {
+        assert!(
+            BUILT_IN_GROUPS.contains(&group.as_str()),
+            "kube-apiserver serves {group:?}, missing from BUILT_IN_GROUPS"
+        );
+    }
+    for group in crd_groups
+        .iter()
+        .map(String::as_str)
+        .chain(["gateway.networking.k8s.io"])
+    {
+        assert!(!is_built_in_group(group), "{group} is a CRD's group");
+    }
+}

@@ -307,8 +307,9 @@ pub struct ClusterFacts {
 impl ClusterFacts {
     /// Whether `plugin` is installed, with what, or why not as its condition: not a vCluster
     /// (`NotAVCluster`), a patch path that cannot be used (`InvalidConfig`), the policy (`PolicyDenied`, judged on the discovered plurals), then
-    /// the cluster state ([`ClusterFacts::grant`]). Conflicts are judged by
-    /// [`workload::plan`].
+    /// the cluster state ([`ClusterFacts::grant`]), then a synced type of a kind Kubernetes
+    /// serves itself other than `ConfigMap` (`PolicyDenied`, [`vcp_crds::built_in`]).
+    /// Conflicts are judged by [`workload::plan`].
     ///
     /// # Errors
     /// The failed [`Check`].
@@ -331,8 +332,22 @@ impl ClusterFacts {
         }
         policy::evaluate(policy, plugin, &self.plurals)
             .map_err(|d| Check::failed(Reason::PolicyDenied, d.message()))?;
-        self.grant(plugin)
-            .map_err(|r| Check::failed(r.reason, r.message))
+        let grant = self
+            .grant(plugin)
+            .map_err(|r| Check::failed(r.reason, r.message))?;
+        // what the runtime would write: a kind Kubernetes acts on by content is not synced
+        // (vcp_crds::built_in), judged after the cluster state so that a type the host does not
+        // serve or a cluster-scoped one keeps its own reason
+        if let Some(message) = plugin
+            .spec
+            .synced_types
+            .iter()
+            .enumerate()
+            .find_map(|(i, t)| vcp_crds::built_in::refusal(i, t))
+        {
+            return Err(Check::failed(Reason::PolicyDenied, message));
+        }
+        Ok(grant)
     }
 
     /// What `plugin` is given, or why the cluster state refuses it (`NotAVCluster`,
