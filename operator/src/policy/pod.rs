@@ -24,6 +24,11 @@
 //! | `spec.nodeName` | changed | bypasses the scheduler: the pod lands on a node of the hook's choosing |
 //! | `spec.serviceAccountName`, `spec.serviceAccount`, `spec.automountServiceAccountToken` | changed | the pod would run with (or mount a token of) another host identity |
 //! | `spec.runtimeClassName` | changed | the container runtime (its isolation) is the cluster owner's choice |
+//! | `spec.priorityClassName` | changed | a priority such as `system-node-critical` evicts other pods: the cluster owner's choice |
+//! | `spec.volumes[i].ephemeral.volumeClaimTemplate.spec.dataSource` / `dataSourceRef` | added | a clone of another claim or a snapshot (it could be the vCluster's own data) |
+//! | `spec.volumes[i].csi` | added | an inline CSI volume: its driver decides what it mounts |
+//! | `spec.securityContext.fsGroup`, `supplementalGroups[j]` | `0` unless `containers.allowRunAsRoot` | the root group |
+//! | `metadata.annotations` of [`SECURITY_ANNOTATION_PREFIXES`] | changed | the API server turns them into seccomp / AppArmor profiles (`unconfined`) |
 //!
 //! The pod's `securityContext` (`runAsUser: 0`, `runAsGroup: 0`, `runAsNonRoot: false`,
 //! `Unconfined` seccomp / AppArmor, `seLinuxOptions`) and every container, init container and
@@ -170,6 +175,12 @@ fn identity(before: &PodSpec, after: &PodSpec) -> Result<(), Denial> {
             &after.runtime_class_name,
             "the container runtime (and its isolation) is the cluster owner's choice",
         ),
+        changed(
+            "priorityClassName",
+            &before.priority_class_name,
+            &after.priority_class_name,
+            "a priority class (such as system-node-critical) lets the pod evict others: the cluster owner's choice",
+        ),
     ];
     if let Some(d) = checks.into_iter().flatten().next() {
         return Err(d);
@@ -230,6 +241,26 @@ fn pod_security_context(policy: &ContainerPolicy, sc: &PodSecurityContext) -> Re
         }
     }
     host_process("spec", sc.windows_options.as_ref())?;
+    if !policy.allow_run_as_root {
+        let root_group = sc
+            .fs_group
+            .filter(|g| *g == 0)
+            .map(|_| "spec.securityContext.fsGroup".to_string())
+            .or_else(|| {
+                sc.supplemental_groups
+                    .iter()
+                    .flatten()
+                    .position(|g| *g == 0)
+                    .map(|i| format!("spec.securityContext.supplementalGroups[{i}]"))
+            });
+        if let Some(source) = root_group {
+            return Err(denial(
+                source,
+                "0",
+                "the root group (policy containers.allowRunAsRoot: false)",
+            ));
+        }
+    }
     // The fields a container's securityContext shares with the pod's, judged alike.
     let shared = SecurityContext {
         run_as_user: sc.run_as_user,
@@ -268,6 +299,40 @@ fn volumes(policy: &ContainerPolicy, before: &PodSpec, after: &PodSpec) -> Resul
                 format!("{at}.persistentVolumeClaim.claimName"),
                 format!("{:?}", claim.claim_name),
                 "a host claim the pod did not have (it could be the vCluster's own data)",
+            ));
+        }
+        // a claim made for the pod from another claim or a snapshot is a copy of that data:
+        // `dataSource: {kind: PersistentVolumeClaim, name: data-<vcluster>-0}` cloned the
+        // vCluster's own datastore into each pod (issue 24's second attacker)
+        let template = v
+            .ephemeral
+            .as_ref()
+            .and_then(|e| e.volume_claim_template.as_ref());
+        if let Some(spec) = template.map(|t| &t.spec) {
+            let source = spec
+                .data_source
+                .as_ref()
+                .map(|d| ("dataSource", d.kind.clone(), d.name.clone()))
+                .or_else(|| {
+                    spec.data_source_ref
+                        .as_ref()
+                        .map(|d| ("dataSourceRef", d.kind.clone(), d.name.clone()))
+                });
+            if let Some((field, kind, name)) = source {
+                return Err(denial(
+                    format!("{at}.ephemeral.volumeClaimTemplate.spec.{field}"),
+                    format!("{{kind: {kind:?}, name: {name:?}}}"),
+                    "a claim filled from another claim or snapshot (it could be the vCluster's own data)",
+                ));
+            }
+        }
+        // an inline CSI volume mounts whatever its driver gives (a host path, a secret store's
+        // secrets): the cluster owner's drivers, not a hook's choice
+        if let Some(csi) = &v.csi {
+            return Err(denial(
+                format!("{at}.csi.driver"),
+                format!("{:?}", csi.driver),
+                "an inline CSI volume the pod did not have (its driver decides what it mounts)",
             ));
         }
         if let Some(secret) = &v.secret {
@@ -388,6 +453,7 @@ pub fn check(policy: &ContainerPolicy, before: &Pod, after: &Pod) -> Result<(), 
     let a = after.spec.as_ref().unwrap_or(&empty);
     host_namespaces(a)?;
     identity(b, a)?;
+    security_annotations(before, after)?;
     if let Some(sc) = &a.security_context {
         pod_security_context(policy, sc)?;
     }
@@ -400,6 +466,40 @@ pub fn check(policy: &ContainerPolicy, before: &Pod, after: &Pod) -> Result<(), 
             .then(|| old.iter().find(|(_, o)| o.name == c.name).map(|(_, o)| o))
             .flatten();
         container(policy, &at, &c, previous)?;
+    }
+    Ok(())
+}
+
+/// Prefixes of the annotation keys the API server turns into a pod's or a container's
+/// `securityContext` (or that older kubelets read as such): `…apparmor…/<container>: unconfined`
+/// became `appArmorProfile: {type: Unconfined}` on a v1.34 API server (issue 24's second
+/// attacker).
+pub const SECURITY_ANNOTATION_PREFIXES: [&str; 3] = [
+    "container.apparmor.security.beta.kubernetes.io/",
+    "seccomp.security.alpha.kubernetes.io/",
+    "container.seccomp.security.alpha.kubernetes.io/",
+];
+
+/// Refuses a hook's change of an annotation the API server reads as a security setting
+/// ([`SECURITY_ANNOTATION_PREFIXES`], keys compared ignoring ASCII case).
+fn security_annotations(before: &Pod, after: &Pod) -> Result<(), Denial> {
+    let empty = std::collections::BTreeMap::new();
+    let b = before.metadata.annotations.as_ref().unwrap_or(&empty);
+    let a = after.metadata.annotations.as_ref().unwrap_or(&empty);
+    let security = |k: &String| {
+        let k = k.to_ascii_lowercase();
+        SECURITY_ANNOTATION_PREFIXES
+            .iter()
+            .any(|p| k.starts_with(p) || k == p.trim_end_matches('/'))
+    };
+    for key in a.keys().chain(b.keys()).filter(|k| security(k)) {
+        if a.get(key) != b.get(key) {
+            return Err(denial(
+                format!("metadata.annotations[{key:?}]"),
+                format!("{:?} (was {:?})", a.get(key), b.get(key)),
+                "the API server reads this annotation as the pod's seccomp or AppArmor profile",
+            ));
+        }
     }
     Ok(())
 }

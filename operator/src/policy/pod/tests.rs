@@ -70,7 +70,6 @@ fn only_the_restricted_volume_types_pass() {
     // .csi, .downwardAPI, .emptyDir, .ephemeral, .persistentVolumeClaim, .projected, .secret".
     let allowed = [
         json!({"name": "v", "configMap": {"name": "settings"}}),
-        json!({"name": "v", "csi": {"driver": "x"}}),
         json!({"name": "v", "downwardAPI": {"items": []}}),
         json!({"name": "v", "emptyDir": {}}),
         json!({"name": "v", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}),
@@ -81,6 +80,13 @@ fn only_the_restricted_volume_types_pass() {
         check(&ContainerPolicy::default(), &pod(base()), &after)
             .unwrap_or_else(|d| panic!("{v}: {}", d.message()));
     }
+    // `csi` is a restricted type too, but a hook may not add an inline one: the operator's own
+    // rule (its driver decides what it mounts), not the type's
+    let d = refused(&with(
+        "volumes",
+        json!([{"name": "v", "csi": {"driver": "x"}}]),
+    ));
+    assert_eq!(d.source, "spec.volumes[0].csi.driver");
     // PSS baseline, HostPath Volumes: spec.volumes[*].hostPath "Undefined/nil"; and types
     // outside the restricted list.
     for (v, kind) in [
@@ -314,4 +320,72 @@ fn lost_keys_finds_fields_the_typed_view_dropped() {
     let fine = json!({"spec": {"hostNetwork": false, "containers": [{"name": "a"}]}});
     let typed = serde_json::to_value(serde_json::from_value::<Pod>(fine.clone()).unwrap()).unwrap();
     assert!(lost_keys(&fine, &typed).is_empty());
+}
+
+/// The second attacker's hooks (issue 24): each passed the judge, and each gave the vCluster's
+/// pods what the policy refuses once the API server or a controller acted on it.
+#[test]
+fn what_the_api_server_or_a_controller_turns_into_access_is_refused() {
+    // a clone of the vCluster's data claim, through an ephemeral volume's claim template
+    for field in ["dataSource", "dataSourceRef"] {
+        let d = refused(&with(
+            "volumes",
+            json!([{"name": "loot", "ephemeral": {"volumeClaimTemplate": {"spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}},
+                field: {"kind": "PersistentVolumeClaim", "name": "data-my-vcluster-0"}}}}}]),
+        ));
+        assert_eq!(
+            d.source,
+            format!("spec.volumes[0].ephemeral.volumeClaimTemplate.spec.{field}")
+        );
+    }
+    // an ephemeral claim of its own (no source) is an empty volume
+    check(
+        &ContainerPolicy::default(),
+        &pod(base()),
+        &with(
+            "volumes",
+            json!([{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {
+                "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}}}]),
+        ),
+    )
+    .unwrap();
+    // an inline CSI volume of any driver
+    let d = refused(&with(
+        "volumes",
+        json!([{"name": "root", "csi": {"driver": "hostpath.csi.k8s.io", "volumeAttributes": {"path": "/"}}}]),
+    ));
+    assert_eq!(d.source, "spec.volumes[0].csi.driver");
+    // AppArmor and seccomp by annotation, which a v1.34 API server turns into the fields
+    for key in [
+        "container.apparmor.security.beta.kubernetes.io/app",
+        "Container.AppArmor.security.beta.kubernetes.io/app",
+        "seccomp.security.alpha.kubernetes.io/pod",
+        "container.seccomp.security.alpha.kubernetes.io/app",
+    ] {
+        let mut after = pod(base());
+        after.metadata.annotations = Some([(key.to_string(), "unconfined".to_string())].into());
+        let d = refused(&after);
+        assert_eq!(d.source, format!("metadata.annotations[{key:?}]"));
+    }
+    let mut annotated = pod(base());
+    annotated.metadata.annotations = Some([("team".to_string(), "a".to_string())].into());
+    check(&ContainerPolicy::default(), &pod(base()), &annotated).unwrap();
+    // placement and the root group
+    let d = refused(&with("priorityClassName", json!("system-node-critical")));
+    assert_eq!(d.source, "spec.priorityClassName");
+    let d = refused(&with("securityContext", json!({"fsGroup": 0})));
+    assert_eq!(d.source, "spec.securityContext.fsGroup");
+    let d = refused(&with(
+        "securityContext",
+        json!({"supplementalGroups": [1000, 0]}),
+    ));
+    assert_eq!(d.source, "spec.securityContext.supplementalGroups[1]");
+    check(
+        &ContainerPolicy::default(),
+        &pod(base()),
+        &with("securityContext", json!({"fsGroup": 2000})),
+    )
+    .unwrap();
 }
