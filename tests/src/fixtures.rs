@@ -109,6 +109,29 @@ pub fn render_vcluster_chart_from(
     Ok(String::from_utf8(out.stdout)?)
 }
 
+/// vCluster's chart values that make its pods meet the `restricted` Pod Security level (the
+/// syncer and the chart's `kubernetes` init container: non-root, no privilege escalation, no
+/// capabilities, the runtime's default seccomp profile).
+pub const RESTRICTED_VALUES: &str = r#"
+controlPlane:
+  statefulSet:
+    security:
+      podSecurityContext:
+        runAsNonRoot: true
+        runAsUser: 12345
+        seccompProfile: { type: RuntimeDefault }
+      containerSecurityContext:
+        allowPrivilegeEscalation: false
+        runAsUser: 12345
+        runAsGroup: 12345
+        capabilities: { drop: [ALL] }
+  distro:
+    k8s:
+      securityContext:
+        allowPrivilegeEscalation: false
+        capabilities: { drop: [ALL] }
+"#;
+
 /// The workload part of a vCluster as vCluster's own chart (v0.30.0, default values) creates
 /// it in `namespace`, as YAML for [`apply_yaml`]: the ServiceAccounts (`vc-my-vcluster`, the
 /// StatefulSet's), the config Secret, the Services (`my-vcluster`, the owner vCluster puts on

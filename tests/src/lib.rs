@@ -70,10 +70,10 @@ pub use audit::{
 pub use cert_manager::{CertManager, cert_manager_resource, condition_status, tls_dns_names};
 pub use control_plane::{Cluster, ControlPlane, Identity, config_from, repo_root};
 pub use fixtures::{
-    TEST_FIELD_MANAGER, VCLUSTER_VERSIONS, apply_yaml, apply_yaml_file, create_namespace,
-    create_yaml, install_crds, install_operator_rbac, oracle_path_at, oracle_paths, refusal,
-    render_vcluster_chart, render_vcluster_chart_from, string_map, vcluster_workload,
-    vcluster_workload_with,
+    RESTRICTED_VALUES, TEST_FIELD_MANAGER, VCLUSTER_VERSIONS, apply_yaml, apply_yaml_file,
+    create_namespace, create_yaml, install_crds, install_operator_rbac, oracle_path_at,
+    oracle_paths, refusal, render_vcluster_chart, render_vcluster_chart_from, string_map,
+    vcluster_workload, vcluster_workload_with,
 };
 pub use oracle::{
     json_lines_oracle, kubernetes_plurals, translate_oracle, translate_oracle_at,

@@ -332,29 +332,6 @@ async fn a_bad_plugin_blocks_neither_the_install_nor_the_deletion_of_another() {
     );
 }
 
-/// vCluster's chart values that make its pods meet the `restricted` Pod Security level (the
-/// syncer and the chart's `kubernetes` init container: non-root, no privilege escalation, no
-/// capabilities, the runtime's default seccomp profile).
-const RESTRICTED_VALUES: &str = r#"
-controlPlane:
-  statefulSet:
-    security:
-      podSecurityContext:
-        runAsNonRoot: true
-        runAsUser: 12345
-        seccompProfile: { type: RuntimeDefault }
-      containerSecurityContext:
-        allowPrivilegeEscalation: false
-        runAsUser: 12345
-        runAsGroup: 12345
-        capabilities: { drop: [ALL] }
-  distro:
-    k8s:
-      securityContext:
-        allowPrivilegeEscalation: false
-        capabilities: { drop: [ALL] }
-"#;
-
 /// A namespace enforcing `restricted`: a plugin whose container lacks
 /// `allowPrivilegeEscalation: false` and `capabilities.drop: [ALL]` is refused with
 /// `PolicyDenied` naming the level and the API server's reason, before the workload is written;
@@ -374,7 +351,7 @@ async fn the_namespaces_pod_security_level_is_respected() {
     .expect("namespace");
     apply_yaml(
         &admin,
-        &vcp_tests::vcluster_workload_with(ns, RESTRICTED_VALUES),
+        &vcp_tests::vcluster_workload_with(ns, vcp_tests::RESTRICTED_VALUES),
         Some(ns),
     )
     .await

@@ -3,10 +3,10 @@
 //! representative pod of the vCluster with the hooks applied, on the real host API server (Pod
 //! Security admission on) with the operator in-process as `vcp-operator`.
 //!
-//! The pod policy refuses most node powers by itself (the attack corpus shows privileged,
-//! hostPath and hostNetwork hooks refused); here the hook sets only an annotation, the
-//! deprecated per-container AppArmor profile `unconfined`, which `baseline` forbids and which
-//! only the API server's Pod Security admission judges.
+//! The pod policy refuses every `baseline` power by itself (the attack corpus shows privileged,
+//! hostPath, hostNetwork and AppArmor-annotation hooks refused); here the namespace enforces
+//! `restricted`, and the hook takes the pod's seccomp profile away: no node power, nothing the
+//! operator's own policy refuses, and only the API server's Pod Security admission judges it.
 
 use std::time::Duration;
 
@@ -14,13 +14,10 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::Client;
 use kube::api::Api;
 use serde_json::{Value, json};
-use vcp_tests::{
-    Audit, Identity, apply_yaml, condition, create_plugin, vcluster_workload, wait_event,
-    wait_ready,
-};
+use vcp_tests::{Audit, Identity, apply_yaml, condition, create_plugin, wait_event, wait_ready};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
-const NS: &str = "hooks-baseline";
+const NS: &str = "hooks-restricted";
 
 async fn template(admin: &Client) -> Value {
     let sts = Api::<StatefulSet>::namespaced(admin.clone(), NS)
@@ -42,13 +39,24 @@ fn operator_writes() -> Vec<(String, String, u16)> {
         .collect()
 }
 
-fn pod_hook(name: &str, annotations: Value) -> Value {
+/// A plugin of one `Pod` hook (`hook`: its actions), whose embedded runtime container meets
+/// `restricted`.
+fn pod_hook(name: &str, hook: Value) -> Value {
+    let mut h = json!({
+        "name": name, "apiVersion": "v1", "kind": "Pod", "events": ["CreatePhysical"],
+    });
+    for (k, v) in hook.as_object().expect("actions") {
+        h[k] = v.clone();
+    }
     json!({
         "vcluster": { "name": "my-vcluster" },
-        "hooks": [{
-            "name": name, "apiVersion": "v1", "kind": "Pod", "events": ["CreatePhysical"],
-            "annotations": annotations,
-        }],
+        "securityContext": {
+            "allowPrivilegeEscalation": false,
+            "capabilities": { "drop": ["ALL"] },
+            "runAsNonRoot": true,
+            "seccompProfile": { "type": "RuntimeDefault" },
+        },
+        "hooks": [h],
     })
 }
 
@@ -58,22 +66,29 @@ async fn a_hook_that_breaks_the_namespaces_pod_security_level_is_refused() {
     apply_yaml(
         &admin,
         &format!(
-            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NS}\n  labels: {{ pod-security.kubernetes.io/enforce: baseline }}\n"
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NS}\n  labels: {{ pod-security.kubernetes.io/enforce: restricted }}\n"
         ),
         None,
     )
     .await
     .expect("namespace");
-    apply_yaml(&admin, &vcluster_workload(NS), Some(NS))
-        .await
-        .expect("vCluster");
+    apply_yaml(
+        &admin,
+        &vcp_tests::vcluster_workload_with(NS, vcp_tests::RESTRICTED_VALUES),
+        Some(NS),
+    )
+    .await
+    .expect("vCluster");
 
     // A harmless Pod hook is installed.
     create_plugin(
         &admin,
         NS,
         "team",
-        pod_hook("team", json!({ "example.com/team": "a" })),
+        pod_hook(
+            "team",
+            json!({ "annotations": { "example.com/team": "a" } }),
+        ),
     )
     .await;
     let p = wait_ready(&admin, NS, "team", "True", None, TIMEOUT).await;
@@ -81,14 +96,14 @@ async fn a_hook_that_breaks_the_namespaces_pod_security_level_is_refused() {
     let installed = template(&admin).await;
     let writes_before = operator_writes().len();
 
-    // Every pod of the vCluster would run unconfined.
+    // Every pod of the vCluster would run without a seccomp profile.
     create_plugin(
         &admin,
         NS,
         "unconfined",
         pod_hook(
-            "apparmor",
-            json!({ "container.apparmor.security.beta.kubernetes.io/workload": "unconfined" }),
+            "seccomp",
+            json!({ "jsonPatch": [{ "op": "remove", "path": "/spec/securityContext/seccompProfile" }] }),
         ),
     )
     .await;
@@ -97,12 +112,16 @@ async fn a_hook_that_breaks_the_namespaces_pod_security_level_is_refused() {
     assert_eq!(ready.reason, "PolicyDenied", "{}", ready.message);
     assert!(
         ready.message.starts_with(
-            "spec.hooks[0] (apparmor) change the vCluster's pods so that they would violate the Pod Security level \"baseline:latest\" enforced in namespace hooks-baseline (label pod-security.kubernetes.io/enforce); the API server's reason for a representative pod: "
+            "spec.hooks[0] (seccomp) change the vCluster's pods so that they would violate the Pod Security level \"restricted:latest\" enforced in namespace hooks-restricted (label pod-security.kubernetes.io/enforce); the API server's reason for a representative pod: "
         ),
         "{}",
         ready.message
     );
-    assert!(ready.message.contains("unconfined"), "{}", ready.message);
+    assert!(
+        ready.message.contains("seccompProfile"),
+        "{}",
+        ready.message
+    );
     wait_event(
         &admin,
         NS,
