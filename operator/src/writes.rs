@@ -243,7 +243,7 @@ pub async fn write_status(plugin: &VClusterPlugin, outcome: &Outcome, ctx: &Cont
 
 /// Applies the RBAC objects of `desired` that differ from the cached ones
 /// ([`Context::caches`]), and deletes those the plugin no longer needs (only when labelled as
-/// made for it); the four objects' requests are sent concurrently.
+/// made for it).
 ///
 /// # Errors
 /// The API server's answers.
@@ -260,43 +260,42 @@ pub async fn apply_rbac(
     let cluster_name = rbac::cluster_role_name(&namespace, &name);
     let namespaced = ObjectRef::new(&role_name).within(&namespace);
     let cluster = ObjectRef::new(&cluster_name);
-    // The four objects do not depend on one another (a binding may name a role that does not
-    // exist yet, and the operator holds `bind`): sent at once, one round trip instead of four
-    // one after the other (issue 24).
-    futures::try_join!(
-        ensure(
-            Api::<Role>::namespaced(client.clone(), &namespace),
-            caches.roles.get(&namespaced),
-            desired.role,
-            plugin,
-            rbac::role_matches,
-        ),
-        ensure(
-            Api::<RoleBinding>::namespaced(client.clone(), &namespace),
-            caches
-                .role_bindings
-                .get(&ObjectRef::new(&role_name).within(&namespace)),
-            desired.role_binding,
-            plugin,
-            rbac::role_binding_matches,
-        ),
-        ensure(
-            Api::<ClusterRole>::all(client.clone()),
-            caches.cluster_roles.get(&cluster),
-            desired.cluster_role,
-            plugin,
-            rbac::cluster_role_matches,
-        ),
-        ensure(
-            Api::<ClusterRoleBinding>::all(client.clone()),
-            caches
-                .cluster_role_bindings
-                .get(&ObjectRef::new(&cluster_name)),
-            desired.cluster_role_binding,
-            plugin,
-            rbac::cluster_role_binding_matches,
-        ),
-    )?;
+    ensure(
+        Api::<Role>::namespaced(client.clone(), &namespace),
+        caches.roles.get(&namespaced),
+        desired.role,
+        plugin,
+        rbac::role_matches,
+    )
+    .await?;
+    ensure(
+        Api::<RoleBinding>::namespaced(client.clone(), &namespace),
+        caches
+            .role_bindings
+            .get(&ObjectRef::new(&role_name).within(&namespace)),
+        desired.role_binding,
+        plugin,
+        rbac::role_binding_matches,
+    )
+    .await?;
+    ensure(
+        Api::<ClusterRole>::all(client.clone()),
+        caches.cluster_roles.get(&cluster),
+        desired.cluster_role,
+        plugin,
+        rbac::cluster_role_matches,
+    )
+    .await?;
+    ensure(
+        Api::<ClusterRoleBinding>::all(client.clone()),
+        caches
+            .cluster_role_bindings
+            .get(&ObjectRef::new(&cluster_name)),
+        desired.cluster_role_binding,
+        plugin,
+        rbac::cluster_role_binding_matches,
+    )
+    .await?;
     Ok(())
 }
 
