@@ -331,8 +331,28 @@ async fn main_v2() -> Result<(), Error> {
     result
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+/// How long the exit waits, after the runtime stopped, for work still running on its threads:
+/// an expression inside one native call runs to that call's end (`patches::off_the_workers`),
+/// which must not hold up a stop that SIGTERM asked for.
+const EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+fn main() -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("vcluster-plugin-syncer: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = runtime.block_on(main_async());
+    runtime.shutdown_timeout(EXIT_GRACE);
+    code
+}
+
+async fn main_async() -> ExitCode {
     // each line carries its spans' fields: the current span's (`span`) and every enclosing
     // one's (`spans`: the type task's plugin, vCluster and kind, the reconcile's object, the
     // write's verb and cluster)

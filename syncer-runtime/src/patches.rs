@@ -138,6 +138,21 @@ pub struct Patches {
     cluster_scoped: HashSet<(String, String)>,
 }
 
+/// Runs `f` (evaluations of expressions) without holding up the runtime's other tasks: on a
+/// multi-threaded tokio runtime through `tokio::task::block_in_place` (the worker's other tasks
+/// move to another thread while `f` runs), elsewhere as it is. An evaluation is bounded by the
+/// interrupt handler between bytecode steps, but one native call over large strings runs to
+/// its end (the second attacker's `new Set` of 1 MB strings ran 11 s): with every async worker
+/// inside such calls the runtime synced nothing else and did not answer SIGTERM.
+pub(crate) fn off_the_workers<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
+}
+
 impl Patches {
     /// The patches `declared` of a type synced by vCluster `vcluster` in host namespace
     /// `host_namespace`.
@@ -342,7 +357,21 @@ impl Patches {
         Ok(())
     }
 
+    /// Applies the expression patch `patch` to every location of its path in `target`, off
+    /// the runtime's async workers ([`off_the_workers`]).
     fn expression(
+        &self,
+        patch: &Compiled,
+        what: &'static str,
+        source: &str,
+        target: &mut Value,
+        virtual_obj: Option<&Value>,
+        host_obj: Option<&Value>,
+    ) -> Result<(), PatchError> {
+        off_the_workers(|| self.expression_here(patch, what, source, target, virtual_obj, host_obj))
+    }
+
+    fn expression_here(
         &self,
         patch: &Compiled,
         what: &'static str,

@@ -332,3 +332,53 @@ fn one_objects_evaluations_together_are_bounded_in_time_and_in_result_size() {
         "{error}"
     );
 }
+
+/// An evaluation runs off the runtime's async workers: while one expression is busy (here a
+/// loop of about a second under a far time bound, standing for a native call the interrupt does
+/// not reach), a task on the only worker keeps running. Before `off_the_workers` it stood
+/// still: the second attacker's stuck evaluations stopped all syncing and SIGTERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn an_evaluation_does_not_hold_up_the_other_tasks() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let patch = TranslatePatch {
+        path: "spec.image".into(),
+        expression: Some("let i = 0; while (i < 20000000) i++; value".into()),
+        ..TranslatePatch::default()
+    };
+    let patches = Patches::new(&[patch], "vc", "ns")
+        .unwrap()
+        .with_bounds(Bounds {
+            time: Duration::from_secs(60),
+            ..Bounds::default()
+        });
+    let ticks = Arc::new(AtomicU64::new(0));
+    let ticker = {
+        let ticks = ticks.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                ticks.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let evaluation = {
+        let ticks = ticks.clone();
+        tokio::spawn(async move {
+            let virtual_obj = json!({"spec": {"image": "nginx"}});
+            let before = ticks.load(Ordering::Relaxed);
+            let started = std::time::Instant::now();
+            patches
+                .to_host(&virtual_obj, &mut virtual_obj.clone())
+                .unwrap();
+            (ticks.load(Ordering::Relaxed) - before, started.elapsed())
+        })
+    };
+    let (during, took) = evaluation.await.unwrap();
+    ticker.abort();
+    assert!(took > Duration::from_millis(200), "{took:?}");
+    // at least a tick for every 50 ms of the evaluation (one per 5 ms when nothing is held up)
+    let expected = u64::try_from(took.as_millis() / 50).unwrap();
+    assert!(during >= expected, "{during} ticks in {took:?}");
+}
