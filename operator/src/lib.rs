@@ -68,7 +68,9 @@ pub use vcp_crds::fault;
 
 use std::future::Future;
 
-pub use config::{Config, DEBOUNCE, DEFAULT_CONCURRENCY, RETRY, default_runtime_image};
+pub use config::{
+    Config, DEBOUNCE, DEBOUNCE_MS, DEFAULT_CONCURRENCY, RETRY, default_runtime_image,
+};
 pub use error::Error;
 pub use leader::LeaderElection;
 pub use telemetry::Telemetry;

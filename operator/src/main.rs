@@ -72,7 +72,7 @@ struct RunArgs {
     /// Milliseconds the controller waits after a plugin's last trigger (a watch event of the
     /// plugin, its vCluster's workload or its RBAC objects) before reconciling it, so that the
     /// events of one reconcile's own writes coalesce; 0 reconciles at once.
-    #[arg(long, env = "VCP_DEBOUNCE_MS", default_value_t = 200)]
+    #[arg(long, env = "VCP_DEBOUNCE_MS", default_value_t = vcluster_plugin_operator::DEBOUNCE_MS)]
     debounce_ms: u64,
 
     /// Operator policy (YAML; schema in the docs of `vcluster_plugin_operator::policy` and in
