@@ -120,6 +120,24 @@ fn rust_log(template: &Value, name: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// A custom resource of the tutorial's group for the third plugin, beside `Car` and
+/// `ConfigMap`.
+const BOAT_CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: { name: boats.example.loft.sh }
+spec:
+  group: example.loft.sh
+  names: { kind: Boat, plural: boats, singular: boat, listKind: BoatList }
+  scope: Namespaced
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema: { type: object, x-kubernetes-preserve-unknown-fields: true }
+"#;
+
 /// After a fault: plugin `new` (syncing `synced`, an `(apiVersion, kind)`) created and
 /// `changed`'s `RUST_LOG` set to `tag` are installed:
 /// both `Ready=True` at their generation, the workload holds `expected` containers in order
@@ -167,6 +185,10 @@ async fn the_operator_installs_after_an_etcd_restart_and_a_compaction() {
     let cp = Arc::new(ControlPlane::start().expect("a control plane of this test's own"));
     let admin = cp.client(Cluster::Host, Identity::Admin).await;
     vcp_tests::install_crds(&admin).await;
+    // a third type to sync (a plugin may sync custom resources and ConfigMaps only)
+    vcp_tests::apply_yaml(&admin, BOAT_CRD, None)
+        .await
+        .expect("the Boat CRD");
     vcp_tests::install_operator_role(&admin).await;
     vcp_tests::create_namespace(&admin, NS).await;
     vcp_tests::apply_yaml(&admin, &vcp_tests::vcluster_workload(NS), Some(NS))
@@ -404,7 +426,7 @@ async fn the_operator_installs_after_an_etcd_restart_and_a_compaction() {
     let took_compaction = install_after_fault(
         &admin,
         "after-compaction",
-        ("networking.k8s.io/v1", "NetworkPolicy"),
+        ("example.loft.sh/v1", "Boat"),
         "before",
         "compaction",
         &["syncer", "before", "after-etcd", "after-compaction"],
