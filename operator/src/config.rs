@@ -80,10 +80,10 @@ pub const DEBOUNCE: Duration = Duration::from_millis(DEBOUNCE_MS);
 /// each took 1.99× the floor of the same writes at 4 (docs/BENCHMARKS.md, "Operator"), and 16
 /// was faster than 8 for the operator (30.7 s against 29.5 s and 28.6 s against 34.3 s in two
 /// pairs of runs). Against the fastest floor of three concurrencies (issue 24) the ratio is
-/// 1.41 at 1,000 vClusters (one quiet run) and a median of 1.52 at 200 vClusters (three quiet
-/// runs of the shipped build, after the finalizers and RBAC objects were sent at once): the
-/// ≤ 1.5 target (issue 15, item 3) is missed by 0.02 at 200, where both the operator and the
-/// floor keep the two cores busy and the operator's dry runs and reads are its extra work.
+/// 1.41 at 1,000 vClusters (one quiet run) and a median of 1.48 at 200 vClusters (three quiet
+/// runs of the shipped build, no debounce; 1.39 to 1.66): the ≤ 1.5 target (issue 15, item 3)
+/// is met as a median, where both the operator and the floor keep the two cores busy and the
+/// operator's dry runs and reads are its extra work.
 pub const DEFAULT_CONCURRENCY: u16 = 16;
 
 /// Default name of the Lease.
