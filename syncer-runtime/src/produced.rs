@@ -135,7 +135,27 @@ struct Index {
 }
 
 impl Index {
-    fn declare(&mut self, key: &ObjectKey, declared: Option<Declared>) {
+    /// Records what `key` declares (`None`: nothing, or it is gone) and returns the other
+    /// synced objects that declare the host name it declared before or declares now: a rival
+    /// that comes or goes changes their [`claim`], so they are reconciled too.
+    fn declare(&mut self, key: &ObjectKey, declared: Option<Declared>) -> BTreeSet<ObjectKey> {
+        let mut rivals = BTreeSet::new();
+        let names = self
+            .declared
+            .get(key)
+            .map(|d| d.1.clone())
+            .into_iter()
+            .chain(declared.as_ref().map(|d| d.1.clone()));
+        for host_name in names {
+            rivals.extend(
+                self.by_host_name
+                    .get(&host_name)
+                    .into_iter()
+                    .flatten()
+                    .filter(|k| *k != key)
+                    .cloned(),
+            );
+        }
         if let Some((virtual_name, host_name)) = self.declared.remove(key) {
             remove(&mut self.by_host_name, &host_name, key);
             remove(
@@ -155,6 +175,7 @@ impl Index {
                 .insert(key.clone());
             self.declared.insert(key.clone(), (virtual_name, host_name));
         }
+        rivals
     }
 
     fn copy(&mut self, key: &ObjectKey, name: &str, deleted: bool) {
@@ -279,8 +300,8 @@ impl Reconcile for Produced {
                     name: obj.name_any(),
                 };
                 let declared = (!deleted).then(|| self.declared(obj, &key)).flatten();
-                index.declare(&key, declared);
-                vec![key]
+                let rivals = index.declare(&key, declared);
+                std::iter::once(key).chain(rivals).collect()
             }
             Side::Host => self
                 .opts
@@ -471,10 +492,20 @@ enum Wanted {
 
 impl Produced {
     /// The synced object `source` brings nothing back: one `ProducedNameRefused` Event per
-    /// object, and the object counts as failed.
+    /// object, about it (the Event's related object, so that the refusals of two objects are
+    /// two Events, not a repeat of the first), and the object counts as failed.
     fn refused(&self, source: &DynamicObject, message: String) -> Outcome {
         let uid = source.uid().unwrap_or_default();
-        self.opts.stats.warn_once(
+        let related = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some(self.opts.source.api_version.clone()),
+            kind: Some(self.opts.source.kind.clone()),
+            namespace: source.namespace(),
+            name: Some(source.name_any()),
+            uid: source.uid(),
+            ..Default::default()
+        };
+        self.opts.stats.warn_once_about(
+            Some(related),
             &format!(
                 "{uid} {} {}",
                 Reason::ProducedNameRefused,
@@ -849,12 +880,24 @@ mod tests {
             name: name.into(),
         };
         let mut index = Index::default();
-        index.declare(&key("web"), Some(("tls".into(), "tls-x-a-x-vc".into())));
-        index.declare(&key("api"), Some(("tls".into(), "tls-x-a-x-vc".into())));
+        let none = BTreeSet::new();
+        assert_eq!(
+            index.declare(&key("web"), Some(("tls".into(), "tls-x-a-x-vc".into()))),
+            none
+        );
+        // a rival that comes is reported, so that the first declarer is reconciled too
+        assert_eq!(
+            index.declare(&key("api"), Some(("tls".into(), "tls-x-a-x-vc".into()))),
+            BTreeSet::from([key("web")])
+        );
         assert_eq!(index.by_host_name["tls-x-a-x-vc"].len(), 2);
-        index.declare(
-            &key("web"),
-            Some(("web-tls".into(), "web-tls-x-a-x-vc".into())),
+        // and one that goes: `web` leaves the name, `api` is told
+        assert_eq!(
+            index.declare(
+                &key("web"),
+                Some(("web-tls".into(), "web-tls-x-a-x-vc".into())),
+            ),
+            BTreeSet::from([key("api")])
         );
         assert_eq!(
             index.by_host_name["tls-x-a-x-vc"],

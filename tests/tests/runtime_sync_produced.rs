@@ -512,3 +512,219 @@ async fn a_host_name_no_reference_translated_is_not_brought_back() {
         .requests();
     assert_eq!(writes, Vec::<(String, String)>::new());
 }
+
+/// The second attacker's H1, end to end: `web-tls` in namespace `v-x-amb` and `web-tls-x-v` in
+/// namespace `amb` have one host name. The victim's copy is made first; then the attacker plants
+/// a Secret carrying the runtime's copy marks (plain annotations any virtual user may write) at
+/// their own name and declares it with a Cert of their own. Under the earlier "first holder
+/// keeps it" rule the forged marks made the attacker a holder and the victim's `tls.key` was
+/// copied into the forged Secret; now both claims are refused, the forged Secret is never
+/// written, and once the attacker's Cert is gone the victim's copy follows the host again.
+#[tokio::test]
+async fn an_ambiguous_host_name_is_brought_back_nowhere_even_with_forged_marks() {
+    let test = "ambiguous";
+    let (victim_ns, attacker_ns) = ("v-x-amb", "amb");
+    let host_ns = format!("vc-{test}");
+    prepare(&host_ns).await;
+    let spec = json!({
+        "vcluster": {"name": format!("vc-{test}")},
+        "syncedTypes": [{
+            "apiVersion": "e2e.vcp.test/v1", "kind": "Cert",
+            "selector": {"matchLabels": {"e2e": test}},
+            "patches": [{"path": "spec.secretName", "reference": {"apiVersion": "v1", "kind": "Secret"}}],
+            "produced": [{"apiVersion": "v1", "kind": "Secret", "namePath": "spec.secretName"}]
+        }]
+    });
+    let w = world_with(test, &[victim_ns, attacker_ns], spec, PodSync::Hooks).await;
+    let host_name = format!("web-tls-x-{victim_ns}-x-vc-{test}");
+    assert_eq!(
+        host_name,
+        format!("web-tls-x-v-x-{attacker_ns}-x-vc-{test}")
+    );
+    let cert = |ns: &'static str, name: &'static str, secret: &'static str| {
+        let client = w.virtual_.clone();
+        async move {
+            wait_for(TIMEOUT, || {
+                let api = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &certs());
+                let obj: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": "e2e.vcp.test/v1", "kind": "Cert",
+                    "metadata": {"name": name, "namespace": ns, "labels": {"e2e": "ambiguous"}},
+                    "spec": {"secretName": secret}
+                }))
+                .unwrap();
+                async move {
+                    api.patch(
+                        name,
+                        &PatchParams::apply("e2e").force(),
+                        &Patch::Apply(&obj),
+                    )
+                    .await
+                    .ok()
+                }
+            })
+            .await
+        }
+    };
+    let host_secrets: Api<Secret> = Api::namespaced(w.host.clone(), &host_ns);
+    let issue = |crt: &'static str| {
+        let api = host_secrets.clone();
+        let name = host_name.clone();
+        async move {
+            let secret: Secret = serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+                "type": "kubernetes.io/tls", "data": {"tls.crt": crt, "tls.key": crt}
+            }))
+            .unwrap();
+            api.patch(
+                &name,
+                &PatchParams::apply("cert-manager").force(),
+                &Patch::Apply(&secret),
+            )
+            .await
+            .expect("issue the host Secret")
+        }
+    };
+    let crt_of = |ns: &'static str, name: &'static str| {
+        let api: Api<Secret> = Api::namespaced(w.virtual_.clone(), ns);
+        async move {
+            api.get_opt(name).await.ok().flatten().and_then(|s| {
+                s.data?
+                    .get("tls.crt")
+                    .map(|b| String::from_utf8_lossy(&b.0).to_string())
+            })
+        }
+    };
+
+    // the victim's copy
+    cert(victim_ns, "web", "web-tls").await;
+    let host_certs = Api::<DynamicObject>::namespaced_with(w.host.clone(), &host_ns, &certs());
+    wait_for(TIMEOUT, || {
+        let api = host_certs.clone();
+        async move {
+            api.get_opt(&format!("web-x-{victim_ns}-x-vc-{test}"))
+                .await
+                .ok()
+                .flatten()
+        }
+    })
+    .await;
+    issue("VklDVElN").await; // "VICTIM"
+    wait_for(TIMEOUT, || async {
+        (crt_of(victim_ns, "web-tls").await.as_deref() == Some("VICTIM")).then_some(())
+    })
+    .await;
+
+    // the attacker declares the same host name with a Cert of their own: both are refused
+    cert(attacker_ns, "grab", "web-tls-x-v").await;
+    let refusal = |prefix: String| {
+        let events =
+            Api::<k8s_openapi::api::events::v1::Event>::namespaced(w.host.clone(), &host_ns);
+        async move {
+            poll_for(TIMEOUT, || {
+                let events = events.clone();
+                let prefix = prefix.clone();
+                async move {
+                    events
+                        .list(&Default::default())
+                        .await
+                        .ok()?
+                        .items
+                        .into_iter()
+                        .find(|e| {
+                            e.reason.as_deref() == Some(Reason::ProducedNameRefused.as_str())
+                                && e.note.as_deref().is_some_and(|n| n.starts_with(&prefix))
+                        })
+                }
+            })
+            .await
+            .unwrap_or_else(|| panic!("a ProducedNameRefused Event \"{prefix}…\""))
+        }
+    };
+    let note = refusal(format!("Cert {attacker_ns}/grab:"))
+        .await
+        .note
+        .unwrap_or_default();
+    assert!(
+        note.contains(&format!("was brought back as {victim_ns}/web-tls")),
+        "{note}"
+    );
+    // holding a copy wins nothing: the victim's claim is refused too
+    refusal(format!("Cert {victim_ns}/web:")).await;
+
+    // then plants a Secret carrying the runtime's copy marks for that Cert: under the earlier
+    // rule the attacker now "held" a copy, and the next reconcile copied the victim's Secret in
+    let forged: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "web-tls-x-v", "namespace": attacker_ns, "annotations": {
+            "vcp.dev/produced-for": "Cert.e2e.vcp.test/grab",
+            "vcp.dev/produced-path": "spec.secretName",
+            "vcluster.loft.sh/object-host-name": host_name,
+            "vcluster.loft.sh/object-host-namespace": host_ns,
+        }},
+        "type": "kubernetes.io/tls",
+        "data": {"tls.crt": "Rk9SR0VE", "tls.key": "Rk9SR0VE"} // "FORGED"
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(w.virtual_.clone(), attacker_ns)
+        .create(&Default::default(), &forged)
+        .await
+        .expect("the forged Secret");
+    // a renewal on the host: the runtime reconciles the attacker's Cert (it looked), and copies
+    // nothing to either side while both declare the name
+    let key = format!("{attacker_ns}/grab");
+    let before = w.reconciles.reconciles("Secret", &key);
+    issue("VklDVElNMg==").await; // "VICTIM2"
+    w.wait_reconciled("Secret", &key, before).await;
+    vcp_tests::audit_caught_up(ControlPlane::shared(), Cluster::Virtual).await;
+    let writes = Audit::writes()
+        .on(Cluster::Virtual)
+        .by(Identity::Syncer)
+        .in_namespace(attacker_ns)
+        .uri_contains("/secrets")
+        .requests();
+    assert_eq!(
+        writes,
+        Vec::<(String, String)>::new(),
+        "nothing written into {attacker_ns}"
+    );
+    assert_eq!(
+        crt_of(attacker_ns, "web-tls-x-v").await.as_deref(),
+        Some("FORGED")
+    );
+    no_victim_data_in(&w.virtual_, attacker_ns).await;
+    assert_eq!(
+        crt_of(victim_ns, "web-tls").await.as_deref(),
+        Some("VICTIM")
+    );
+
+    // the rival gone, the victim's copy follows the host again
+    Api::<DynamicObject>::namespaced_with(w.virtual_.clone(), attacker_ns, &certs())
+        .delete("grab", &DeleteParams::default())
+        .await
+        .expect("delete the attacker's Cert");
+    wait_for(TIMEOUT, || async {
+        (crt_of(victim_ns, "web-tls").await.as_deref() == Some("VICTIM2")).then_some(())
+    })
+    .await;
+    no_victim_data_in(&w.virtual_, attacker_ns).await;
+}
+
+/// No Secret of `ns` holds the victim's certificate (`VICTIM`, `VICTIM2`).
+async fn no_victim_data_in(virtual_: &kube::Client, ns: &str) {
+    let secrets = Api::<Secret>::namespaced(virtual_.clone(), ns)
+        .list(&Default::default())
+        .await
+        .expect("list Secrets");
+    for s in secrets.items {
+        let crt = s
+            .data
+            .as_ref()
+            .and_then(|d| d.get("tls.crt"))
+            .map(|b| String::from_utf8_lossy(&b.0).to_string());
+        assert!(
+            !crt.as_deref().is_some_and(|c| c.starts_with("VICTIM")),
+            "{ns}/{} holds the victim's certificate",
+            s.name_any()
+        );
+    }
+}
