@@ -293,6 +293,22 @@ fn is_pod(hook: &Hook) -> bool {
     hook.api_version == "v1" && hook.kind == "Pod"
 }
 
+/// Why a physical hook (`CreatePhysical` / `UpdatePhysical`: vCluster applies it, through
+/// `Mutate`, to the host object before it writes it) on a kind Kubernetes serves itself is
+/// refused, other than `v1 Pod` (judged as the pod it makes, [`judge`]) and `v1 ConfigMap`
+/// (data only): Kubernetes acts on such objects by their content, which the hook writes. The
+/// third fresh attacker (issue 24) had vCluster's own loader return host Secrets of type
+/// `kubernetes.io/service-account-token` for the vCluster's service account, claims cloned
+/// from the vCluster's data volume and Services with `externalIPs`. Same groups as the synced
+/// types' rule, [`vcp_crds::built_in`]. `None` for other hooks.
+fn built_in_host_kind(hook: &Hook, event: HookEvent) -> Option<String> {
+    let group = vcp_crds::built_in::group_of(&hook.api_version);
+    let config_map = group.is_empty() && hook.kind == "ConfigMap";
+    (event.is_physical() && vcp_crds::built_in::is_built_in_group(group) && !config_map).then(|| {
+        "changes host objects of a kind Kubernetes acts on by their content (a Secret's type makes the host mint a token, a claim's data source clones a volume, a Service's external IPs take traffic): of the kinds Kubernetes serves itself, only Pod hooks (judged as the pod they make) and ConfigMap hooks may change host objects; refused by the operator policy".to_string()
+    })
+}
+
 fn refusal(i: usize, hook: &Hook, event: HookEvent, what: String) -> Refusal {
     Refusal {
         reason: Reason::PolicyDenied,
@@ -310,6 +326,9 @@ fn other_kinds(plugin: &VClusterPlugin, namespace: &str, vcluster: &str) -> Opti
         for &event in &hook.events {
             if is_pod(hook) && event.is_physical() {
                 continue;
+            }
+            if let Some(what) = built_in_host_kind(hook, event) {
+                return Some(refusal(i, hook, event, what));
             }
             let before = representative_object(&hook.api_version, &hook.kind, namespace, vcluster);
             let mut obj = before.clone();

@@ -196,7 +196,7 @@ fn field_names_are_judged_as_vclusters_decoder_reads_them() {
         None,
         vec![hook(
             "h",
-            "Secret",
+            "ConfigMap",
             vec![HookEvent::UpdatePhysical],
             vec![op(JsonPatchOp::Add, "/Metadata", json!({"name": "x"}))],
         )],
@@ -406,4 +406,65 @@ fn the_shipped_hooks_only_sample_passes() {
             .as_deref(),
         Some("node.example.com/spot")
     );
+}
+
+/// The third fresh attacker's hooks (issue 24): with `version: v2` vCluster applies physical
+/// hooks to the host object before it creates it, and each of these made one Kubernetes acts
+/// on (vCluster v0.30.0's loader returned exactly these objects). Refused whatever they write;
+/// a ConfigMap hook, a Pod hook and a virtual-side hook on a Secret pass this rule.
+#[test]
+fn physical_hooks_on_kinds_kubernetes_acts_on_are_refused() {
+    for (kind, path, value) in [
+        (
+            "Secret",
+            "/metadata/annotations/kubernetes.io~1service-account.name",
+            json!("vc-my-vcluster"),
+        ),
+        ("Secret", "/metadata/labels/team", json!("a")),
+        ("PersistentVolumeClaim", "/metadata/labels/team", json!("a")),
+        ("Service", "/metadata/labels/team", json!("a")),
+    ] {
+        for event in [HookEvent::CreatePhysical, HookEvent::UpdatePhysical] {
+            let p = plugin(
+                "evil",
+                Some(PluginVersion::V2),
+                vec![hook(
+                    "h",
+                    kind,
+                    vec![event],
+                    vec![op(JsonPatchOp::Add, path, value.clone())],
+                )],
+            );
+            let m = refusal_of(&p);
+            assert!(
+                m.starts_with(&format!("spec.hooks[0] (h, {event:?} on v1 {kind}) changes host objects of a kind Kubernetes acts on")),
+                "{kind} {path}: {m}"
+            );
+        }
+    }
+    let mut apps = hook(
+        "h",
+        "Deployment",
+        vec![HookEvent::CreatePhysical],
+        vec![op(JsonPatchOp::Add, "/metadata/labels/a", json!("b"))],
+    );
+    apps.api_version = "apps/v1".into();
+    assert!(refusal_of(&plugin("evil", None, vec![apps])).contains("changes host objects"));
+    for ok in [
+        hook(
+            "h",
+            "ConfigMap",
+            vec![HookEvent::CreatePhysical],
+            vec![op(JsonPatchOp::Add, "/metadata/labels/a", json!("b"))],
+        ),
+        hook(
+            "h",
+            "Secret",
+            vec![HookEvent::CreateVirtual],
+            vec![op(JsonPatchOp::Add, "/metadata/labels/a", json!("b"))],
+        ),
+    ] {
+        let p = plugin("fine", Some(PluginVersion::V2), vec![ok]);
+        assert!(judged(&[&p]).refused.is_empty(), "{:?}", p.spec.hooks);
+    }
 }
