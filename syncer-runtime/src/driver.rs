@@ -140,6 +140,10 @@ pub(crate) trait Reconcile: Send + Sync + 'static {
     /// run's (`docs/BENCHMARKS.md`, "Sync runtime").
     fn for_each_key(&self, push: &mut dyn FnMut(ObjectKey));
 
+    /// Called once every cache holds its first list, before the first reconcile (nothing by
+    /// default; [`crate::produced`] tells its [`crate::produced::Claims`]).
+    fn caches_ready(&self) {}
+
     /// One reconcile of `key` from the caches. `Ok(None)`: nothing to track any more (the
     /// key's outcome is forgotten).
     fn reconcile(
@@ -198,6 +202,7 @@ pub(crate) async fn run<R: Reconcile>(
         }
         let stats = reconciler.stats();
         stats.set_ready();
+        reconciler.caches_ready();
         let cached: Vec<String> = sides
             .iter()
             .map(|side| format!("{}: {}", side.cluster(), reconciler.cache(*side).len()))

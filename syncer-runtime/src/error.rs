@@ -143,6 +143,17 @@ pub enum Error {
         source: serde_json::Error,
     },
 
+    /// A produced object is not brought back yet: other `produced` entries of the runtime
+    /// (other synced types) have not listed their objects, so a rival place may still be unknown
+    /// ([`crate::produced::Claims`]); retried with backoff.
+    #[error(
+        "not brought back before every produced entry has listed its objects (waiting for {waiting}); retried"
+    )]
+    ProducedNotSettled {
+        /// The entries that have not listed yet.
+        waiting: String,
+    },
+
     /// A requested mode is not implemented yet.
     #[error("{what} is not implemented yet")]
     Unsupported {

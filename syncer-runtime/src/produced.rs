@@ -44,7 +44,7 @@
 //! nothing is ever created twice. The runtime only reads the produced kind on the host (`get`,
 //! `list`, `watch` in the vCluster's host namespace: the RBAC the operator derives).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -94,6 +94,123 @@ pub struct ProducedOptions {
     pub on_conflict: Option<ConflictReporter>,
     /// The longest delay between two attempts of a failing watch ([`crate::retry`]).
     pub retry_max: Duration,
+    /// The host names declared by every `produced` entry of the runtime's synced types, shared
+    /// by them all ([`Claims`]).
+    pub claims: Arc<Claims>,
+}
+
+/// The host names that the `produced` entries of all synced types of one runtime declare,
+/// so that a claim is judged against every other place that declares the same host object,
+/// whatever its synced type. The third fresh attacker (issue 24) took another namespace's
+/// private key through a second synced type: each entry's own index saw no rival.
+///
+/// Nothing is brought back until every entry the runtime runs has listed its synced objects
+/// ([`Claims::expect`], [`Claims::waiting`]): after a restart, an entry that listed first
+/// would otherwise copy before the rival places of the others were known.
+#[derive(Debug, Default)]
+pub struct Claims {
+    /// `(produced apiVersion/kind, host name)` → `(entry, synced object)` → `(virtual name,
+    /// synced kind)`; an entry is `<Kind>.<group>/` of its synced type and its `namePath`.
+    by_host_name: Mutex<HashMap<(String, String), Places>>,
+    /// The entries the runtime runs → whether each has listed its objects.
+    entries: Mutex<BTreeMap<String, bool>>,
+}
+
+/// The places that declare one host name, per [`Claims`] entry and synced object: `(virtual
+/// name, synced kind)`.
+type Places = BTreeMap<(String, ObjectKey), (String, String)>;
+
+impl Claims {
+    /// The entry of `produced[]` entry `name_path` of the synced type `api_version` / `kind`.
+    pub fn entry(api_version: &str, kind: &str, name_path: &str) -> String {
+        format!("{}{name_path}", produced_for(api_version, kind, ""))
+    }
+
+    /// Waits for `entry` (see [`Claims::entry`]) to list its objects before anything is
+    /// brought back (an entry already listed stays so).
+    pub fn expect(&self, entry: String) {
+        if let Ok(mut entries) = self.entries.lock() {
+            entries.entry(entry).or_insert(false);
+        }
+    }
+
+    /// Stops waiting for `entry` (its produced kind is not served: it lists nothing).
+    pub fn unexpect(&self, entry: &str) {
+        if let Ok(mut entries) = self.entries.lock() {
+            entries.remove(entry);
+        }
+    }
+
+    /// `entry` has listed its objects (every cache of its driver holds its first list).
+    fn listed(&self, entry: &str) {
+        if let Ok(mut entries) = self.entries.lock() {
+            entries.insert(entry.to_string(), true);
+        }
+    }
+
+    /// The entries not listed yet.
+    fn waiting(&self) -> Vec<String> {
+        self.entries
+            .lock()
+            .map(|e| {
+                e.iter()
+                    .filter(|(_, l)| !**l)
+                    .map(|(k, _)| k.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Records that `key` of `entry` declares `declared` (or nothing) for `produced`, in place
+    /// of `before`.
+    fn declare(
+        &self,
+        produced: &str,
+        (entry, kind): (&str, &str),
+        key: &ObjectKey,
+        before: Option<&Declared>,
+        declared: Option<&Declared>,
+    ) {
+        let Ok(mut map) = self.by_host_name.lock() else {
+            return;
+        };
+        let id = (entry.to_string(), key.clone());
+        if let Some((_, host_name)) = before {
+            let slot = (produced.to_string(), host_name.clone());
+            if let Some(set) = map.get_mut(&slot) {
+                set.remove(&id);
+                if set.is_empty() {
+                    map.remove(&slot);
+                }
+            }
+        }
+        if let Some((virtual_name, host_name)) = declared {
+            map.entry((produced.to_string(), host_name.clone()))
+                .or_default()
+                .insert(id, (virtual_name.clone(), kind.to_string()));
+        }
+    }
+
+    /// The places of other entries (other synced types, or another `namePath`) that declare
+    /// `host_name` of `produced`: `(synced kind, synced object, virtual name)`.
+    fn others(
+        &self,
+        produced: &str,
+        host_name: &str,
+        entry: &str,
+    ) -> Vec<(String, ObjectKey, String)> {
+        let Ok(map) = self.by_host_name.lock() else {
+            return Vec::new();
+        };
+        map.get(&(produced.to_string(), host_name.to_string()))
+            .into_iter()
+            .flatten()
+            .filter(|((e, _), _)| e != entry)
+            .map(|((_, key), (virtual_name, kind))| {
+                (kind.clone(), key.clone(), virtual_name.clone())
+            })
+            .collect()
+    }
 }
 
 /// The value of [`PRODUCED_FOR_ANNOTATION`] for the synced object `name` of `api_version` /
@@ -300,6 +417,13 @@ impl Reconcile for Produced {
                     name: obj.name_any(),
                 };
                 let declared = (!deleted).then(|| self.declared(obj, &key)).flatten();
+                self.opts.claims.declare(
+                    &self.produced_kind(),
+                    (&self.entry(), &self.opts.source.kind),
+                    &key,
+                    index.declared.get(&key),
+                    declared.as_ref(),
+                );
                 let rivals = index.declare(&key, declared);
                 std::iter::once(key).chain(rivals).collect()
             }
@@ -351,6 +475,10 @@ impl Reconcile for Produced {
         copies.into_iter().for_each(push);
     }
 
+    fn caches_ready(&self) {
+        self.opts.claims.listed(&self.entry());
+    }
+
     async fn reconcile(&self, key: &ObjectKey) -> Result<Option<Outcome>, Error> {
         let source = self
             .virtual_sources
@@ -366,7 +494,15 @@ impl Reconcile for Produced {
                 }
                 Wanted::Ambiguous(message) => return Ok(Some(self.refused(source, message))),
                 Wanted::Nothing => None,
-                Wanted::Copy(name, host) => Some((name, host)),
+                Wanted::Copy(name, host) => {
+                    let waiting = self.opts.claims.waiting();
+                    if !waiting.is_empty() {
+                        return Err(Error::ProducedNotSettled {
+                            waiting: waiting.join(", "),
+                        });
+                    }
+                    Some((name, host))
+                }
             },
         };
         self.delete_copies(key, wanted.as_ref().map(|(name, _)| name.as_str()))
@@ -414,6 +550,8 @@ struct Claimant {
     key: ObjectKey,
     virtual_name: String,
     holds_copy: bool,
+    /// Its synced kind (the claimants of other synced types are rivals too, [`Claims`]).
+    kind: String,
 }
 
 /// Whether `ours` may bring back the host object `host_name`, which `others` declare too.
@@ -449,8 +587,8 @@ fn claim(
     }
     let named = |c: &Claimant| {
         format!(
-            "{}/{} (for {source_kind} {})",
-            c.key.namespace, c.virtual_name, c.key
+            "{}/{} (for {} {})",
+            c.key.namespace, c.virtual_name, c.kind, c.key
         )
     };
     if let Some(holder) = rivals.iter().find(|c| c.holds_copy) {
@@ -491,6 +629,23 @@ enum Wanted {
 }
 
 impl Produced {
+    /// This entry in [`Claims`]: `<Kind>.<group>/` of the synced type and the `namePath`.
+    fn entry(&self) -> String {
+        Claims::entry(
+            &self.opts.source.api_version,
+            &self.opts.source.kind,
+            &self.opts.name_path,
+        )
+    }
+
+    /// The produced kind in [`Claims`]: `apiVersion/kind`.
+    fn produced_kind(&self) -> String {
+        format!(
+            "{}/{}",
+            self.opts.produced.api_version, self.opts.produced.kind
+        )
+    }
+
     /// The synced object `source` brings nothing back: one `ProducedNameRefused` Event per
     /// object, about it (the Event's related object, so that the refusals of two objects are
     /// two Events, not a repeat of the first), and the object counts as failed.
@@ -593,14 +748,28 @@ impl Produced {
                     key: k.clone(),
                     virtual_name: name.clone(),
                     holds_copy: holds(k, name),
+                    kind: self.opts.source.kind.clone(),
                 })
             })
+            .chain(
+                self.opts
+                    .claims
+                    .others(&self.produced_kind(), host_name, &self.entry())
+                    .into_iter()
+                    .map(|(kind, key, virtual_name)| Claimant {
+                        key,
+                        virtual_name,
+                        holds_copy: false,
+                        kind,
+                    }),
+            )
             .collect();
         claim(
             &Claimant {
                 key: key.clone(),
                 virtual_name: virtual_name.to_string(),
                 holds_copy: holds(key, virtual_name),
+                kind: self.opts.source.kind.clone(),
             },
             &others,
             host_name,
@@ -787,6 +956,7 @@ mod tests {
     /// two objects declaring one name are both found, a forgotten object is gone everywhere.
     fn claimant(namespace: &str, name: &str, virtual_name: &str, holds_copy: bool) -> Claimant {
         Claimant {
+            kind: "Certificate".into(),
             key: ObjectKey {
                 namespace: namespace.into(),
                 name: name.into(),
@@ -871,6 +1041,114 @@ mod tests {
             claim(&victim(false), &[twin], host, "Certificate", "Secret"),
             Ok(())
         );
+    }
+
+    /// The third attacker's H2: one host name declared through two synced types (two entries):
+    /// each entry sees the other's places as rivals, its own not (its index has them); what a
+    /// place no longer declares is forgotten.
+    #[test]
+    fn claims_are_shared_across_synced_types() {
+        let claims = Claims::default();
+        let key = |ns: &str, name: &str| ObjectKey {
+            namespace: ns.into(),
+            name: name.into(),
+        };
+        let host = "web-tls-x-a-x-team-x-vc";
+        let certs = ("Certificate.cert-manager.io/spec.secretName", "Certificate");
+        let widgets = ("Widget.e2e.vcp.test/spec.secretName", "Widget");
+        let victim: Declared = ("web-tls".into(), host.into());
+        let attacker: Declared = ("web-tls-x-a".into(), host.into());
+        claims.declare(
+            "v1/Secret",
+            certs,
+            &key("a-x-team", "web"),
+            None,
+            Some(&victim),
+        );
+        claims.declare(
+            "v1/Secret",
+            widgets,
+            &key("team", "grab"),
+            None,
+            Some(&attacker),
+        );
+        assert_eq!(
+            claims.others("v1/Secret", host, widgets.0),
+            [(
+                "Certificate".to_string(),
+                key("a-x-team", "web"),
+                "web-tls".to_string()
+            )]
+        );
+        assert_eq!(
+            claims.others("v1/Secret", host, certs.0),
+            [(
+                "Widget".to_string(),
+                key("team", "grab"),
+                "web-tls-x-a".to_string()
+            )]
+        );
+        // another produced kind of the same host name is another object
+        assert!(claims.others("v1/ConfigMap", host, widgets.0).is_empty());
+        // the claim of the attacker's Widget is refused, naming the victim's Certificate
+        let ours = Claimant {
+            key: key("team", "grab"),
+            virtual_name: "web-tls-x-a".into(),
+            holds_copy: false,
+            kind: "Widget".into(),
+        };
+        let others: Vec<Claimant> = claims
+            .others("v1/Secret", host, widgets.0)
+            .into_iter()
+            .map(|(kind, key, virtual_name)| Claimant {
+                key,
+                virtual_name,
+                holds_copy: false,
+                kind,
+            })
+            .collect();
+        let refused = claim(&ours, &others, host, "Widget", "Secret").unwrap_err();
+        assert!(
+            refused.contains("a-x-team/web-tls (for Certificate a-x-team/web)"),
+            "{refused}"
+        );
+        // the victim's place goes: the attacker's is the only one left
+        claims.declare(
+            "v1/Secret",
+            certs,
+            &key("a-x-team", "web"),
+            Some(&victim),
+            None,
+        );
+        assert!(claims.others("v1/Secret", host, widgets.0).is_empty());
+        claims.declare(
+            "v1/Secret",
+            widgets,
+            &key("team", "grab"),
+            Some(&attacker),
+            None,
+        );
+        assert!(claims.by_host_name.lock().unwrap().is_empty());
+    }
+
+    /// Nothing comes back until every entry the runtime runs has listed; an entry whose kind
+    /// is not served is not waited for.
+    #[test]
+    fn nothing_comes_back_before_every_entry_has_listed() {
+        let claims = Claims::default();
+        let certs = Claims::entry("cert-manager.io/v1", "Certificate", "spec.secretName");
+        let widgets = Claims::entry("e2e.vcp.test/v1", "Widget", "spec.secretName");
+        assert_eq!(certs, "Certificate.cert-manager.io/spec.secretName");
+        claims.expect(certs.clone());
+        claims.expect(widgets.clone());
+        claims.listed(&widgets);
+        assert_eq!(claims.waiting(), std::slice::from_ref(&certs));
+        claims.unexpect(&certs);
+        assert!(claims.waiting().is_empty());
+        claims.expect(certs.clone());
+        claims.listed(&certs);
+        claims.expect(certs);
+        assert!(claims.waiting().is_empty(), "a listed entry stays listed");
     }
 
     #[test]

@@ -351,6 +351,18 @@ impl Generation {
                 ..SyncedType::default()
             });
         }
+        // the host names every `produced` entry declares, shared by all synced types; nothing
+        // is brought back before each entry has listed
+        let claims = Arc::new(crate::produced::Claims::default());
+        for t in synced_types.iter().filter(|t| t.direction.is_to_host()) {
+            for p in &t.produced {
+                claims.expect(crate::produced::Claims::entry(
+                    &t.api_version,
+                    &t.kind,
+                    &p.name_path,
+                ));
+            }
+        }
         for synced in synced_types {
             let stats = Arc::new(
                 config
@@ -384,6 +396,7 @@ impl Generation {
                     hooks.clone(),
                     (stats, produced),
                     on_conflict.clone(),
+                    claims.clone(),
                 )
                 .instrument(span),
             );
@@ -450,6 +463,7 @@ async fn run_type(
     hooks: Arc<[Arc<dyn ClientHook>]>,
     (stats, produced_stats): (Arc<TypeStats>, Vec<Arc<TypeStats>>),
     on_conflict: ConflictReporter,
+    claims: Arc<crate::produced::Claims>,
 ) -> Result<(), Error> {
     let selector = match synced.selector.clone().map(Selector::try_from).transpose() {
         Ok(selector) => selector,
@@ -599,6 +613,7 @@ async fn run_type(
                     resync_period: config.resync_period,
                     on_conflict: Some(on_conflict.clone()),
                     retry_max: config.retry_max,
+                    claims: claims.clone(),
                 },
                 (p.api_version.clone(), p.kind.clone()),
             )
@@ -617,10 +632,20 @@ async fn run_produced(
     (api_version, kind): (String, String),
 ) -> Result<(), Error> {
     let mut retry = Retry::new(config.retry_max);
+    let entry = crate::produced::Claims::entry(
+        &opts.source.api_version,
+        &opts.source.kind,
+        &opts.name_path,
+    );
     opts.produced = loop {
         match resolve_on(&config.host, "host", &api_version, &kind, None).await {
-            Ok((resource, _)) => break resource,
+            Ok((resource, _)) => {
+                opts.claims.expect(entry);
+                break resource;
+            }
             Err(error) => {
+                // a kind not served lists nothing: the other entries do not wait for it
+                opts.claims.unexpect(&entry);
                 let delay = retry.next_delay();
                 warn!(%error, %kind, retry_in_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX), "produced kind not available yet, retrying");
                 opts.stats.set_type_error(Some(error.to_string()));

@@ -728,3 +728,183 @@ async fn no_victim_data_in(virtual_: &kube::Client, ns: &str) {
         );
     }
 }
+
+/// The third attacker's H2, end to end: the same host name declared through a *second* synced
+/// type (a `Key`, also bringing back Secrets) in another namespace. Each `produced` entry had
+/// an index of its own, so the `Key` saw no rival and copied the victim's Secret; the runtime's
+/// entries now share their claims ([`vcp_syncer_runtime::produced::Claims`]).
+#[tokio::test]
+async fn a_host_name_declared_through_another_synced_type_is_brought_back_nowhere() {
+    let test = "crosstype";
+    let (victim_ns, attacker_ns) = ("a-x-cross", "cross");
+    let host_ns = format!("vc-{test}");
+    prepare(&host_ns).await;
+    let cp = ControlPlane::shared();
+    let keys = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("e2e.vcp.test", "v1", "Key"),
+        "keys",
+    );
+    let crds = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
+        "customresourcedefinitions",
+    );
+    let mut key_crd = cert_crd();
+    key_crd["metadata"]["name"] = json!("keys.e2e.vcp.test");
+    key_crd["spec"]["names"] = json!({"plural": "keys", "singular": "key", "kind": "Key"});
+    let rbac = |kind: &str, plural: &str| {
+        ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", kind),
+            plural,
+        )
+    };
+    for cluster in [Cluster::Host, Cluster::Virtual] {
+        let admin = cp.client(cluster, Identity::Admin).await;
+        apply(&admin, &crds, None, key_crd.clone()).await;
+        apply(&admin, &rbac("ClusterRole", "clusterroles"), None, json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "vcp-e2e-syncer-keys"},
+            "rules": [{"apiGroups": ["e2e.vcp.test"], "resources": ["keys"],
+                       "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]
+        }))
+        .await;
+        apply(&admin, &rbac("ClusterRoleBinding", "clusterrolebindings"), None, json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "vcp-e2e-syncer-keys"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "vcp-e2e-syncer-keys"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": Identity::Syncer.user()}]
+        }))
+        .await;
+    }
+    let synced = |api_version: &str, kind: &str| {
+        json!({
+            "apiVersion": api_version, "kind": kind,
+            "selector": {"matchLabels": {"e2e": test}},
+            "patches": [{"path": "spec.secretName", "reference": {"apiVersion": "v1", "kind": "Secret"}}],
+            "produced": [{"apiVersion": "v1", "kind": "Secret", "namePath": "spec.secretName"}]
+        })
+    };
+    let spec = json!({
+        "vcluster": {"name": format!("vc-{test}")},
+        "syncedTypes": [synced("e2e.vcp.test/v1", "Cert"), synced("e2e.vcp.test/v1", "Key")]
+    });
+    let w = world_with(test, &[victim_ns, attacker_ns], spec, PodSync::Hooks).await;
+    let host_name = format!("web-tls-x-{victim_ns}-x-vc-{test}");
+    assert_eq!(
+        host_name,
+        format!("web-tls-x-a-x-{attacker_ns}-x-vc-{test}")
+    );
+    let object = |resource: ApiResource,
+                  kind: &'static str,
+                  ns: &'static str,
+                  name: &'static str,
+                  secret: &'static str| {
+        let client = w.virtual_.clone();
+        async move {
+            wait_for(TIMEOUT, || {
+                let api = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &resource);
+                let obj: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": "e2e.vcp.test/v1", "kind": kind,
+                    "metadata": {"name": name, "namespace": ns, "labels": {"e2e": "crosstype"}},
+                    "spec": {"secretName": secret}
+                }))
+                .unwrap();
+                async move {
+                    api.patch(
+                        name,
+                        &PatchParams::apply("e2e").force(),
+                        &Patch::Apply(&obj),
+                    )
+                    .await
+                    .ok()
+                }
+            })
+            .await
+        }
+    };
+    let host_secrets: Api<Secret> = Api::namespaced(w.host.clone(), &host_ns);
+    let issue = |crt: &'static str| {
+        let api = host_secrets.clone();
+        let name = host_name.clone();
+        async move {
+            let secret: Secret = serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+                "type": "kubernetes.io/tls", "data": {"tls.crt": crt, "tls.key": crt}
+            }))
+            .unwrap();
+            api.patch(
+                &name,
+                &PatchParams::apply("cert-manager").force(),
+                &Patch::Apply(&secret),
+            )
+            .await
+            .expect("issue the host Secret")
+        }
+    };
+
+    // the victim's Cert and its copy
+    object(certs(), "Cert", victim_ns, "web", "web-tls").await;
+    let host_certs = Api::<DynamicObject>::namespaced_with(w.host.clone(), &host_ns, &certs());
+    wait_for(TIMEOUT, || {
+        let api = host_certs.clone();
+        async move {
+            api.get_opt(&format!("web-x-{victim_ns}-x-vc-{test}"))
+                .await
+                .ok()
+                .flatten()
+        }
+    })
+    .await;
+    issue("VklDVElN").await; // "VICTIM"
+    let victim_secrets: Api<Secret> = Api::namespaced(w.virtual_.clone(), victim_ns);
+    wait_for(TIMEOUT, || {
+        let api = victim_secrets.clone();
+        async move { api.get_opt("web-tls").await.ok().flatten() }
+    })
+    .await;
+
+    // the attacker's Key names the same host Secret
+    object(keys.clone(), "Key", attacker_ns, "grab", "web-tls-x-a").await;
+    let event = poll_for(TIMEOUT, || {
+        let events =
+            Api::<k8s_openapi::api::events::v1::Event>::namespaced(w.host.clone(), &host_ns);
+        async move {
+            events
+                .list(&Default::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some(Reason::ProducedNameRefused.as_str())
+                        && e.note
+                            .as_deref()
+                            .is_some_and(|n| n.starts_with(&format!("Key {attacker_ns}/grab:")))
+                })
+        }
+    })
+    .await
+    .expect("a ProducedNameRefused Event for the attacker's Key");
+    let note = event.note.unwrap_or_default();
+    assert!(
+        note.contains(&format!("{victim_ns}/web-tls (for Cert {victim_ns}/web)")),
+        "{note}"
+    );
+    // a renewal: the runtime reconciles the Key (it looked) and copies nothing to it
+    let key = format!("{attacker_ns}/grab");
+    let before = w.reconciles.reconciles("Secret", &key);
+    issue("VklDVElNMg==").await; // "VICTIM2"
+    w.wait_reconciled("Secret", &key, before).await;
+    vcp_tests::audit_caught_up(cp, Cluster::Virtual).await;
+    let writes = Audit::writes()
+        .on(Cluster::Virtual)
+        .by(Identity::Syncer)
+        .in_namespace(attacker_ns)
+        .uri_contains("/secrets")
+        .requests();
+    assert_eq!(
+        writes,
+        Vec::<(String, String)>::new(),
+        "nothing written into {attacker_ns}"
+    );
+    no_victim_data_in(&w.virtual_, attacker_ns).await;
+}
