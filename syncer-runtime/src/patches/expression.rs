@@ -140,6 +140,8 @@ const LAZY_OBJECTS: &str = r#"
 const HELPERS: &str = r#"
 (function (g) {
   var A = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/';
+  // the original, before the array guards below replace it (the guards call it on `arguments`)
+  var argsOf = Function.prototype.call.bind(Array.prototype.slice);
   g.btoa = function btoa(data) {
     var s = String(data), out = '';
     for (var i = 0; i < s.length; i += 3) {
@@ -167,7 +169,7 @@ const HELPERS: &str = r#"
     var original = S[name];
     var guarded = function (pattern) {
       var s = String(this);
-      var args = Array.prototype.slice.call(arguments);
+      var args = argsOf(arguments);
       var p = pattern;
       var object = p !== null && (typeof p === 'object' || typeof p === 'function');
       // a RegExp (or any object with the method's protocol) runs its own, interruptible code,
@@ -199,7 +201,7 @@ const HELPERS: &str = r#"
     var name = entry[0], other = entry[1], original = S[name];
     var guarded = function () {
       var s = String(this);
-      var args = Array.prototype.slice.call(arguments);
+      var args = argsOf(arguments);
       var cost = s.length * s.length;
       if (other) {
         args[0] = String(args[0]);
@@ -213,6 +215,37 @@ const HELPERS: &str = r#"
       return original.apply(s, args);
     };
     Object.defineProperty(S, name, { value: guarded, writable: false, configurable: false,
+      enumerable: false });
+  });
+  // Array methods loop natively over `length`, which an array-like sets at will:
+  // `Array.prototype.join.call({length: 2 ** 53 - 1})` never ends, and `reverse`, `copyWithin`,
+  // `sort`, `splice`, `shift`, `unshift` and `flat` on `{length: 1e8}` took seconds (the third
+  // fresh attacker, issue 24). Each method that walks `length` works on arrays only, of at most
+  // MAX_LENGTH elements (a real array that long cannot fit the memory bound; a sparse one is
+  // the same trick).
+  var MAX_LENGTH = 10000000;
+  var AP = Array.prototype;
+  ['concat', 'copyWithin', 'every', 'fill', 'filter', 'find', 'findIndex', 'findLast',
+    'findLastIndex', 'flat', 'flatMap', 'forEach', 'includes', 'indexOf', 'join', 'lastIndexOf',
+    'map', 'pop', 'push', 'reduce', 'reduceRight', 'reverse', 'shift', 'slice', 'some', 'sort',
+    'splice', 'toLocaleString', 'toReversed', 'toSorted', 'toSpliced', 'toString', 'unshift',
+    'with'].forEach(function (name) {
+    var original = AP[name];
+    if (typeof original !== 'function') {
+      return;
+    }
+    var guarded = function () {
+      if (!Array.isArray(this)) {
+        throw new TypeError('Array.prototype.' + name + ' is called on arrays only in an ' +
+          'expression (an array-like sets its own length)');
+      }
+      if (this.length > MAX_LENGTH) {
+        throw new RangeError('Array.prototype.' + name + ': an array of ' + this.length +
+          ' elements is above the expression bound (' + MAX_LENGTH + ')');
+      }
+      return original.apply(this, argsOf(arguments));
+    };
+    Object.defineProperty(AP, name, { value: guarded, writable: false, configurable: false,
       enumerable: false });
   });
   g.atob = function atob(data) {
@@ -704,6 +737,64 @@ mod tests {
             eval("String.prototype.normalize = function () { return 7 }", json!(0)),
             Err(ExpressionError::Thrown(m)) if m == "TypeError: 'normalize' is read-only"
         ));
+    }
+
+    /// The third attacker's array-likes: single native calls that walk a `length` the script
+    /// chose (`join` of `2 ** 53 - 1` never ended); arrays keep working.
+    #[test]
+    fn array_methods_walk_arrays_of_bounded_length_only() {
+        let started = Instant::now();
+        for source in [
+            "Array.prototype.join.call({length: 2 ** 53 - 1}, '')",
+            "Array.prototype.reverse.call({length: 1e9})",
+            "Array.prototype.copyWithin.call({length: 1e8}, 0, 1)",
+            "Array.prototype.sort.call({length: 1e8})",
+            "var a = []; a.length = 1e9; a.join('')",
+            "var a = []; a.length = 1e9; a.reverse()",
+            "var a = []; a.length = 1e9; String(a)",
+            "Array(1e9).flat()",
+        ] {
+            match eval_within(source, json!(0), Duration::from_secs(60)) {
+                Err(ExpressionError::Thrown(m)) => assert!(
+                    m.starts_with("RangeError: Array.prototype.")
+                        || m.starts_with("TypeError: Array.prototype."),
+                    "{source}: {m}"
+                ),
+                other => panic!("{source}: {other:?}"),
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(
+            eval(
+                "[value.join('-'), value.slice(1), value.map(x => x * 2), [...value].reverse(), \
+                  value.concat([4]), value.indexOf(2), value.includes(3), [3, 1, 2].sort(), \
+                  [[1], [2]].flat(), String(value), value + '']",
+                json!([1, 2, 3])
+            )
+            .unwrap(),
+            Some(json!([
+                "1-2-3",
+                [2, 3],
+                [2, 4, 6],
+                [3, 2, 1],
+                [1, 2, 3, 4],
+                1,
+                true,
+                [1, 2, 3],
+                [1, 2],
+                "1,2,3",
+                "1,2,3"
+            ]))
+        );
+        // the string guards, which take their arguments through the original `slice`, still work
+        assert_eq!(
+            eval("value.split('/')", json!("a/b")).unwrap(),
+            Some(json!(["a", "b"]))
+        );
     }
 
     #[test]
