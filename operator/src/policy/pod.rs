@@ -27,6 +27,10 @@
 //! | `spec.priorityClassName` | changed | a priority such as `system-node-critical` evicts other pods: the cluster owner's choice |
 //! | `spec.volumes[i].ephemeral.volumeClaimTemplate.spec.dataSource` / `dataSourceRef` | added | a clone of another claim or a snapshot (it could be the vCluster's own data) |
 //! | `spec.volumes[i].csi` | added | an inline CSI volume: its driver decides what it mounts |
+//! | `spec.volumes[i].ephemeral.volumeClaimTemplate.spec.volumeName` / `selector` | added | binds an existing volume (it could be someone else's data) |
+//! | `spec.volumes[i].projected.sources[j].podCertificate` | added | a certificate of the pod's host identity |
+//! | `spec.imagePullSecrets[i]` | a Secret outside `containers.allowedSecrets`, added | as a container's Secret references |
+//! | `spec.resourceClaims` | changed | another workload's device claim |
 //! | `spec.securityContext.fsGroup`, `supplementalGroups[j]` | `0` unless `containers.allowRunAsRoot` | the root group |
 //! | `metadata.annotations` of [`SECURITY_ANNOTATION_PREFIXES`] | changed | the API server turns them into seccomp / AppArmor profiles (`unconfined`) |
 //!
@@ -318,6 +322,20 @@ fn volumes(policy: &ContainerPolicy, before: &PodSpec, after: &PodSpec) -> Resul
                         .as_ref()
                         .map(|d| ("dataSourceRef", d.kind.clone(), d.name.clone()))
                 });
+            // a claim bound to a named volume, or to volumes by label, takes an existing one
+            // (someone else's data) instead of a new, empty one
+            let existing = spec
+                .volume_name
+                .as_ref()
+                .map(|v| ("volumeName", format!("{v:?}")))
+                .or_else(|| spec.selector.as_ref().map(|_| ("selector", "{...}".into())));
+            if let Some((field, value)) = existing {
+                return Err(denial(
+                    format!("{at}.ephemeral.volumeClaimTemplate.spec.{field}"),
+                    value,
+                    "a claim bound to an existing volume (it could be someone else's data)",
+                ));
+            }
             if let Some((field, kind, name)) = source {
                 return Err(denial(
                     format!("{at}.ephemeral.volumeClaimTemplate.spec.{field}"),
@@ -356,6 +374,13 @@ fn volumes(policy: &ContainerPolicy, before: &PodSpec, after: &PodSpec) -> Resul
                     format!("{at}.projected.sources[{j}].serviceAccountToken"),
                     "{...}",
                     "a token of the pod's host service account",
+                ));
+            }
+            if source.pod_certificate.is_some() {
+                return Err(denial(
+                    format!("{at}.projected.sources[{j}].podCertificate"),
+                    "{...}",
+                    "a certificate of the pod's host identity",
                 ));
             }
             if let Some(secret) = &source.secret {
@@ -454,6 +479,7 @@ pub fn check(policy: &ContainerPolicy, before: &Pod, after: &Pod) -> Result<(), 
     host_namespaces(a)?;
     identity(b, a)?;
     security_annotations(before, after)?;
+    pull_secrets_and_claims(policy, b, a)?;
     if let Some(sc) = &a.security_context {
         pod_security_context(policy, sc)?;
     }
@@ -466,6 +492,40 @@ pub fn check(policy: &ContainerPolicy, before: &Pod, after: &Pod) -> Result<(), 
             .then(|| old.iter().find(|(_, o)| o.name == c.name).map(|(_, o)| o))
             .flatten();
         container(policy, &at, &c, previous)?;
+    }
+    Ok(())
+}
+
+/// Refuses `imagePullSecrets` the hooks added that the container policy does not allow (a
+/// Secret reference, like an `env` one: `vc-<vcluster>` or another team's registry
+/// credential), and any change of `resourceClaims` (another workload's device claim). The
+/// third fresh attacker (issue 24).
+fn pull_secrets_and_claims(
+    policy: &ContainerPolicy,
+    before: &PodSpec,
+    after: &PodSpec,
+) -> Result<(), Denial> {
+    let had: Vec<&str> = before
+        .image_pull_secrets
+        .iter()
+        .flatten()
+        .map(|r| r.name.as_str())
+        .collect();
+    for (i, r) in after.image_pull_secrets.iter().flatten().enumerate() {
+        if !had.contains(&r.name.as_str()) && !containers::secret_allowed(policy, &r.name) {
+            return Err(denial(
+                format!("spec.imagePullSecrets[{i}].name"),
+                format!("{:?}", r.name),
+                containers::secret_reason(policy, &r.name),
+            ));
+        }
+    }
+    if before.resource_claims != after.resource_claims {
+        return Err(denial(
+            "spec.resourceClaims",
+            "{...}",
+            "a device claim the pod did not have (it could be another workload's)",
+        ));
     }
     Ok(())
 }

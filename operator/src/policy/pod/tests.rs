@@ -389,3 +389,63 @@ fn what_the_api_server_or_a_controller_turns_into_access_is_refused() {
     )
     .unwrap();
 }
+
+/// The third attacker's Pod hooks (issue 24): a certificate of the pod's host identity, pull
+/// Secrets the policy does not allow, an existing volume bound by an ephemeral claim, another
+/// workload's device claim.
+#[test]
+fn identity_certificates_pull_secrets_bound_volumes_and_device_claims_are_refused() {
+    let d = refused(&with(
+        "volumes",
+        json!([{"name": "c", "projected": {"sources": [{"podCertificate": {
+            "signerName": "example.com/signer", "keyType": "ED25519", "credentialBundlePath": "b"}}]}}]),
+    ));
+    assert_eq!(
+        d.source,
+        "spec.volumes[0].projected.sources[0].podCertificate"
+    );
+    let d = refused(&with(
+        "imagePullSecrets",
+        json!([{"name": "vc-my-vcluster"}]),
+    ));
+    assert_eq!(d.source, "spec.imagePullSecrets[0].name");
+    assert!(
+        d.reason.contains("containers.allowedSecrets"),
+        "{}",
+        d.reason
+    );
+    let policy = ContainerPolicy {
+        allowed_secrets: vec!["registry-*".into()],
+        ..Default::default()
+    };
+    check(
+        &policy,
+        &pod(base()),
+        &with("imagePullSecrets", json!([{"name": "registry-team-a"}])),
+    )
+    .unwrap();
+    // a pull Secret the pod had already is not the hook's doing
+    let had = with("imagePullSecrets", json!([{"name": "mine"}]));
+    check(&ContainerPolicy::default(), &had, &had).unwrap();
+    for (field, value) in [
+        ("volumeName", json!("pv-of-team-b")),
+        ("selector", json!({"matchLabels": {"team": "b"}})),
+    ] {
+        let d = refused(&with(
+            "volumes",
+            json!([{"name": "v", "ephemeral": {"volumeClaimTemplate": {"spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}},
+                field: value}}}}]),
+        ));
+        assert_eq!(
+            d.source,
+            format!("spec.volumes[0].ephemeral.volumeClaimTemplate.spec.{field}")
+        );
+    }
+    let d = refused(&with(
+        "resourceClaims",
+        json!([{"name": "gpu", "resourceClaimName": "team-b-gpu"}]),
+    ));
+    assert_eq!(d.source, "spec.resourceClaims");
+}
