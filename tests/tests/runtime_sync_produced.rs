@@ -513,6 +513,84 @@ async fn a_host_name_no_reference_translated_is_not_brought_back() {
     assert_eq!(writes, Vec::<(String, String)>::new());
 }
 
+/// Applies the synced object `name` of `resource` (kind from it, label `e2e: <label>`) in
+/// virtual namespace `ns`, naming `secret` at `spec.secretName`; retried while its CRD is not
+/// served yet.
+async fn apply_named(
+    virtual_: &kube::Client,
+    resource: &ApiResource,
+    ns: &str,
+    name: &str,
+    secret: &str,
+    label: &str,
+) {
+    let api = Api::<DynamicObject>::namespaced_with(virtual_.clone(), ns, resource);
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": resource.api_version, "kind": resource.kind,
+        "metadata": {"name": name, "namespace": ns, "labels": {"e2e": label}},
+        "spec": {"secretName": secret}
+    }))
+    .unwrap();
+    wait_for(TIMEOUT, || {
+        let (api, obj) = (api.clone(), obj.clone());
+        async move {
+            api.patch(
+                name,
+                &PatchParams::apply("e2e").force(),
+                &Patch::Apply(&obj),
+            )
+            .await
+            .ok()
+        }
+    })
+    .await;
+}
+
+/// Plays cert-manager: the host Secret `name` of type `kubernetes.io/tls` with `crt` (base64)
+/// as its certificate and key.
+async fn issue_tls(host_secrets: &Api<Secret>, name: &str, crt: &str) {
+    let secret: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+        "type": "kubernetes.io/tls", "data": {"tls.crt": crt, "tls.key": crt}
+    }))
+    .unwrap();
+    host_secrets
+        .patch(
+            name,
+            &PatchParams::apply("cert-manager").force(),
+            &Patch::Apply(&secret),
+        )
+        .await
+        .expect("issue the host Secret");
+}
+
+/// The `ProducedNameRefused` Event in `host_ns` whose note starts with `prefix` (the refused
+/// synced object, `"<Kind> <namespace>/<name>:"`).
+async fn refusal(
+    host: &kube::Client,
+    host_ns: &str,
+    prefix: &str,
+) -> k8s_openapi::api::events::v1::Event {
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(host.clone(), host_ns);
+    poll_for(TIMEOUT, || {
+        let events = events.clone();
+        async move {
+            events
+                .list(&Default::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some(Reason::ProducedNameRefused.as_str())
+                        && e.note.as_deref().is_some_and(|n| n.starts_with(prefix))
+                })
+        }
+    })
+    .await
+    .unwrap_or_else(|| panic!("a ProducedNameRefused Event \"{prefix}…\""))
+}
+
 /// The second attacker's H1, end to end: `web-tls` in namespace `v-x-amb` and `web-tls-x-v` in
 /// namespace `amb` have one host name. The victim's copy is made first; then the attacker plants
 /// a Secret carrying the runtime's copy marks (plain annotations any virtual user may write) at
@@ -541,49 +619,7 @@ async fn an_ambiguous_host_name_is_brought_back_nowhere_even_with_forged_marks()
         host_name,
         format!("web-tls-x-v-x-{attacker_ns}-x-vc-{test}")
     );
-    let cert = |ns: &'static str, name: &'static str, secret: &'static str| {
-        let client = w.virtual_.clone();
-        async move {
-            wait_for(TIMEOUT, || {
-                let api = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &certs());
-                let obj: DynamicObject = serde_json::from_value(json!({
-                    "apiVersion": "e2e.vcp.test/v1", "kind": "Cert",
-                    "metadata": {"name": name, "namespace": ns, "labels": {"e2e": "ambiguous"}},
-                    "spec": {"secretName": secret}
-                }))
-                .unwrap();
-                async move {
-                    api.patch(
-                        name,
-                        &PatchParams::apply("e2e").force(),
-                        &Patch::Apply(&obj),
-                    )
-                    .await
-                    .ok()
-                }
-            })
-            .await
-        }
-    };
     let host_secrets: Api<Secret> = Api::namespaced(w.host.clone(), &host_ns);
-    let issue = |crt: &'static str| {
-        let api = host_secrets.clone();
-        let name = host_name.clone();
-        async move {
-            let secret: Secret = serde_json::from_value(json!({
-                "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
-                "type": "kubernetes.io/tls", "data": {"tls.crt": crt, "tls.key": crt}
-            }))
-            .unwrap();
-            api.patch(
-                &name,
-                &PatchParams::apply("cert-manager").force(),
-                &Patch::Apply(&secret),
-            )
-            .await
-            .expect("issue the host Secret")
-        }
-    };
     let crt_of = |ns: &'static str, name: &'static str| {
         let api: Api<Secret> = Api::namespaced(w.virtual_.clone(), ns);
         async move {
@@ -596,7 +632,7 @@ async fn an_ambiguous_host_name_is_brought_back_nowhere_even_with_forged_marks()
     };
 
     // the victim's copy
-    cert(victim_ns, "web", "web-tls").await;
+    apply_named(&w.virtual_, &certs(), victim_ns, "web", "web-tls", test).await;
     let host_certs = Api::<DynamicObject>::namespaced_with(w.host.clone(), &host_ns, &certs());
     wait_for(TIMEOUT, || {
         let api = host_certs.clone();
@@ -608,39 +644,23 @@ async fn an_ambiguous_host_name_is_brought_back_nowhere_even_with_forged_marks()
         }
     })
     .await;
-    issue("VklDVElN").await; // "VICTIM"
+    issue_tls(&host_secrets, &host_name, "VklDVElN").await; // "VICTIM"
     wait_for(TIMEOUT, || async {
         (crt_of(victim_ns, "web-tls").await.as_deref() == Some("VICTIM")).then_some(())
     })
     .await;
 
     // the attacker declares the same host name with a Cert of their own: both are refused
-    cert(attacker_ns, "grab", "web-tls-x-v").await;
-    let refusal = |prefix: String| {
-        let events =
-            Api::<k8s_openapi::api::events::v1::Event>::namespaced(w.host.clone(), &host_ns);
-        async move {
-            poll_for(TIMEOUT, || {
-                let events = events.clone();
-                let prefix = prefix.clone();
-                async move {
-                    events
-                        .list(&Default::default())
-                        .await
-                        .ok()?
-                        .items
-                        .into_iter()
-                        .find(|e| {
-                            e.reason.as_deref() == Some(Reason::ProducedNameRefused.as_str())
-                                && e.note.as_deref().is_some_and(|n| n.starts_with(&prefix))
-                        })
-                }
-            })
-            .await
-            .unwrap_or_else(|| panic!("a ProducedNameRefused Event \"{prefix}…\""))
-        }
-    };
-    let note = refusal(format!("Cert {attacker_ns}/grab:"))
+    apply_named(
+        &w.virtual_,
+        &certs(),
+        attacker_ns,
+        "grab",
+        "web-tls-x-v",
+        test,
+    )
+    .await;
+    let note = refusal(&w.host, &host_ns, &format!("Cert {attacker_ns}/grab:"))
         .await
         .note
         .unwrap_or_default();
@@ -649,7 +669,7 @@ async fn an_ambiguous_host_name_is_brought_back_nowhere_even_with_forged_marks()
         "{note}"
     );
     // holding a copy wins nothing: the victim's claim is refused too
-    refusal(format!("Cert {victim_ns}/web:")).await;
+    refusal(&w.host, &host_ns, &format!("Cert {victim_ns}/web:")).await;
 
     // then plants a Secret carrying the runtime's copy marks for that Cert: under the earlier
     // rule the attacker now "held" a copy, and the next reconcile copied the victim's Secret in
@@ -673,7 +693,7 @@ async fn an_ambiguous_host_name_is_brought_back_nowhere_even_with_forged_marks()
     // nothing to either side while both declare the name
     let key = format!("{attacker_ns}/grab");
     let before = w.reconciles.reconciles("Secret", &key);
-    issue("VklDVElNMg==").await; // "VICTIM2"
+    issue_tls(&host_secrets, &host_name, "VklDVElNMg==").await; // "VICTIM2"
     w.wait_reconciled("Secret", &key, before).await;
     vcp_tests::audit_caught_up(ControlPlane::shared(), Cluster::Virtual).await;
     let writes = Audit::writes()
@@ -793,56 +813,9 @@ async fn a_host_name_declared_through_another_synced_type_is_brought_back_nowher
         host_name,
         format!("web-tls-x-a-x-{attacker_ns}-x-vc-{test}")
     );
-    let object = |resource: ApiResource,
-                  kind: &'static str,
-                  ns: &'static str,
-                  name: &'static str,
-                  secret: &'static str| {
-        let client = w.virtual_.clone();
-        async move {
-            wait_for(TIMEOUT, || {
-                let api = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &resource);
-                let obj: DynamicObject = serde_json::from_value(json!({
-                    "apiVersion": "e2e.vcp.test/v1", "kind": kind,
-                    "metadata": {"name": name, "namespace": ns, "labels": {"e2e": "crosstype"}},
-                    "spec": {"secretName": secret}
-                }))
-                .unwrap();
-                async move {
-                    api.patch(
-                        name,
-                        &PatchParams::apply("e2e").force(),
-                        &Patch::Apply(&obj),
-                    )
-                    .await
-                    .ok()
-                }
-            })
-            .await
-        }
-    };
     let host_secrets: Api<Secret> = Api::namespaced(w.host.clone(), &host_ns);
-    let issue = |crt: &'static str| {
-        let api = host_secrets.clone();
-        let name = host_name.clone();
-        async move {
-            let secret: Secret = serde_json::from_value(json!({
-                "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
-                "type": "kubernetes.io/tls", "data": {"tls.crt": crt, "tls.key": crt}
-            }))
-            .unwrap();
-            api.patch(
-                &name,
-                &PatchParams::apply("cert-manager").force(),
-                &Patch::Apply(&secret),
-            )
-            .await
-            .expect("issue the host Secret")
-        }
-    };
-
     // the victim's Cert and its copy
-    object(certs(), "Cert", victim_ns, "web", "web-tls").await;
+    apply_named(&w.virtual_, &certs(), victim_ns, "web", "web-tls", test).await;
     let host_certs = Api::<DynamicObject>::namespaced_with(w.host.clone(), &host_ns, &certs());
     wait_for(TIMEOUT, || {
         let api = host_certs.clone();
@@ -854,7 +827,7 @@ async fn a_host_name_declared_through_another_synced_type_is_brought_back_nowher
         }
     })
     .await;
-    issue("VklDVElN").await; // "VICTIM"
+    issue_tls(&host_secrets, &host_name, "VklDVElN").await; // "VICTIM"
     let victim_secrets: Api<Secret> = Api::namespaced(w.virtual_.clone(), victim_ns);
     wait_for(TIMEOUT, || {
         let api = victim_secrets.clone();
@@ -863,27 +836,8 @@ async fn a_host_name_declared_through_another_synced_type_is_brought_back_nowher
     .await;
 
     // the attacker's Key names the same host Secret
-    object(keys.clone(), "Key", attacker_ns, "grab", "web-tls-x-a").await;
-    let event = poll_for(TIMEOUT, || {
-        let events =
-            Api::<k8s_openapi::api::events::v1::Event>::namespaced(w.host.clone(), &host_ns);
-        async move {
-            events
-                .list(&Default::default())
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .find(|e| {
-                    e.reason.as_deref() == Some(Reason::ProducedNameRefused.as_str())
-                        && e.note
-                            .as_deref()
-                            .is_some_and(|n| n.starts_with(&format!("Key {attacker_ns}/grab:")))
-                })
-        }
-    })
-    .await
-    .expect("a ProducedNameRefused Event for the attacker's Key");
+    apply_named(&w.virtual_, &keys, attacker_ns, "grab", "web-tls-x-a", test).await;
+    let event = refusal(&w.host, &host_ns, &format!("Key {attacker_ns}/grab:")).await;
     let note = event.note.unwrap_or_default();
     assert!(
         note.contains(&format!("{victim_ns}/web-tls (for Cert {victim_ns}/web)")),
@@ -892,7 +846,7 @@ async fn a_host_name_declared_through_another_synced_type_is_brought_back_nowher
     // a renewal: the runtime reconciles the Key (it looked) and copies nothing to it
     let key = format!("{attacker_ns}/grab");
     let before = w.reconciles.reconciles("Secret", &key);
-    issue("VklDVElNMg==").await; // "VICTIM2"
+    issue_tls(&host_secrets, &host_name, "VklDVElNMg==").await; // "VICTIM2"
     w.wait_reconciled("Secret", &key, before).await;
     vcp_tests::audit_caught_up(cp, Cluster::Virtual).await;
     let writes = Audit::writes()
