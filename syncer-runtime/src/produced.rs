@@ -320,6 +320,11 @@ struct Produced {
     opts: ProducedOptions,
     /// `<Kind>.<group>/` of the synced type, the prefix of [`PRODUCED_FOR_ANNOTATION`].
     for_prefix: String,
+    /// This entry in [`Claims`]: `<Kind>.<group>/` of the synced type and the `namePath`
+    /// ([`Claims::entry`]).
+    entry: String,
+    /// The produced kind in [`Claims`]: `apiVersion/kind`.
+    produced_kind: String,
     virtual_sources: Cache<DynamicObject>,
     host_sources: Cache<DynamicObject>,
     host_produced: Cache<DynamicObject>,
@@ -369,6 +374,8 @@ pub async fn run(opts: ProducedOptions) -> Result<(), Error> {
     };
     let produced = Produced {
         for_prefix: produced_for(&opts.source.api_version, &opts.source.kind, ""),
+        entry: Claims::entry(&opts.source.api_version, &opts.source.kind, &opts.name_path),
+        produced_kind: format!("{}/{}", opts.produced.api_version, opts.produced.kind),
         virtual_sources: Cache::new(),
         host_sources: Cache::new(),
         host_produced: Cache::new(),
@@ -418,8 +425,8 @@ impl Reconcile for Produced {
                 };
                 let declared = (!deleted).then(|| self.declared(obj, &key)).flatten();
                 self.opts.claims.declare(
-                    &self.produced_kind(),
-                    (&self.entry(), &self.opts.source.kind),
+                    &self.produced_kind,
+                    (&self.entry, &self.opts.source.kind),
                     &key,
                     index.declared.get(&key),
                     declared.as_ref(),
@@ -476,7 +483,7 @@ impl Reconcile for Produced {
     }
 
     fn caches_ready(&self) {
-        self.opts.claims.listed(&self.entry());
+        self.opts.claims.listed(&self.entry);
     }
 
     async fn reconcile(&self, key: &ObjectKey) -> Result<Option<Outcome>, Error> {
@@ -629,23 +636,6 @@ enum Wanted {
 }
 
 impl Produced {
-    /// This entry in [`Claims`]: `<Kind>.<group>/` of the synced type and the `namePath`.
-    fn entry(&self) -> String {
-        Claims::entry(
-            &self.opts.source.api_version,
-            &self.opts.source.kind,
-            &self.opts.name_path,
-        )
-    }
-
-    /// The produced kind in [`Claims`]: `apiVersion/kind`.
-    fn produced_kind(&self) -> String {
-        format!(
-            "{}/{}",
-            self.opts.produced.api_version, self.opts.produced.kind
-        )
-    }
-
     /// The synced object `source` brings nothing back: one `ProducedNameRefused` Event per
     /// object, about it (the Event's related object, so that the refusals of two objects are
     /// two Events, not a repeat of the first), and the object counts as failed.
@@ -754,7 +744,7 @@ impl Produced {
             .chain(
                 self.opts
                     .claims
-                    .others(&self.produced_kind(), host_name, &self.entry())
+                    .others(&self.produced_kind, host_name, &self.entry)
                     .into_iter()
                     .map(|(kind, key, virtual_name)| Claimant {
                         key,
