@@ -42,6 +42,14 @@
 //!   [`Bounds::memory`] 16 MiB per evaluation, with a fresh context each time, so the limit is
 //!   the evaluation's); an allocation past it fails with an out-of-memory exception; and a
 //!   stack limit (`set_max_stack_size`, 512 KiB) turns deep recursion into a `RangeError`.
+//! - **Bounded native calls**: the interrupt handler is not called inside one native call, so
+//!   the natives whose work grows faster than their input are bounded by size: string
+//!   searches, `normalize` / `localeCompare` and the `Array` methods that walk `length` by
+//!   guards written in JavaScript (`HELPERS`); BigInts, whose conversions and arithmetic no
+//!   script-level wrapper can reach (`String(big)`, template literals, `*`, `**`), by the
+//!   engine: QuickJS is built with BigInts of at most 65,536 bits (`RangeError: BigInt is too
+//!   large: above 65536 bits, the expression bound`; `syncer-runtime/vendor/rquickjs-sys/
+//!   README.vcp.md`), where the slowest call takes milliseconds.
 //! - **Small and embedded**: QuickJS compiles from C with the machine's compiler (no
 //!   prebuilt binary, no JIT, no second toolchain), a few hundred KiB in the binary, and starts
 //!   a context in tens of microseconds: one evaluation costs about 0.15 ms (printed by the
@@ -784,6 +792,75 @@ mod tests {
         assert_eq!(
             eval("value.split('/')", json!("a/b")).unwrap(),
             Some(json!(["a", "b"]))
+        );
+    }
+
+    /// The fourth attacker's BigInts: QuickJS's BigInt conversions and arithmetic are native
+    /// loops quadratic in the size (the decimal `toString` of a 1 Mbit BigInt took 3.3 s, and
+    /// `String()`, template literals and `+` reach it without any method a script could wrap).
+    /// The engine's bound on the size (65,536 bits, `vendor/rquickjs-sys/README.vcp.md`) refuses
+    /// each attack at once, the slowest calls at that size take milliseconds, and ordinary
+    /// BigInts work.
+    #[test]
+    fn bigints_are_bounded_in_size() {
+        refused_quickly(
+            &[
+                "(2n ** 1048574n - 1n).toString()",
+                "String(2n ** 1000000n)",
+                "`${3n ** 600000n}`",
+                "'' + 7n ** 400000n",
+                "(10n ** 300000n).toLocaleString()",
+                "BigInt('9'.repeat(300000))",
+                "var a = 2n ** 60000n; a * a",
+                "BigInt.asUintN(1000000, -1n)",
+                "1n << 100000n",
+            ],
+            json!(0),
+            &["RangeError: BigInt is too large: above 65536 bits, the expression bound"],
+        );
+        // BigInts near the largest allowed (parsing a decimal string allows a little less: it
+        // counts 3.375 bits per digit): each conversion and operation, ten times over, well
+        // within one evaluation's 100 ms (milliseconds each)
+        let started = Instant::now();
+        assert_eq!(
+            eval_within(
+                "var a = 3n ** 40000n, b = 2n ** 65534n, n = 0; \
+                 for (var i = 0; i < 10; i++) { \
+                   var s = String(a); n += s.length + `${b}`.length + (a / 7n % 10n === 0n ? 0 : 0) + \
+                     String(BigInt(s) === a).length + (b.toString(7).length > 0 ? 0 : 1); \
+                 } n",
+                json!(0),
+                Duration::from_secs(60)
+            ),
+            Ok(Some(json!(10 * (19_085 + 19_728 + 4))))
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        // ordinary use
+        assert_eq!(
+            eval(
+                "[String(2n ** 64n), (255n).toString(16), `${-10n}`, \
+                  (BigInt('12345678901234567890') * 2n).toString(), typeof 1n, \
+                  (123n).toLocaleString(), Number(2n ** 53n), BigInt(value) + 1n + '', \
+                  BigInt.asUintN(8, 257n) + '', 7n / 2n + ''] ",
+                json!(41)
+            )
+            .unwrap(),
+            Some(json!([
+                "18446744073709551616",
+                "ff",
+                "-10",
+                "24691357802469135780",
+                "bigint",
+                "123",
+                9_007_199_254_740_992_u64,
+                "42",
+                "1",
+                "3"
+            ]))
         );
     }
 
