@@ -48,9 +48,12 @@
 //! written, and the runtime reports it (`PatchFailed`).
 
 pub mod expression;
+pub mod running;
 
 use std::collections::HashSet;
 use std::fmt;
+use std::sync::Arc;
+use std::time::Instant;
 
 use serde_json::Value;
 use vcp_crds::TranslatePatch;
@@ -58,6 +61,8 @@ use vcp_crds::patch_path::{Location, PatchPath};
 
 use crate::translate::{TRANSLATED_LABELS, host_label, host_name};
 use expression::{Bounds, ExpressionError, Input};
+use k8s_openapi::api::core::v1::ObjectReference;
+use running::{Evaluations, Refusal};
 
 /// How many times one evaluation's time bound all evaluations of one patch on one object may
 /// take together (100 ms × 10 = 1 s by default); their results together may hold at most one
@@ -136,6 +141,8 @@ pub struct Patches {
     /// `(group, kind)` of the cluster-scoped kinds a reference may name (discovered by the
     /// runtime); every other kind is namespaced.
     cluster_scoped: HashSet<(String, String)>,
+    /// The runtime's running evaluations ([`running`]): fresh unless shared.
+    evaluations: Arc<Evaluations>,
 }
 
 /// Runs `f` (evaluations of expressions) without holding up the runtime's other tasks: on a
@@ -226,6 +233,7 @@ impl Patches {
             host_namespace: host_namespace.to_string(),
             bounds: Bounds::default(),
             cluster_scoped: HashSet::new(),
+            evaluations: Arc::default(),
         })
     }
 
@@ -233,6 +241,15 @@ impl Patches {
     #[must_use]
     pub fn with_bounds(mut self, bounds: Bounds) -> Self {
         self.bounds = bounds;
+        self
+    }
+
+    /// These patches counting their evaluations in `evaluations`, the runtime's, shared by all
+    /// its synced types and spec generations: no new evaluation starts while
+    /// [`running::MAX_OVERRUNNING`] of them run past their time bound ([`running`]).
+    #[must_use]
+    pub fn sharing_evaluations(mut self, evaluations: Arc<Evaluations>) -> Self {
+        self.evaluations = evaluations;
         self
     }
 
@@ -358,7 +375,8 @@ impl Patches {
     }
 
     /// Applies the expression patch `patch` to every location of its path in `target`, off
-    /// the runtime's async workers ([`off_the_workers`]).
+    /// the runtime's async workers ([`off_the_workers`]); refused at once, before a thread is
+    /// taken, while too many of the runtime's evaluations run past their bound ([`running`]).
     fn expression(
         &self,
         patch: &Compiled,
@@ -368,7 +386,18 @@ impl Patches {
         virtual_obj: Option<&Value>,
         host_obj: Option<&Value>,
     ) -> Result<(), PatchError> {
+        self.evaluations
+            .admit(Instant::now())
+            .map_err(|r| Self::refused(patch, what, &r))?;
         off_the_workers(|| self.expression_here(patch, what, source, target, virtual_obj, host_obj))
+    }
+
+    fn refused(patch: &Compiled, what: &'static str, refusal: &Refusal) -> PatchError {
+        PatchError {
+            path: patch.declared.clone(),
+            what,
+            message: refusal.to_string(),
+        }
     }
 
     fn expression_here(
@@ -419,13 +448,37 @@ impl Patches {
                 virtual_object: virtual_obj,
                 host_object: host_obj,
             };
-            let result = expression::evaluate(source, &input, &self.bounds).map_err(
-                |e: ExpressionError| PatchError {
-                    path: patch.declared.clone(),
-                    what,
-                    message: format!("at {at}: {e}"),
-                },
-            )?;
+            let ticket = self
+                .evaluations
+                .start(
+                    || {
+                        let object = virtual_obj.unwrap_or(&*target);
+                        let related = object_reference(object);
+                        let named = related.as_ref().map_or_else(String::new, |r| {
+                            format!(
+                                "{} {} {}/{}: ",
+                                r.api_version.as_deref().unwrap_or_default(),
+                                r.kind.as_deref().unwrap_or_default(),
+                                r.namespace.as_deref().unwrap_or_default(),
+                                r.name.as_deref().unwrap_or_default()
+                            )
+                        });
+                        (
+                            format!("{named}patch {:?} ({what}) at {at}", patch.declared),
+                            related,
+                        )
+                    },
+                    self.bounds.time,
+                    Instant::now(),
+                )
+                .map_err(|r| Self::refused(patch, what, &r))?;
+            let result = expression::evaluate(source, &input, &self.bounds);
+            drop(ticket);
+            let result = result.map_err(|e: ExpressionError| PatchError {
+                path: patch.declared.clone(),
+                what,
+                message: format!("at {at}: {e}"),
+            })?;
             result_bytes += result.as_ref().map_or(0, json_len);
             if result_bytes > self.bounds.memory {
                 return Err(PatchError {
@@ -748,6 +801,23 @@ impl fmt::Display for Patches {
         let paths: Vec<&str> = self.patches.iter().map(|p| p.declared.as_str()).collect();
         write!(f, "{}", paths.join(", "))
     }
+}
+
+/// The object reference of `obj` (an Event's related object), when it has a name.
+fn object_reference(obj: &Value) -> Option<ObjectReference> {
+    let field = |pointer: &str| {
+        obj.pointer(pointer)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    Some(ObjectReference {
+        name: Some(field("/metadata/name")?),
+        api_version: field("/apiVersion"),
+        kind: field("/kind"),
+        namespace: field("/metadata/namespace"),
+        uid: field("/metadata/uid"),
+        ..ObjectReference::default()
+    })
 }
 
 fn object_namespace(obj: &Value) -> String {

@@ -90,6 +90,12 @@ pub struct Config {
     /// The longest delay between two attempts of a failing watch or of a synced type that is
     /// not served (default 30 s; [`crate::retry`]).
     pub retry_max: Duration,
+    /// The expression evaluations of every synced type and every spec generation of this
+    /// runtime ([`crate::patches::running`]): at most
+    /// [`MAX_OVERRUNNING`](crate::patches::running::MAX_OVERRUNNING) may run past their time
+    /// bound at once, and each that does is reported (`RuntimeHealthy=False`, `PatchFailed`,
+    /// and a `Warning` Event). Default: fresh; a caller (a test) may keep a clone to count them.
+    pub evaluations: Arc<crate::patches::running::Evaluations>,
     /// A v2 plugin's hooks ([`PodSync::Mutate`]): set to the declared hooks whenever the
     /// syncers start from a spec, emptied while the `VClusterPlugin` is gone, so that
     /// vCluster's `Mutate` calls apply the current spec.
@@ -121,6 +127,7 @@ impl Config {
             status_interval: Duration::from_secs(2),
             workers: DEFAULT_WORKERS,
             retry_max: crate::retry::DEFAULT_RETRY_MAX,
+            evaluations: Arc::default(),
             hook_table: None,
             #[cfg(feature = "reconcile-log")]
             reconciles: Arc::default(),
@@ -263,8 +270,16 @@ pub async fn run(config: Config) -> Result<(), Error> {
                 }
             }
             _ = tick.tick() => {
+                // evaluations running past their bound: once each as an Event, and in the
+                // status for as long as they run (patches::running)
+                let now = std::time::Instant::now();
+                for overrun in config.evaluations.announce(now) {
+                    let message = overrun.message();
+                    warn!(%message, "an expression runs past its time bound");
+                    on_warning(Severity::Warning, Reason::PatchFailed, message, overrun.related);
+                }
                 if let Some(generation) = running.as_ref() {
-                    reporter.report(generation).await;
+                    reporter.report(generation, &config.evaluations.overrunning(now)).await;
                 }
             }
         }
@@ -478,7 +493,7 @@ async fn run_type(
         }
     };
     let patches = match Patches::new(&synced.patches, &vcluster, &config.namespace) {
-        Ok(patches) => patches,
+        Ok(patches) => patches.sharing_evaluations(config.evaluations.clone()),
         Err(source) => {
             let error = Error::InvalidPatch {
                 api_version: synced.api_version.clone(),
@@ -765,10 +780,15 @@ impl Reporter {
         }
     }
 
-    async fn report(&mut self, generation: &Generation) {
+    async fn report(
+        &mut self,
+        generation: &Generation,
+        overrunning: &[crate::patches::running::Overrun],
+    ) {
         let types: Vec<_> = generation.types.iter().map(|t| t.summary()).collect();
         let pod_hooks = generation.pod_hooks.as_ref().map(|p| p.summary());
         let desired = status::desired(&types, pod_hooks.as_ref(), generation.observed_generation);
+        let desired = status::with_overrunning(desired, overrunning);
         if self.last.as_ref().is_some_and(|(last, _)| *last == desired) {
             return;
         }

@@ -10,6 +10,7 @@
 //! | reason | status | when |
 //! | --- | --- | --- |
 //! | `TypeUnavailable` | `False` | a type cannot be discovered or watched (messages joined by `; `) |
+//! | `PatchFailed` | `False` | an expression's evaluation is still running past its time bound inside one native call ([`with_overrunning`], [`crate::patches::running`]): the message names the type, object and patch of the longest-running one |
 //! | `PatchFailed` | `False` | a declared patch failed on some objects (an expression threw or ran past its bounds, a reference or selector of the wrong shape): those objects are not written and are retried; the message gives the count and one failure |
 //! | `SyncErrors` | `False` | objects failed to sync and are retried |
 //! | `HostObjectConflict` | `False` | a host object of a synced object's name is not managed by this vCluster: it is left untouched, so that object is not synced (counted in `syncedObjects[].conflicts`) |
@@ -31,6 +32,7 @@ use serde_json::{Value, json};
 use vcp_crds::Reason;
 use vcp_crds::{RUNTIME_HEALTHY, SyncedObjects, VClusterPlugin};
 
+use crate::patches::running::{MAX_OVERRUNNING, Overrun};
 use crate::stats::TypeSummary;
 
 /// What the runtime reports, without times: compared with the last report to skip writes.
@@ -149,6 +151,34 @@ pub fn desired(
         message,
         observed_generation,
     }
+}
+
+/// `status` with the runtime's evaluations `overrunning` (running past their time bound, the
+/// longest-running first: [`crate::patches::running::Evaluations::overrunning`]): when there is
+/// one, `RuntimeHealthy` is `False` with reason `PatchFailed` and a message naming the first
+/// one's type, object and patch, unless a type is unavailable (`TypeUnavailable` comes first,
+/// as in [`desired`]). Such an evaluation fails no object yet (its reconcile has not returned),
+/// so nothing else would show it.
+pub fn with_overrunning(mut status: RuntimeStatus, overrunning: &[Overrun]) -> RuntimeStatus {
+    let Some(first) = overrunning.first() else {
+        return status;
+    };
+    if status.reason == Reason::TypeUnavailable {
+        return status;
+    }
+    status.healthy = false;
+    status.reason = Reason::PatchFailed;
+    // no elapsed time: the message stays the same while they run (no status write per tick)
+    status.message = format!(
+        "{} expression evaluation(s) running past their time bound inside one native call the \
+         bound cannot interrupt, each holding a thread (new ones are refused while \
+         {MAX_OVERRUNNING} are; see the PatchFailed Events); the longest: {}, past its bound of \
+         {:?}, and its object is not synced",
+        overrunning.len(),
+        first.what,
+        first.bound
+    );
+    status
 }
 
 /// The `RuntimeHealthy` condition of `status`; `lastTransitionTime` is `previous`'s when the
@@ -310,6 +340,49 @@ mod tests {
         certificates.patch_error = None;
         let s = desired(&[certificates], None, None);
         assert_eq!((s.healthy, s.reason.as_str()), (true, "Syncing"));
+    }
+
+    /// The fourth attacker's stuck evaluation left the plugin `RuntimeHealthy=True`.
+    #[test]
+    fn an_evaluation_past_its_bound_makes_the_runtime_unhealthy() {
+        let overrun = Overrun {
+            what: "e2e.vcp.test/v1 Widget a/w: patch \"spec.x\" (expression) at spec.x".into(),
+            related: None,
+            elapsed: std::time::Duration::from_millis(2500),
+            bound: std::time::Duration::from_millis(100),
+        };
+        let healthy = desired(&[summary("Widget", 3)], None, Some(5));
+        assert!(healthy.healthy);
+        // nothing overrunning: unchanged
+        assert_eq!(with_overrunning(healthy.clone(), &[]), healthy);
+        let s = with_overrunning(healthy, std::slice::from_ref(&overrun));
+        assert_eq!((s.healthy, s.reason.as_str()), (false, "PatchFailed"));
+        assert_eq!(
+            s.message,
+            "1 expression evaluation(s) running past their time bound inside one native call \
+             the bound cannot interrupt, each holding a thread (new ones are refused while 2 \
+             are; see the PatchFailed Events); the longest: e2e.vcp.test/v1 Widget a/w: patch \
+             \"spec.x\" (expression) at spec.x, past its bound of 100ms, and its object is not \
+             synced"
+        );
+        // the same while it runs on: no new status write
+        let later = Overrun {
+            elapsed: std::time::Duration::from_secs(9),
+            ..overrun.clone()
+        };
+        assert_eq!(with_overrunning(s.clone(), &[later]), s);
+        assert_eq!(s.synced_total, 3);
+        assert_eq!(s.observed_generation, Some(5));
+        let c = condition(&s, None, &t(1));
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "PatchFailed")
+        );
+        // an unavailable type still comes first
+        let mut boat = summary("Boat", 0);
+        boat.type_error = Some("boats are not served".into());
+        let s = with_overrunning(desired(&[boat], None, None), &[overrun]);
+        assert_eq!(s.reason.as_str(), "TypeUnavailable");
     }
 
     #[test]

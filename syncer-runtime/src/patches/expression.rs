@@ -425,6 +425,11 @@ fn run(
         };
         setup().map_err(|e| fail(&ctx, e))?;
         let result: rquickjs::Value = ctx.eval(source).map_err(|e| fail(&ctx, e))?;
+        // a script that ended inside a native call past its deadline (the interrupt handler
+        // was not reached again) gives no value either: the bound is the bound
+        if out_of_time() {
+            return Err(ExpressionError::Timeout(bounds.time));
+        }
         let json = ctx.json_stringify(result).map_err(|e| fail(&ctx, e))?;
         let Some(json) = json else {
             return Ok(None);

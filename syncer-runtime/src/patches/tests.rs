@@ -382,3 +382,95 @@ async fn an_evaluation_does_not_hold_up_the_other_tasks() {
     let expected = u64::try_from(took.as_millis() / 50).unwrap();
     assert!(during >= expected, "{during} ticks in {took:?}");
 }
+
+/// The fourth attacker's piling threads: an evaluation inside one long native call keeps its
+/// thread past its bound, and new evaluations (a spec edit starts them again) took a thread
+/// more each. With [`running::MAX_OVERRUNNING`] of the runtime's evaluations past their
+/// bound, a new one is refused at once, without a thread and without being counted; the
+/// overrunning ones end with the time bound's error, and new ones start again.
+#[test]
+fn at_most_a_few_evaluations_run_past_their_bound_at_once() {
+    use running::{Evaluations, MAX_OVERRUNNING};
+    use std::sync::Arc;
+    use std::time::Instant;
+    // about a second inside one native call the interrupt handler does not reach: `forEach`
+    // calling `String` on a 65,000-bit BigInt 80 times (about 12 ms each)
+    let slow = TranslatePatch {
+        path: "spec.image".into(),
+        expression: Some("Array(80).fill(2n ** 65000n).forEach(String); value".into()),
+        ..TranslatePatch::default()
+    };
+    let bounds = Bounds {
+        time: Duration::from_millis(20),
+        memory: 16 << 20,
+    };
+    let evaluations = Arc::new(Evaluations::default());
+    let patches = Arc::new(
+        Patches::new(&[slow], "vc", "ns")
+            .unwrap()
+            .with_bounds(bounds)
+            .sharing_evaluations(evaluations.clone()),
+    );
+    let widget = |name: &str| {
+        json!({"apiVersion": "e2e.vcp.test/v1", "kind": "Widget",
+            "metadata": {"name": name, "namespace": "a"}, "spec": {"image": "nginx"}})
+    };
+    let stuck: Vec<_> = (0..MAX_OVERRUNNING)
+        .map(|i| {
+            let patches = patches.clone();
+            let obj = widget(&format!("w{i}"));
+            std::thread::spawn(move || patches.to_host(&obj, &mut obj.clone()))
+        })
+        .collect();
+    let waited = Instant::now();
+    while evaluations.overrunning(Instant::now()).len() < MAX_OVERRUNNING {
+        assert!(waited.elapsed() < Duration::from_secs(10), "never overran");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(evaluations.running(), MAX_OVERRUNNING);
+    let started = Instant::now();
+    let obj = widget("late");
+    let error = patches.to_host(&obj, &mut obj.clone()).unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(error.what, "expression");
+    assert!(
+        error.message.starts_with(&format!(
+            "refused without running: {MAX_OVERRUNNING} evaluation(s) of this runtime's expressions are still running past their time bound"
+        )),
+        "{error}"
+    );
+    assert!(
+        error.message.contains(
+            "e2e.vcp.test/v1 Widget a/w0: patch \"spec.image\" (expression) at spec.image"
+        ) || error.message.contains("e2e.vcp.test/v1 Widget a/w1"),
+        "{error}"
+    );
+    assert_eq!(
+        evaluations.running(),
+        MAX_OVERRUNNING,
+        "the refused one ran"
+    );
+    for thread in stuck {
+        let error = thread.join().unwrap().unwrap_err();
+        assert!(error.message.contains("time bound of 20ms"), "{error}");
+    }
+    assert_eq!(evaluations.running(), 0);
+    let quick = Patches::new(
+        &[TranslatePatch {
+            path: "spec.image".into(),
+            expression: Some("value + '-x'".into()),
+            ..TranslatePatch::default()
+        }],
+        "vc",
+        "ns",
+    )
+    .unwrap()
+    .sharing_evaluations(evaluations.clone());
+    let mut host = obj.clone();
+    quick.to_host(&obj, &mut host).unwrap();
+    assert_eq!(host["spec"]["image"], "nginx-x");
+}
