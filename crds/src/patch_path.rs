@@ -201,7 +201,8 @@ impl PatchPath {
     /// object by: `apiVersion`, `kind`, `metadata` as a whole or any of its fields through
     /// `[*]`, `metadata.name`, `namespace`, `generateName`, `uid`, `ownerReferences`,
     /// `finalizers` (or below them), `metadata.labels` / `metadata.annotations` as a whole or
-    /// through `[*]`, and a `vcluster.loft.sh/` label or annotation. Keys are folded as the
+    /// through `[*]`, a `vcluster.loft.sh/` label or annotation, and the label
+    /// [`crate::RESERVED_LABELS`] (`release`). Keys are folded as the
     /// hooks' rule folds them (the CRD's `protected_path_rule` of `JsonPatchOperation`: ASCII
     /// lower case, `ſ` → `s`, `K` → `k`, Go's `encoding/json` field matching), so
     /// `metadata.Name` is protected like `metadata.name`, and an upper-case spelling of the
@@ -237,7 +238,13 @@ impl PatchPath {
             }
             "labels" | "annotations" => match segments.next() {
                 None | Some(Segment::All) => true,
-                Some(Segment::Key(key)) => fold(key).starts_with("vcluster.loft.sh/"),
+                Some(Segment::Key(key)) => {
+                    let key = fold(key);
+                    key.starts_with("vcluster.loft.sh/")
+                        || (second == "labels"
+                            && crate::RESERVED_LABELS.contains(&key.as_str())
+                            && segments.next().is_none())
+                }
                 Some(Segment::Index(_)) => false,
             },
             _ => false,
@@ -626,6 +633,8 @@ mod tests {
             "metadata.labels[\"vcluster.loft.sh/managed-by\"]",
             "metadata[*]",
             "metadata.labels[\"VCLUSTER.loft.sh/x\"]",
+            "metadata.labels.release",
+            "metadata.labels[\"release\"]",
             "[*]",
             "apiVersion",
             "KIND",
@@ -635,6 +644,8 @@ mod tests {
         for path in [
             "spec.name",
             "metadata.labels.team",
+            "metadata.labels.released",
+            "metadata.annotations.release",
             "metadata.annotations[\"example.com/key\"]",
             "spec.metadata.name",
             "status.conditions[*].reason",

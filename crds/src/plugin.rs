@@ -82,6 +82,16 @@ pub const PLUGIN_NAMESPACE_LABEL: &str = "vcp.dev/plugin-namespace";
 /// user may set are listed instead.
 pub const RUNTIME_ENV: [&str; 1] = ["RUST_LOG"];
 
+/// The label keys outside `vcluster.loft.sh/` that vCluster translates on every object it
+/// syncs to the host (v0.30 `pkg/util/translate`, `HostLabel`: a virtual label of such a key
+/// becomes a `vcluster.loft.sh/label-…` key; the runtime's `translate::TRANSLATED_LABELS`,
+/// proven by the translation oracle), so that no virtual object can carry it on the host:
+/// `release`, by which the chart's Service (`app: vcluster`, `release: <name>`) selects the
+/// vCluster's own pods. Hooks and patches may not set or remove it either (the CRD's CEL, the
+/// operator's judge and the runtime): a host pod labelled `release: <vcluster>` would receive
+/// the traffic of the virtual cluster's API server.
+pub const RESERVED_LABELS: [&str; 1] = ["release"];
+
 /// CEL (on the whole object): a plugin without `image` sets only the environment variables of
 /// [`RUNTIME_ENV`].
 fn runtime_env_rule() -> String {
@@ -352,8 +362,8 @@ pub struct SyncedType {
 /// lower case, `ſ` → `s`, `K` → `k`) and its brackets become dots (`metadata["name"]`,
 /// `metadata['name']` → `metadata.name`, `[*]` → `.*`), so every spelling of a protected field
 /// is refused; a key containing dots can only be refused more often than the parser would, never
-/// less.
-pub const PROTECTED_PATCH_PATH_RULE: &str = "[self.path.lowerAscii().replace('\\u017f', 's').replace('\\u212a', 'k').replace('[\\\"', '.').replace('\\\"]', '').replace(\"['\", '.').replace(\"']\", '').replace('[', '.').replace(']', '')].all(n, !(n.matches('^[.]?(apiversion|kind|[*])([.].*)?$') || n.matches('^[.]?metadata([.][*].*)?$') || n.matches('^[.]?metadata[.](name|namespace|generatename|uid|ownerreferences|finalizers)([.].*)?$') || n.matches('^[.]?metadata[.](labels|annotations)([.]([*]|vcluster[.]loft[.]sh/).*)?$')))";
+/// less. The label [`RESERVED_LABELS`] (`release`) is protected like a `vcluster.loft.sh/` one.
+pub const PROTECTED_PATCH_PATH_RULE: &str = "[self.path.lowerAscii().replace('\\u017f', 's').replace('\\u212a', 'k').replace('[\\\"', '.').replace('\\\"]', '').replace(\"['\", '.').replace(\"']\", '').replace('[', '.').replace(']', '')].all(n, !(n.matches('^[.]?(apiversion|kind|[*])([.].*)?$') || n.matches('^[.]?metadata([.][*].*)?$') || n.matches('^[.]?metadata[.](name|namespace|generatename|uid|ownerreferences|finalizers)([.].*)?$') || n.matches('^[.]?metadata[.](labels|annotations)([.]([*]|vcluster[.]loft[.]sh/).*)?$') || n.matches('^[.]?metadata[.]labels[.]release$')))";
 
 /// One patch of a synced type, in vCluster's shape (`config.TranslatePatch`): `path`, and
 /// exactly one of `expression` / `reverseExpression` (either or both, as vCluster's
@@ -363,7 +373,7 @@ pub const PROTECTED_PATCH_PATH_RULE: &str = "[self.path.lowerAscii().replace('\\
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
     { "rule": "[has(self.expression) || has(self.reverseExpression), has(self.reference), has(self.labels)].filter(x, x).size() == 1", "message": "a patch has exactly one of expression / reverseExpression, reference or labels, as in vCluster's config.TranslatePatch" },
-    { "rule": PROTECTED_PATCH_PATH_RULE, "message": "a patch may not write the object's identity (apiVersion, kind, metadata as a whole, name, namespace, generateName, uid, ownerReferences, finalizers), its labels or annotations as a whole or through [*], or a vcluster.loft.sh/ key", "fieldPath": ".path" },
+    { "rule": PROTECTED_PATCH_PATH_RULE, "message": "a patch may not write the object's identity (apiVersion, kind, metadata as a whole, name, namespace, generateName, uid, ownerReferences, finalizers), its labels or annotations as a whole or through [*], a vcluster.loft.sh/ key, or the release label", "fieldPath": ".path" },
 ]))]
 pub struct TranslatePatch {
     /// The field the patch targets, in vCluster's notation: dots, brackets (`a["b.c"]`,
@@ -537,7 +547,7 @@ fn folded_pointer(pointer: &str) -> String {
 
 /// CEL: whether the folded pointer `p` ([`folded_pointer`]) writes what a hook may not touch (see
 /// [`JsonPatchOperation`]).
-const PROTECTED_FOLDED: &str = "p in ['', '/metadata', '/metadata/labels', '/metadata/annotations'] || ['/metadata/name', '/metadata/namespace', '/metadata/generatename', '/metadata/uid', '/metadata/ownerreferences', '/metadata/finalizers'].exists(q, p == q || p.startsWith(q + '/')) || p.startsWith('/metadata/labels/vcluster.loft.sh~1') || p.startsWith('/metadata/annotations/vcluster.loft.sh~1')";
+const PROTECTED_FOLDED: &str = "p in ['', '/metadata', '/metadata/labels', '/metadata/annotations', '/metadata/labels/release'] || ['/metadata/name', '/metadata/namespace', '/metadata/generatename', '/metadata/uid', '/metadata/ownerreferences', '/metadata/finalizers'].exists(q, p == q || p.startsWith(q + '/')) || p.startsWith('/metadata/labels/vcluster.loft.sh~1') || p.startsWith('/metadata/annotations/vcluster.loft.sh~1')";
 
 /// CEL: a JSON Patch operation's `path` writes nothing a hook may not touch, in any spelling
 /// vCluster's decoder reads as a protected field ([`folded_pointer`]).
@@ -562,12 +572,15 @@ pub fn protected_from_rule() -> String {
 /// touch the keys vCluster tracks its objects by (`vcluster.loft.sh/`): set or removed,
 /// such a label or annotation would make a host object look owned by another vCluster or
 /// virtual object (or by none), so a hook could take over or orphan objects it does not own.
+/// Nor may it touch the label [`RESERVED_LABELS`] (`release`), which vCluster never lets a
+/// virtual object carry to the host: with `app: vcluster` it would make a host pod an endpoint
+/// of the vCluster's own Service, the virtual cluster's API server.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
-    { "rule": "!has(self.labels) || self.labels.all(k, !k.startsWith('vcluster.loft.sh/'))", "message": "hooks may not set vcluster.loft.sh/ labels: vCluster tracks the objects it manages by them", "fieldPath": ".labels" },
+    { "rule": "!has(self.labels) || self.labels.all(k, !k.startsWith('vcluster.loft.sh/') && k != 'release')", "message": "hooks may not set vcluster.loft.sh/ labels or the release label: vCluster tracks the objects it manages by them, and never lets a virtual object's release label reach the host (the vCluster's own Service selects its pods by it)", "fieldPath": ".labels" },
     { "rule": "!has(self.annotations) || self.annotations.all(k, !k.startsWith('vcluster.loft.sh/'))", "message": "hooks may not set vcluster.loft.sh/ annotations: vCluster tracks the objects it manages by them", "fieldPath": ".annotations" },
-    { "rule": "!has(self.removeLabels) || self.removeLabels.all(k, !k.startsWith('vcluster.loft.sh/'))", "message": "hooks may not remove vcluster.loft.sh/ labels: vCluster tracks the objects it manages by them", "fieldPath": ".removeLabels" },
+    { "rule": "!has(self.removeLabels) || self.removeLabels.all(k, !k.startsWith('vcluster.loft.sh/') && k != 'release')", "message": "hooks may not remove vcluster.loft.sh/ labels or the release label: vCluster tracks the objects it manages by them, and never lets a virtual object's release label reach the host (the vCluster's own Service selects its pods by it)", "fieldPath": ".removeLabels" },
     { "rule": "!has(self.removeAnnotations) || self.removeAnnotations.all(k, !k.startsWith('vcluster.loft.sh/'))", "message": "hooks may not remove vcluster.loft.sh/ annotations: vCluster tracks the objects it manages by them", "fieldPath": ".removeAnnotations" },
 ]))]
 pub struct Hook {
@@ -653,7 +666,7 @@ impl HookEvent {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[schemars(extend("x-kubernetes-validations" = [
     { "rule": "!(self.op in ['move', 'copy']) || has(self.from)", "message": "from is required by the move and copy operations", "fieldPath": ".from", "reason": "FieldValueRequired" },
-    { "rule": protected_path_rule(), "message": "a hook may not write the object's identity (name, namespace, generateName, uid, ownerReferences, finalizers), its labels or annotations as a whole, or a vcluster.loft.sh/ key", "fieldPath": ".path" },
+    { "rule": protected_path_rule(), "message": "a hook may not write the object's identity (name, namespace, generateName, uid, ownerReferences, finalizers), its labels or annotations as a whole, a vcluster.loft.sh/ key, or the release label", "fieldPath": ".path" },
     { "rule": protected_from_rule(), "message": "a move may not take its value from the object's identity, its labels or annotations as a whole, or a vcluster.loft.sh/ key", "fieldPath": ".from" },
 ]))]
 pub struct JsonPatchOperation {

@@ -165,7 +165,10 @@ pub fn representative_object(
 /// - one of [`IDENTITY_FIELDS`] changed;
 /// - a `vcluster.loft.sh/` label or annotation added, changed or removed (map keys are matched
 ///   exactly, as Go decodes map keys; a key's prefix must be a lowercase DNS subdomain, so an
-///   upper-case spelling is no key vCluster reads, and the API server refuses it).
+///   upper-case spelling is no key vCluster reads, and the API server refuses it);
+/// - a label of [`vcp_crds::RESERVED_LABELS`] (`release`) added, changed or removed: vCluster
+///   never lets a virtual object carry it to the host, and on a pod it selects the pod as an
+///   endpoint of the vCluster's own Service.
 pub fn identity_change(before: &Value, after: &Value) -> Option<(String, String)> {
     if let Some(root) = after.as_object() {
         for key in root.keys() {
@@ -211,7 +214,11 @@ pub fn identity_change(before: &Value, after: &Value) -> Option<(String, String)
                 .as_object()
                 .map(|m| {
                     m.iter()
-                        .filter(|(k, _)| k.starts_with(VCLUSTER_KEY_PREFIX))
+                        .filter(|(k, _)| {
+                            k.starts_with(VCLUSTER_KEY_PREFIX)
+                                || (field == "labels"
+                                    && vcp_crds::RESERVED_LABELS.contains(&k.as_str()))
+                        })
                         .map(|(k, v)| (k.clone(), v.clone()))
                         .collect()
                 })
@@ -222,9 +229,14 @@ pub fn identity_change(before: &Value, after: &Value) -> Option<(String, String)
             return Some((
                 format!("metadata.{field}[{key:?}]"),
                 format!(
-                    "changed from {} to {}: vCluster tracks its objects by it",
+                    "changed from {} to {}: {}",
                     b.get(key).map_or("absent".into(), Value::to_string),
-                    a.get(key).map_or("absent".into(), Value::to_string)
+                    a.get(key).map_or("absent".into(), Value::to_string),
+                    if key.starts_with(VCLUSTER_KEY_PREFIX) {
+                        "vCluster tracks its objects by it"
+                    } else {
+                        "vCluster never lets a virtual object carry this label to the host (the vCluster's own Service selects its pods by it)"
+                    }
                 ),
             ));
         }
@@ -235,8 +247,8 @@ pub fn identity_change(before: &Value, after: &Value) -> Option<(String, String)
 /// Whether the JSON Pointer `pointer` writes a protected field in some spelling vCluster's
 /// decoder reads as it (the CRD's CEL rule, `vcp_crds::protected_path_rule`, in Rust): the
 /// whole object, `/metadata`, its labels or annotations as a whole, one of
-/// [`IDENTITY_FIELDS`] or below it, or a `vcluster.loft.sh/` label or annotation; compared
-/// after [`go_fold`].
+/// [`IDENTITY_FIELDS`] or below it, a `vcluster.loft.sh/` label or annotation, or the label
+/// [`vcp_crds::RESERVED_LABELS`] (`release`); compared after [`go_fold`].
 pub fn protected_pointer(pointer: &str) -> bool {
     let p = go_fold(pointer);
     if ["", "/metadata", "/metadata/labels", "/metadata/annotations"].contains(&p.as_str()) {
@@ -250,6 +262,9 @@ pub fn protected_pointer(pointer: &str) -> bool {
     }
     p.starts_with("/metadata/labels/vcluster.loft.sh~1")
         || p.starts_with("/metadata/annotations/vcluster.loft.sh~1")
+        || vcp_crds::RESERVED_LABELS
+            .iter()
+            .any(|k| p == format!("/metadata/labels/{k}"))
 }
 
 /// `hook` without its `test` operations (see the module docs).

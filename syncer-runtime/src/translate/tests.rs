@@ -544,3 +544,16 @@ fn host_copy_recognition() {
         NamespacedTranslator::new("my-vcluster", "vcluster-my-vcluster", "v1", "ConfigMap");
     assert!(!other_kind.is_host_copy_of(&host, "c", "ns"));
 }
+
+/// The labels hooks and patches may not write outside `vcluster.loft.sh/`
+/// (`vcp_crds::RESERVED_LABELS`) are exactly the translated ones outside that prefix, the list
+/// the translation oracle proves against vCluster's `translate.HostLabel`.
+#[test]
+fn reserved_labels_are_the_translated_labels_outside_vclusters_prefix() {
+    let translated: Vec<&str> = TRANSLATED_LABELS
+        .iter()
+        .copied()
+        .filter(|k| !k.starts_with("vcluster.loft.sh/"))
+        .collect();
+    assert_eq!(translated, vcp_crds::RESERVED_LABELS);
+}

@@ -254,6 +254,59 @@ fn identity_and_tracking_keys_may_not_change() {
     assert!(refusal_of(&p).contains("writes \"/metadata/OwnerReferences/7/uid\""));
 }
 
+/// vCluster translates a virtual object's `release` label (v0.30 `translate.HostLabel`), so no
+/// virtual pod reaches the host with one; the chart's Service selects the vCluster's own pods
+/// by `app: vcluster` and `release: <name>`. A hook giving the host pods both would make them
+/// endpoints of the virtual cluster's API server: refused by either route.
+#[test]
+fn a_pod_hook_may_not_give_pods_the_release_label() {
+    let by_labels = plugin(
+        "join-service",
+        None,
+        vec![Hook {
+            name: "h".into(),
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            events: vec![HookEvent::CreatePhysical],
+            labels: [("app", "vcluster"), ("release", VC)]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Hook::default()
+        }],
+    );
+    let by_patch = plugin(
+        "join-service-patch",
+        None,
+        vec![pod_hook(
+            "h",
+            vec![op(JsonPatchOp::Add, "/metadata/labels/release", json!(VC))],
+        )],
+    );
+    for p in [&by_labels, &by_patch] {
+        let m = refusal_of(p);
+        assert!(
+            m.contains("changes metadata.labels[\"release\"]")
+                && m.contains("the vCluster's own Service selects its pods by it"),
+            "{m}"
+        );
+    }
+    // `app: vcluster` alone, which a virtual pod may carry too, is no refusal.
+    let app_only = plugin(
+        "app-only",
+        None,
+        vec![pod_hook(
+            "h",
+            vec![op(
+                JsonPatchOp::Add,
+                "/metadata/labels/app",
+                json!("vcluster"),
+            )],
+        )],
+    );
+    assert!(judged(&[&app_only]).refused.is_empty());
+}
+
 #[test]
 fn protected_pointers_match_the_crd_rule() {
     for p in [
@@ -265,6 +318,8 @@ fn protected_pointers_match_the_crd_rule() {
         "/metadata/OWNERREFERENCES/0/uid",
         "/metadata/labels/vcluster.loft.sh~1managed-by",
         "/metadata/Annotations/vcluster.loft.sh~1object-name",
+        "/metadata/labels/release",
+        "/metadata/Labels/Release",
         "/metadata/namespace",
         "/metadata/generate\u{212a}ame"
             .replace('\u{212a}', "N")
@@ -274,6 +329,8 @@ fn protected_pointers_match_the_crd_rule() {
     }
     for p in [
         "/metadata/labels/team",
+        "/metadata/labels/released",
+        "/metadata/annotations/release",
         "/metadata/labels/vcluster.loft.sh~01x",
         "/metadata/names",
         "/spec/containers/0/image",
