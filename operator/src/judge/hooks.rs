@@ -365,7 +365,7 @@ fn other_kinds(plugin: &VClusterPlugin, namespace: &str, vcluster: &str) -> Opti
                                     hook,
                                     event,
                                     format!(
-                                        "writes {p:?}, which vCluster's decoder reads as the object's identity, its labels or annotations as a whole, or a vcluster.loft.sh/ key: refused by the operator policy"
+                                        "writes {p:?}, which vCluster's decoder reads as the object's identity, its labels or annotations as a whole, a vcluster.loft.sh/ key or the release label: refused by the operator policy"
                                     ),
                                 ));
                             }
@@ -378,7 +378,7 @@ fn other_kinds(plugin: &VClusterPlugin, namespace: &str, vcluster: &str) -> Opti
                         hook,
                         event,
                         format!(
-                            "changes {field} of a representative {} ({what}): a hook may not touch an object's identity, ownership or vcluster.loft.sh/ keys (operator policy)",
+                            "changes {field} of a representative {} ({what}): a hook may not touch an object's identity, ownership, vcluster.loft.sh/ keys or the release label (operator policy)",
                             hook.kind
                         ),
                     ));
@@ -394,7 +394,7 @@ fn other_kinds(plugin: &VClusterPlugin, namespace: &str, vcluster: &str) -> Opti
 fn judge_pod(policy: &ContainerPolicy, before: &Value, hooked: &Value) -> Result<Pod, String> {
     if let Some((field, what)) = identity_change(before, hooked) {
         return Err(format!(
-            "changes {field} of the vCluster's pods ({what}): a hook may not touch an object's identity, ownership or vcluster.loft.sh/ keys (operator policy)"
+            "changes {field} of the vCluster's pods ({what}): a hook may not touch an object's identity, ownership, vcluster.loft.sh/ keys or the release label (operator policy)"
         ));
     }
     let typed: Pod = serde_json::from_value(hooked.clone()).map_err(|e| {
