@@ -36,6 +36,19 @@
 //! decides from the live objects and the existing plugins; [`sweep`] reads and writes. Reads
 //! are lists from the API server (with `managedFields`), not the watch caches, as in the
 //! cleanup; the workloads are picked from the cache and read again before they are applied.
+//!
+//! Which plugins exist is read from the plugins' watch cache *after* each list (or read) it
+//! judges, never from a copy taken when the sweep began ([`Existing::now`]): a plugin created
+//! while a sweep runs is reconciled at once (its objects are written by a reconcile that read
+//! it from that cache), so an earlier copy could judge the objects its first reconcile had
+//! just created, listed a moment later, as a deleted plugin's. That is what a fresh-clone CI
+//! run of `operator_ops` saw with `--debounce-ms 0`: the new leader's start-up sweep began
+//! without `first`, `first` was created and reconciled meanwhile, and the sweep's list of
+//! labelled Roles (after its list of RoleBindings) held `first`'s new Role, which it deleted;
+//! the Role's delete event made the next reconcile create it again 12 ms later. Read after the
+//! list, the cache holds every plugin whose reconcile wrote an object the list holds (a plugin
+//! leaves it only with its delete), so an object is judged an orphan only when its plugin is
+//! gone.
 //! Cost: after a delete, one labelled list of each RBAC kind (selecting that plugin's objects),
 //! one list of the namespace's Roles and one GET per vCluster workload of the namespace. A
 //! sweep of every plugin lists the four labelled kinds cluster-wide (what the caches hold) and
@@ -54,6 +67,7 @@ use backon::BackoffBuilder as _;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
+use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -112,6 +126,12 @@ pub struct Existing {
 }
 
 impl Existing {
+    /// The plugins `plugins` (the plugins' watch cache) holds now. Read after the list of the
+    /// objects judged with it, never before (module docs).
+    pub fn now(plugins: &Store<VClusterPlugin>) -> Self {
+        Self::new(plugins.state().iter().map(|p| &**p))
+    }
+
     /// The plugins of `plugins` (those being deleted included: their finalizer's cleanup
     /// removes what they have).
     pub fn new<'a>(plugins: impl IntoIterator<Item = &'a VClusterPlugin>) -> Self {
@@ -318,7 +338,9 @@ async fn sweep_in(ctx: &Context, scope: &Scope, also: &BTreeSet<String>) -> Swep
     if *scope == Scope::All {
         prune_gone_workloads(ctx);
     }
-    let existing = Existing::new(ctx.plugins.state().iter().map(|p| &**p));
+    // Only to pick the namespaces and workloads to look at: each orphan is judged with the
+    // plugins the cache holds after the list that found it (`Existing::now`, module docs).
+    let existing = Existing::now(&ctx.plugins);
     let mut swept = Swept::default();
     let (selector, namespace) = match scope {
         Scope::All => (PLUGIN_NAME_LABEL.to_string(), None),
@@ -335,7 +357,7 @@ async fn sweep_in(ctx: &Context, scope: &Scope, also: &BTreeSet<String>) -> Swep
         Api::<ClusterRoleBinding>::all(client.clone()),
         |_| Api::all(client.clone()),
         &labelled,
-        &existing,
+        &ctx.plugins,
         &mut swept,
     )
     .await;
@@ -344,7 +366,7 @@ async fn sweep_in(ctx: &Context, scope: &Scope, also: &BTreeSet<String>) -> Swep
         Api::<ClusterRole>::all(client.clone()),
         |_| Api::all(client.clone()),
         &labelled,
-        &existing,
+        &ctx.plugins,
         &mut swept,
     )
     .await;
@@ -360,7 +382,7 @@ async fn sweep_in(ctx: &Context, scope: &Scope, also: &BTreeSet<String>) -> Swep
         bindings,
         |ns| Api::namespaced(client.clone(), ns),
         &labelled,
-        &existing,
+        &ctx.plugins,
         &mut swept,
     )
     .await;
@@ -369,7 +391,7 @@ async fn sweep_in(ctx: &Context, scope: &Scope, also: &BTreeSet<String>) -> Swep
         roles,
         |ns| Api::namespaced(client.clone(), ns),
         &labelled,
-        &existing,
+        &ctx.plugins,
         &mut swept,
     )
     .await;
@@ -398,7 +420,7 @@ async fn sweep_in(ctx: &Context, scope: &Scope, also: &BTreeSet<String>) -> Swep
             .collect(),
     };
     for ns in namespaces {
-        let result = restore_orphan_records(ctx, &ns, &existing, &mut swept).await;
+        let result = restore_orphan_records(ctx, &ns, &mut swept).await;
         swept.note(result);
     }
 
@@ -434,8 +456,7 @@ async fn sweep_in(ctx: &Context, scope: &Scope, also: &BTreeSet<String>) -> Swep
                 continue;
             }
         };
-        let existing = Existing::new(ctx.plugins.state().iter().map(|p| &**p));
-        let orphans = orphan_entries(&fresh, &existing);
+        let orphans = orphan_entries(&fresh, &Existing::now(&ctx.plugins));
         if orphans.is_empty() {
             continue;
         }
@@ -485,20 +506,17 @@ fn prune_gone_workloads(ctx: &Context) {
     });
 }
 
-/// Takes the records of plugins that no longer exist ([`orphan_records`]) out of the Roles of
-/// `namespace`, recording each Role in `swept`.
-async fn restore_orphan_records(
-    ctx: &Context,
-    namespace: &str,
-    existing: &Existing,
-    swept: &mut Swept,
-) -> Result<()> {
+/// Takes the records of plugins that no longer exist ([`orphan_records`], judged with the
+/// plugins' watch cache as it is once the Roles are listed: [`Existing::now`]) out of the Roles
+/// of `namespace`, recording each Role in `swept`.
+async fn restore_orphan_records(ctx: &Context, namespace: &str, swept: &mut Swept) -> Result<()> {
     let api = Api::<Role>::namespaced(ctx.client.clone(), namespace);
     let roles = api
         .list(&ListParams::default())
         .await
         .map_err(|e| Error::kube(format!("list Roles in {namespace}"), e))?
         .items;
+    let existing = &Existing::now(&ctx.plugins);
     let pp = PatchParams {
         field_manager: Some(OPERATOR_FIELD_MANAGER.into()),
         ..Default::default()
@@ -537,12 +555,13 @@ async fn restore_orphan_records(
 
 /// Deletes every object `api` lists with `params` that the operator labelled for a plugin that
 /// no longer exists (through `api_of` its namespace, or `api` when cluster-scoped), recording
-/// each in `swept`.
+/// each in `swept`. Which plugins exist is read from `plugins` (their watch cache) once the
+/// list has answered ([`Existing::now`], module docs).
 async fn delete_orphans<K>(
     api: Api<K>,
     api_of: impl Fn(&str) -> Api<K>,
     params: &ListParams,
-    existing: &Existing,
+    plugins: &Store<VClusterPlugin>,
     swept: &mut Swept,
 ) -> Result<()>
 where
@@ -555,6 +574,7 @@ where
         .await
         .map_err(|e| Error::kube(format!("list labelled {kind}s"), e))?
         .items;
+    let existing = &Existing::now(plugins);
     for obj in items {
         if !labelled_orphan(obj.meta(), existing) {
             continue;

@@ -97,6 +97,14 @@ impl Replica {
             config.leader_election = election;
             config.instance = Some(instance);
             config.policy = policy;
+            // `VCP_DEBOUNCE_MS` in the test's environment, as the operator's CLI reads it: the
+            // replicas then run with that debounce instead of the default.
+            if let Some(ms) = std::env::var("VCP_DEBOUNCE_MS")
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok())
+            {
+                config.debounce = Duration::from_millis(ms);
+            }
             let res = run_until(config, async {
                 let _ = stop_rx.await;
             })

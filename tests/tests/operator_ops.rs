@@ -182,6 +182,13 @@ async fn two_replicas_only_the_leader_writes_and_a_dead_leader_is_replaced() {
             .all(|w| w.user_agent == user_agent("replica-a")),
         "only the leader writes: {writes:?}"
     );
+    // Installing a new plugin deletes nothing: the new leader's start-up sweep runs while
+    // `first` is created and reconciled, and once took the Role that reconcile had just
+    // written for a deleted plugin's (fresh-clone CI, `--debounce-ms 0`; `crate::sweep`).
+    assert!(
+        !writes.iter().any(|w| w.verb == "delete"),
+        "the install of `first` deleted something: {writes:?}"
+    );
     assert_eq!(
         b.telemetry.reconciles(),
         0,
@@ -215,6 +222,10 @@ async fn two_replicas_only_the_leader_writes_and_a_dead_leader_is_replaced() {
             .iter()
             .all(|w| w.user_agent == user_agent("replica-b")),
         "only the new leader writes: {after:?}"
+    );
+    assert!(
+        !after.iter().any(|w| w.verb == "delete"),
+        "the install of `second` deleted something: {after:?}"
     );
     let (_, b_metrics) = b.get("/metrics").await;
     assert_eq!(metric(&b_metrics, "vcp_leader"), Some(1.0), "{b_metrics}");

@@ -2,6 +2,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::rbac::v1::{ClusterRole, Role};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
+use kube::runtime::watcher;
 use serde_json::json;
 use vcp_crds::{VClusterPluginSpec, VClusterRef};
 
@@ -304,4 +305,214 @@ fn many_plugin_scopes_are_swept_as_one_sweep_of_all_with_their_namespaces() {
     let (pass, namespaces) = pass_of(BTreeSet::from([Scope::All, scope("team-c", "p")]));
     assert_eq!(pass, vec![Scope::All]);
     assert_eq!(namespaces, BTreeSet::from(["team-c".to_string()]));
+}
+
+/// A request the fake API server of [`fake_api`] received: method, path and query, body.
+type Received = Arc<std::sync::Mutex<Vec<(String, String, String)>>>;
+
+/// A fake API server on a free local port, answering each request with
+/// `answer(method, path)` (status and JSON body), and a client of it; every request is
+/// recorded, in order.
+async fn fake_api(
+    answer: impl Fn(&str, &str) -> (u16, Value) + Send + Sync + 'static,
+) -> (kube::Client, Received) {
+    use http_body_util::{BodyExt as _, Full};
+    use hyper::body::Bytes;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let received: Received = Arc::default();
+    let (answer, log) = (Arc::new(answer), received.clone());
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (answer, log) = (answer.clone(), log.clone());
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        let (answer, log) = (answer.clone(), log.clone());
+                        async move {
+                            let method = req.method().to_string();
+                            let uri = req.uri().to_string();
+                            let path = req.uri().path().to_string();
+                            let body = req.into_body().collect().await?.to_bytes();
+                            log.lock().unwrap().push((
+                                method.clone(),
+                                uri,
+                                String::from_utf8_lossy(&body).into_owned(),
+                            ));
+                            let (status, json) = answer(&method, &path);
+                            let mut res =
+                                hyper::Response::new(Full::new(Bytes::from(json.to_string())));
+                            *res.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
+                            res.headers_mut().insert(
+                                hyper::header::CONTENT_TYPE,
+                                hyper::header::HeaderValue::from_static("application/json"),
+                            );
+                            Ok::<_, hyper::Error>(res)
+                        }
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
+    (kube::Client::try_from(config).unwrap(), received)
+}
+
+/// The sweep's context on `client`, with `plugins` as the plugins' watch cache (the other
+/// caches stay empty).
+fn context(
+    client: kube::Client,
+    plugins: kube::runtime::reflector::Store<VClusterPlugin>,
+) -> Context {
+    let telemetry = Arc::new(crate::telemetry::Telemetry::new());
+    let (caches, _streams) = crate::cache::Caches::new(&client, &telemetry);
+    Context {
+        client,
+        runtime_image: "rt".into(),
+        reporter: kube::runtime::events::Reporter {
+            controller: "test".into(),
+            instance: None,
+        },
+        policy: crate::policy::Policy::default(),
+        plugins,
+        telemetry,
+        caches_ready: caches.ready_signal(),
+        caches,
+        written: Default::default(),
+        written_statuses: Default::default(),
+        discovery: Default::default(),
+        verdicts: Default::default(),
+        workload_locks: Default::default(),
+        retries: Default::default(),
+    }
+}
+
+/// The race a fresh-clone CI run of `operator_ops` hit with `--debounce-ms 0`: a new leader's
+/// start-up sweep began before the plugin `first` was created; `first` was created and
+/// reconciled while the sweep listed (its Role and, in `rbac.mode: PatchVClusterRoles`, its
+/// record in the vCluster's Role written by that reconcile), so the sweep's lists held the
+/// objects of a plugin its copy of the cache, taken when it began, did not. It deleted the new
+/// Role (recreated 12 ms later by the next reconcile). What the lists hold is judged with the
+/// cache as it is after each list: the objects and records of `first` stay; those of a plugin
+/// that is gone (`gone`) still go.
+#[tokio::test]
+async fn a_plugin_created_while_the_sweep_runs_keeps_its_objects_and_records() {
+    let (plugins, writer) = kube::runtime::reflector::store::<VClusterPlugin>();
+    let writer = Arc::new(std::sync::Mutex::new(writer));
+    writer
+        .lock()
+        .unwrap()
+        .apply_watcher_event(&watcher::Event::InitDone);
+    let owned = |meta: ObjectMeta, name: &str, uid: &str| {
+        let mut meta = ObjectMeta {
+            namespace: Some("team-a".into()),
+            name: Some(rbac::role_name(name)),
+            uid: Some(uid.into()),
+            resource_version: Some("7".into()),
+            ..meta
+        };
+        meta.labels.get_or_insert_default().extend(
+            labelled("team-a", name, OPERATOR_FIELD_MANAGER)
+                .labels
+                .unwrap(),
+        );
+        meta.managed_fields = labelled("team-a", name, OPERATOR_FIELD_MANAGER).managed_fields;
+        meta
+    };
+    let list = |kind: &str, items: Vec<Value>| {
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": format!("{kind}List"),
+            "metadata": { "resourceVersion": "7" }, "items": items,
+        })
+    };
+    let key = rbac::added_rules_annotation;
+    let mut vcluster_role = chart_role(&[
+        (key("first"), OPERATOR_FIELD_MANAGER),
+        (key("gone"), OPERATOR_FIELD_MANAGER),
+    ]);
+    vcluster_role.metadata.resource_version = Some("7".into());
+    let first_role = Role {
+        metadata: owned(ObjectMeta::default(), "first", "uid-first"),
+        rules: Some(vec![]),
+    };
+    let gone_binding = RoleBinding {
+        metadata: owned(ObjectMeta::default(), "gone", "uid-gone"),
+        role_ref: Default::default(),
+        subjects: None,
+    };
+    let new_plugin = writer.clone();
+    let (client, received) = fake_api(move |method, path| {
+        let rbac_path = path
+            .strip_prefix("/apis/rbac.authorization.k8s.io/v1/")
+            .unwrap_or(path);
+        match (method, rbac_path) {
+            ("GET", "clusterrolebindings") => (200, list("ClusterRoleBinding", vec![])),
+            ("GET", "clusterroles") => (200, list("ClusterRole", vec![])),
+            ("GET", "rolebindings") => (
+                200,
+                list("RoleBinding", vec![serde_json::to_value(&gone_binding).unwrap()]),
+            ),
+            ("GET", "roles") => {
+                // `first` was created after the sweep began, and its first reconcile wrote
+                // its Role before this list: the cache holds it by now.
+                let mut p = plugin("team-a", "first", "vc");
+                p.metadata.uid = Some("plugin-first".into());
+                new_plugin
+                    .lock()
+                    .unwrap()
+                    .apply_watcher_event(&watcher::Event::Apply(p));
+                (200, list("Role", vec![serde_json::to_value(&first_role).unwrap()]))
+            }
+            ("GET", "namespaces/team-a/roles") => (
+                200,
+                list("Role", vec![serde_json::to_value(&vcluster_role).unwrap()]),
+            ),
+            ("PATCH", "namespaces/team-a/roles/vc-vc") => {
+                (200, serde_json::to_value(&vcluster_role).unwrap())
+            }
+            ("DELETE", _) => (
+                200,
+                json!({ "apiVersion": "v1", "kind": "Status", "status": "Success", "metadata": {} }),
+            ),
+            _ => (
+                404,
+                json!({ "apiVersion": "v1", "kind": "Status", "status": "Failure", "code": 404, "reason": "NotFound", "metadata": {} }),
+            ),
+        }
+    })
+    .await;
+    let ctx = context(client, plugins);
+
+    let swept = sweep_all(&ctx, &BTreeSet::from(["team-a".to_string()])).await;
+
+    assert!(swept.failed.is_empty(), "{:?}", swept.failed);
+    let received = received.lock().unwrap().clone();
+    let writes: Vec<&(String, String, String)> =
+        received.iter().filter(|(m, _, _)| m != "GET").collect();
+    assert!(
+        !writes
+            .iter()
+            .any(|(m, uri, _)| m == "DELETE" && uri.contains("vcp-plugin-first")),
+        "the Role of `first`, created while the sweep ran, was deleted: {writes:#?}"
+    );
+    assert_eq!(
+        swept.deleted,
+        ["RoleBinding team-a/vcp-plugin-gone"],
+        "the gone plugin's objects still go: {writes:#?}"
+    );
+    let patched: Vec<Value> = writes
+        .iter()
+        .filter(|(m, _, _)| m == "PATCH")
+        .map(|(_, _, body)| serde_json::from_str(body).unwrap())
+        .collect();
+    assert_eq!(patched.len(), 1, "{writes:#?}");
+    let changed = patched[0]["metadata"]["annotations"].as_object().unwrap();
+    assert_eq!(
+        changed.keys().collect::<Vec<_>>(),
+        [&key("gone")],
+        "only the gone plugin's record is taken out, not the new plugin's"
+    );
 }
