@@ -69,9 +69,11 @@ pub const DEBOUNCE_MS: u64 = 200;
 /// reads caches that have seen those writes. The default of [`Config::debounce`]
 /// (`--debounce-ms`). At 0 a new plugin was `Ready` about 200 ms sooner (reaction p50 102 ms
 /// against 301 ms) with the same bulk time and writes (docs/BENCHMARKS.md, "Issue 24, second
-/// round"), but in one run of `operator_ops` under CI load a follow-up reconcile deleted a
-/// just-installed plugin's Role and created it again 12 ms later: a race to find before the
-/// default can be 0 (issue 24).
+/// round"), but in one run of `operator_ops` under CI load a just-installed plugin's Role was
+/// deleted and created again 12 ms later. That was the new leader's start-up sweep judging
+/// orphans against a copy of the plugins' cache taken before the plugin existed (fixed in
+/// `crate::sweep`: the cache is read after each list); the default stays 200 ms until
+/// fresh-clone CI runs have passed at 0.
 pub const DEBOUNCE: Duration = Duration::from_millis(DEBOUNCE_MS);
 
 /// Reconciles running at once by default (`--concurrency`, env `VCP_CONCURRENCY`): 16.
