@@ -30,6 +30,7 @@
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio_util::task::AbortOnDropHandle;
 
 use futures::StreamExt;
 use kube::api::{Api, ListParams};
@@ -159,7 +160,7 @@ pub async fn run_until(
     let telemetry = config.telemetry.clone();
     let probe: Api<VClusterPlugin> = Api::all(client.clone());
     let caches_ready = context.caches_ready.clone();
-    let readiness = tokio::spawn(async move {
+    let readiness = AbortOnDropHandle::new(tokio::spawn(async move {
         loop {
             match probe.list_metadata(&ListParams::default().limit(1)).await {
                 Ok(_) => break,
@@ -170,9 +171,16 @@ pub async fn run_until(
         if caches_ready.wait().await.is_ok() {
             telemetry.set_synced(true);
         }
-    });
+    }));
 
-    let sweeper = sweep::spawn(context.clone(), plugins_ready, scopes);
+    // The background tasks end with this function, also when it is dropped mid-way (a replica
+    // that loses its Lease drops the controller's future): a sweep must never go on writing on
+    // a replica that no longer leads.
+    let sweeper = AbortOnDropHandle::new(sweep::spawn(context.clone(), plugins_ready, scopes));
+    let trimmer = AbortOnDropHandle::new(tokio::spawn(crate::trim::after_bursts(
+        config.telemetry.clone(),
+        crate::trim::IDLE,
+    )));
 
     let sts_store = store.clone();
     let deploy_store = store.clone();
@@ -234,8 +242,7 @@ pub async fn run_until(
             }
         })
         .await;
-    readiness.abort();
-    sweeper.abort();
+    drop((readiness, sweeper, trimmer));
     config.telemetry.set_synced(false);
     Ok(())
 }

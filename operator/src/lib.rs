@@ -31,6 +31,7 @@
 //! | `vcluster-plugin-operator import`: Helm values (`plugin:` / `plugins:`) and a `vcluster.yaml`'s `sync.*.customResources` to VClusterPlugins | [`import`] |
 //! | leader election on a Lease | [`leader`] |
 //! | metrics, health and readiness | [`telemetry`], served by [`http`] |
+//! | giving freed heap pages back to the kernel after a burst of reconciles | [`trim`] |
 //! | test-only: the sizes of the per-object state and the live heap bytes, served on `/state` (feature `reconcile-log` only) | [`telemetry`], `heap` |
 //! | test-only fault point: abort after the n-th write (`VCP_FAULT_ABORT_AFTER_WRITES`; feature `test-faults` only) | `fault` |
 //!
@@ -57,6 +58,7 @@ pub mod status;
 pub mod sweep;
 pub mod telemetry;
 pub mod trace;
+pub mod trim;
 pub mod vcluster;
 pub mod workload;
 pub mod writes;

@@ -72,6 +72,7 @@ pub struct Telemetry {
     duration: Histogram,
     leader: Gauge,
     cached: Family<KindLabel, Gauge>,
+    trims: Counter,
     election_known: AtomicBool,
     leading: AtomicBool,
     synced: AtomicBool,
@@ -162,6 +163,12 @@ impl Telemetry {
             "Objects held by the operator's watch cache of each kind",
             cached.clone(),
         );
+        let trims = Counter::default();
+        registry.register(
+            "vcp_operator_heap_trims",
+            "Times the operator gave its heap's free pages back to the kernel after a burst of reconciles",
+            trims.clone(),
+        );
         Telemetry {
             registry,
             reconciles,
@@ -169,6 +176,7 @@ impl Telemetry {
             duration,
             leader,
             cached,
+            trims,
             election_known: AtomicBool::new(false),
             leading: AtomicBool::new(false),
             synced: AtomicBool::new(false),
@@ -341,6 +349,17 @@ impl Telemetry {
         self.cached
             .get_or_create(&KindLabel { kind: kind.into() })
             .get()
+    }
+
+    /// Counts one trim of the heap after a burst (`vcp_operator_heap_trims_total`,
+    /// [`crate::trim`]).
+    pub fn trimmed(&self) {
+        self.trims.inc();
+    }
+
+    /// Trims of the heap so far ([`Telemetry::trimmed`]).
+    pub fn trims(&self) -> u64 {
+        self.trims.get()
     }
 
     /// Reconciles finished so far (both results).

@@ -14,7 +14,9 @@
 //! idle again: the first round grows the allocator's arenas, the caches' maps and the work
 //! queue to their working size, which is the process's normal level, not a leak; what a leak
 //! adds grows with every round after it. Each figure is read once the process is idle (no
-//! CPU tick of its own for a second beyond its idle rate). The operator also reports its live
+//! CPU tick of its own for a second beyond its idle rate), and for the operator once it gave its
+//! heap's free pages back after the round (`operator/src/trim.rs`, counted in
+//! `vcp_operator_heap_trims_total`). The operator also reports its live
 //! heap bytes (`/state`, test feature `reconcile-log`), printed beside its resident set, so a
 //! failure says whether the program kept objects or the allocator kept pages.
 
@@ -264,6 +266,29 @@ async fn plugin_round(admin: &Client, round: usize) {
     .await;
 }
 
+/// The operator's count of heap trims after bursts (`vcp_operator_heap_trims_total` on
+/// `/metrics`).
+/// Waits up to a minute for the operator's HTTP server (it may be starting).
+async fn heap_trims(operator: &OperatorProcess) -> u64 {
+    wait_for(Duration::from_secs(60), || async move {
+        let (_, body) = vcp_tests::http_get(operator.metrics, "/metrics").await?;
+        body.lines()
+            .find_map(|l| l.strip_prefix("vcp_operator_heap_trims_total "))
+            .and_then(|v| v.trim().parse().ok())
+    })
+    .await
+}
+
+/// The operator's resident set once its burst is over: it trimmed its heap after the round
+/// (one more trim than `trims_before`, `operator/src/trim.rs`), then is idle.
+async fn operator_rss_after_burst(operator: &OperatorProcess, trims_before: u64) -> u64 {
+    wait_for(Duration::from_secs(60), || async move {
+        (heap_trims(operator).await > trims_before).then_some(())
+    })
+    .await;
+    idle_rss_kib(operator.pid()).await
+}
+
 /// The operator's live heap bytes from its test endpoint `/state`.
 async fn heap_live_bytes(operator: &OperatorProcess) -> i64 {
     let (_, body) = vcp_tests::http_get(operator.metrics, "/state")
@@ -310,20 +335,33 @@ async fn the_operators_resident_set_returns_after_10000_plugins_came_and_went() 
     let rounds = CHURN / (VCLUSTERS * PLUGINS_PER_VCLUSTER);
 
     let start = Instant::now();
+    let trims = heap_trims(&operator).await;
     plugin_round(&admin, 0).await;
-    let before = idle_rss_kib(pid).await;
+    let before = operator_rss_after_burst(&operator, trims).await;
     let heap_before = heap_live_bytes(&operator).await;
     let reconciles_before = operator.reconciles().await.unwrap_or(0);
+    let (_, state_before) = vcp_tests::http_get(operator.metrics, "/state")
+        .await
+        .expect("the operator's /state");
+    eprintln!(
+        "operator: /state before the churn: {}",
+        state_before.replace('\n', ", ")
+    );
+    let mut trims = heap_trims(&operator).await;
     for round in 1..=rounds {
+        if round == rounds {
+            trims = heap_trims(&operator).await;
+        }
         plugin_round(&admin, round).await;
         eprintln!(
-            "operator: round {round}: {} plugins Ready and gone, resident set {:.1} MiB, {:.0} s",
+            "operator: round {round}: {} plugins Ready and gone, resident set {:.1} MiB, live heap {:.1} MiB, {:.0} s",
             VCLUSTERS * PLUGINS_PER_VCLUSTER,
             rss_kib(pid) as f64 / 1024.0,
+            heap_live_bytes(&operator).await as f64 / 1_048_576.0,
             start.elapsed().as_secs_f64()
         );
     }
-    let after = idle_rss_kib(pid).await;
+    let after = operator_rss_after_burst(&operator, trims).await;
     let heap_after = heap_live_bytes(&operator).await;
     let reconciles = operator.reconciles().await.unwrap_or(0) - reconciles_before;
     // it did the work: at least one reconcile per plugin to install it and one to remove it
