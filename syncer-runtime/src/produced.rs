@@ -22,6 +22,10 @@
 //!   namespace's host copies, the vCluster's own Secrets) by naming it in a synced object. Such
 //!   an object is not brought back: a `Warning` Event [`ProducedNameRefused`](vcp_crds::Reason)
 //!   once per object, and it counts as failed in the status;
+//! - the host name must have one reading only ([`ambiguous_host_name`]: `-x-` exactly twice in
+//!   `<virtual name>-x-<ns>-x-<vcluster>`), else another namespace, plugin or vCluster could
+//!   declare it too: refused in the same way, and what looks like a copy made for it is left as
+//!   it is, no longer updated (as for a name two places declare);
 //! - the host object of that name in the vCluster's host namespace (not one labelled
 //!   `vcluster.loft.sh/managed-by`: a host copy vCluster made of a virtual object is never
 //!   brought back) is copied to `ns/<virtual name>`: its labels and annotations but
@@ -620,6 +624,34 @@ fn claim(
     ))
 }
 
+/// Why the host name of `virtual_name` in virtual namespace `namespace` of vCluster `vcluster`
+/// could also be another place's, or `None` when no other place can have it.
+///
+/// vCluster's host name is `<name>-x-<namespace>-x-<vcluster>` (shortened past 63 characters
+/// to a prefix and a hash of that whole string, [`crate::translate::safe_concat_name`]). When
+/// that whole string holds the separator `-x-` exactly twice (occurrences counted overlapping),
+/// every (name, namespace, vCluster) that spells it puts its two separators at those two
+/// places, so it is the only one: no other virtual namespace, no other synced type or plugin
+/// (another runtime process) and no other vCluster in the same host namespace can declare the
+/// same host name. With a third occurrence (`-x-` inside the name, the namespace or the
+/// vCluster's name, or across a boundary as in `a-x` + `-x-` + `x-b`) another place can
+/// (`web-tls` in `a-x-team` and `web-tls-x-a` in `team`), and a produced object made for one
+/// (a Secret with its private key) would be copied to the other; while the one it was made for
+/// exists the claims of one runtime see both ([`claim`]), but not another runtime's, nor a
+/// claim made after it was deleted and its host object left behind. So such a name is brought
+/// back nowhere (the fourth fresh attacker, issue 24).
+pub fn ambiguous_host_name(virtual_name: &str, namespace: &str, vcluster: &str) -> Option<String> {
+    let full = [virtual_name, "x", namespace, "x", vcluster].join("-");
+    let separators = (0..full.len())
+        .filter(|&i| full[i..].starts_with("-x-"))
+        .count();
+    (separators != 2).then(|| {
+        format!(
+            "{full:?} ({virtual_name:?} in virtual namespace {namespace:?} of vCluster {vcluster:?}) holds the separator \"-x-\" {separators} times, so another namespace, plugin or vCluster could declare the same host name and be given this one's object: objects of such a name are brought back nowhere; use a name and a namespace without \"-x-\""
+        )
+    })
+}
+
 /// What one synced object asks for.
 enum Wanted {
     /// Its host copy is not there yet: change nothing.
@@ -698,6 +730,17 @@ impl Produced {
                 virtual_name,
                 key.namespace,
                 self.opts.name_path,
+                self.opts.produced.kind,
+                translator.host_namespace(),
+            ));
+        }
+        if let Some(why) = ambiguous_host_name(&virtual_name, &key.namespace, translator.vcluster())
+        {
+            // as for a name two places declare: what looks like a copy made for it is left as
+            // it is (its marks may be a virtual user's, on an object of their own)
+            return Wanted::Ambiguous(format!(
+                "{} {key}: {} {}/{host_name} is not copied: {why}",
+                self.opts.source.kind,
                 self.opts.produced.kind,
                 translator.host_namespace(),
             ));
@@ -954,6 +997,71 @@ mod tests {
             virtual_name: virtual_name.into(),
             holds_copy,
         }
+    }
+
+    #[test]
+    fn a_host_name_with_one_reading_only_is_not_ambiguous() {
+        assert_eq!(ambiguous_host_name("web-tls", "team", "vc"), None);
+        assert_eq!(ambiguous_host_name("a-xb", "xa-b", "x"), None);
+        // the fourth attacker's pair, and the other ways to a third separator
+        for (name, namespace, vcluster) in [
+            ("web-tls", "a-x-team", "vc"),
+            ("web-tls-x-a", "team", "vc"),
+            ("tls", "q", "a-x-b"),
+            ("a-x", "b", "vc"),
+            ("a", "x-b", "vc"),
+        ] {
+            let why = ambiguous_host_name(name, namespace, vcluster).expect(name);
+            assert!(why.contains("3 times"), "{why}");
+        }
+    }
+
+    /// Against brute force: every DNS label of up to 4 characters over `a`, `x` and `-` as
+    /// name, namespace and vCluster: a triple [`ambiguous_host_name`] lets through spells a
+    /// string no other triple spells (and many it refuses share theirs with another).
+    #[test]
+    fn the_ambiguity_rule_matches_an_exhaustive_search() {
+        let mut labels = Vec::new();
+        for len in 1..=4u32 {
+            for n in 0..3usize.pow(len) {
+                let label: String = (0..len)
+                    .map(|i| ['a', 'x', '-'][n / 3usize.pow(i) % 3])
+                    .collect();
+                if !label.starts_with('-') && !label.ends_with('-') {
+                    labels.push(label);
+                }
+            }
+        }
+        let mut spelled: HashMap<String, Vec<(usize, usize, usize)>> = HashMap::new();
+        for (a, n) in labels.iter().enumerate() {
+            for (b, ns) in labels.iter().enumerate() {
+                for (c, vc) in labels.iter().enumerate() {
+                    spelled
+                        .entry(format!("{n}-x-{ns}-x-{vc}"))
+                        .or_default()
+                        .push((a, b, c));
+                }
+            }
+        }
+        let (mut unique, mut shared) = (0, 0);
+        for triples in spelled.values() {
+            for &(a, b, c) in triples {
+                let refused = ambiguous_host_name(&labels[a], &labels[b], &labels[c]).is_some();
+                if refused {
+                    shared += usize::from(triples.len() > 1);
+                } else {
+                    unique += 1;
+                    assert_eq!(
+                        triples.len(),
+                        1,
+                        "{:?}",
+                        (&labels[a], &labels[b], &labels[c])
+                    );
+                }
+            }
+        }
+        // both kinds occur, so the search tested something
+        assert!(unique > 1000 && shared > 1000, "{unique} {shared}");
     }
 
     #[test]
