@@ -32,6 +32,7 @@
 //! | `spec.imagePullSecrets[i]` | a Secret outside `containers.allowedSecrets`, added | as a container's Secret references |
 //! | `spec.resourceClaims` | changed | another workload's device claim |
 //! | `spec.securityContext.fsGroup`, `supplementalGroups[j]` | `0` unless `containers.allowRunAsRoot` | the root group |
+//! | `spec.containers[i].{liveness,readiness,startup}Probe.{httpGet,tcpSocket}.host`, `lifecycle.{postStart,preStop}.…host` (and init / ephemeral containers) | a non-empty host the container did not have | baseline: Host Probes / Lifecycle Hooks (the kubelet sends them from the node) |
 //! | `metadata.annotations` of [`SECURITY_ANNOTATION_PREFIXES`] | changed | the API server turns them into seccomp / AppArmor profiles (`unconfined`) |
 //!
 //! The pod's `securityContext` (`runAsUser: 0`, `runAsGroup: 0`, `runAsNonRoot: false`,
@@ -445,6 +446,7 @@ fn container(
             ));
         }
     }
+    probe_hosts(at, c, before)?;
     let image = c.image.clone().unwrap_or_default();
     let image_changed = before.is_none_or(|b| b.image.as_deref() != Some(image.as_str()));
     if image_changed
@@ -464,6 +466,61 @@ fn container(
         ));
     }
     Ok(())
+}
+
+/// The `host` of every probe and lifecycle handler of `c` (`livenessProbe`, `readinessProbe`,
+/// `startupProbe`, `lifecycle.postStart`, `lifecycle.preStop`; `httpGet` and `tcpSocket`), as
+/// `(field, host)` with the field under `at`; empty hosts are left out.
+fn handler_hosts(at: &str, c: &Container) -> Vec<(String, String)> {
+    use k8s_openapi::api::core::v1::{HTTPGetAction, TCPSocketAction};
+    let mut out = Vec::new();
+    let mut add = |field: String, http: Option<&HTTPGetAction>, tcp: Option<&TCPSocketAction>| {
+        for (kind, host) in [
+            ("httpGet", http.and_then(|h| h.host.as_deref())),
+            ("tcpSocket", tcp.and_then(|t| t.host.as_deref())),
+        ] {
+            if let Some(host) = host.filter(|h| !h.is_empty()) {
+                out.push((format!("{at}.{field}.{kind}.host"), host.to_string()));
+            }
+        }
+    };
+    for (field, probe) in [
+        ("livenessProbe", &c.liveness_probe),
+        ("readinessProbe", &c.readiness_probe),
+        ("startupProbe", &c.startup_probe),
+    ] {
+        if let Some(p) = probe {
+            add(field.into(), p.http_get.as_ref(), p.tcp_socket.as_ref());
+        }
+    }
+    if let Some(lifecycle) = &c.lifecycle {
+        for (field, handler) in [
+            ("lifecycle.postStart", &lifecycle.post_start),
+            ("lifecycle.preStop", &lifecycle.pre_stop),
+        ] {
+            if let Some(h) = handler {
+                add(field.into(), h.http_get.as_ref(), h.tcp_socket.as_ref());
+            }
+        }
+    }
+    out
+}
+
+/// Refuses a `host` the hooks gave a probe or lifecycle handler (Pod Security baseline, "Host
+/// Probes / Lifecycle Hooks", Kubernetes 1.34: undefined or `""`): the kubelet sends those
+/// requests from the node, past the namespace's NetworkPolicies, to any address the hook names
+/// (the node's own ports, the cloud's metadata service). A host the container had before the
+/// hooks is not theirs to answer for.
+fn probe_hosts(at: &str, c: &Container, before: Option<&Container>) -> Result<(), Denial> {
+    let had = before.map(|b| handler_hosts(at, b)).unwrap_or_default();
+    match handler_hosts(at, c).into_iter().find(|h| !had.contains(h)) {
+        Some((field, host)) => Err(denial(
+            field,
+            format!("{host:?}"),
+            "a probe or lifecycle request the kubelet sends from the node to the host it names (Pod Security baseline: Host Probes / Lifecycle Hooks)",
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Judges `after`, the pod `before` became through hooks (see the module docs for the table):

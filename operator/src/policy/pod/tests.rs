@@ -449,3 +449,56 @@ fn identity_certificates_pull_secrets_bound_volumes_and_device_claims_are_refuse
     ));
     assert_eq!(d.source, "spec.resourceClaims");
 }
+
+/// Pod Security baseline, "Host Probes / Lifecycle Hooks" (Kubernetes 1.34): the `host` of a
+/// probe's or lifecycle handler's `httpGet` / `tcpSocket` must be undefined or `""` (the fourth
+/// fresh attacker, issue 24: the kubelet sends them from the node).
+#[test]
+fn probe_and_lifecycle_hosts_are_refused() {
+    let container = |extra: Value| {
+        let mut c = json!({"name": "app", "image": "registry.k8s.io/pause:3.10"});
+        for (k, v) in extra.as_object().unwrap() {
+            c[k] = v.clone();
+        }
+        with("containers", json!([c]))
+    };
+    for (extra, field) in [
+        (
+            json!({"livenessProbe": {"httpGet": {"host": "169.254.169.254", "port": 80, "path": "/"}}}),
+            "spec.containers[0].livenessProbe.httpGet.host",
+        ),
+        (
+            json!({"readinessProbe": {"tcpSocket": {"host": "10.0.0.1", "port": 10250}}}),
+            "spec.containers[0].readinessProbe.tcpSocket.host",
+        ),
+        (
+            json!({"startupProbe": {"httpGet": {"host": "localhost", "port": 10248}}}),
+            "spec.containers[0].startupProbe.httpGet.host",
+        ),
+        (
+            json!({"lifecycle": {"postStart": {"httpGet": {"host": "10.0.0.1", "port": 2379}}}}),
+            "spec.containers[0].lifecycle.postStart.httpGet.host",
+        ),
+        (
+            json!({"lifecycle": {"preStop": {"tcpSocket": {"host": "10.0.0.1", "port": 6443}}}}),
+            "spec.containers[0].lifecycle.preStop.tcpSocket.host",
+        ),
+    ] {
+        let d = refused(&container(extra));
+        assert_eq!(d.source, field);
+        assert!(d.reason.contains("Host Probes"), "{}", d.reason);
+    }
+    // without a host (the pod's own IP), or with an empty one, a probe is the pod's own
+    check(
+        &ContainerPolicy::default(),
+        &pod(base()),
+        &container(json!({
+            "livenessProbe": {"httpGet": {"port": 8080, "path": "/healthz"}},
+            "readinessProbe": {"tcpSocket": {"host": "", "port": 8080}},
+        })),
+    )
+    .unwrap();
+    // a host the container had before the hooks is not the hooks' doing
+    let had = container(json!({"livenessProbe": {"httpGet": {"host": "10.0.0.1", "port": 80}}}));
+    check(&ContainerPolicy::default(), &had, &had).unwrap();
+}
