@@ -135,7 +135,11 @@ impl DryRun for ApiDryRun<'_> {
             .await
         {
             Ok(_) => Ok(None),
-            Err(kube::Error::Api(s)) if judge::pod_security_violation(&s.message).is_some() => {
+            Err(kube::Error::Api(s))
+                if judge::pod_security_violation(&s.message).is_some()
+                    || s.code == 400
+                    || s.code == 422 =>
+            {
                 Ok(Some(s.message))
             }
             Err(kube::Error::Api(s)) => {
