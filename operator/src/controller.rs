@@ -180,6 +180,7 @@ pub async fn run_until(
     let trimmer = AbortOnDropHandle::new(tokio::spawn(crate::trim::after_bursts(
         config.telemetry.clone(),
         crate::trim::IDLE,
+        crate::trim::BUSY_INTERVALS,
     )));
 
     let sts_store = store.clone();

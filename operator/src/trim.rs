@@ -10,7 +10,8 @@
 //! runtime's allocator, kept 20 % on the same test.)
 //!
 //! [`after_bursts`] watches the count of finished reconciles: once it has moved and then stood
-//! still for [`IDLE`], it calls glibc's `malloc_trim(0)` once, which returns every free page of
+//! still for [`IDLE`] (or kept moving for [`BUSY_INTERVALS`] of it), it calls glibc's
+//! `malloc_trim(0)` once, which returns every free page of
 //! every arena (`madvise(MADV_DONTNEED)`, not only the arenas' tops; glibc ≥ 2.8). It costs a
 //! walk of the arenas (milliseconds) once per burst, never while reconciles run. Each trim
 //! counts in `vcp_operator_heap_trims_total`. On targets without glibc it only counts.
@@ -23,6 +24,11 @@ use crate::telemetry::Telemetry;
 /// How long the count of finished reconciles must stand still after it moved before the heap
 /// is trimmed.
 pub const IDLE: Duration = Duration::from_secs(2);
+
+/// Intervals of [`IDLE`] after which the heap is trimmed even while reconciles keep finishing
+/// (15: every 30 s of a long busy stretch, such as a slow trickle of reconciles on a loaded
+/// machine that never leaves the count still for 2 s).
+pub const BUSY_INTERVALS: u32 = 15;
 
 /// Returns the free pages of glibc's arenas to the kernel (`malloc_trim(0)`); whether memory
 /// was released, as glibc reports it. `false`, and nothing done, without glibc.
@@ -39,24 +45,37 @@ pub fn trim() -> bool {
 }
 
 /// Runs until dropped (aborted): every `idle` (the operator passes [`IDLE`]), when
-/// `telemetry`'s count of finished reconciles moved since the last look and has not moved
-/// during the last interval, [`trim`]s once and counts it ([`Telemetry::trimmed`]).
-pub async fn after_bursts(telemetry: Arc<Telemetry>, idle: Duration) {
+/// `telemetry`'s count of finished reconciles moved since the last trim and either has not
+/// moved during the last interval or has kept moving for `busy` intervals (the operator passes
+/// [`BUSY_INTERVALS`]), [`trim`]s once and counts it ([`Telemetry::trimmed`]).
+pub async fn after_bursts(telemetry: Arc<Telemetry>, idle: Duration, busy: u32) {
     let mut tick = tokio::time::interval(idle);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut seen = telemetry.reconciles();
-    let mut burst = false;
+    // intervals since the first move after the last trim (`None`: nothing moved since)
+    let mut moving: Option<u32> = None;
     loop {
         tick.tick().await;
         let now = telemetry.reconciles();
-        if now != seen {
-            seen = now;
-            burst = true;
-        } else if burst {
-            burst = false;
+        let moved = now != seen;
+        seen = now;
+        let still = match (moved, moving) {
+            (true, None) => {
+                moving = Some(1);
+                false
+            }
+            (true, Some(n)) => {
+                moving = Some(n + 1);
+                n + 1 >= busy
+            }
+            (false, Some(_)) => true,
+            (false, None) => false,
+        };
+        if still {
+            moving = None;
             let released = trim();
             telemetry.trimmed();
-            tracing::debug!(released, "heap trimmed after a burst of reconciles");
+            tracing::debug!(released, moved, "heap trimmed after a burst of reconciles");
         }
     }
 }
@@ -88,7 +107,7 @@ mod tests {
     async fn trims_once_after_the_count_stood_still() {
         let idle = Duration::from_millis(500);
         let telemetry = Arc::new(Telemetry::new());
-        let task = tokio::spawn(after_bursts(telemetry.clone(), idle));
+        let task = tokio::spawn(after_bursts(telemetry.clone(), idle, 1000));
         // the interval's first tick is at once, then every `idle`: look half-way between ticks
         tokio::time::sleep(idle * 3 + idle / 2).await;
         assert_eq!(telemetry.trims(), 0, "no reconcile yet: no trim");
@@ -103,6 +122,33 @@ mod tests {
         );
         tokio::time::sleep(idle * 5).await;
         assert_eq!(telemetry.trims(), 1, "one trim per burst");
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn trims_during_a_long_busy_stretch_too() {
+        let idle = Duration::from_millis(200);
+        let telemetry = Arc::new(Telemetry::new());
+        let task = tokio::spawn(after_bursts(telemetry.clone(), idle, 3));
+        // a reconcile every 50 ms: the count never stands still for an interval
+        let busy = {
+            let telemetry = telemetry.clone();
+            tokio::spawn(async move {
+                loop {
+                    telemetry.observe_reconcile(Duration::from_millis(1), None);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            })
+        };
+        tokio::time::sleep(idle * 9 + idle / 2).await;
+        busy.abort();
+        let trims = telemetry.trims();
+        // at least one (the count never stood still), at most one per 3 intervals (ticks may
+        // come late on a loaded machine, never early)
+        assert!(
+            (1..=3).contains(&trims),
+            "{trims} trims in 9 busy intervals of 3"
+        );
         task.abort();
     }
 }

@@ -282,10 +282,17 @@ async fn heap_trims(operator: &OperatorProcess) -> u64 {
 /// The operator's resident set once its burst is over: it trimmed its heap after the round
 /// (one more trim than `trims_before`, `operator/src/trim.rs`), then is idle.
 async fn operator_rss_after_burst(operator: &OperatorProcess, trims_before: u64) -> u64 {
-    wait_for(Duration::from_secs(60), || async move {
+    let trimmed = vcp_tests::poll_for(Duration::from_secs(90), || async move {
         (heap_trims(operator).await > trims_before).then_some(())
     })
     .await;
+    assert!(
+        trimmed.is_some(),
+        "the operator did not trim its heap within 90 s of the round (trims {} before, {} now; {} reconciles finished)",
+        trims_before,
+        heap_trims(operator).await,
+        operator.reconciles().await.unwrap_or(0)
+    );
     idle_rss_kib(operator.pid()).await
 }
 
