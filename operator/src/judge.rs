@@ -91,10 +91,8 @@ pub trait DryRun {
     ) -> impl Future<Output = Result<WorkloadAnswer>> + Send;
 
     /// Creates `pod` as a dry run: `None` when admitted, else the message of the refusal by
-    /// Pod Security admission (`... violates PodSecurity "<level>": <detail>`) or by the API
-    /// server's validation (400 Bad Request, 422 Invalid). Other refusals (a quota, no `create
-    /// pods` permission) cannot be judged and answer `None`; the caller tells the hooks' doing
-    /// from the rest by the pod without hooks.
+    /// Pod Security admission (`... violates PodSecurity "<level>": <detail>`). Other refusals
+    /// are not the plugins' doing and answer `None`.
     ///
     /// # Errors
     /// Failures to reach the API server.
@@ -339,22 +337,13 @@ pub fn body_hash(body: &Value) -> u64 {
     h.finish()
 }
 
-/// Why the API server refuses a representative pod ([`DryRun::pod`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum PodRefusal {
-    /// Pod Security admission.
-    PodSecurity(PodSecurityViolation),
-    /// Validation (the message): vCluster's write of a pod like it would fail.
-    Invalid(String),
-}
-
-/// The refusal of `pod` (a hooked representative pod of `workload`) in a dry run, if any:
-/// created under a generated name, with its labels, annotations and spec.
-async fn refusal_of<D: DryRun>(
+/// The Pod Security violation of `pod` (a hooked representative pod of `workload`) in a dry
+/// run, if any: created under a generated name, with its labels, annotations and spec.
+async fn pod_security_of<D: DryRun>(
     dry: &D,
     workload: &Workload,
     pod: &Pod,
-) -> Result<Option<PodRefusal>> {
+) -> Result<Option<PodSecurityViolation>> {
     let check = Pod {
         metadata: ObjectMeta {
             generate_name: Some(format!("{}-vcp-hooks-check-", workload.name)),
@@ -369,10 +358,7 @@ async fn refusal_of<D: DryRun>(
     Ok(dry
         .pod(&check)
         .await?
-        .map(|m| match pod_security_violation(&m) {
-            Some(v) => PodRefusal::PodSecurity(v),
-            None => PodRefusal::Invalid(m),
-        }))
+        .and_then(|m| pod_security_violation(&m)))
 }
 
 impl Verdicts {
@@ -428,10 +414,8 @@ impl Verdicts {
 
     /// The plugins of `plugins` (those of `workload` that policy and cluster state let in)
     /// refused for what their hooks do ([`hooks::judge`] on a representative pod of the
-    /// vCluster, judged with the container policy `policy`; then the hooked pod by a dry run,
-    /// [`DryRun::pod`]: the namespace's Pod Security level, `PolicyDenied`, and the API
-    /// server's validation, `InvalidWorkload`, each only when the pod without hooks passes), by
-    /// name. Nothing is requested
+    /// vCluster, judged with the container policy `policy`; then the namespace's Pod Security
+    /// level on the hooked pod by a dry run, [`DryRun::pod`]), by name. Nothing is requested
     /// when no plugin has a hook, or when the same hooks were judged for the same workload
     /// (its uid and service account) before.
     ///
@@ -487,20 +471,23 @@ impl Verdicts {
             let Some((_, last)) = judged.steps.last() else {
                 break;
             };
-            if refusal_of(dry, workload, last).await?.is_none() {
+            if pod_security_of(dry, workload, last).await?.is_none() {
                 break;
             }
-            // A refusal: the hooks' doing only when the pod without hooks passes.
+            // A violation: the hooks' doing only when the pod without hooks passes.
             if !baseline_checked {
                 baseline_checked = true;
-                if refusal_of(dry, workload, &judged.before).await?.is_some() {
+                if pod_security_of(dry, workload, &judged.before)
+                    .await?
+                    .is_some()
+                {
                     break;
                 }
             }
             // The first plugin whose hooks (with those before it) make the pod violate it.
             let mut blamed = None;
             for (name, pod) in &judged.steps {
-                if let Some(v) = refusal_of(dry, workload, pod).await? {
+                if let Some(v) = pod_security_of(dry, workload, pod).await? {
                     blamed = Some((name.clone(), v));
                     break;
                 }
@@ -518,8 +505,9 @@ impl Verdicts {
                         .collect()
                 })
                 .unwrap_or_default();
-            let refusal = match v {
-                PodRefusal::PodSecurity(v) => Refusal {
+            refused.insert(
+                name.clone(),
+                Refusal {
                     reason: Reason::PolicyDenied,
                     message: format!(
                         "{} change the vCluster's pods so that they would violate the Pod Security level {:?} enforced in namespace {} (label {POD_SECURITY_ENFORCE_LABEL}); the API server's reason for a representative pod: {}",
@@ -529,15 +517,7 @@ impl Verdicts {
                         v.detail
                     ),
                 },
-                PodRefusal::Invalid(message) => Refusal {
-                    reason: Reason::InvalidWorkload,
-                    message: format!(
-                        "{} change the vCluster's pods so that the API server refuses them (vCluster's write of each pod would fail); its answer for a representative pod: {message}",
-                        hook_names.join(", "),
-                    ),
-                },
-            };
-            refused.insert(name.clone(), refusal);
+            );
             remaining.retain(|p| p.name_any() != name);
         }
         self.lock_hooks()

@@ -135,11 +135,7 @@ impl DryRun for ApiDryRun<'_> {
             .await
         {
             Ok(_) => Ok(None),
-            Err(kube::Error::Api(s))
-                if judge::pod_security_violation(&s.message).is_some()
-                    || s.code == 400
-                    || s.code == 422 =>
-            {
+            Err(kube::Error::Api(s)) if judge::pod_security_violation(&s.message).is_some() => {
                 Ok(Some(s.message))
             }
             Err(kube::Error::Api(s)) => {
