@@ -73,6 +73,7 @@ pub struct Telemetry {
     leader: Gauge,
     cached: Family<KindLabel, Gauge>,
     trims: Counter,
+    trimmed_at: Gauge,
     election_known: AtomicBool,
     leading: AtomicBool,
     synced: AtomicBool,
@@ -169,6 +170,12 @@ impl Telemetry {
             "Times the operator gave its heap's free pages back to the kernel after a burst of reconciles",
             trims.clone(),
         );
+        let trimmed_at = Gauge::default();
+        registry.register(
+            "vcp_operator_heap_trimmed_at_reconciles",
+            "The count of finished reconciles when the operator last trimmed its heap",
+            trimmed_at.clone(),
+        );
         Telemetry {
             registry,
             reconciles,
@@ -177,6 +184,7 @@ impl Telemetry {
             leader,
             cached,
             trims,
+            trimmed_at,
             election_known: AtomicBool::new(false),
             leading: AtomicBool::new(false),
             synced: AtomicBool::new(false),
@@ -352,9 +360,12 @@ impl Telemetry {
     }
 
     /// Counts one trim of the heap after a burst (`vcp_operator_heap_trims_total`,
-    /// [`crate::trim`]).
-    pub fn trimmed(&self) {
+    /// [`crate::trim`]), made when `reconciles` reconciles had finished
+    /// (`vcp_operator_heap_trimmed_at_reconciles`).
+    pub fn trimmed(&self, reconciles: u64) {
         self.trims.inc();
+        self.trimmed_at
+            .set(i64::try_from(reconciles).unwrap_or(i64::MAX));
     }
 
     /// Trims of the heap so far ([`Telemetry::trimmed`]).

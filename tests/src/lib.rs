@@ -86,8 +86,8 @@ pub use plugins::{
     wait_ready,
 };
 pub use process::{
-    OperatorOptions, OperatorProcess, exit_signal, http_get, tail_of_output, workspace_binary,
-    workspace_example,
+    OperatorOptions, OperatorProcess, exit_signal, http_get, metric, tail_of_output,
+    workspace_binary, workspace_example,
 };
 pub use proxy::{TcpProxy, kubeconfig_server};
 pub use real_crds::{

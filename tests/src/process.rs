@@ -286,6 +286,13 @@ impl OperatorProcess {
             .and_then(|l| l["fields"].get(field).cloned())
     }
 
+    /// The value of the metric line `name` (exact, with labels) on the operator's `/metrics`;
+    /// `None` while it does not answer or without that line.
+    pub async fn metric(&self, name: &str) -> Option<f64> {
+        let (_, body) = self.get("/metrics").await?;
+        metric(&body, name)
+    }
+
     /// Its finished reconciles (`vcp_reconcile_total`, all results), from `/metrics`.
     pub async fn reconciles(&self) -> Option<u64> {
         let (_, body) = self.get("/metrics").await?;
@@ -300,6 +307,12 @@ impl OperatorProcess {
         }
         Some(total.unwrap_or(0))
     }
+}
+
+/// The value of a metric line `name` (exact, with labels) in a Prometheus text body.
+pub fn metric(body: &str, name: &str) -> Option<f64> {
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 /// The signal that ended a process, if a signal did (6 for SIGABRT, 9 for SIGKILL).

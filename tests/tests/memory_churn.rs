@@ -15,8 +15,8 @@
 //! queue to their working size, which is the process's normal level, not a leak; what a leak
 //! adds grows with every round after it. Each figure is read once the process is idle (no
 //! CPU tick of its own for a second beyond its idle rate), and for the operator once it gave its
-//! heap's free pages back after the round (`operator/src/trim.rs`, counted in
-//! `vcp_operator_heap_trims_total`). The operator also reports its live
+//! heap's free pages back after the round's last reconcile (`operator/src/trim.rs`,
+//! `vcp_operator_heap_trimmed_at_reconciles`). The operator also reports its live
 //! heap bytes (`/state`, test feature `reconcile-log`), printed beside its resident set, so a
 //! failure says whether the program kept objects or the allocator kept pages.
 
@@ -266,32 +266,22 @@ async fn plugin_round(admin: &Client, round: usize) {
     .await;
 }
 
-/// The operator's count of heap trims after bursts (`vcp_operator_heap_trims_total` on
-/// `/metrics`).
-/// Waits up to a minute for the operator's HTTP server (it may be starting).
-async fn heap_trims(operator: &OperatorProcess) -> u64 {
-    wait_for(Duration::from_secs(60), || async move {
-        let (_, body) = vcp_tests::http_get(operator.metrics, "/metrics").await?;
-        body.lines()
-            .find_map(|l| l.strip_prefix("vcp_operator_heap_trims_total "))
-            .and_then(|v| v.trim().parse().ok())
-    })
-    .await
-}
-
-/// The operator's resident set once its burst is over: it trimmed its heap after the round
-/// (one more trim than `trims_before`, `operator/src/trim.rs`), then is idle.
-async fn operator_rss_after_burst(operator: &OperatorProcess, trims_before: u64) -> u64 {
+/// The operator's resident set once its burst is over: it trimmed its heap after the last
+/// reconcile it finished (`vcp_operator_heap_trimmed_at_reconciles` equals the count of
+/// finished reconciles, `operator/src/trim.rs`), then is idle.
+async fn operator_rss_after_burst(operator: &OperatorProcess) -> u64 {
+    let last = |name: &'static str| async move { operator.metric(name).await.map(|v| v as u64) };
     let trimmed = vcp_tests::poll_for(Duration::from_secs(90), || async move {
-        (heap_trims(operator).await > trims_before).then_some(())
+        let at = last("vcp_operator_heap_trimmed_at_reconciles").await?;
+        (at == operator.reconciles().await?).then_some(())
     })
     .await;
     assert!(
         trimmed.is_some(),
-        "the operator did not trim its heap within 90 s of the round (trims {} before, {} now; {} reconciles finished)",
-        trims_before,
-        heap_trims(operator).await,
-        operator.reconciles().await.unwrap_or(0)
+        "the operator did not trim its heap after its last reconcile within 90 s ({:?} trims, the last at {:?} reconciles; {:?} reconciles finished)",
+        last("vcp_operator_heap_trims_total").await,
+        last("vcp_operator_heap_trimmed_at_reconciles").await,
+        operator.reconciles().await
     );
     idle_rss_kib(operator.pid()).await
 }
@@ -342,9 +332,8 @@ async fn the_operators_resident_set_returns_after_10000_plugins_came_and_went() 
     let rounds = CHURN / (VCLUSTERS * PLUGINS_PER_VCLUSTER);
 
     let start = Instant::now();
-    let trims = heap_trims(&operator).await;
     plugin_round(&admin, 0).await;
-    let before = operator_rss_after_burst(&operator, trims).await;
+    let before = operator_rss_after_burst(&operator).await;
     let heap_before = heap_live_bytes(&operator).await;
     let reconciles_before = operator.reconciles().await.unwrap_or(0);
     let (_, state_before) = vcp_tests::http_get(operator.metrics, "/state")
@@ -354,11 +343,7 @@ async fn the_operators_resident_set_returns_after_10000_plugins_came_and_went() 
         "operator: /state before the churn: {}",
         state_before.replace('\n', ", ")
     );
-    let mut trims = heap_trims(&operator).await;
     for round in 1..=rounds {
-        if round == rounds {
-            trims = heap_trims(&operator).await;
-        }
         plugin_round(&admin, round).await;
         eprintln!(
             "operator: round {round}: {} plugins Ready and gone, resident set {:.1} MiB, live heap {:.1} MiB, {:.0} s",
@@ -368,7 +353,7 @@ async fn the_operators_resident_set_returns_after_10000_plugins_came_and_went() 
             start.elapsed().as_secs_f64()
         );
     }
-    let after = operator_rss_after_burst(&operator, trims).await;
+    let after = operator_rss_after_burst(&operator).await;
     let heap_after = heap_live_bytes(&operator).await;
     let reconciles = operator.reconciles().await.unwrap_or(0) - reconciles_before;
     // it did the work: at least one reconcile per plugin to install it and one to remove it

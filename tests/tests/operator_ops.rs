@@ -22,20 +22,14 @@ use vcp_crds::{OPERATOR_FIELD_MANAGER, VClusterPlugin};
 use vcp_tests::replica::user_agent;
 use vcp_tests::workload::{Kind, VC, create_vcluster, create_workload};
 use vcp_tests::{
-    Audit, AuditedWrite, Identity, Replica, condition, create_plugin, delete_plugin, wait_for,
-    wait_ready,
+    Audit, AuditedWrite, Identity, Replica, condition, create_plugin, delete_plugin, metric,
+    wait_for, wait_ready,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Serializes the tests that run an operator.
 static LOCK: Mutex<()> = Mutex::const_new(());
-
-/// The value of a metric line `name` (exact, with labels) in a Prometheus text body.
-fn metric(body: &str, name: &str) -> Option<f64> {
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-}
 
 /// The operator's (user `vcp-operator`) write requests so far concerning namespace `ns` or its
 /// cluster-scoped objects, Leases excluded.
