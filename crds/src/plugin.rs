@@ -572,7 +572,7 @@ pub fn protected_from_rule() -> String {
 /// touch the keys vCluster tracks its objects by (`vcluster.loft.sh/`): set or removed,
 /// such a label or annotation would make a host object look owned by another vCluster or
 /// virtual object (or by none), so a hook could take over or orphan objects it does not own.
-/// Nor may it touch the label [`RESERVED_LABELS`] (`release`), which vCluster never lets a
+/// Nor may it touch the label `release` (`RESERVED_LABELS`), which vCluster never lets a
 /// virtual object carry to the host: with `app: vcluster` it would make a host pod an endpoint
 /// of the vCluster's own Service, the virtual cluster's API server.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -667,7 +667,7 @@ impl HookEvent {
 #[schemars(extend("x-kubernetes-validations" = [
     { "rule": "!(self.op in ['move', 'copy']) || has(self.from)", "message": "from is required by the move and copy operations", "fieldPath": ".from", "reason": "FieldValueRequired" },
     { "rule": protected_path_rule(), "message": "a hook may not write the object's identity (name, namespace, generateName, uid, ownerReferences, finalizers), its labels or annotations as a whole, a vcluster.loft.sh/ key, or the release label", "fieldPath": ".path" },
-    { "rule": protected_from_rule(), "message": "a move may not take its value from the object's identity, its labels or annotations as a whole, or a vcluster.loft.sh/ key", "fieldPath": ".from" },
+    { "rule": protected_from_rule(), "message": "a move may not take its value from the object's identity, its labels or annotations as a whole, a vcluster.loft.sh/ key, or the release label", "fieldPath": ".from" },
 ]))]
 pub struct JsonPatchOperation {
     /// `add`, `remove`, `replace`, `move`, `copy` or `test`.

@@ -91,9 +91,10 @@ pub struct Config {
     /// not served (default 30 s; [`crate::retry`]).
     pub retry_max: Duration,
     /// The expression evaluations of every synced type and every spec generation of this
-    /// runtime ([`crate::patches::running`]): at most
-    /// [`MAX_OVERRUNNING`](crate::patches::running::MAX_OVERRUNNING) may run past their time
-    /// bound at once, and each that does is reported (`RuntimeHealthy=False`, `PatchFailed`,
+    /// runtime ([`crate::patches::running`]): once
+    /// [`MAX_OVERRUNNING`](crate::patches::running::MAX_OVERRUNNING) run past twice their time
+    /// bound, no new one starts until they end (those already started may still overrun: at
+    /// most the types' workers in all), and each that does is reported (`RuntimeHealthy=False`, `PatchFailed`,
     /// and a `Warning` Event). Default: fresh; a caller (a test) may keep a clone to count them.
     pub evaluations: Arc<crate::patches::running::Evaluations>,
     /// A v2 plugin's hooks ([`PodSync::Mutate`]): set to the declared hooks whenever the

@@ -73,8 +73,8 @@ impl Overrun {
         format!(
             "{}: the expression has run {:.1} s, past its time bound of {:?}, inside one native \
              call the bound cannot interrupt; the object is not synced and a thread stays busy \
-             until the call returns (at most {MAX_OVERRUNNING} such evaluations at once, then \
-             new ones are refused)",
+             until the call returns (once {MAX_OVERRUNNING} evaluations are this late, new ones \
+             are refused)",
             self.what,
             self.elapsed.as_secs_f64(),
             self.bound
@@ -87,8 +87,8 @@ impl Overrun {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
     "refused without running: {overrunning} evaluation(s) of this runtime's expressions are \
-     still running past their time bound inside one native call (at most {limit} at once), \
-     for example {example}; retried with backoff once they end"
+     still running past their time bound inside one native call (new ones are refused once \
+     {limit} are), for example {example}; retried with backoff once they end"
 )]
 pub struct Refusal {
     /// How many are overrunning.
@@ -132,7 +132,7 @@ impl Drop for Ticket {
 }
 
 impl Evaluations {
-    /// No evaluation running; at most `limit` may be overrunning at once (at least 1).
+    /// No evaluation running; new ones are refused while `limit` (at least 1) are overrunning.
     pub fn new(limit: usize) -> Self {
         Self {
             limit: limit.max(1),
