@@ -181,6 +181,7 @@ pub async fn run_until(
         config.telemetry.clone(),
         crate::trim::IDLE,
         crate::trim::BUSY_INTERVALS,
+        crate::trim::SETTLE_INTERVALS,
     )));
 
     let sts_store = store.clone();

@@ -74,6 +74,8 @@ pub struct Telemetry {
     cached: Family<KindLabel, Gauge>,
     trims: Counter,
     trimmed_at: Gauge,
+    settles: Counter,
+    settled_at: Gauge,
     election_known: AtomicBool,
     leading: AtomicBool,
     synced: AtomicBool,
@@ -176,6 +178,18 @@ impl Telemetry {
             "The count of finished reconciles when the operator last trimmed its heap",
             trimmed_at.clone(),
         );
+        let settles = Counter::default();
+        registry.register(
+            "vcp_operator_heap_settles",
+            "Times the operator trimmed its heap once more, 2 minutes after a burst's trim",
+            settles.clone(),
+        );
+        let settled_at = Gauge::default();
+        registry.register(
+            "vcp_operator_heap_settled_at_reconciles",
+            "The count of finished reconciles when the operator last trimmed its heap 2 minutes after a burst",
+            settled_at.clone(),
+        );
         Telemetry {
             registry,
             reconciles,
@@ -185,6 +199,8 @@ impl Telemetry {
             cached,
             trims,
             trimmed_at,
+            settles,
+            settled_at,
             election_known: AtomicBool::new(false),
             leading: AtomicBool::new(false),
             synced: AtomicBool::new(false),
@@ -366,6 +382,20 @@ impl Telemetry {
         self.trims.inc();
         self.trimmed_at
             .set(i64::try_from(reconciles).unwrap_or(i64::MAX));
+    }
+
+    /// Counts one trim of the heap once a burst has settled (`vcp_operator_heap_settles_total`,
+    /// [`crate::trim::SETTLE_INTERVALS`]), made when `reconciles` reconciles had finished
+    /// (`vcp_operator_heap_settled_at_reconciles`).
+    pub fn settled(&self, reconciles: u64) {
+        self.settles.inc();
+        self.settled_at
+            .set(i64::try_from(reconciles).unwrap_or(i64::MAX));
+    }
+
+    /// Settle trims so far ([`Telemetry::settled`]).
+    pub fn settles(&self) -> u64 {
+        self.settles.get()
     }
 
     /// Trims of the heap so far ([`Telemetry::trimmed`]).
