@@ -49,7 +49,9 @@
 //!   script-level wrapper can reach (`String(big)`, template literals, `*`, `**`), by the
 //!   engine: QuickJS is built with BigInts of at most 65,536 bits (`RangeError: BigInt is too
 //!   large: above 65536 bits, the expression bound`; `syncer-runtime/vendor/rquickjs-sys/
-//!   README.vcp.md`), where the slowest call takes milliseconds.
+//!   README.vcp.md`), where the slowest call takes milliseconds; and each such call charges
+//!   the engine's interrupt counter by its work, so a native loop over them (`forEach(String)`)
+//!   still reaches the interrupt handler within a call or two of the deadline.
 //! - **Small and embedded**: QuickJS compiles from C with the machine's compiler (no
 //!   prebuilt binary, no JIT, no second toolchain), a few hundred KiB in the binary, and starts
 //!   a context in tens of microseconds: one evaluation costs about 0.15 ms (printed by the
@@ -661,6 +663,33 @@ mod tests {
         );
         // the engine is usable again afterwards
         assert_eq!(eval("value + 1", json!(1)).unwrap(), Some(json!(2)));
+    }
+
+    /// The third attacker's native loop over native BigInt calls: `forEach` calling `String` is
+    /// C calling C, which reaches the interrupt handler only every 10,000 calls (QuickJS's
+    /// `JS_INTERRUPT_COUNTER_INIT`), each call milliseconds at the size bound: 3,000 of them
+    /// ran for seconds past a 100 ms bound. The vendored engine charges the counter for the
+    /// work of each quadratic BigInt operation (`js_charge_interrupts`,
+    /// `vendor/rquickjs-sys/README.vcp.md`), so the time bound stops each loop within a call
+    /// or two of its deadline.
+    #[test]
+    fn native_loops_over_bigint_calls_stop_at_the_time_bound() {
+        for source in [
+            "Array(3000).fill(2n ** 65000n).forEach(String)",
+            "Array(3000).fill(3n ** 40000n).map(String)",
+            "Array(3000).fill(2n ** 32000n).forEach(b => b * b)",
+            "Array(3000).fill(2n ** 65000n).forEach(b => b / 3n ** 20000n)",
+            "Array(3000).fill('9'.repeat(19000)).forEach(BigInt)",
+        ] {
+            let started = Instant::now();
+            assert_eq!(
+                eval(source, json!(0)),
+                Err(ExpressionError::Timeout(Duration::from_millis(100))),
+                "{source}"
+            );
+            let took = started.elapsed();
+            assert!(took < Duration::from_millis(600), "{source}: {took:?}");
+        }
     }
 
     #[test]

@@ -8673,6 +8673,23 @@ static inline __exception int js_poll_interrupts(JSContext *ctx)
     }
 }
 
+/* vcluster-plugin-operator: charge the interrupt counter for the work of a native BigInt
+   operation quadratic in its size (n limbs by m limbs), so that the next poll (at the next
+   C function call or bytecode branch) calls the interrupt handler: without it a native loop
+   such as `Array(n).fill(big).forEach(String)` reached the handler only every
+   JS_INTERRUPT_COUNTER_INIT calls, each one up to milliseconds. One unit per 64 limb
+   products; the counter is reset by the next poll, and never charged below -2^30. */
+static inline void js_charge_interrupts(JSContext *ctx, int64_t n, int64_t m)
+{
+    int64_t units = (n * m) >> 6;
+    if (units <= 0)
+        return;
+    if (units > (1 << 20))
+        units = 1 << 20;
+    if (ctx->interrupt_counter > -(1 << 30))
+        ctx->interrupt_counter -= (int)units;
+}
+
 /* return -1 (exception) or true/false */
 static int JS_SetPrototypeInternal(JSContext *ctx, JSValueConst obj,
                                    JSValueConst proto_val, bool throw_flag)
@@ -12898,6 +12915,7 @@ static JSBigInt *js_bigint_mul(JSContext *ctx, const JSBigInt *a,
 {
     JSBigInt *r;
 
+    js_charge_interrupts(ctx, a->len, b->len);
     r = js_bigint_new(ctx, a->len + b->len);
     if (!r)
         return NULL;
@@ -12929,6 +12947,7 @@ static JSBigInt *js_bigint_divrem(JSContext *ctx, const JSBigInt *a,
     b_sign = js_bigint_sign(b);
     na = a->len;
     nb = b->len;
+    js_charge_interrupts(ctx, na, nb);
 
     r = js_bigint_new(ctx, na + 2);
     if (!r)
@@ -13496,6 +13515,8 @@ static JSBigInt *js_bigint_from_string(JSContext *ctx,
     }
     /* we add one extra bit for the sign */
     n_limbs = max_int(1, n_bits / JS_LIMB_BITS + 1);
+    if (radix == 10)
+        js_charge_interrupts(ctx, n_limbs, n_limbs);
     r = js_bigint_new(ctx, n_limbs);
     if (!r)
         return NULL;
@@ -13646,6 +13667,7 @@ static JSValue js_bigint_to_string1(JSContext *ctx, JSValueConst val, int radix)
 
         assert(JS_VALUE_GET_TAG(val) == JS_TAG_BIG_INT);
         r = JS_VALUE_GET_PTR(val);
+        js_charge_interrupts(ctx, r->len, r->len);
         if (r->len == 1 && r->tab[0] == 0) {
             /* '0' case */
             return js_new_string8_len(ctx, "0", 1);
