@@ -121,12 +121,32 @@ impl VClusterSyncer {
         plugins: &Path,
         binary: Option<&Path>,
     ) -> anyhow::Result<Self> {
+        Self::start_with(cp, namespace, name, plugins, binary, &[])
+    }
+
+    /// [`VClusterSyncer::start_binary`] with `sets`, `KEY=VALUE` values given to vCluster's
+    /// `start --set` after the harness's own overrides (vCluster's strvals syntax, as helm's
+    /// `--set`), such as a legacy plugin listed under `plugin:`, for vCluster to wait for.
+    ///
+    /// # Errors
+    /// As [`VClusterSyncer::start`].
+    pub fn start_with(
+        cp: &ControlPlane,
+        namespace: &str,
+        name: &str,
+        plugins: &Path,
+        binary: Option<&Path>,
+        sets: &[String],
+    ) -> anyhow::Result<Self> {
         let mut command = Command::new(repo_root().join("scripts/control-plane"));
         command
             .args(["syncer", "start", namespace, name, "--plugins"])
             .arg(plugins)
             .arg("--dir")
             .arg(cp.dir());
+        for set in sets {
+            command.arg("--set").arg(set);
+        }
         if let Some(binary) = binary {
             command.env("VCLUSTER_SYNCER", binary);
         }
@@ -190,14 +210,21 @@ impl VClusterSyncer {
     /// Its state folder: `config.yaml` (the chart's rendering), `command` (the command line with
     /// every override), `kubeconfig` (the host, as the pod's service account), `vcluster.log`.
     pub fn state_dir(&self) -> PathBuf {
-        self.cp_dir
-            .join(format!("syncer-{}-{}", self.namespace, self.name))
+        state_dir(&self.cp_dir, &self.namespace, &self.name)
     }
 
     /// Everything vCluster's syncer (and the plugins it started, whose output it relays) has
     /// logged so far, across restarts of the same vCluster.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.state_dir().join("vcluster.log")).unwrap_or_default()
+    }
+
+    /// [`VClusterSyncer::log`] of vCluster `name` in `namespace`, readable while its
+    /// [`VClusterSyncer::start`] still waits (vCluster waits for its legacy plugins to register
+    /// before it starts its controllers).
+    pub fn log_of(cp: &ControlPlane, namespace: &str, name: &str) -> String {
+        std::fs::read_to_string(state_dir(cp.dir(), namespace, name).join("vcluster.log"))
+            .unwrap_or_default()
     }
 
     /// The pids of the processes the syncer started that still run (its v2 plugins).
@@ -248,6 +275,11 @@ impl VClusterSyncer {
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
+}
+
+/// The state folder of vCluster `name` in `namespace` (`scripts/control-plane syncer start`'s).
+fn state_dir(cp_dir: &Path, namespace: &str, name: &str) -> PathBuf {
+    cp_dir.join(format!("syncer-{namespace}-{name}"))
 }
 
 impl Drop for VClusterSyncer {
