@@ -1,6 +1,6 @@
 //! End to end inside vCluster itself: vCluster's own syncer process (`cmd/vcluster start`, the
 //! pinned `github.com/loft-sh/vcluster`, run by [`VClusterSyncer`]) with the embedded runtime
-//! loaded as a v2 plugin.
+//! loaded as a v2 plugin, then with a Go v1 (legacy sidecar) plugin.
 //!
 //! The operator installs a `VClusterPlugin` (no image, `version: v2`) into the chart-rendered
 //! StatefulSet; the test then does what the pod would do: it runs the init container the
@@ -24,6 +24,13 @@
 //! same way: the test loads a Go v2 plugin (`tests/vcluster-go/cmd/go-pod-hook`, vCluster's own
 //! protocol definitions, as the vcluster-sdk serves them) beside the runtime, and asserts the
 //! copy-up of both hooks' labels and the single annotation update.
+//!
+//! A v1 sidecar plugin works inside vCluster too, when vCluster's configuration lists it (see
+//! [`v1_sidecar`]): the operator installs an image plugin with `version: v1`, the test runs the
+//! sidecar container the operator added (`tests/vcluster-go/cmd/go-pod-hook-v1`, vCluster's own
+//! `pkg/plugin/v1/remote` definitions, with the container's env and args), and vCluster's pod
+//! syncer creates the host pod with that hook's label, its value from `PLUGIN_CONFIG`. Unlisted,
+//! in a vCluster without other plugins, the plugin registers but its hook is never called.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -48,6 +55,13 @@ const PLUGIN: &str = "cars-and-pods";
 /// The folder of the Go plugin (`GO_POD_HOOK`, at each version) in the plugins folder.
 const GO_PLUGIN: &str = "go-pod-hook";
 const TIMEOUT: Duration = Duration::from_secs(60);
+/// The v1 sidecar plugin (`GO_POD_HOOK_V1`): its `VClusterPlugin`, its image as the operator
+/// writes it into the StatefulSet, and the key of its hook's label (its `-label` argument).
+const V1_PLUGIN: &str = "go-hook-v1";
+const V1_IMAGE: &str = "vcp-test/go-pod-hook-v1:inside";
+const V1_LABEL: &str = "created-by-v1-plugin";
+/// What vCluster logs once its controllers run (`pkg/setup/controllers.go`).
+const SYNCER_STARTED: &str = "Successfully started vCluster controllers";
 
 /// One vCluster version under test: its own host namespace and virtual namespace (the virtual
 /// API server is shared, and a syncer syncs every virtual namespace), its chart and its syncer.
@@ -234,6 +248,133 @@ fn pod_writes(t: &Target, name: &str, since: SystemTime) -> Vec<(String, String)
         .collect()
 }
 
+/// A virtual Pod `name` synced by vCluster's own pod syncer while plugins with `CreatePhysical`
+/// pod hooks run: the host pod carries each hook's label (`hooked`: key, value) in the object its
+/// create stored (the watch's ADDED event), so vCluster applied the hooks before its create
+/// (vCluster's log names its pod syncer as the creator). vCluster then copies the labels up to
+/// the virtual pod and records them in the host pod's annotation `vcluster.loft.sh/labels`: its
+/// one update of the host pod (the audit log), which leaves the labels as created.
+async fn assert_hooked_create(
+    host: &Client,
+    virtual_: &Client,
+    t: &Target,
+    syncer: &VClusterSyncer,
+    name: &str,
+    hooked: &[(&str, &str)],
+) {
+    let has_hooks = |labels: &std::collections::BTreeMap<String, String>| {
+        hooked
+            .iter()
+            .all(|(k, v)| labels.get(*k).map(String::as_str) == Some(*v))
+    };
+    let since = SystemTime::now();
+    let host_name = format!("{name}-x-{}-x-{VCLUSTER_RELEASE}", t.vns);
+    let host_pods: Api<Pod> = Api::namespaced(host.clone(), &t.ns);
+    let mut watch = host_pods
+        .watch(
+            &WatchParams::default().fields(&format!("metadata.name={host_name}")),
+            "0",
+        )
+        .await
+        .expect("watch the host pod")
+        .boxed();
+    create_virtual_pod(virtual_, t, name).await;
+    let added = tokio::time::timeout(TIMEOUT, async {
+        loop {
+            match watch.next().await {
+                Some(Ok(WatchEvent::Added(pod))) => break pod,
+                Some(Ok(_)) => {}
+                other => panic!("watch of {host_name} ended: {other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("the host pod is created");
+    assert!(
+        has_hooks(added.labels()),
+        "the created host pod carries every hook's label {hooked:?}: {:?}",
+        added.labels()
+    );
+    // vCluster's own log: its pod syncer (controller "pod") created that host object.
+    let log = syncer
+        .wait_log(
+            &format!("Create host object\t{{\"component\": \"vcluster\", \"controller\": \"pod\", \"namespace\": \"{}\", \"name\": \"{name}\"", t.vns),
+            1,
+            TIMEOUT,
+        )
+        .await;
+    assert!(
+        log.contains(&format!("\"object\": \"{}/{host_name}\"", t.ns)),
+        "{log}"
+    );
+    // vCluster then copies the hook's host label up to the virtual pod (its pod syncer syncs
+    // labels both ways: pkg/controllers/resources/pods/translate/diff.go), and records the
+    // virtual pod's labels in the host pod's annotation `vcluster.loft.sh/labels`: its one
+    // update of the host pod, which does not touch the label.
+    let virtual_pods: Api<Pod> = Api::namespaced(virtual_.clone(), &t.vns);
+    wait_for(TIMEOUT, || {
+        let api = virtual_pods.clone();
+        async move { has_hooks(api.get(name).await.ok()?.labels()).then_some(()) }
+    })
+    .await;
+    let records = |annotations: &std::collections::BTreeMap<String, String>| {
+        annotations
+            .get("vcluster.loft.sh/labels")
+            .is_some_and(|l| hooked.iter().all(|(k, _)| l.contains(k)))
+    };
+    wait_for(TIMEOUT, || {
+        let api = host_pods.clone();
+        let name = host_name.clone();
+        async move { records(api.get(&name).await.ok()?.annotations()).then_some(()) }
+    })
+    .await;
+    // Evidence that the syncer kept working after those writes: a second pod is synced later.
+    create_virtual_pod(virtual_, t, &format!("{name}-next")).await;
+    host_pod(host, t, &format!("{name}-next")).await;
+    let writes = pod_writes(t, &host_name, since);
+    assert_eq!(
+        writes.iter().map(|(v, _)| v.as_str()).collect::<Vec<_>>(),
+        ["create", "update"],
+        "vCluster created host pod {host_name} with the hooks' labels, then recorded the copied-up labels: {writes:?}"
+    );
+    // That update, as the watch saw it: the labels are those of the create.
+    let modified = tokio::time::timeout(TIMEOUT, async {
+        loop {
+            match watch.next().await {
+                Some(Ok(WatchEvent::Modified(pod))) => break pod,
+                Some(Ok(_)) => {}
+                other => panic!("watch of {host_name} ended: {other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("vCluster's update of the host pod");
+    assert_eq!(modified.labels(), added.labels());
+    assert!(
+        records(modified.annotations()),
+        "{:?}",
+        modified.annotations()
+    );
+    // v0.30.0 logs each patch it applies (pkg/patcher/apply.go, at info level); v0.36.1 logs
+    // them only at verbosity 1, so there the watch above is the only record.
+    if t.version == "v0.30.0" {
+        let host_patch = syncer
+            .log()
+            .lines()
+            .find(|l| {
+                l.contains("Apply host patch")
+                    && l.contains(&format!("\"object\": \"{}/{host_name}\"", t.ns))
+            })
+            .expect("vCluster logs its patch of the host pod")
+            .to_string();
+        assert!(
+            host_patch.contains("vcluster.loft.sh/labels")
+                && !host_patch.contains(r#"\"labels\":{"#),
+            "vCluster's update of the host pod only records the virtual labels: {host_patch}"
+        );
+    }
+}
+
 fn plugin_spec(label_value: &str) -> Value {
     json!({
         "vcluster": {"name": VCLUSTER_RELEASE},
@@ -376,136 +517,20 @@ async fn inside(t: &Target) {
         "the host Car was created by vCluster's identity: {car_creates:?}"
     );
 
-    // 3. A virtual Pod synced by vCluster's own pod syncer: the host pod carries the label of
-    //    the plugin's CreatePhysical hook in the object its create stored (the watch's ADDED
-    //    event), so vCluster applied the hook before its create.
-    let since = SystemTime::now();
-    let web_name = format!("web-x-{}-x-{VCLUSTER_RELEASE}", t.vns);
-    let host_pods: Api<Pod> = Api::namespaced(host.clone(), &t.ns);
-    let mut watch = host_pods
-        .watch(
-            &WatchParams::default().fields(&format!("metadata.name={web_name}")),
-            "0",
-        )
-        .await
-        .expect("watch the host pod")
-        .boxed();
-    create_virtual_pod(&virtual_, t, "web").await;
-    let added = tokio::time::timeout(TIMEOUT, async {
-        loop {
-            match watch.next().await {
-                Some(Ok(WatchEvent::Added(pod))) => break pod,
-                Some(Ok(_)) => {}
-                other => panic!("watch of {web_name} ended: {other:?}"),
-            }
-        }
-    })
-    .await
-    .expect("the host pod is created");
-    assert_eq!(
-        added.labels().get("created-by-plugin").map(String::as_str),
-        Some("pod-hook"),
-        "the created host pod: {:?}",
-        added.labels()
-    );
-    assert_eq!(
-        added
-            .labels()
-            .get("created-by-go-plugin")
-            .map(String::as_str),
-        Some("go-hook"),
-        "the Go plugin's hook is in the create too: {:?}",
-        added.labels()
-    );
-    // vCluster's own log: its pod syncer (controller "pod") created that host object.
-    let log = syncer
-        .wait_log(
-            &format!("Create host object\t{{\"component\": \"vcluster\", \"controller\": \"pod\", \"namespace\": \"{}\", \"name\": \"web\"", t.vns),
-            1,
-            TIMEOUT,
-        )
-        .await;
-    assert!(
-        log.contains(&format!("\"object\": \"{}/{web_name}\"", t.ns)),
-        "{log}"
-    );
-    // vCluster then copies the hook's host label up to the virtual pod (its pod syncer syncs
-    // labels both ways: pkg/controllers/resources/pods/translate/diff.go), and records the
-    // virtual pod's labels in the host pod's annotation `vcluster.loft.sh/labels`: its one
-    // update of the host pod, which does not touch the label.
-    let virtual_pods: Api<Pod> = Api::namespaced(virtual_.clone(), &t.vns);
-    wait_for(TIMEOUT, || {
-        let api = virtual_pods.clone();
-        async move {
-            let pod = api.get("web").await.ok()?;
-            let labels = pod.labels();
-            (labels.get("created-by-plugin").map(String::as_str) == Some("pod-hook")
-                && labels.get("created-by-go-plugin").map(String::as_str) == Some("go-hook"))
-            .then_some(())
-        }
-    })
+    // 3. A virtual Pod synced by vCluster's own pod syncer, with both plugins' CreatePhysical
+    //    hooks in its host create.
+    assert_hooked_create(
+        &host,
+        &virtual_,
+        t,
+        &syncer,
+        "web",
+        &[
+            ("created-by-plugin", "pod-hook"),
+            ("created-by-go-plugin", "go-hook"),
+        ],
+    )
     .await;
-    let web = wait_for(TIMEOUT, || {
-        let api = host_pods.clone();
-        let name = web_name.clone();
-        async move {
-            let pod = api.get(&name).await.ok()?;
-            pod.annotations()
-                .get("vcluster.loft.sh/labels")
-                .is_some_and(|l| {
-                    l.contains("created-by-plugin") && l.contains("created-by-go-plugin")
-                })
-                .then_some(pod)
-        }
-    })
-    .await;
-    assert_eq!(web.labels()["created-by-plugin"], "pod-hook");
-    // Evidence that the syncer kept working after those writes: a second pod is synced later.
-    create_virtual_pod(&virtual_, t, "web2").await;
-    host_pod(&host, t, "web2").await;
-    let writes = pod_writes(t, &web_name, since);
-    assert_eq!(
-        writes.iter().map(|(v, _)| v.as_str()).collect::<Vec<_>>(),
-        ["create", "update"],
-        "vCluster created host pod {web_name} with the hook's label, then recorded the copied-up label: {writes:?}"
-    );
-    // That update, as the watch saw it: the labels are those of the create.
-    let modified = tokio::time::timeout(TIMEOUT, async {
-        loop {
-            match watch.next().await {
-                Some(Ok(WatchEvent::Modified(pod))) => break pod,
-                Some(Ok(_)) => {}
-                other => panic!("watch of {web_name} ended: {other:?}"),
-            }
-        }
-    })
-    .await
-    .expect("vCluster's update of the host pod");
-    assert_eq!(modified.labels(), added.labels());
-    assert!(
-        modified.annotations()["vcluster.loft.sh/labels"].contains("created-by-plugin")
-            && modified.annotations()["vcluster.loft.sh/labels"].contains("created-by-go-plugin"),
-        "{:?}",
-        modified.annotations()
-    );
-    // v0.30.0 logs each patch it applies (pkg/patcher/apply.go, at info level); v0.36.1 logs
-    // them only at verbosity 1, so there the watch above is the only record.
-    if t.version == "v0.30.0" {
-        let host_patch = syncer
-            .log()
-            .lines()
-            .find(|l| {
-                l.contains("Apply host patch")
-                    && l.contains(&format!("\"object\": \"{}/{web_name}\"", t.ns))
-            })
-            .expect("vCluster logs its patch of the host pod")
-            .to_string();
-        assert!(
-            host_patch.contains("vcluster.loft.sh/labels")
-                && !host_patch.contains(r#"\"labels\":{"#),
-            "vCluster's update of the host pod only records the virtual labels: {host_patch}"
-        );
-    }
 
     // 4. A change to the VClusterPlugin takes effect in the running plugin.
     let plugins: Api<VClusterPlugin> = Api::namespaced(admin.clone(), &t.ns);
@@ -552,10 +577,7 @@ async fn inside(t: &Target) {
         VClusterSyncer::start_binary(cp, &t.ns, VCLUSTER_RELEASE, &folder, Some(&t.syncer))
             .expect("restart vCluster's syncer");
     let log = syncer2.log()[before..].to_string();
-    assert!(
-        log.contains("Successfully started vCluster controllers"),
-        "{log}"
-    );
+    assert!(log.contains(SYNCER_STARTED), "{log}");
     assert!(!log.contains("Successfully loaded plugin"), "{log}");
     assert!(syncer2.children().is_empty(), "no plugin process");
     let since = SystemTime::now();
@@ -570,7 +592,10 @@ async fn inside(t: &Target) {
         ["create"]
     );
     drop(syncer);
-    drop(syncer2);
+
+    // 6. A v1 (legacy sidecar) plugin in Go, installed by the operator.
+    v1_sidecar(cp, &admin, &host, &virtual_, t, syncer2).await;
+
     // The virtual API server is shared: the next version's syncer would sync these too.
     let dp = kube::api::DeleteParams::default();
     let lp = kube::api::ListParams::default();
@@ -582,4 +607,204 @@ async fn inside(t: &Target) {
         .delete_collection(&dp, &lp)
         .await
         .expect("delete the virtual Cars");
+}
+
+/// A v1 sidecar plugin inside vCluster: the operator installs `VClusterPlugin` [`V1_PLUGIN`]
+/// (`image`, `version: v1`, `args`, `config`), and the test runs what the pod would run, the
+/// sidecar container the operator added (the Go v1 plugin at `t`'s version, with the container's
+/// env and args: [`start_v1_sidecar`]) beside vCluster's syncer, after stopping `running` (a
+/// changed pod template is a new pod).
+///
+/// vCluster's legacy plugin server (`pkg/plugin/v1/plugin.go`, the same at v0.30.0 and v0.36.1
+/// but for its error handling) always listens on `localhost:10099` and accepts a plugin's
+/// `RegisterPlugin` (name, address, client hooks) at any time. Two things depend on the
+/// syncer's configuration listing the plugin under `plugin:` with no `version` (its
+/// `LegacyOptions`, `pkg/config/config.go`: an entry with a `version` is not waited for unless
+/// `optional`):
+/// - only a listed plugin is waited for (`waitForPlugins`) before the controllers start;
+/// - vCluster's clients run hooks only when, as they are made, some plugin is known
+///   (`pluginhookclient.NewPluginClient`: `DefaultManager.HasPlugins()`, which for legacy plugins
+///   is "the list is not empty", `Manager.Start`). So in a vCluster with no v2 plugin, an
+///   unlisted v1 sidecar registers and its hook is never called: step 6a shows it. The
+///   operator writes only the workload, never the vCluster's configuration, so such a plugin
+///   needs the vCluster's values to list it (then the chart renders its own sidecar as well).
+///
+/// With the plugin listed (6b), vCluster waits for it, and its pod syncer creates the host pod
+/// with the v1 hook's label, whose value came from `PLUGIN_CONFIG`, in the create.
+async fn v1_sidecar(
+    cp: &'static ControlPlane,
+    admin: &Client,
+    host: &Client,
+    virtual_: &Client,
+    t: &Target,
+    mut running: VClusterSyncer,
+) {
+    let value = format!("from-config-{}", t.version.replace('.', ""));
+    vcp_tests::create_plugin(
+        admin,
+        &t.ns,
+        V1_PLUGIN,
+        json!({
+            "vcluster": {"name": VCLUSTER_RELEASE},
+            "image": V1_IMAGE, "version": "v1",
+            "args": ["-label", V1_LABEL],
+            "config": {"label": value},
+        }),
+    )
+    .await;
+    vcp_tests::wait_ready(admin, &t.ns, V1_PLUGIN, "True", None, TIMEOUT).await;
+    let sts = statefulset(admin, t).await;
+    running.stop().expect("stop vCluster's syncer");
+    let registered_hook = format!("Register client hook for v1 Pod in plugin {V1_PLUGIN}");
+
+    // 6a. Not listed under `plugin:` (the chart's configuration as it is): vCluster starts its
+    //     controllers without the plugin running, accepts its registration afterwards, and
+    //     never calls its hook, since no plugin was known when its clients were made.
+    let folder = fresh_plugins_folder(cp, &format!("{}-3", t.ns));
+    let syncer =
+        VClusterSyncer::start_binary(cp, &t.ns, VCLUSTER_RELEASE, &folder, Some(&t.syncer))
+            .expect("start vCluster's syncer");
+    let plugin_log = cp.dir().join(format!("{V1_PLUGIN}-{}-a.log", t.ns));
+    let mut sidecar = start_v1_sidecar(&sts, t, &plugin_log);
+    let log = syncer.wait_log(&registered_hook, 1, TIMEOUT).await;
+    assert!(
+        log.contains(&format!("Registering plugin {V1_PLUGIN}")),
+        "{log}"
+    );
+    assert!(
+        !log.contains(&format!("Waiting for plugin {V1_PLUGIN}")),
+        "{log}"
+    );
+    let since = SystemTime::now();
+    create_virtual_pod(virtual_, t, "unlisted").await;
+    let unlisted = host_pod(host, t, "unlisted").await;
+    assert_eq!(
+        unlisted.labels().get(V1_LABEL),
+        None,
+        "vCluster does not call an unlisted v1 plugin's hook when it has no other plugin"
+    );
+    assert_eq!(
+        pod_writes(t, &unlisted.name_any(), since)
+            .iter()
+            .map(|(v, _)| v.as_str())
+            .collect::<Vec<_>>(),
+        ["create"]
+    );
+    let plugin_said = wait_for(TIMEOUT, || async {
+        let said = std::fs::read_to_string(&plugin_log).ok()?;
+        said.contains(&format!("Registered plugin {V1_PLUGIN}"))
+            .then_some(said)
+    })
+    .await;
+    assert!(
+        !plugin_said.contains("Mutate CreatePhysical"),
+        "the plugin registered and was never called:\n{plugin_said}"
+    );
+    sidecar.kill().await.expect("stop the plugin");
+    drop(syncer);
+
+    // 6b. Listed under `plugin:` with no version, as the chart's config Secret `vc-config-<name>`
+    //     (`chart/templates/config-secret.yaml`: the release's values as `config.yaml`) holds it
+    //     when the vCluster's values list the plugin there; the operator writes only the
+    //     StatefulSet, so the test adds that entry (`start --set`). vCluster waits for the plugin
+    //     before it starts its controllers; the sidecar starts while it waits.
+    let folder = fresh_plugins_folder(cp, &format!("{}-4", t.ns));
+    let before = VClusterSyncer::log_of(cp, &t.ns, VCLUSTER_RELEASE).len();
+    let starting = {
+        let (ns, binary) = (t.ns.clone(), t.syncer.clone());
+        let sets = vec![format!("plugin.{V1_PLUGIN}.image={V1_IMAGE}")];
+        tokio::task::spawn_blocking(move || {
+            VClusterSyncer::start_with(cp, &ns, VCLUSTER_RELEASE, &folder, Some(&binary), &sets)
+        })
+    };
+    let waiting = format!("Waiting for plugin {V1_PLUGIN} to register...");
+    let log = wait_for(TIMEOUT, || async {
+        let log = VClusterSyncer::log_of(cp, &t.ns, VCLUSTER_RELEASE);
+        log.get(before..)
+            .filter(|l| l.contains(&waiting))
+            .map(str::to_string)
+    })
+    .await;
+    assert!(!log.contains(SYNCER_STARTED), "{log}");
+    let plugin_log = cp.dir().join(format!("{V1_PLUGIN}-{}-b.log", t.ns));
+    let mut sidecar = start_v1_sidecar(&sts, t, &plugin_log);
+    let syncer = starting
+        .await
+        .expect("the syncer's start")
+        .expect("start vCluster's syncer with the plugin listed");
+    let log = syncer.log()[before..].to_string();
+    let order = [
+        waiting.clone(),
+        format!("Registering plugin {V1_PLUGIN}"),
+        format!("Plugin {V1_PLUGIN} has successfully registered"),
+        SYNCER_STARTED.to_string(),
+    ];
+    let at: Vec<usize> = order
+        .iter()
+        .map(|n| {
+            log.find(n.as_str())
+                .unwrap_or_else(|| panic!("vCluster's log holds {n:?}:\n{log}"))
+        })
+        .collect();
+    assert!(
+        at.windows(2).all(|w| w[0] < w[1]),
+        "vCluster waited for the plugin before it started its controllers: {order:?} at {at:?}:\n{log}"
+    );
+    assert!(log.contains(&registered_hook), "{log}");
+    assert_hooked_create(
+        host,
+        virtual_,
+        t,
+        &syncer,
+        "web-v1",
+        &[(V1_LABEL, value.as_str())],
+    )
+    .await;
+    let plugin_said = std::fs::read_to_string(&plugin_log).unwrap_or_default();
+    assert!(
+        plugin_said.contains(&format!(
+            "Mutate CreatePhysical v1 Pod {}/web-v1-x-{}-x-{VCLUSTER_RELEASE}",
+            t.ns, t.vns
+        )),
+        "vCluster called the plugin's Mutate with the host pod:\n{plugin_said}"
+    );
+    drop(syncer);
+    sidecar.kill().await.expect("stop the plugin");
+    vcp_tests::delete_plugin(admin, &t.ns, V1_PLUGIN, TIMEOUT).await;
+}
+
+/// Starts the v1 sidecar container [`V1_PLUGIN`] of the StatefulSet's pod template as the
+/// kubelet would beside the syncer container: its image ([`V1_IMAGE`], no `command`: the image's
+/// entrypoint) is the Go v1 plugin at `t`'s version (`GO_POD_HOOK_V1`), run with the container's
+/// `args` and with exactly the container's environment (nothing of the test's own). Its output
+/// goes to `log`; it is killed when dropped.
+fn start_v1_sidecar(sts: &StatefulSet, t: &Target, log: &Path) -> tokio::process::Child {
+    let container = sts
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|p| p.containers.iter().find(|c| c.name == V1_PLUGIN))
+        .expect("the operator's v1 sidecar container");
+    assert_eq!(container.image.as_deref(), Some(V1_IMAGE));
+    assert_eq!(container.command, None, "the image's entrypoint runs");
+    assert_eq!(container.env_from, None);
+    let env: Vec<(String, String)> = container
+        .env
+        .iter()
+        .flatten()
+        .map(|e| {
+            assert!(e.value_from.is_none(), "{e:?}");
+            (e.name.clone(), e.value.clone().unwrap_or_default())
+        })
+        .collect();
+    tokio::process::Command::new(vcp_tests::oracle_path_at("GO_POD_HOOK_V1", t.version))
+        .args(container.args.iter().flatten())
+        .env_clear()
+        .envs(env)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(log).expect("plugin log"))
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the Go v1 plugin")
 }
