@@ -34,8 +34,8 @@
 //!   `quickjs-libc` are not part of the crate; no module loader is installed here), so an
 //!   expression has the ECMAScript built-ins and `btoa` / `atob`, and no file, network, process,
 //!   clock-setting or module access.
-//! - **A time bound**: QuickJS calls an interrupt handler every few thousand bytecode
-//!   instructions (`Runtime::set_interrupt_handler`); ours stops the script once the deadline
+//! - **A time bound**: QuickJS calls an interrupt handler every 100 bytecode branches or
+//!   function calls (and sooner after large native work) (`Runtime::set_interrupt_handler`); ours stops the script once the deadline
 //!   [`Bounds::time`] (default 100 ms of wall time) has passed, with an exception the script
 //!   cannot catch. `while (true) {}` ends there.
 //! - **A memory bound**: `Runtime::set_memory_limit` caps what QuickJS allocates (default
@@ -49,9 +49,11 @@
 //!   script-level wrapper can reach (`String(big)`, template literals, `*`, `**`), by the
 //!   engine: QuickJS is built with BigInts of at most 65,536 bits (`RangeError: BigInt is too
 //!   large: above 65536 bits, the expression bound`; `syncer-runtime/vendor/rquickjs-sys/
-//!   README.vcp.md`), where the slowest call takes milliseconds; and each such call charges
-//!   the engine's interrupt counter by its work, so a native loop over them (`forEach(String)`)
-//!   still reaches the interrupt handler within a call or two of the deadline.
+//!   README.vcp.md`), where the slowest call takes milliseconds. Loops over slow native
+//!   calls (`forEach(String)` on BigInts, `replaceAll` on megabyte strings) are bounded by
+//!   time again: the engine charges its interrupt counter for native work (BigInt operations
+//!   by their size, allocations by their bytes) and polls every 100 steps, so the handler
+//!   runs within a call or two of the deadline.
 //! - **Small and embedded**: QuickJS compiles from C with the machine's compiler (no
 //!   prebuilt binary, no JIT, no second toolchain), a few hundred KiB in the binary, and starts
 //!   a context in tens of microseconds: one evaluation costs about 0.15 ms (printed by the
@@ -665,21 +667,25 @@ mod tests {
         assert_eq!(eval("value + 1", json!(1)).unwrap(), Some(json!(2)));
     }
 
-    /// The third attacker's native loop over native BigInt calls: `forEach` calling `String` is
-    /// C calling C, which reaches the interrupt handler only every 10,000 calls (QuickJS's
-    /// `JS_INTERRUPT_COUNTER_INIT`), each call milliseconds at the size bound: 3,000 of them
-    /// ran for seconds past a 100 ms bound. The vendored engine charges the counter for the
-    /// work of each quadratic BigInt operation (`js_charge_interrupts`,
-    /// `vendor/rquickjs-sys/README.vcp.md`), so the time bound stops each loop within a call
-    /// or two of its deadline.
+    /// Loops over slow native calls: QuickJS reached the interrupt handler only every 10,000
+    /// C function calls or bytecode branches (`JS_INTERRUPT_COUNTER_INIT`), each of these
+    /// calls milliseconds, so such a loop ran far past a 100 ms bound: the third attacker's
+    /// `forEach(String)` on BigInts 31.9 s, a loop of `replaceAll` on a 4 MB string 44 s,
+    /// `toUpperCase` 60 s, a comparison of two 6 MB strings 4.1 s. The vendored engine charges
+    /// the counter for native work (quadratic BigInt operations by their size, allocations by
+    /// their bytes) and starts it at 100 (`vendor/rquickjs-sys/README.vcp.md`), so the time
+    /// bound stops each loop within a call or two of its deadline.
     #[test]
-    fn native_loops_over_bigint_calls_stop_at_the_time_bound() {
+    fn native_loops_over_slow_native_calls_stop_at_the_time_bound() {
         for source in [
             "Array(3000).fill(2n ** 65000n).forEach(String)",
             "Array(3000).fill(3n ** 40000n).map(String)",
             "Array(3000).fill(2n ** 32000n).forEach(b => b * b)",
             "Array(3000).fill(2n ** 65000n).forEach(b => b / 3n ** 20000n)",
             "Array(3000).fill('9'.repeat(19000)).forEach(BigInt)",
+            "for (let i = 0; i < 5000; i++) 'ab'.repeat(2e6).replaceAll('a', 'c'); value",
+            "let a = 'x'.repeat(4e6); for (;;) a.toUpperCase()",
+            "let a = 'x'.repeat(6e6), b = 'x'.repeat(6e6); for (;;) a === b",
         ] {
             let started = Instant::now();
             assert_eq!(

@@ -393,16 +393,17 @@ fn at_most_a_few_evaluations_run_past_their_bound_at_once() {
     use running::{Evaluations, MAX_OVERRUNNING};
     use std::sync::Arc;
     use std::time::Instant;
-    // about a second inside one native call the interrupt handler does not reach: `forEach`
-    // calling `String` on a 65,000-bit BigInt 80 times (about 12 ms each)
+    // one native call, inside which the interrupt handler is never called: `replaceAll` over
+    // a string of 64 million characters (about 0.2 s; linear in the size, which only the
+    // memory bound limits, raised here for a call this long)
     let slow = TranslatePatch {
         path: "spec.image".into(),
-        expression: Some("Array(80).fill(2n ** 65000n).forEach(String); value".into()),
+        expression: Some("'ab'.repeat(32e6).replaceAll('a', 'c').length && value".into()),
         ..TranslatePatch::default()
     };
     let bounds = Bounds {
         time: Duration::from_millis(20),
-        memory: 16 << 20,
+        memory: 192 << 20,
     };
     let evaluations = Arc::new(Evaluations::default());
     let patches = Arc::new(

@@ -558,8 +558,11 @@ enum {
 };
 
 /* must be large enough to have a negligible runtime cost and small
-   enough to call the interrupt callback often. */
-#define JS_INTERRUPT_COUNTER_INIT 10000
+   enough to call the interrupt callback often. vcluster-plugin-operator: 100 (was 10000),
+   so that a loop of native operations that allocate nothing (comparing megabyte strings)
+   reaches the handler within a few milliseconds; no cost measurable on ordinary scripts
+   (README.vcp.md). */
+#define JS_INTERRUPT_COUNTER_INIT 100
 
 struct JSContext {
     JSGCObjectHeader header; /* must come first */
@@ -624,6 +627,36 @@ struct JSContext {
                              const char *filename, int line, int flags, int scope_idx);
     void *user_opaque;
 };
+
+/* vcluster-plugin-operator: QuickJS calls the interrupt handler when interrupt_counter,
+   decremented once per C function call and bytecode branch, reaches zero, so a native loop
+   over slow native calls (`forEach(String)` on large BigInts, a loop of `replaceAll` or
+   `toUpperCase` on megabyte strings) reached the handler only every
+   JS_INTERRUPT_COUNTER_INIT calls and ran seconds past the expression's time bound. Native
+   work is charged to the counter as well, so that the next poll calls the handler:
+   js_charge_interrupts for a BigInt operation quadratic in its size (n limbs by m limbs,
+   one unit per 64 limb products) and js_charge_bytes for every allocation through the
+   context (one unit per KiB: native string and array work allocates its result). The
+   counter is reset by the next poll, and never charged below -2^30. */
+static inline void js_charge_units(JSContext *ctx, int64_t units)
+{
+    if (units <= 0)
+        return;
+    if (units > (1 << 20))
+        units = 1 << 20;
+    if (ctx->interrupt_counter > -(1 << 30))
+        ctx->interrupt_counter -= (int)units;
+}
+
+static inline void js_charge_interrupts(JSContext *ctx, int64_t n, int64_t m)
+{
+    js_charge_units(ctx, (n * m) >> 6);
+}
+
+static inline void js_charge_bytes(JSContext *ctx, size_t size)
+{
+    js_charge_units(ctx, (int64_t)(size >> 10));
+}
 
 typedef union JSFloat64Union {
     double d;
@@ -2112,6 +2145,7 @@ void *js_calloc(JSContext *ctx, size_t count, size_t size)
 void *js_malloc(JSContext *ctx, size_t size)
 {
     void *ptr;
+    js_charge_bytes(ctx, size);
     ptr = js_malloc_rt(ctx->rt, size);
     if (unlikely(!ptr)) {
         JS_ThrowOutOfMemory(ctx);
@@ -2124,6 +2158,7 @@ void *js_malloc(JSContext *ctx, size_t size)
 void *js_mallocz(JSContext *ctx, size_t size)
 {
     void *ptr;
+    js_charge_bytes(ctx, size);
     ptr = js_mallocz_rt(ctx->rt, size);
     if (unlikely(!ptr)) {
         JS_ThrowOutOfMemory(ctx);
@@ -2141,6 +2176,7 @@ void js_free(JSContext *ctx, void *ptr)
 void *js_realloc(JSContext *ctx, void *ptr, size_t size)
 {
     void *ret;
+    js_charge_bytes(ctx, size);
     ret = js_realloc_rt(ctx->rt, ptr, size);
     if (unlikely(!ret && size != 0)) {
         JS_ThrowOutOfMemory(ctx);
@@ -2601,6 +2637,7 @@ static JSString *js_alloc_string_rt(JSRuntime *rt, int max_len, int is_wide_char
 static JSString *js_alloc_string(JSContext *ctx, int max_len, int is_wide_char)
 {
     JSString *p;
+    js_charge_bytes(ctx, (size_t)max_len << is_wide_char);
     p = js_alloc_string_rt(ctx->rt, max_len, is_wide_char);
     if (unlikely(!p)) {
         JS_ThrowOutOfMemory(ctx);
@@ -8671,23 +8708,6 @@ static inline __exception int js_poll_interrupts(JSContext *ctx)
     } else {
         return 0;
     }
-}
-
-/* vcluster-plugin-operator: charge the interrupt counter for the work of a native BigInt
-   operation quadratic in its size (n limbs by m limbs), so that the next poll (at the next
-   C function call or bytecode branch) calls the interrupt handler: without it a native loop
-   such as `Array(n).fill(big).forEach(String)` reached the handler only every
-   JS_INTERRUPT_COUNTER_INIT calls, each one up to milliseconds. One unit per 64 limb
-   products; the counter is reset by the next poll, and never charged below -2^30. */
-static inline void js_charge_interrupts(JSContext *ctx, int64_t n, int64_t m)
-{
-    int64_t units = (n * m) >> 6;
-    if (units <= 0)
-        return;
-    if (units > (1 << 20))
-        units = 1 << 20;
-    if (ctx->interrupt_counter > -(1 << 30))
-        ctx->interrupt_counter -= (int)units;
 }
 
 /* return -1 (exception) or true/false */
