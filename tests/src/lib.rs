@@ -81,9 +81,9 @@ pub use oracle::{
 };
 pub use plugins::{
     condition, create_plugin, delete_plugin, install_operator_role, operator_reconciles,
-    operator_telemetry, poke_plugin, poll_event, poll_ready, prepare_operator_host,
-    start_shared_operator, start_shared_operator_with_policy, wait_event, wait_operator_reconciled,
-    wait_ready,
+    operator_telemetry, poke_plugin, poll_event, poll_event_where, poll_ready,
+    prepare_operator_host, start_shared_operator, start_shared_operator_with_policy, wait_event,
+    wait_operator_reconciled, wait_ready,
 };
 pub use process::{
     OperatorOptions, OperatorProcess, exit_signal, http_get, metric, tail_of_output,

@@ -252,16 +252,16 @@ pub async fn delete_plugin(admin: &Client, ns: &str, name: &str, timeout: Durati
     .await;
 }
 
-/// The first Event (`events.k8s.io/v1`) in `ns` with `reason` about the object named `about`
-/// (`regarding.name`); `None` when `timeout` passes first.
-pub async fn poll_event(
-    admin: &Client,
+/// The first Event (`events.k8s.io/v1`) in `ns` for which `pred` holds, polled every 100 ms
+/// ([`poll_for`]); `None` when `timeout` passes first (a list that fails counts as not yet).
+pub async fn poll_event_where(
+    client: &Client,
     ns: &str,
-    about: &str,
-    reason: &str,
     timeout: Duration,
+    pred: impl Fn(&Event) -> bool,
 ) -> Option<Event> {
-    let events = Api::<Event>::namespaced(admin.clone(), ns);
+    let events = Api::<Event>::namespaced(client.clone(), ns);
+    let pred = &pred;
     poll_for(timeout, || {
         let events = events.clone();
         async move {
@@ -271,11 +271,24 @@ pub async fn poll_event(
                 .ok()?
                 .items
                 .into_iter()
-                .find(|e| {
-                    e.reason.as_deref() == Some(reason)
-                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(about)
-                })
+                .find(|e| pred(e))
         }
+    })
+    .await
+}
+
+/// The first Event (`events.k8s.io/v1`) in `ns` with `reason` about the object named `about`
+/// (`regarding.name`); `None` when `timeout` passes first.
+pub async fn poll_event(
+    admin: &Client,
+    ns: &str,
+    about: &str,
+    reason: &str,
+    timeout: Duration,
+) -> Option<Event> {
+    poll_event_where(admin, ns, timeout, |e| {
+        e.reason.as_deref() == Some(reason)
+            && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(about)
     })
     .await
 }

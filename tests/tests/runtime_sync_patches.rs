@@ -21,13 +21,15 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use serde_json::{Value, json};
 use vcp_crds::{Reason, VClusterPlugin};
 use vcp_syncer_runtime::PodSync;
 use vcp_tests::runtime::{TIMEOUT, apply_dynamic as apply, world_with};
-use vcp_tests::{Audit, Cluster, ControlPlane, Identity, TEST_FIELD_MANAGER, poll_for, wait_for};
+use vcp_tests::{
+    Audit, Cluster, ControlPlane, Identity, TEST_FIELD_MANAGER, poll_event_where, poll_for,
+    wait_for,
+};
 
 const TEST: &str = "patches";
 const VCLUSTER: &str = "vc-patches";
@@ -459,7 +461,6 @@ async fn patches_translate_references_selectors_and_expressions_and_bound_failur
         condition.message
     );
     // an Event per object naming the type, the object and the path, with the bound that hit
-    let events = Api::<Event>::namespaced(w.host.clone(), &w.host_ns);
     // the loop can only end at the time bound, and `grow` only at the memory bound (16 MiB
     // after ten steps of a few hundred microseconds); the attack fixture's `alloc` makes sparse
     // arrays of a few dozen bytes each, so which bound stops it depends on the machine's speed:
@@ -469,22 +470,12 @@ async fn patches_translate_references_selectors_and_expressions_and_bound_failur
         ("grow", &["memory bound"][..]),
         ("alloc", &["memory bound", "time bound"][..]),
     ] {
-        let event = wait_for(TIMEOUT, || {
-            let events = events.clone();
-            async move {
-                events
-                    .list(&Default::default())
-                    .await
-                    .ok()?
-                    .items
-                    .into_iter()
-                    .find(|e| {
-                        e.reason.as_deref() == Some("PatchFailed")
-                            && e.related.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-                    })
-            }
+        let event = poll_event_where(&w.host, &w.host_ns, TIMEOUT, |e| {
+            e.reason.as_deref() == Some("PatchFailed")
+                && e.related.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
         })
-        .await;
+        .await
+        .unwrap_or_else(|| panic!("a PatchFailed Event about {name}"));
         assert_eq!(event.type_.as_deref(), Some("Warning"));
         assert_eq!(
             event.regarding.as_ref().and_then(|r| r.name.as_deref()),

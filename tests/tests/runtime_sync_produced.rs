@@ -22,7 +22,9 @@ use serde_json::{Value, json};
 use vcp_crds::{Reason, VClusterPlugin};
 use vcp_syncer_runtime::PodSync;
 use vcp_tests::runtime::{TIMEOUT, apply_dynamic as apply, start_runtime, world_with};
-use vcp_tests::{Audit, Cluster, ControlPlane, Identity, create_namespace, poll_for, wait_for};
+use vcp_tests::{
+    Audit, Cluster, ControlPlane, Identity, create_namespace, poll_event_where, wait_for,
+};
 
 const TEST: &str = "produced";
 const VCLUSTER: &str = "vc-produced";
@@ -254,23 +256,11 @@ async fn produced_secrets_come_back_under_their_virtual_names() {
         .expect("the user's own Secret");
     cert(NS_A, "taken", "mine").await;
     issue(host_name("mine", NS_A), "dGhlaXJz").await;
-    let conflict = poll_for(TIMEOUT, || {
-        let events =
-            Api::<k8s_openapi::api::events::v1::Event>::namespaced(w.host.clone(), &host_ns);
-        async move {
-            events
-                .list(&Default::default())
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .find(|e| {
-                    e.reason.as_deref() == Some(Reason::HostObjectConflict.as_str())
-                        && e.note
-                            .as_deref()
-                            .is_some_and(|n| n.contains(&format!("{NS_A}/mine")))
-                })
-        }
+    let conflict = poll_event_where(&w.host, &host_ns, TIMEOUT, |e| {
+        e.reason.as_deref() == Some(Reason::HostObjectConflict.as_str())
+            && e.note
+                .as_deref()
+                .is_some_and(|n| n.contains(&format!("{NS_A}/mine")))
     })
     .await
     .expect("a HostObjectConflict Event naming the virtual Secret");
@@ -461,18 +451,8 @@ async fn a_host_name_no_reference_translated_is_not_brought_back() {
         json!("vc-config-vc-produced-raw"),
         "no reference patch: the value reaches the host as it is"
     );
-    let event = poll_for(TIMEOUT, || {
-        let events =
-            Api::<k8s_openapi::api::events::v1::Event>::namespaced(w.host.clone(), &host_ns);
-        async move {
-            events
-                .list(&Default::default())
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .find(|e| e.reason.as_deref() == Some(Reason::ProducedNameRefused.as_str()))
-        }
+    let event = poll_event_where(&w.host, &host_ns, TIMEOUT, |e| {
+        e.reason.as_deref() == Some(Reason::ProducedNameRefused.as_str())
     })
     .await
     .expect("a ProducedNameRefused Event");
@@ -571,21 +551,9 @@ async fn refusal(
     host_ns: &str,
     prefix: &str,
 ) -> k8s_openapi::api::events::v1::Event {
-    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(host.clone(), host_ns);
-    poll_for(TIMEOUT, || {
-        let events = events.clone();
-        async move {
-            events
-                .list(&Default::default())
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .find(|e| {
-                    e.reason.as_deref() == Some(Reason::ProducedNameRefused.as_str())
-                        && e.note.as_deref().is_some_and(|n| n.starts_with(prefix))
-                })
-        }
+    poll_event_where(host, host_ns, TIMEOUT, |e| {
+        e.reason.as_deref() == Some(Reason::ProducedNameRefused.as_str())
+            && e.note.as_deref().is_some_and(|n| n.starts_with(prefix))
     })
     .await
     .unwrap_or_else(|| panic!("a ProducedNameRefused Event \"{prefix}…\""))
