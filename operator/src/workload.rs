@@ -24,8 +24,21 @@
 //!   image, running `vcluster-plugin-syncer install-plugin /plugins/<name>` (the runtime copies
 //!   itself to `/plugins/<name>/plugin`; the image has no shell), with the same `plugins`
 //!   volume and mounts as an image `v2` plugin; no sidecar and no kubeconfig Secret volume;
-//! - `image` + `v1`: a legacy sidecar with `VCLUSTER_PLUGIN_ADDRESS=localhost:<14000+i>`,
-//!   `VCLUSTER_PLUGIN_NAME` and `PLUGIN_CONFIG`;
+//! - `image` + `v1`: a legacy sidecar with `VCLUSTER_PLUGIN_ADDRESS=localhost:<port>`,
+//!   `VCLUSTER_PLUGIN_NAME` and `PLUGIN_CONFIG`. The port ([`V1_BASE_PORT`]): vCluster's chart
+//!   numbers the v1 sidecars of its own values (`plugin:` entries without `version: v2`) from
+//!   `localhost:14000` too (`chart/templates/_plugin.tpl`, `vcluster.legacyPlugins.containers`),
+//!   and a pod's containers share one network namespace, so DESIGN.md's `14000+i` would put two
+//!   sidecars on one port. The operator's v1 plugins, in install order (creationTimestamp, then
+//!   name), each take the lowest port from 14000 that is neither in the
+//!   `VCLUSTER_PLUGIN_ADDRESS` (a literal `value`, its port after the last `:`) of a container
+//!   or init container the operator did not add (told apart as for name conflicts: a
+//!   container is the operator's when its `image` is in the operator's `managedFields` entry)
+//!   nor taken by an earlier v1 plugin of the operator. Computed the same way from the same
+//!   inputs on every reconcile, it is stable: a plugin created after the others takes a port
+//!   above theirs, and a plugin's port changes only when the foreign containers' addresses or
+//!   the set of older installed v1 plugins change, that is when the pod template changes
+//!   anyway. Without chart-rendered v1 sidecars it is DESIGN.md's `14000+i`;
 //! - only the fields the operator owns are applied: a partial object (apiVersion, kind,
 //!   metadata.name/namespace, pod template containers / initContainers / volumes by name), so
 //!   Helm- or Argo CD-owned fields are never touched;
@@ -64,10 +77,11 @@ mod identity;
 mod merge;
 
 pub use containers::{
-    PLUGIN_NAME_ENV, PLUGINS_MOUNT_PATH, PLUGINS_VOLUME, PluginKind, RESERVED_ENV_PREFIXES,
-    RUNTIME_BINARY, V1_BASE_PORT, VCLUSTER_KUBECONFIG_DIR, VCLUSTER_KUBECONFIG_KEY,
-    VCLUSTER_KUBECONFIG_VOLUME, embedded_container, embedded_v2_init_container, is_reserved_env,
-    plugin_kind, v1_container, v2_init_container, vcluster_kubeconfig_volume,
+    PLUGIN_ADDRESS_ENV, PLUGIN_NAME_ENV, PLUGINS_MOUNT_PATH, PLUGINS_VOLUME, PluginKind,
+    RESERVED_ENV_PREFIXES, RUNTIME_BINARY, V1_BASE_PORT, VCLUSTER_KUBECONFIG_DIR,
+    VCLUSTER_KUBECONFIG_KEY, VCLUSTER_KUBECONFIG_VOLUME, embedded_container,
+    embedded_v2_init_container, is_reserved_env, plugin_kind, v1_container, v2_init_container,
+    vcluster_kubeconfig_volume,
 };
 pub use converge::{field_set, is_converged, is_subset, owned_entries};
 pub use identity::{

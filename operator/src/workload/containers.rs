@@ -44,7 +44,20 @@ pub const VCLUSTER_KUBECONFIG_DIR: &str = "/var/run/vcp/vcluster";
 /// Key of the vCluster's kubeconfig in its Secret `vc-<vcluster>` (and so the file name under
 /// [`VCLUSTER_KUBECONFIG_DIR`]).
 pub const VCLUSTER_KUBECONFIG_KEY: &str = "config";
-/// Port of the first v1 plugin; the i-th (0-based) v1 plugin listens on `14000 + i`.
+/// Environment variable holding the address a v1 sidecar listens on (`localhost:<port>`), the
+/// name vCluster's chart gives it (`chart/templates/_plugin.tpl`,
+/// `vcluster.legacyPlugins.containers`, v0.30.0 and v0.36.1 alike).
+pub const PLUGIN_ADDRESS_ENV: &str = "VCLUSTER_PLUGIN_ADDRESS";
+/// Lowest port of a v1 sidecar. vCluster's chart numbers the v1 sidecars it renders itself
+/// from the same base (`chart/templates/_plugin.tpl`, `vcluster.legacyPlugins.containers`,
+/// v0.30.0 and v0.36.1 alike: `localhost:{{ add 14000 $counter }}`, the counter running over
+/// the entries of the values' `plugin:` map in key order, every entry but `version: v2`
+/// counted), and all containers of a pod share one network namespace. So the operator's v1
+/// plugins, in install order ([`install_order`](super::install_order): creationTimestamp, then
+/// name), each take the lowest port from this base that no container the operator did not add
+/// names in its [`PLUGIN_ADDRESS_ENV`] and no earlier v1 plugin of the operator took
+/// ([`plan`](super::plan)). Without chart-rendered v1 sidecars the i-th (0-based) v1 plugin
+/// gets `14000 + i`; beside `n` of them, `14000 + n + i`.
 pub const V1_BASE_PORT: u32 = 14000;
 
 /// How a plugin runs inside the vCluster pod.
@@ -235,7 +248,7 @@ pub fn v1_container(plugin: &VClusterPlugin, port: u32) -> Result<Container, Ref
         ..Default::default()
     };
     let mut env = vec![
-        own("VCLUSTER_PLUGIN_ADDRESS", format!("localhost:{port}")),
+        own(PLUGIN_ADDRESS_ENV, format!("localhost:{port}")),
         own(PLUGIN_NAME_ENV, plugin.name_any()),
     ];
     // Reserved names (VCLUSTER_PLUGIN_ADDRESS, VCLUSTER_PLUGIN_NAME) are already out.

@@ -15,8 +15,9 @@ use serde_json::{Map, Value, json};
 use vcp_crds::{FINALIZER, VClusterPlugin};
 
 use super::containers::{
-    PLUGINS_VOLUME, PluginKind, V1_BASE_PORT, embedded_container, embedded_v2_init_container,
-    plugin_kind, plugins_mount, v1_container, v2_init_container, vcluster_kubeconfig_volume,
+    PLUGIN_ADDRESS_ENV, PLUGINS_VOLUME, PluginKind, V1_BASE_PORT, embedded_container,
+    embedded_v2_init_container, plugin_kind, plugins_mount, v1_container, v2_init_container,
+    vcluster_kubeconfig_volume,
 };
 use super::converge::{item_key, owned_entries, to_value};
 use super::identity::{Refusal, SYNCER_CONTAINER, Workload, vcluster_identity};
@@ -43,7 +44,7 @@ pub fn contributes(plugin: &VClusterPlugin, namespace: &str, vcluster: &str) -> 
 }
 
 /// `plugins` in the order [`plan`] installs them: by creationTimestamp, then name (so that v1
-/// ports stay stable, and the older of two conflicting plugins wins).
+/// ports stay stable, see [`V1_BASE_PORT`], and the older of two conflicting plugins wins).
 pub fn install_order<'a>(plugins: &[&'a VClusterPlugin]) -> Vec<&'a VClusterPlugin> {
     let mut sorted: Vec<&VClusterPlugin> = plugins.to_vec();
     sorted.sort_by(|a, b| {
@@ -56,6 +57,11 @@ pub fn install_order<'a>(plugins: &[&'a VClusterPlugin]) -> Vec<&'a VClusterPlug
 /// Computes the apply body of `workload` holding the entries of every plugin in `plugins`
 /// (callers pass those for which [`contributes`] holds; order does not matter: plugins are
 /// ordered by creation time, then name, so that v1 ports stay stable).
+///
+/// A v1 plugin's port is the lowest from [`V1_BASE_PORT`] that no container the operator did
+/// not add names in its `VCLUSTER_PLUGIN_ADDRESS` (such as a v1 sidecar vCluster's chart
+/// renders from its own `plugin:` values, numbered from 14000 too) and no earlier v1 plugin of
+/// this plan took.
 ///
 /// `runtime_image` is the image of the embedded runtime (the operator's `--runtime-image`).
 pub fn plan(workload: &Workload, plugins: &[&VClusterPlugin], runtime_image: &str) -> WorkloadPlan {
@@ -70,7 +76,9 @@ pub fn plan(workload: &Workload, plugins: &[&VClusterPlugin], runtime_image: &st
     let mut init_containers: Vec<Container> = Vec::new();
     let mut installed = BTreeSet::new();
     let mut refused = BTreeMap::new();
-    let mut v1_index = 0u32;
+    // Ports a v1 sidecar must not take: those of the containers the operator did not add,
+    // then those of the operator's v1 sidecars as they are placed.
+    let mut taken_ports = foreign_plugin_ports(workload, &owned);
     // Whether an embedded-runtime sidecar is installed: the only container that gets the
     // vCluster's kubeconfig volume (whatever other containers ask for).
     let mut runtime_sidecar = false;
@@ -96,16 +104,19 @@ pub fn plan(workload: &Workload, plugins: &[&VClusterPlugin], runtime_image: &st
                 runtime_sidecar = true;
                 containers.push(embedded_container(plugin, runtime_image));
             }
-            PluginKind::V1 => match v1_container(plugin, V1_BASE_PORT + v1_index) {
-                Ok(c) => {
-                    v1_index += 1;
-                    containers.push(c);
+            PluginKind::V1 => {
+                let port = lowest_free_port(&taken_ports);
+                match v1_container(plugin, port) {
+                    Ok(c) => {
+                        taken_ports.insert(port);
+                        containers.push(c);
+                    }
+                    Err(refusal) => {
+                        refused.insert(name, refusal);
+                        continue;
+                    }
                 }
-                Err(refusal) => {
-                    refused.insert(name, refusal);
-                    continue;
-                }
-            },
+            }
             kind @ (PluginKind::V2 | PluginKind::EmbeddedV2) => {
                 init_containers.push(if kind == PluginKind::EmbeddedV2 {
                     embedded_v2_init_container(plugin, runtime_image)
@@ -169,39 +180,64 @@ pub fn plan(workload: &Workload, plugins: &[&VClusterPlugin], runtime_image: &st
     }
 }
 
+/// The live containers and init containers of `workload`, each with the name of its list
+/// (`containers`, `initContainers`).
+fn live_containers(workload: &Workload) -> impl Iterator<Item = (&'static str, &Container)> {
+    let spec = &workload.pod_spec;
+    let containers = spec.containers.iter().map(|c| ("containers", c));
+    let init = spec.init_containers.iter().flatten();
+    containers.chain(init.map(|c| ("initContainers", c)))
+}
+
+/// Whether the operator added the container `name` of `list`: its `image` is in the operator's
+/// owned field set `owned` (the `syncer` entry, where the operator owns a mount only, is not).
+fn is_operators(owned: &Value, list: &str, name: &str) -> bool {
+    owned
+        .pointer(&format!("/f:{list}"))
+        .and_then(|l| l.get(item_key("name", name)))
+        .is_some_and(|item| item.get("f:image").is_some())
+}
+
+/// The ports in the `VCLUSTER_PLUGIN_ADDRESS` env (a literal `value`, its port after the last
+/// `:`) of the containers and init containers of `workload` that the operator did not add:
+/// the v1 sidecars vCluster's chart renders from its own `plugin:` values, or anyone else's.
+fn foreign_plugin_ports(workload: &Workload, owned: &Value) -> BTreeSet<u32> {
+    live_containers(workload)
+        .filter(|(list, c)| !is_operators(owned, list, &c.name))
+        .flat_map(|(_, c)| c.env.iter().flatten())
+        .filter(|e| e.name == PLUGIN_ADDRESS_ENV)
+        .filter_map(|e| e.value.as_deref()?.rsplit_once(':')?.1.trim().parse().ok())
+        .collect()
+}
+
+/// The lowest port from [`V1_BASE_PORT`] not in `taken`.
+fn lowest_free_port(taken: &BTreeSet<u32>) -> u32 {
+    let mut port = V1_BASE_PORT;
+    while taken.contains(&port) {
+        port += 1;
+    }
+    port
+}
+
 /// A plugin's container name is taken when a container or init container of that name exists
 /// whose `image` the operator does not own (so someone else added it, such as `syncer`).
 fn name_conflict(workload: &Workload, owned: &Value, name: &str) -> Option<Refusal> {
-    let spec = &workload.pod_spec;
-    let none = Vec::new();
-    for (list, entries) in [
-        ("containers", &spec.containers),
-        (
-            "initContainers",
-            spec.init_containers.as_ref().unwrap_or(&none),
-        ),
-    ] {
-        if entries.iter().any(|c| c.name == name) {
-            let ours = owned
-                .pointer(&format!("/f:{list}"))
-                .and_then(|l| l.get(item_key("name", name)))
-                .is_some_and(|item| item.get("f:image").is_some());
-            if !ours {
-                return Some(Refusal {
-                    reason: Reason::Conflict,
-                    message: format!(
-                        "{} {}/{} already has a {} named `{name}` that vcluster-plugin-operator did not add; rename the VClusterPlugin",
-                        workload.kind_str(),
-                        workload.namespace,
-                        workload.name,
-                        if list == "containers" {
-                            "container"
-                        } else {
-                            "init container"
-                        },
-                    ),
-                });
-            }
+    for (list, c) in live_containers(workload) {
+        if c.name == name && !is_operators(owned, list, name) {
+            return Some(Refusal {
+                reason: Reason::Conflict,
+                message: format!(
+                    "{} {}/{} already has a {} named `{name}` that vcluster-plugin-operator did not add; rename the VClusterPlugin",
+                    workload.kind_str(),
+                    workload.namespace,
+                    workload.name,
+                    if list == "containers" {
+                        "container"
+                    } else {
+                        "init container"
+                    },
+                ),
+            });
         }
     }
     None

@@ -604,6 +604,170 @@ fn mixed_plugins_in_one_apply() {
     assert_eq!(plan.installed.len(), 4);
 }
 
+/// A v1 sidecar as vCluster's chart renders it for the values entry `plugin.<key>`
+/// (`chart/templates/_plugin.tpl`, `vcluster.legacyPlugins.containers`, lines 56-101 at
+/// v0.30.0 and v0.36.1 alike): the container is named after the key, and its env begins with
+/// `VCLUSTER_PLUGIN_ADDRESS: "localhost:{{ add 14000 $counter }}"` and
+/// `VCLUSTER_PLUGIN_NAME: "{{ $key }}"`; `address` is that rendered address.
+fn chart_v1_sidecar(key: &str, address: &str) -> Container {
+    let env = |name: &str, value: &str| EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        ..Default::default()
+    };
+    Container {
+        name: key.into(),
+        image: Some(format!("ghcr.io/example/{key}:1")),
+        env: Some(vec![
+            env("VCLUSTER_PLUGIN_ADDRESS", address),
+            env("VCLUSTER_PLUGIN_NAME", key),
+        ]),
+        ..Default::default()
+    }
+}
+
+/// `workload()` with the v1 sidecars the chart renders for the values
+/// `plugin: { a-legacy: {image, version: v1}, b-modern: {image, version: v2}, c-legacy: {image} }`:
+/// the template ranges over `plugin:` in key order with `$counter` from -1, skips only
+/// `version: v2` entries (`b-modern`, rendered as no sidecar) and adds 1 to `$counter` for every
+/// other entry, with or without `version`: `a-legacy` on `localhost:14000`, `c-legacy` on
+/// `localhost:14001`.
+fn workload_with_chart_v1_sidecars() -> Workload {
+    let mut w = workload();
+    w.pod_spec.containers.extend([
+        chart_v1_sidecar("a-legacy", "localhost:14000"),
+        chart_v1_sidecar("c-legacy", "localhost:14001"),
+    ]);
+    w
+}
+
+/// The `VCLUSTER_PLUGIN_ADDRESS` of each of the operator's containers in `patch` that has one,
+/// by container name.
+fn v1_addresses(patch: &Value) -> BTreeMap<String, String> {
+    containers(patch)
+        .into_iter()
+        .filter_map(|c| {
+            let address = c
+                .env
+                .iter()
+                .flatten()
+                .find(|e| e.name == "VCLUSTER_PLUGIN_ADDRESS")?
+                .value
+                .clone()?;
+            Some((c.name, address))
+        })
+        .collect()
+}
+
+/// The bug: the chart numbers its own v1 sidecars from `localhost:14000` too, and a pod's
+/// containers share one network namespace, so an operator sidecar on `localhost:14000` beside
+/// the chart's `a-legacy` could not listen. The operator's v1 sidecars take the ports after the
+/// chart's (`a-legacy` 14000, `c-legacy` 14001, as the template numbers them); the chart's
+/// containers are not in the apply body.
+#[test]
+fn v1_sidecars_do_not_take_the_ports_of_the_charts_v1_sidecars() {
+    // One chart sidecar: the case of the bug report.
+    let mut one = workload();
+    one.pod_spec
+        .containers
+        .push(chart_v1_sidecar("a-legacy", "localhost:14000"));
+    let p = created_at(plugin("hook", Some("img"), Some(PluginVersion::V1)), 1);
+    let single = plan(&one, &[&p], RUNTIME);
+    assert_eq!(single.installed, BTreeSet::from(["hook".to_string()]));
+    assert_eq!(
+        v1_addresses(&single.patch),
+        BTreeMap::from([("hook".to_string(), "localhost:14001".to_string())])
+    );
+
+    // Two chart sidecars and a v2 entry between them; two operator v1 plugins, an embedded one
+    // and an image v2 one.
+    let w = workload_with_chart_v1_sidecars();
+    let older = created_at(plugin("zz-older", Some("img"), Some(PluginVersion::V1)), 1);
+    let newer = created_at(plugin("aa-newer", Some("img"), Some(PluginVersion::V1)), 2);
+    let embedded = created_at(plugin("runtime", None, None), 0);
+    let v2 = created_at(plugin("modern", Some("img"), None), 0);
+    let both = plan(&w, &[&newer, &embedded, &older, &v2], RUNTIME);
+    assert!(both.refused.is_empty(), "{:?}", both.refused);
+    assert_eq!(
+        v1_addresses(&both.patch),
+        BTreeMap::from([
+            ("zz-older".to_string(), "localhost:14002".to_string()),
+            ("aa-newer".to_string(), "localhost:14003".to_string()),
+        ])
+    );
+    let names: Vec<_> = containers(&both.patch)
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
+    assert_eq!(names, ["syncer", "runtime", "zz-older", "aa-newer"]);
+
+    // Whatever host the foreign address names, and in an init container too (a native
+    // sidecar shares the pod's network namespace as well).
+    let mut other = workload();
+    other.pod_spec.init_containers = Some(vec![Container {
+        restart_policy: Some("Always".into()),
+        ..chart_v1_sidecar("native", "127.0.0.1:14000")
+    }]);
+    other
+        .pod_spec
+        .containers
+        .push(chart_v1_sidecar("gap", "0.0.0.0:14002"));
+    let a = created_at(plugin("a", Some("img"), Some(PluginVersion::V1)), 1);
+    let b = created_at(plugin("b", Some("img"), Some(PluginVersion::V1)), 2);
+    assert_eq!(
+        v1_addresses(&plan(&other, &[&a, &b], RUNTIME).patch),
+        BTreeMap::from([
+            ("a".to_string(), "localhost:14001".to_string()),
+            ("b".to_string(), "localhost:14003".to_string()),
+        ])
+    );
+}
+
+/// The rule is computed the same way from the same inputs on every reconcile: the operator's
+/// own sidecar (its address now in the live pod template) does not push itself to another
+/// port, so the applied body is converged; a plugin created later, of any kind, leaves the
+/// older ones' ports alone.
+#[test]
+fn v1_ports_are_stable_across_reconciles_and_plugins_added_later() {
+    let chart = workload_with_chart_v1_sidecars();
+    let first = created_at(plugin("first", Some("img"), Some(PluginVersion::V1)), 10);
+    let plan1 = plan(&chart, &[&first], RUNTIME);
+    let expected_first = ("first".to_string(), "localhost:14002".to_string());
+    assert_eq!(
+        v1_addresses(&plan1.patch),
+        BTreeMap::from([expected_first.clone()])
+    );
+    let live = applied(chart.clone(), &plan1.patch);
+    for _ in 0..3 {
+        let again = plan(&live, &[&first], RUNTIME);
+        assert_eq!(again.patch, plan1.patch);
+        assert!(is_converged(&live, &again.patch));
+    }
+
+    // Plugins created later: an embedded sidecar, an image v2 plugin and another v1 sidecar.
+    let embedded = created_at(plugin("a-runtime", None, None), 20);
+    let v2 = created_at(plugin("b-modern-2", Some("img"), None), 21);
+    let second = created_at(plugin("a-second", Some("img"), Some(PluginVersion::V1)), 22);
+    let plan2 = plan(&live, &[&second, &v2, &first, &embedded], RUNTIME);
+    assert!(plan2.refused.is_empty(), "{:?}", plan2.refused);
+    assert_eq!(
+        v1_addresses(&plan2.patch),
+        BTreeMap::from([
+            expected_first.clone(),
+            ("a-second".to_string(), "localhost:14003".to_string()),
+        ])
+    );
+    let live2 = applied(live, &plan2.patch);
+    let again2 = plan(&live2, &[&first, &embedded, &v2, &second], RUNTIME);
+    assert_eq!(again2.patch, plan2.patch);
+    assert!(is_converged(&live2, &again2.patch));
+    // The same plugins installed from scratch get the same ports: nothing depends on history.
+    assert_eq!(
+        v1_addresses(&plan(&chart, &[&first, &embedded, &v2, &second], RUNTIME).patch),
+        v1_addresses(&plan2.patch)
+    );
+}
+
 #[test]
 fn v1_sidecar_carries_name_config_and_container_fields() {
     let mut p = plugin("legacy", Some("img:1"), Some(PluginVersion::V1));
