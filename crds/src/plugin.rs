@@ -259,7 +259,9 @@ pub struct VClusterRef {
 /// v2 plugin started by the vCluster syncer.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum PluginVersion {
-    /// Legacy sidecar that talks gRPC to the syncer on `localhost:<14000+i>`.
+    /// Legacy sidecar: it registers with the syncer's plugin server on `localhost:10099` and
+    /// serves its hooks on the port in its env `VCLUSTER_PLUGIN_ADDRESS` (from 14000, past the
+    /// ports of the chart's own v1 sidecars).
     #[serde(rename = "v1")]
     V1,
     /// Init container that copies `/plugin` to `/plugins/<name>`; the syncer starts it.
