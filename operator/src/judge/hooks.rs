@@ -14,6 +14,9 @@
 //!   service account, runtime class, sysctls, host ports, and the container policy on every
 //!   container, init container and ephemeral container).
 //!
+//! - a `copy` or `move` may write only one label or annotation ([`copy_destination_allowed`]):
+//!   the value it writes comes from each real pod, which the representative pod cannot show.
+//!
 //! A hook's `test` operations are left out (the rest is judged as if they passed: a guard does
 //! not make a change safe); a hook that still fails on the representative pod is refused, since
 //! what it does to the vCluster's pods cannot be judged (on a pod where it fails, vCluster's
@@ -267,6 +270,61 @@ pub fn protected_pointer(pointer: &str) -> bool {
             .any(|k| p == format!("/metadata/labels/{k}"))
 }
 
+/// Whether a `copy` or `move` of a Pod hook may write the JSON Pointer `pointer`: the value it
+/// writes comes from each real pod (fields the vCluster's tenants write), which the
+/// representative pod cannot show, so it may only land where no value changes what the pod
+/// may do: one label or annotation, other than a protected one ([`protected_pointer`]: a
+/// `vcluster.loft.sh/` key or the `release` label) and other than the seccomp / AppArmor
+/// annotations the API server turns into profiles
+/// ([`pod::SECURITY_ANNOTATION_PREFIXES`]); compared after [`go_fold`] and JSON Pointer
+/// unescaping. The fifth fresh attacker (issue 24): `copy` from a container's
+/// `allowPrivilegeEscalation` to its `privileged`, or from a label to the pod's
+/// `seccompProfile.type`, passed a judge that saw only the representative pod's values.
+pub fn copy_destination_allowed(pointer: &str) -> bool {
+    if protected_pointer(pointer) {
+        return false;
+    }
+    let folded = go_fold(pointer);
+    let segments: Vec<&str> = folded.split('/').collect();
+    let ["", "metadata", map @ ("labels" | "annotations"), key] = segments.as_slice() else {
+        return false;
+    };
+    let key = key.replace("~1", "/").replace("~0", "~");
+    *map == "labels"
+        || !pod::SECURITY_ANNOTATION_PREFIXES
+            .iter()
+            .any(|prefix| key.starts_with(&go_fold(prefix)))
+}
+
+/// The first `copy` or `move` of a physical Pod hook of `plugin` whose destination is not
+/// [`copy_destination_allowed`], as a refusal.
+fn copy_into_the_pod(plugin: &VClusterPlugin) -> Option<Refusal> {
+    for (i, hook) in plugin.spec.hooks.iter().enumerate() {
+        let Some(&event) = hook.events.iter().find(|e| e.is_physical()) else {
+            continue;
+        };
+        if !is_pod(hook) {
+            continue;
+        }
+        for op in &hook.json_patch {
+            if matches!(op.op, JsonPatchOp::Copy | JsonPatchOp::Move)
+                && !copy_destination_allowed(&op.path)
+            {
+                return Some(refusal(
+                    i,
+                    hook,
+                    event,
+                    format!(
+                        "copies a value of the vCluster's pods into {:?}: what a copy or move writes comes from each real pod, which the judge cannot see, so it may only land in one label or annotation (not a vcluster.loft.sh/ key, the release label or a seccomp / AppArmor annotation): refused by the operator policy",
+                        op.path
+                    ),
+                ));
+            }
+        }
+    }
+    None
+}
+
 /// `hook` without its `test` operations (see the module docs).
 fn without_tests(hook: &Hook) -> Hook {
     let mut h = hook.clone();
@@ -444,7 +502,9 @@ pub fn judge(
     let mut current = before.clone();
     'plugins: for plugin in hook_order(plugins) {
         let name = plugin.name_any();
-        if let Some(r) = other_kinds(plugin, namespace, vcluster) {
+        if let Some(r) =
+            other_kinds(plugin, namespace, vcluster).or_else(|| copy_into_the_pod(plugin))
+        {
             out.refused.insert(name, r);
             continue;
         }

@@ -525,3 +525,114 @@ fn physical_hooks_on_kinds_kubernetes_acts_on_are_refused() {
         assert!(judged(&[&p]).refused.is_empty(), "{:?}", p.spec.hooks);
     }
 }
+
+fn copy_op(op_: JsonPatchOp, from: &str, path: &str) -> JsonPatchOperation {
+    JsonPatchOperation {
+        from: Some(from.into()),
+        ..op(op_, path, Value::Null)
+    }
+}
+
+/// The fifth fresh attacker: a `copy` or `move` writes what each real pod holds at `from`,
+/// which the representative pod cannot show, so the judge saw a harmless value where real pods
+/// get `privileged: true`, a host namespace, an automounted host token or an `Unconfined`
+/// seccomp profile (every one of these pods is refused by `pod::check`, whose table names the
+/// fields: the expected refusals come from there). A copy or move may only write one label or
+/// annotation that is not protected.
+#[test]
+fn a_copy_or_move_may_write_only_one_label_or_annotation() {
+    use JsonPatchOp::{Copy, Move};
+    let escalation = "/spec/containers/0/securityContext/allowPrivilegeEscalation";
+    for (op_, from, path) in [
+        (
+            Copy,
+            escalation,
+            "/spec/containers/0/securityContext/privileged",
+        ),
+        (Copy, escalation, "/spec/hostNetwork"),
+        (Copy, escalation, "/spec/hostPID"),
+        (Copy, escalation, "/spec/automountServiceAccountToken"),
+        (
+            Copy,
+            "/metadata/labels/app",
+            "/spec/securityContext/seccompProfile/type",
+        ),
+        (
+            Move,
+            "/metadata/labels/app",
+            "/spec/containers/0/securityContext/procMount",
+        ),
+        (Copy, "/metadata/labels/app", "/Spec/HostIPC"),
+        // seccomp / AppArmor annotations become profiles; in any spelling of the key
+        (
+            Copy,
+            "/metadata/labels/app",
+            "/metadata/annotations/seccomp.security.alpha.kubernetes.io~1pod",
+        ),
+        (
+            Copy,
+            "/metadata/labels/app",
+            "/metadata/annotations/Container.AppArmor.security.beta.kubernetes.io~1c",
+        ),
+        // protected keys, and the maps as a whole (a map copied from the pod may hold any key)
+        (Copy, "/metadata/labels/app", "/metadata/labels/release"),
+        (Copy, "/spec/nodeSelector", "/metadata/labels"),
+        (Copy, "/spec/nodeSelector", "/metadata/annotations"),
+        (
+            Copy,
+            "/metadata/labels/app",
+            "/metadata/labels/vcluster.loft.sh~1namespace",
+        ),
+        (Copy, "/metadata/labels/app", "/metadata/labels/a/b"),
+    ] {
+        let p = plugin(
+            "copies",
+            Some(PluginVersion::V2),
+            vec![pod_hook("copy", vec![copy_op(op_, from, path)])],
+        );
+        let message = refusal_of(&p);
+        assert!(
+            message.contains(&format!(
+                "copies a value of the vCluster's pods into {path:?}"
+            )),
+            "{path}: {message}"
+        );
+        assert!(
+            message.starts_with("spec.hooks[0] (copy, CreatePhysical on v1 Pod)"),
+            "{message}"
+        );
+    }
+    // one plain label or annotation, from anywhere
+    for (op_, from, path) in [
+        (
+            Copy,
+            "/spec/containers/0/image",
+            "/metadata/annotations/example.com~1image",
+        ),
+        (Copy, "/metadata/labels/app", "/metadata/labels/app-copy"),
+        (Move, "/metadata/labels/app", "/metadata/annotations/app"),
+    ] {
+        let p = plugin(
+            "copies",
+            Some(PluginVersion::V2),
+            vec![pod_hook("copy", vec![copy_op(op_, from, path)])],
+        );
+        let j = judged(&[&p]);
+        assert!(j.refused.is_empty(), "{path}: {:?}", j.refused);
+    }
+}
+
+#[test]
+fn copy_destinations_follow_the_decoders_spelling() {
+    assert!(copy_destination_allowed("/metadata/labels/team"));
+    assert!(copy_destination_allowed(
+        "/metadata/annotations/example.com~1x"
+    ));
+    assert!(!copy_destination_allowed("/metadata/Labels/Release"));
+    assert!(!copy_destination_allowed(
+        "/Metadata/annotations/seccomp.security.alpha.kubernetes.io~1pod"
+    ));
+    assert!(!copy_destination_allowed("/spec/containers/0/image"));
+    assert!(!copy_destination_allowed("/metadata/name"));
+    assert!(!copy_destination_allowed(""));
+}
