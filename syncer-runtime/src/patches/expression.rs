@@ -364,7 +364,15 @@ pub fn evaluate(
         }
         let result = run(engine, source, input, bounds);
         engine.deadline.set(None);
-        engine.runtime.run_gc();
+        if engine.runtime.is_job_pending() {
+            // A `Promise` reaction or `queueMicrotask` job the script left: never run, it
+            // would keep the evaluation's context and memory alive in this thread's runtime,
+            // against the next evaluations' memory bound (the fifth fresh attacker). The
+            // runtime is dropped with its jobs; the next evaluation starts a new one.
+            *slot = None;
+        } else {
+            engine.runtime.run_gc();
+        }
         result
     })
 }
@@ -674,7 +682,9 @@ mod tests {
     /// `toUpperCase` 60 s, a comparison of two 6 MB strings 4.1 s. The vendored engine charges
     /// the counter for native work (quadratic BigInt operations by their size, allocations by
     /// their bytes) and starts it at 100 (`vendor/rquickjs-sys/README.vcp.md`), so the time
-    /// bound stops each loop within a call or two of its deadline.
+    /// bound stops each loop within a call or two of its deadline; and each step up a
+    /// prototype chain polls, so a lookup of every hole of a sparse array up a long chain
+    /// (inside one native `join`) stops there too.
     #[test]
     fn native_loops_over_slow_native_calls_stop_at_the_time_bound() {
         for source in [
@@ -686,6 +696,15 @@ mod tests {
             "for (let i = 0; i < 5000; i++) 'ab'.repeat(2e6).replaceAll('a', 'c'); value",
             "let a = 'x'.repeat(4e6); for (;;) a.toUpperCase()",
             "let a = 'x'.repeat(6e6), b = 'x'.repeat(6e6); for (;;) a === b",
+            // the fifth attacker: one native call over a sparse array whose prototype chain is
+            // long, a lookup of every hole up the whole chain (4.6 s, 27.8 s and 4.1 s before
+            // each step up a chain counted as a step of the script)
+            "var p = {}; for (var i = 0; i < 1000; i++) p = Object.create(p); var a = []; \
+             a.length = 1e6; Object.setPrototypeOf(a, p); Array.prototype.join.call(a, '').length",
+            "var p = {}; for (var i = 0; i < 20000; i++) p = Object.create(p); \
+             var o = Object.create(p); JSON.stringify(Array(100000).fill(o)).length",
+            "var p = {}; for (var i = 0; i < 1000; i++) p = Object.create(p); var a = []; \
+             a.length = 1e6; Object.setPrototypeOf(a, p); Array.prototype.concat.call([], a).length",
         ] {
             let started = Instant::now();
             assert_eq!(
@@ -695,6 +714,28 @@ mod tests {
             );
             let took = started.elapsed();
             assert!(took < Duration::from_millis(600), "{source}: {took:?}");
+        }
+    }
+
+    /// The fifth fresh attacker: jobs a script queued (`queueMicrotask`, `Promise` reactions)
+    /// are never run, and they kept the evaluation's context and memory alive in the thread's
+    /// runtime, whose memory bound then refused the next evaluations (`'y'.repeat(12e6)`
+    /// failed after `'x'.repeat(12e6)` was held so). Nothing survives an evaluation.
+    #[test]
+    fn jobs_left_by_a_script_do_not_outlive_its_evaluation() {
+        for leaver in [
+            "var big = 'x'.repeat(12e6); queueMicrotask(() => big.length); 1",
+            "var big = 'x'.repeat(12e6); Promise.resolve().then(() => big.length); 1",
+            "var big = 'x'.repeat(12e6); new Promise(r => r()).then(() => big); 1",
+            "function f() { queueMicrotask(f) } f(); 1",
+        ] {
+            assert_eq!(eval(leaver, json!(0)), Ok(Some(json!(1))), "{leaver}");
+            assert_eq!(
+                eval("'y'.repeat(12e6).length", json!(0)),
+                Ok(Some(json!(12_000_000))),
+                "after {leaver}"
+            );
+            assert_eq!(eval("value + 1", json!(1)), Ok(Some(json!(2))));
         }
     }
 

@@ -9289,6 +9289,10 @@ static JSValue JS_GetPropertyInternal(JSContext *ctx, JSValueConst obj,
         p = p->shape->proto;
         if (!p)
             break;
+        /* vcluster-plugin-operator: each step up a prototype chain counts as a step of the
+           script, and may end it at its time bound (README.vcp.md) */
+        if (unlikely(js_poll_interrupts(ctx)))
+            return JS_EXCEPTION;
     }
     if (unlikely(throw_ref_error)) {
         return JS_ThrowReferenceErrorNotDefined(ctx, prop);
@@ -9956,6 +9960,9 @@ int JS_HasProperty(JSContext *ctx, JSValueConst obj, JSAtom prop)
         p = p->shape->proto;
         if (!p)
             break;
+        /* vcluster-plugin-operator: as in JS_GetPropertyInternal */
+        if (unlikely(js_poll_interrupts(ctx)))
+            return -1;
     }
     return false;
 }
