@@ -65,8 +65,8 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use running::{Evaluations, Refusal};
 
 /// How many times one evaluation's time bound all evaluations of one patch on one object may
-/// take together (100 ms × 10 = 1 s by default); their results together may hold at most one
-/// evaluation's memory bound (16 MiB) of JSON.
+/// take together (100 ms × 10 = 1 s by default); their results together may hold at most
+/// [`expression::MAX_RESULT_BYTES`] (3 MiB) of JSON.
 pub const OBJECT_BUDGET_FACTOR: u32 = 10;
 
 /// The length of `value` as compact JSON, in bytes.
@@ -480,14 +480,14 @@ impl Patches {
                 message: format!("at {at}: {e}"),
             })?;
             result_bytes += result.as_ref().map_or(0, json_len);
-            if result_bytes > self.bounds.memory {
+            if result_bytes > expression::MAX_RESULT_BYTES {
                 return Err(PatchError {
                     path: patch.declared.clone(),
                     what,
                     message: format!(
-                        "at {at}: the results of the {} evaluations so far hold {result_bytes} bytes of JSON, above the object's bound of {} bytes (one evaluation's memory bound)",
+                        "at {at}: the results of the {} evaluations so far hold {result_bytes} bytes of JSON, above the object's bound of {} bytes (3 MiB: no object that large can be written)",
                         done + 1,
-                        self.bounds.memory
+                        expression::MAX_RESULT_BYTES
                     ),
                 });
             }

@@ -315,7 +315,20 @@ pub enum ExpressionError {
     /// The engine could not be started.
     #[error("the JavaScript engine could not start: {0}")]
     Engine(String),
+    /// The result's JSON text is longer than [`MAX_RESULT_BYTES`] (its length, in bytes).
+    #[error(
+        "the expression's result is {0} bytes of JSON, above the bound of 3 MiB (no object that large can be written)"
+    )]
+    ResultTooLarge(usize),
 }
+
+/// The most JSON one object's expression results may hold, one result or all of one patch's
+/// together: 3 MiB, twice etcd's default request limit (1.5 MiB), above which no object can
+/// be written anyway. Checked on the JSON text before it is parsed, since a parsed
+/// `serde_json::Value` takes up to 20 times its text (an array of small numbers: 2 bytes of
+/// text, 32 or more parsed); the fifth fresh attacker's 9 MB of results took the runtime to
+/// 292 MB when only QuickJS's 16 MiB bounded them.
+pub const MAX_RESULT_BYTES: usize = 3 << 20;
 
 struct Engine {
     runtime: Runtime,
@@ -447,6 +460,9 @@ fn run(
             return Ok(None);
         };
         let json = json.to_string().map_err(|e| fail(&ctx, e))?;
+        if json.len() > MAX_RESULT_BYTES {
+            return Err(ExpressionError::ResultTooLarge(json.len()));
+        }
         let value: Value = serde_json::from_str(&json)
             .map_err(|e| ExpressionError::Thrown(format!("the result is not JSON: {e}")))?;
         Ok((!value.is_null()).then_some(value))
@@ -737,6 +753,19 @@ mod tests {
             );
             assert_eq!(eval("value + 1", json!(1)), Ok(Some(json!(2))));
         }
+    }
+
+    /// A result is bounded by its JSON text before it is parsed (`MAX_RESULT_BYTES`): 2 MB of
+    /// small numbers took 40 MB once parsed.
+    #[test]
+    fn a_result_above_3_mib_of_json_is_refused_before_it_is_parsed() {
+        assert_eq!(
+            eval("Array(2000).fill(Array(1000).fill(0))", json!(0)),
+            // `[` + 1,000 × `0,` less one comma + `]`, 2,000 times, with commas and brackets
+            Err(ExpressionError::ResultTooLarge(2000 * 2001 + 1999 + 2))
+        );
+        let ok = eval("Array(1000).fill(Array(1000).fill(0))", json!(0)).unwrap();
+        assert_eq!(ok.unwrap().as_array().map(Vec::len), Some(1000));
     }
 
     #[test]

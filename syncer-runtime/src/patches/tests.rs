@@ -310,8 +310,8 @@ fn one_objects_evaluations_together_are_bounded_in_time_and_in_result_size() {
         started.elapsed()
     );
     // size: a FromHost object's 150 items, each made a 1 MB string (the expressions read the
-    // host object, which the results do not grow), against a bound of 16 MiB: stopped at the
-    // 17th
+    // host object, which the results do not grow), against the bound of 3 MiB of results
+    // (`MAX_RESULT_BYTES`): stopped at the 4th (each result is 1,000,002 bytes of JSON)
     let patch = TranslatePatch {
         path: "spec.items[*]".into(),
         expression: Some("'x'.repeat(1000000)".into()),
@@ -328,7 +328,7 @@ fn one_objects_evaluations_together_are_bounded_in_time_and_in_result_size() {
     assert!(
         error
             .message
-            .contains("the results of the 17 evaluations so far hold 17000034 bytes"),
+            .contains("the results of the 4 evaluations so far hold 4000008 bytes of JSON, above the object's bound of 3145728 bytes"),
         "{error}"
     );
 }
