@@ -359,8 +359,17 @@ async fn the_operator_installs_after_an_etcd_restart_and_a_compaction() {
             .map(|((k, n), (_, b))| (*k, n - b))
             .collect()
     };
+    // Each watch re-lists on its own 410, so the two watches of Roles may do so a moment apart:
+    // wait for every kind, and for both of them.
+    let role_relists = |moved: &[(&'static str, u64)]| {
+        moved
+            .iter()
+            .find(|(k, _)| *k == "Role")
+            .map_or(0, |(_, n)| *n)
+    };
     vcp_tests::poll_for(TIMEOUT, || async {
-        (moved(&relists(&telemetry)).len() == WATCHED.len()).then_some(())
+        let now = moved(&relists(&telemetry));
+        (now.len() == WATCHED.len() && role_relists(&now) >= 2).then_some(())
     })
     .await;
     let moved = moved(&relists(&telemetry));
@@ -372,10 +381,7 @@ async fn the_operator_installs_after_an_etcd_restart_and_a_compaction() {
     );
     // The namespace's Role watch (besides the cluster-wide cache of plugins' own Roles)
     // re-listed too, and still triggers: the patcher's rule taken out comes back.
-    let role_relists = moved
-        .iter()
-        .find(|(k, _)| *k == "Role")
-        .map_or(0, |(_, n)| *n);
+    let role_relists = role_relists(&moved);
     assert!(
         role_relists >= 2,
         "both watches of Roles re-listed after the compaction: {role_relists}"
