@@ -36,6 +36,13 @@ pub struct Config {
     /// Leader election: only the holder of the Lease reconciles; default: none (this replica
     /// always reconciles).
     pub leader_election: Option<LeaderElection>,
+    /// Client the Lease is read and renewed with; default: none, [`Config::client`] is used.
+    /// The binary gives it its own connections, as controller-runtime gives leader election a
+    /// client of its own: a Lease read that times out while the API server is unreachable
+    /// then closes none of the connections the controller's requests use (a cancelled HTTP/1.1
+    /// request closes its connection), and the controller's requests never wait on a Lease
+    /// request's connection.
+    pub lease_client: Option<kube::Client>,
     /// Metrics and readiness, shared with [`http::serve`](crate::http::serve); default: fresh.
     pub telemetry: Arc<Telemetry>,
 }
@@ -51,6 +58,7 @@ impl Config {
             instance: None,
             policy: Policy::default(),
             leader_election: None,
+            lease_client: None,
             telemetry: Arc::new(Telemetry::new()),
         }
     }

@@ -54,7 +54,11 @@ pub async fn run_elected(
         return Err(Error::LeaseDuration(election.duration_seconds));
     }
     let lease = format!("{}/{}", election.namespace, election.lease_name);
-    let manager = LeaseManagerBuilder::new(config.client.clone(), &election.lease_name)
+    let lease_client = config
+        .lease_client
+        .clone()
+        .unwrap_or_else(|| config.client.clone());
+    let manager = LeaseManagerBuilder::new(lease_client.clone(), &election.lease_name)
         .with_namespace(&election.namespace)
         .with_identity(&election.identity)
         .with_field_manager(format!("{}-lease", vcp_crds::OPERATOR_FIELD_MANAGER))
@@ -73,7 +77,7 @@ pub async fn run_elected(
 
     let (hold_tx, mut hold) = watch::channel(false);
     let confirm = tokio::spawn(confirm_hold(
-        Api::namespaced(config.client.clone(), &election.namespace),
+        Api::namespaced(lease_client, &election.namespace),
         election.clone(),
         hold_tx,
     ));

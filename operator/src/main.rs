@@ -273,7 +273,7 @@ async fn run_controller(args: RunArgs) -> ExitCode {
         .with_env_filter(EnvFilter::try_new(&args.log).unwrap_or_else(|_| EnvFilter::new("info")))
         .init();
 
-    let client = match client().await {
+    let (client, lease_client) = match tokio::try_join!(client(true), client(false)) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(error = %e, "cannot build a Kubernetes client (in-cluster config or $KUBECONFIG)");
@@ -281,6 +281,7 @@ async fn run_controller(args: RunArgs) -> ExitCode {
         }
     };
     let mut config = Config::new(client);
+    config.lease_client = Some(lease_client);
     config.runtime_image = args.runtime_image;
     config.concurrency = args.concurrency;
     config.debounce = std::time::Duration::from_millis(args.debounce_ms);
@@ -362,8 +363,10 @@ const SHUTDOWN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10
 /// `vcluster-plugin-operator/<version>`, followed by `/<POD_NAME>` when set, so an API server's
 /// audit log tells replicas apart; built with the `test-faults` feature (tests only), with the
 /// test-only fault point of `vcluster_plugin_operator::fault` (inert unless
-/// `VCP_FAULT_ABORT_AFTER_WRITES` or `VCP_FAULT_STOP_AFTER_WRITES` is set).
-async fn client() -> Result<kube::Client, String> {
+/// `VCP_FAULT_ABORT_AFTER_WRITES` or `VCP_FAULT_STOP_AFTER_WRITES` is set) when `faults`
+/// (the controller's client; the Lease's client, which the fault point never counts, gets none).
+/// Each call gives a client with its own connection pool.
+async fn client(faults: bool) -> Result<kube::Client, String> {
     let mut config = kube::Config::infer().await.map_err(|e| e.to_string())?;
     let agent = match std::env::var("POD_NAME") {
         Ok(pod) if !pod.is_empty() => {
@@ -379,8 +382,12 @@ async fn client() -> Result<kube::Client, String> {
     }
     let builder = kube::client::ClientBuilder::try_from(config).map_err(|e| e.to_string())?;
     #[cfg(feature = "test-faults")]
-    let builder =
-        builder.with_layer(&vcluster_plugin_operator::fault::AbortAfterWrites::from_env()?);
+    if faults {
+        let layer = vcluster_plugin_operator::fault::AbortAfterWrites::from_env()?;
+        return Ok(builder.with_layer(&layer).build());
+    }
+    #[cfg(not(feature = "test-faults"))]
+    let _ = faults;
     Ok(builder.build())
 }
 

@@ -305,7 +305,11 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_its_lease_expires() {
     // The partition, one way: replica-a's requests are held at the proxy (its Lease renewals
     // and reads too), while the API server's answers and watch events still reach it. The
     // process keeps running. A change made now reaches replica-a through its watch, so it
-    // begins to converge it: the request it sends for that stays in flight, held.
+    // begins to converge it: the request it sends for that stays in flight, held. (It goes out
+    // on the controller's idle connection. Before the Lease had a client of its own, a Lease
+    // read held in the partition could be on the one idle connection, the request then needed
+    // a new one whose TLS handshake the partition held, and no HTTP request was in flight: 2 runs in 11
+    // under load, and the fresh-clone CI of e34619c.)
     let cut = Instant::now();
     proxy.pause_upstream();
     // (After the pause: a request already past the proxy is answered before this.)
