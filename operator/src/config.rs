@@ -68,20 +68,20 @@ impl Config {
 /// delay of its own plugin instead, growing with each consecutive failure ([`crate::retry`]).
 pub const RETRY: Duration = Duration::from_secs(5);
 
-/// [`DEBOUNCE`] in milliseconds (the default of `--debounce-ms`): 200.
-pub const DEBOUNCE_MS: u64 = 200;
+/// [`DEBOUNCE`] in milliseconds (the default of `--debounce-ms`): 0.
+pub const DEBOUNCE_MS: u64 = 0;
 
 /// How long the controller waits after the last trigger of a plugin before reconciling it
-/// (trailing-edge debounce, `kube::runtime::controller::Config::debounce`), so that the watch
-/// events of one reconcile's own writes coalesce into at most one more reconcile, which then
-/// reads caches that have seen those writes. The default of [`Config::debounce`]
-/// (`--debounce-ms`). At 0 a new plugin was `Ready` about 200 ms sooner (reaction p50 102 ms
-/// against 301 ms) with the same bulk time and writes (docs/BENCHMARKS.md, "Issue 24, second
-/// round"), but in one run of `operator_ops` under CI load a just-installed plugin's Role was
-/// deleted and created again 12 ms later. That was the new leader's start-up sweep judging
-/// orphans against a copy of the plugins' cache taken before the plugin existed (fixed in
-/// `crate::sweep`: the cache is read after each list); the default stays 200 ms until
-/// fresh-clone CI runs have passed at 0.
+/// (trailing-edge debounce, `kube::runtime::controller::Config::debounce`); the default of
+/// [`Config::debounce`] (`--debounce-ms`): none. A debounce lets the watch events of one
+/// reconcile's own writes coalesce into at most one more reconcile; without it a new plugin is
+/// `Ready` about 200 ms sooner (reaction p50 102 ms against 301 ms at 200 ms) with the same bulk
+/// time and writes (docs/BENCHMARKS.md, "Issue 24, second round"). The default was 200 ms
+/// while two races showed only at 0: the new leader's start-up sweep judging orphans against a
+/// stale copy of the plugins' cache (fixed in `crate::sweep`: the cache is read after each
+/// list), and the leader-partition test's write in flight, lost when a Lease read held the
+/// controller's one idle connection (fixed: the Lease has a client of its own,
+/// [`Config::lease_client`]).
 pub const DEBOUNCE: Duration = Duration::from_millis(DEBOUNCE_MS);
 
 /// Reconciles running at once by default (`--concurrency`, env `VCP_CONCURRENCY`): 16.

@@ -439,15 +439,15 @@ mod tests {
     }
 
     #[test]
-    fn debounce_defaults_to_the_controllers_and_can_be_turned_off() {
+    fn debounce_defaults_to_the_controllers_and_can_be_set() {
         let cli = Cli::try_parse_from(["vcluster-plugin-operator"]).expect("parse");
         assert_eq!(
             u128::from(cli.run.debounce_ms),
             vcluster_plugin_operator::DEBOUNCE.as_millis()
         );
-        let cli =
-            Cli::try_parse_from(["vcluster-plugin-operator", "--debounce-ms", "0"]).expect("parse");
-        assert_eq!(cli.run.debounce_ms, 0);
+        let cli = Cli::try_parse_from(["vcluster-plugin-operator", "--debounce-ms", "200"])
+            .expect("parse");
+        assert_eq!(cli.run.debounce_ms, 200);
     }
 
     #[test]
