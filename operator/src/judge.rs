@@ -90,13 +90,26 @@ pub trait DryRun {
         body: &Value,
     ) -> impl Future<Output = Result<WorkloadAnswer>> + Send;
 
-    /// Creates `pod` as a dry run: `None` when admitted, else the message of the refusal by
-    /// Pod Security admission (`... violates PodSecurity "<level>": <detail>`). Other refusals
-    /// are not the plugins' doing and answer `None`.
+    /// Creates `pod` as a dry run ([`PodAnswer`]).
     ///
     /// # Errors
     /// Failures to reach the API server.
-    fn pod(&self, pod: &Pod) -> impl Future<Output = Result<Option<String>>> + Send;
+    fn pod(&self, pod: &Pod) -> impl Future<Output = Result<PodAnswer>> + Send;
+}
+
+/// The API server's answer to a server-side dry run of a Pod create ([`DryRun::pod`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PodAnswer {
+    /// Admitted; or refused for a reason that is not the pod's (a quota, no `create pods`
+    /// permission), so its Pod Security level could not be judged now.
+    Admitted,
+    /// Refused by Pod Security admission.
+    Violates(PodSecurityViolation),
+    /// Refused as invalid (400 Bad Request or 422 Invalid), with the API server's message. The
+    /// API server validates a create before its validating admission runs
+    /// (k8s.io/apiserver `registry/generic/registry/store.go`, `Create`: `rest.BeforeCreate`,
+    /// then `createValidation`), so Pod Security admission never judged this pod.
+    Invalid(String),
 }
 
 /// A refusal by Pod Security admission: `violates PodSecurity "<level>": <detail>`
@@ -222,12 +235,12 @@ async fn verdict<D: DryRun>(dry: &D, workload: &Workload, plan: &WorkloadPlan) -
     }
     match dry.workload(workload, &plan.patch).await? {
         WorkloadAnswer::Refused(message) => Ok(Verdict::Invalid(message)),
+        // The pod of a workload the API server just accepted: when it is refused as invalid,
+        // that is how this pod was built, not the plugins' part, which the workload's own dry
+        // run validated.
         WorkloadAnswer::Accepted(pod) => Ok(match dry.pod(&pod).await? {
-            None => Verdict::Fine,
-            Some(message) => match pod_security_violation(&message) {
-                Some(v) => Verdict::PodSecurity(v),
-                None => Verdict::Fine,
-            },
+            PodAnswer::Violates(v) => Verdict::PodSecurity(v),
+            PodAnswer::Admitted | PodAnswer::Invalid(_) => Verdict::Fine,
         }),
     }
 }
@@ -339,11 +352,7 @@ pub fn body_hash(body: &Value) -> u64 {
 
 /// The Pod Security violation of `pod` (a hooked representative pod of `workload`) in a dry
 /// run, if any: created under a generated name, with its labels, annotations and spec.
-async fn pod_security_of<D: DryRun>(
-    dry: &D,
-    workload: &Workload,
-    pod: &Pod,
-) -> Result<Option<PodSecurityViolation>> {
+async fn pod_security_of<D: DryRun>(dry: &D, workload: &Workload, pod: &Pod) -> Result<PodAnswer> {
     let check = Pod {
         metadata: ObjectMeta {
             generate_name: Some(format!("{}-vcp-hooks-check-", workload.name)),
@@ -355,10 +364,7 @@ async fn pod_security_of<D: DryRun>(
         spec: pod.spec.clone(),
         status: None,
     };
-    Ok(dry
-        .pod(&check)
-        .await?
-        .and_then(|m| pod_security_violation(&m)))
+    dry.pod(&check).await
 }
 
 impl Verdicts {
@@ -471,24 +477,24 @@ impl Verdicts {
             let Some((_, last)) = judged.steps.last() else {
                 break;
             };
-            if pod_security_of(dry, workload, last).await?.is_none() {
+            if pod_security_of(dry, workload, last).await? == PodAnswer::Admitted {
                 break;
             }
-            // A violation: the hooks' doing only when the pod without hooks passes.
+            // A violation, or a pod the API server refuses as invalid before Pod Security
+            // admission could judge it (the fourth attacker's finding 6: counted as a pass
+            // before): the hooks' doing only when the pod without hooks is admitted.
             if !baseline_checked {
                 baseline_checked = true;
-                if pod_security_of(dry, workload, &judged.before)
-                    .await?
-                    .is_some()
-                {
+                if pod_security_of(dry, workload, &judged.before).await? != PodAnswer::Admitted {
                     break;
                 }
             }
-            // The first plugin whose hooks (with those before it) make the pod violate it.
+            // The first plugin whose hooks (with those before it) make the pod refused.
             let mut blamed = None;
             for (name, pod) in &judged.steps {
-                if let Some(v) = pod_security_of(dry, workload, pod).await? {
-                    blamed = Some((name.clone(), v));
+                let answer = pod_security_of(dry, workload, pod).await?;
+                if answer != PodAnswer::Admitted {
+                    blamed = Some((name.clone(), answer));
                     break;
                 }
             }
@@ -505,17 +511,27 @@ impl Verdicts {
                         .collect()
                 })
                 .unwrap_or_default();
+            let message = match v {
+                PodAnswer::Violates(v) => format!(
+                    "{} change the vCluster's pods so that they would violate the Pod Security level {:?} enforced in namespace {} (label {POD_SECURITY_ENFORCE_LABEL}); the API server's reason for a representative pod: {}",
+                    hook_names.join(", "),
+                    v.level,
+                    workload.namespace,
+                    v.detail
+                ),
+                // (not blamed: the loop above takes only refusals)
+                PodAnswer::Admitted => break,
+                PodAnswer::Invalid(m) => format!(
+                    "{} make a representative pod of the vCluster invalid, so the Pod Security level of namespace {} cannot judge what they do to its pods (the API server validates a pod before Pod Security admission runs); the API server's answer: {m}",
+                    hook_names.join(", "),
+                    workload.namespace,
+                ),
+            };
             refused.insert(
                 name.clone(),
                 Refusal {
                     reason: Reason::PolicyDenied,
-                    message: format!(
-                        "{} change the vCluster's pods so that they would violate the Pod Security level {:?} enforced in namespace {} (label {POD_SECURITY_ENFORCE_LABEL}); the API server's reason for a representative pod: {}",
-                        hook_names.join(", "),
-                        v.level,
-                        workload.namespace,
-                        v.detail
-                    ),
+                    message,
                 },
             );
             remaining.retain(|p| p.name_any() != name);

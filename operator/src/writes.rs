@@ -124,7 +124,7 @@ impl DryRun for ApiDryRun<'_> {
     }
 
     #[instrument(name = "dry_run_pod", skip_all, fields(kind = "Pod", object = %Key::of(pod)))]
-    async fn pod(&self, pod: &Pod) -> Result<Option<String>> {
+    async fn pod(&self, pod: &Pod) -> Result<judge::PodAnswer> {
         let namespace = pod.namespace().unwrap_or_default();
         let pp = PostParams {
             dry_run: true,
@@ -134,9 +134,13 @@ impl DryRun for ApiDryRun<'_> {
             .create(&pp, pod)
             .await
         {
-            Ok(_) => Ok(None),
+            Ok(_) => Ok(judge::PodAnswer::Admitted),
             Err(kube::Error::Api(s)) if judge::pod_security_violation(&s.message).is_some() => {
-                Ok(Some(s.message))
+                Ok(judge::pod_security_violation(&s.message)
+                    .map_or(judge::PodAnswer::Admitted, judge::PodAnswer::Violates))
+            }
+            Err(kube::Error::Api(s)) if s.code == 400 || s.code == 422 => {
+                Ok(judge::PodAnswer::Invalid(s.message))
             }
             Err(kube::Error::Api(s)) => {
                 // Not the plugins' doing (such as a quota, or no `create pods` permission):
@@ -147,7 +151,7 @@ impl DryRun for ApiDryRun<'_> {
                     error = %s.message,
                     "cannot check the vCluster's pod against the namespace's Pod Security level"
                 );
-                Ok(None)
+                Ok(judge::PodAnswer::Admitted)
             }
             Err(e) => Err(Error::kube(
                 format!("dry-run create a Pod in {namespace}"),

@@ -7,6 +7,8 @@
 //! hostPath, hostNetwork and AppArmor-annotation hooks refused); here the namespace enforces
 //! `restricted`, and the hook takes the pod's seccomp profile away: no node power, nothing the
 //! operator's own policy refuses, and only the API server's Pod Security admission judges it.
+//! A hook that makes the pod invalid, which Pod Security admission then never sees, is refused
+//! too.
 
 use std::time::Duration;
 
@@ -37,6 +39,17 @@ fn operator_writes() -> Vec<(String, String, u16)> {
         .into_iter()
         .map(|w| (w.verb, w.uri, w.code))
         .collect()
+}
+
+/// Whether `writes` ([`operator_writes`]) hold a dry-run create of a Pod in [`NS`] that the API
+/// server answered with `code`.
+fn pod_dry_run_answered(writes: &[(String, String, u16)], code: u16) -> bool {
+    writes.iter().any(|(verb, uri, c)| {
+        verb == "create"
+            && uri.starts_with(&format!("/api/v1/namespaces/{NS}/pods?"))
+            && uri.contains("dryRun=All")
+            && *c == code
+    })
 }
 
 /// A plugin of one `Pod` hook (`hook`: its actions), whose embedded runtime container meets
@@ -135,10 +148,7 @@ async fn a_hook_that_breaks_the_namespaces_pod_security_level_is_refused() {
     // nothing but dry runs and statuses: the workload is as the good plugin left it.
     let since: Vec<(String, String, u16)> = operator_writes().split_off(writes_before);
     assert!(
-        since.iter().any(|(verb, uri, code)| verb == "create"
-            && uri.starts_with(&format!("/api/v1/namespaces/{NS}/pods?"))
-            && uri.contains("dryRun=All")
-            && *code == 403),
+        pod_dry_run_answered(&since, 403),
         "no refused dry run of the hooked pod: {since:?}"
     );
     let written: Vec<&(String, String, u16)> = since
@@ -154,4 +164,45 @@ async fn a_hook_that_breaks_the_namespaces_pod_security_level_is_refused() {
     assert_eq!(template(&admin).await, installed);
     let p = wait_ready(&admin, NS, "team", "True", None, TIMEOUT).await;
     assert_eq!(condition(&p, "Ready").unwrap().reason, "Installed");
+
+    // The fourth attacker's finding 6: a hook whose result the API server refuses as invalid
+    // on the representative pod. Validation runs before Pod Security admission, so the level
+    // never judged it, and the operator counted that as a pass. (A `copy` of a label a virtual
+    // user sets, into the seccomp profile's type, was the attack: `Unconfined` on real pods;
+    // copies may now write only labels and annotations, so the invalid value is a literal
+    // here, one the operator's own policy does not refuse.)
+    let writes_before = operator_writes().len();
+    create_plugin(
+        &admin,
+        NS,
+        "invalid",
+        pod_hook(
+            "bogus-seccomp",
+            json!({ "jsonPatch": [{ "op": "replace", "path": "/spec/securityContext/seccompProfile/type", "value": "vcp-bogus" }] }),
+        ),
+    )
+    .await;
+    let p = wait_ready(&admin, NS, "invalid", "False", None, TIMEOUT).await;
+    let ready = condition(&p, "Ready").unwrap();
+    assert_eq!(ready.reason, "PolicyDenied", "{}", ready.message);
+    assert!(
+        ready.message.starts_with(
+            "spec.hooks[0] (bogus-seccomp) make a representative pod of the vCluster invalid, so the Pod Security level of namespace hooks-restricted cannot judge what they do to its pods (the API server validates a pod before Pod Security admission runs); the API server's answer: "
+        ),
+        "{}",
+        ready.message
+    );
+    // the API server's own words for the field (k8s.io/kubernetes pkg/apis/core/validation)
+    assert!(
+        ready.message.contains("seccompProfile.type")
+            && ready.message.contains("Unsupported value: \"vcp-bogus\""),
+        "{}",
+        ready.message
+    );
+    let since: Vec<(String, String, u16)> = operator_writes().split_off(writes_before);
+    assert!(
+        pod_dry_run_answered(&since, 422),
+        "no dry run of the hooked pod refused as invalid: {since:?}"
+    );
+    assert_eq!(template(&admin).await, installed);
 }

@@ -74,10 +74,12 @@ fn mounting(mut p: VClusterPlugin, volume: &str) -> VClusterPlugin {
 }
 
 /// A stand-in for the API server: refuses a body with a mount of a volume the pod lacks
-/// (as its validation does), and a Pod whose containers `forbidden` names run (as Pod
-/// Security admission would, message in its format).
+/// (as its validation does), a Pod whose containers `invalid` names run as invalid (as its
+/// validation would), and a Pod whose containers `forbidden` names run (as Pod Security
+/// admission would, message in its format).
 struct Fake {
     forbidden: Vec<&'static str>,
+    invalid: Vec<&'static str>,
     workload_calls: AtomicUsize,
     pod_calls: AtomicUsize,
 }
@@ -86,8 +88,15 @@ impl Fake {
     fn new(forbidden: Vec<&'static str>) -> Self {
         Fake {
             forbidden,
+            invalid: Vec::new(),
             workload_calls: AtomicUsize::new(0),
             pod_calls: AtomicUsize::new(0),
+        }
+    }
+    fn refusing_as_invalid(invalid: Vec<&'static str>) -> Self {
+        Fake {
+            invalid,
+            ..Fake::new(vec![])
         }
     }
     fn calls(&self) -> (usize, usize) {
@@ -142,8 +151,20 @@ impl DryRun for Fake {
         async move { Ok(answer) }
     }
 
-    fn pod(&self, pod: &Pod) -> impl Future<Output = Result<Option<String>>> + Send {
+    fn pod(&self, pod: &Pod) -> impl Future<Output = Result<PodAnswer>> + Send {
         self.pod_calls.fetch_add(1, Ordering::SeqCst);
+        let invalid = pod
+            .spec
+            .iter()
+            .flat_map(|s| &s.containers)
+            .position(|c| self.invalid.contains(&c.name.as_str()));
+        if let Some(i) = invalid {
+            // the API server's wording for a field its validation refuses
+            let answer = PodAnswer::Invalid(format!(
+                "Pod \"my-vcluster-vcp-hooks-check-x\" is invalid: spec.containers[{i}].securityContext.seccompProfile.type: Unsupported value: \"vcp-representative\": supported values: \"Localhost\", \"RuntimeDefault\", \"Unconfined\""
+            ));
+            return futures::future::Either::Left(async move { Ok(answer) });
+        }
         let bad: Vec<String> = pod
             .spec
             .iter()
@@ -158,7 +179,10 @@ impl DryRun for Fake {
                 bad.join(", ")
             )
         });
-        async move { Ok(answer) }
+        let answer = answer
+            .and_then(|m| pod_security_violation(&m))
+            .map_or(PodAnswer::Admitted, PodAnswer::Violates);
+        futures::future::Either::Right(async move { Ok(answer) })
     }
 }
 
@@ -401,22 +425,34 @@ fn pod_hook(p: VClusterPlugin, name: &str, path: &str, value: Value) -> VCluster
     p
 }
 
+/// Plugin `good`, whose hook `team` sets a label, and plugin `name`, whose hook `hook` adds a
+/// container `container`.
+fn labelling_and_adding_a_container(
+    name: &str,
+    hook: &str,
+    container: &str,
+) -> [VClusterPlugin; 2] {
+    [
+        pod_hook(
+            plugin("good", 1),
+            "team",
+            "/metadata/labels/team",
+            json!("a"),
+        ),
+        pod_hook(
+            plugin(name, 2),
+            hook,
+            "/spec/containers/-",
+            json!({"name": container, "image": "registry.example.com/x:1"}),
+        ),
+    ]
+}
+
 #[test]
 fn hooks_that_break_pod_security_are_refused_by_the_dry_run_of_the_hooked_pod() {
     let wl = workload();
     let policy = ContainerPolicy::default();
-    let good = pod_hook(
-        plugin("good", 1),
-        "team",
-        "/metadata/labels/team",
-        json!("a"),
-    );
-    let bad = pod_hook(
-        plugin("bad", 2),
-        "sidecar",
-        "/spec/containers/-",
-        json!({"name": "sneaky", "image": "registry.example.com/x:1"}),
-    );
+    let [good, bad] = labelling_and_adding_a_container("bad", "sidecar", "sneaky");
     // The API server's Pod Security admission refuses pods that run `sneaky`.
     let fake = Fake::new(vec!["sneaky"]);
     let verdicts = Verdicts::default();
@@ -449,6 +485,42 @@ fn a_pod_security_violation_of_the_unhooked_pod_is_not_the_hooks_doing() {
     let refused =
         run(Verdicts::default().hook_refusals(&fake, &wl, &[&hooked], &ContainerPolicy::default()))
             .unwrap();
+    assert!(refused.is_empty(), "{refused:?}");
+    assert_eq!(fake.calls(), (0, 2));
+}
+
+/// The fourth attacker's finding 6: a hook that makes the representative pod invalid (its
+/// copy of a label into `seccompProfile.type`, say) is refused by the API server's validation,
+/// which runs before Pod Security admission; that was counted as a pass, so the namespace's
+/// level never judged what the hook does to real pods. Now it refuses the plugin whose hook
+/// did it, unless the pod without hooks is refused too.
+#[test]
+fn hooks_that_make_the_pod_invalid_are_refused_as_unjudgeable() {
+    let wl = workload();
+    let policy = ContainerPolicy::default();
+    let [good, odd] = labelling_and_adding_a_container("odd", "odd", "odd");
+    let fake = Fake::refusing_as_invalid(vec!["odd"]);
+    let refused =
+        run(Verdicts::default().hook_refusals(&fake, &wl, &[&good, &odd], &policy)).unwrap();
+    assert_eq!(refused.keys().collect::<Vec<_>>(), ["odd"]);
+    let r = &refused["odd"];
+    assert_eq!(r.reason, Reason::PolicyDenied);
+    assert!(
+        r.message.starts_with(
+            "spec.hooks[0] (odd) make a representative pod of the vCluster invalid, so the Pod Security level of namespace team-a cannot judge"
+        ),
+        "{}",
+        r.message
+    );
+    assert!(r.message.contains("Unsupported value"), "{}", r.message);
+    // The hooked pod of both, the pod without hooks, the first step (`good`'s hooks first,
+    // then `odd`'s, by name: `good` alone is admitted, `good` then `odd` is refused), then the
+    // hooked pod of `good` alone.
+    assert_eq!(fake.calls(), (0, 5));
+
+    // A pod the API server refuses without any hook is not the hooks' doing.
+    let fake = Fake::refusing_as_invalid(vec!["workload"]);
+    let refused = run(Verdicts::default().hook_refusals(&fake, &wl, &[&good], &policy)).unwrap();
     assert!(refused.is_empty(), "{refused:?}");
     assert_eq!(fake.calls(), (0, 2));
 }
