@@ -69,11 +69,6 @@ use running::{Evaluations, Refusal};
 /// [`expression::MAX_RESULT_BYTES`] (3 MiB) of JSON.
 pub const OBJECT_BUDGET_FACTOR: u32 = 10;
 
-/// The length of `value` as compact JSON, in bytes.
-fn json_len(value: &Value) -> usize {
-    serde_json::to_vec(value).map_or(usize::MAX, |v| v.len())
-}
-
 /// A patch that could not be applied: the object is not written.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("patch {path:?} ({what}): {message}")]
@@ -479,7 +474,7 @@ impl Patches {
                 what,
                 message: format!("at {at}: {e}"),
             })?;
-            result_bytes += result.as_ref().map_or(0, json_len);
+            result_bytes += result.json_bytes;
             if result_bytes > expression::MAX_RESULT_BYTES {
                 return Err(PatchError {
                     path: patch.declared.clone(),
@@ -491,7 +486,7 @@ impl Patches {
                     ),
                 });
             }
-            location.set(target, result);
+            location.set(target, result.value);
         }
         Ok(())
     }

@@ -355,16 +355,27 @@ fn engine() -> Result<Engine, ExpressionError> {
     })
 }
 
-/// Evaluates `source` on `input` within `bounds`: `Ok(Some(value))` replaces the value,
-/// `Ok(None)` removes it (the result was `undefined` or `null`; see the module docs).
+/// What one evaluation gave: the value, and the length of its JSON text as measured before it
+/// was parsed (so that a caller bounding several results together need not serialize them again).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Evaluated {
+    /// `Some(value)` replaces the value; `None` removes it (the result was `undefined` or
+    /// `null`; see the module docs).
+    pub value: Option<Value>,
+    /// The result's compact JSON text in bytes, at most [`MAX_RESULT_BYTES`]; 0 for `None`.
+    pub json_bytes: usize,
+}
+
+/// Evaluates `source` on `input` within `bounds` ([`Evaluated`]).
 ///
 /// # Errors
-/// [`ExpressionError`]: the time or memory bound was reached, or the script threw.
+/// [`ExpressionError`]: the time or memory bound was reached, the script threw, or its result
+/// is above [`MAX_RESULT_BYTES`].
 pub fn evaluate(
     source: &str,
     input: &Input<'_>,
     bounds: &Bounds,
-) -> Result<Option<Value>, ExpressionError> {
+) -> Result<Evaluated, ExpressionError> {
     ENGINE.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.is_none() {
@@ -395,7 +406,7 @@ fn run(
     source: &str,
     input: &Input<'_>,
     bounds: &Bounds,
-) -> Result<Option<Value>, ExpressionError> {
+) -> Result<Evaluated, ExpressionError> {
     let context = serde_json::json!({
         "vcluster": {"name": input.vcluster_name, "namespace": input.vcluster_namespace},
         "path": input.path,
@@ -412,7 +423,7 @@ fn run(
     let started = Instant::now();
     engine.deadline.set(Some(started + bounds.time));
     let out_of_time = || Instant::now() >= started + bounds.time;
-    ctx.with(|ctx| -> Result<Option<Value>, ExpressionError> {
+    ctx.with(|ctx| -> Result<Evaluated, ExpressionError> {
         let fail = |ctx: &Ctx<'_>, error: rquickjs::Error| {
             // always take the pending exception out of the engine (it would keep the context,
             // and everything the script allocated, alive)
@@ -456,8 +467,12 @@ fn run(
             return Err(ExpressionError::Timeout(bounds.time));
         }
         let json = ctx.json_stringify(result).map_err(|e| fail(&ctx, e))?;
+        let none = Evaluated {
+            value: None,
+            json_bytes: 0,
+        };
         let Some(json) = json else {
-            return Ok(None);
+            return Ok(none);
         };
         let json = json.to_string().map_err(|e| fail(&ctx, e))?;
         if json.len() > MAX_RESULT_BYTES {
@@ -465,7 +480,13 @@ fn run(
         }
         let value: Value = serde_json::from_str(&json)
             .map_err(|e| ExpressionError::Thrown(format!("the result is not JSON: {e}")))?;
-        Ok((!value.is_null()).then_some(value))
+        if value.is_null() {
+            return Ok(none);
+        }
+        Ok(Evaluated {
+            value: Some(value),
+            json_bytes: json.len(),
+        })
     })
 }
 
@@ -505,7 +526,7 @@ mod tests {
             virtual_object: Some(&virtual_object),
             host_object: None,
         };
-        evaluate(source, &input, &Bounds::default())
+        evaluate(source, &input, &Bounds::default()).map(|e| e.value)
     }
 
     /// Runs each of `sources` on `value` under a far time bound, so that only a guard can end
@@ -547,7 +568,7 @@ mod tests {
             time,
             ..Bounds::default()
         };
-        evaluate(source, &input, &bounds)
+        evaluate(source, &input, &bounds).map(|e| e.value)
     }
 
     #[test]
@@ -1035,11 +1056,11 @@ mod tests {
             ..Bounds::default()
         };
         assert_eq!(
-            evaluate("value + '-x'", &input, &far),
+            evaluate("value + '-x'", &input, &far).map(|e| e.value),
             Ok(Some(json!("web-x")))
         );
         assert_eq!(
-            evaluate("context.virtualObject.spec.a.length", &input, &far),
+            evaluate("context.virtualObject.spec.a.length", &input, &far).map(|e| e.value),
             Err(ExpressionError::OutOfMemory(16 << 20))
         );
         let roomy = Bounds {
@@ -1047,7 +1068,7 @@ mod tests {
             ..far
         };
         assert_eq!(
-            evaluate("context.virtualObject.spec.a.length", &input, &roomy),
+            evaluate("context.virtualObject.spec.a.length", &input, &roomy).map(|e| e.value),
             Ok(Some(json!(n)))
         );
         // the same data as before: enumerable, writable, `null` when there is no object, and
@@ -1082,7 +1103,7 @@ mod tests {
             ),
         ] {
             assert_eq!(
-                evaluate(source, &input, &far),
+                evaluate(source, &input, &far).map(|e| e.value),
                 Ok(Some(expected)),
                 "{source}"
             );
