@@ -248,6 +248,30 @@ fn pod_writes(t: &Target, name: &str, since: SystemTime) -> Vec<(String, String)
         .collect()
 }
 
+/// The first event of `watch` (a watch of the host pod `host_name`) that `pick` takes, within
+/// [`TIMEOUT`]; panics naming `what` when the watch ends or errs first, or the time passes.
+async fn next_event(
+    watch: &mut (impl futures::Stream<Item = kube::Result<WatchEvent<Pod>>> + Unpin),
+    host_name: &str,
+    what: &str,
+    pick: impl Fn(WatchEvent<Pod>) -> Option<Pod>,
+) -> Pod {
+    tokio::time::timeout(TIMEOUT, async {
+        loop {
+            match watch.next().await {
+                Some(Ok(event)) => {
+                    if let Some(pod) = pick(event) {
+                        break pod;
+                    }
+                }
+                other => panic!("watch of {host_name} ended before {what}: {other:?}"),
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{what}: no such event of {host_name} within {TIMEOUT:?}"))
+}
+
 /// A virtual Pod `name` synced by vCluster's own pod syncer while plugins with `CreatePhysical`
 /// pod hooks run: the host pod carries each hook's label (`hooked`: key, value) in the object its
 /// create stored (the watch's ADDED event), so vCluster applied the hooks before its create
@@ -279,17 +303,16 @@ async fn assert_hooked_create(
         .expect("watch the host pod")
         .boxed();
     create_virtual_pod(virtual_, t, name).await;
-    let added = tokio::time::timeout(TIMEOUT, async {
-        loop {
-            match watch.next().await {
-                Some(Ok(WatchEvent::Added(pod))) => break pod,
-                Some(Ok(_)) => {}
-                other => panic!("watch of {host_name} ended: {other:?}"),
-            }
-        }
-    })
-    .await
-    .expect("the host pod is created");
+    let added = next_event(
+        &mut watch,
+        &host_name,
+        "the host pod's create",
+        |e| match e {
+            WatchEvent::Added(pod) => Some(pod),
+            _ => None,
+        },
+    )
+    .await;
     assert!(
         has_hooks(added.labels()),
         "the created host pod carries every hook's label {hooked:?}: {:?}",
@@ -338,17 +361,16 @@ async fn assert_hooked_create(
         "vCluster created host pod {host_name} with the hooks' labels, then recorded the copied-up labels: {writes:?}"
     );
     // That update, as the watch saw it: the labels are those of the create.
-    let modified = tokio::time::timeout(TIMEOUT, async {
-        loop {
-            match watch.next().await {
-                Some(Ok(WatchEvent::Modified(pod))) => break pod,
-                Some(Ok(_)) => {}
-                other => panic!("watch of {host_name} ended: {other:?}"),
-            }
-        }
-    })
-    .await
-    .expect("vCluster's update of the host pod");
+    let modified = next_event(
+        &mut watch,
+        &host_name,
+        "vCluster's update of the host pod",
+        |e| match e {
+            WatchEvent::Modified(pod) => Some(pod),
+            _ => None,
+        },
+    )
+    .await;
     assert_eq!(modified.labels(), added.labels());
     assert!(
         records(modified.annotations()),
