@@ -27,7 +27,7 @@ pub struct Config {
     /// Reconciles running at once (0: unbounded); default [`DEFAULT_CONCURRENCY`].
     pub concurrency: u16,
     /// How long the controller waits after a plugin's last trigger before reconciling it
-    /// (0: no debounce); default [`DEBOUNCE`], 200 ms.
+    /// (0: no debounce); default [`DEBOUNCE`], 0.
     pub debounce: std::time::Duration,
     /// `reportingInstance` of the Events (such as the pod name); default: none.
     pub instance: Option<String>,
@@ -91,9 +91,9 @@ pub const DEBOUNCE: Duration = Duration::from_millis(DEBOUNCE_MS);
 /// each took 1.99× the floor of the same writes at 4 (docs/BENCHMARKS.md, "Operator"), and 16
 /// was faster than 8 for the operator (30.7 s against 29.5 s and 28.6 s against 34.3 s in two
 /// pairs of runs). Against the fastest floor of three concurrencies (issue 24) the ratio is
-/// 1.41 at 1,000 vClusters (one quiet run) and medians of 1.52 (the default 200 ms debounce)
-/// and 1.48 (`--debounce-ms 0`) at 200 vClusters (three quiet runs of the shipped build each):
-/// the ≤ 1.5 target (issue 15, item 3) is met as a median with the debounce at 0 only, where
+/// 1.41 at 1,000 vClusters (one quiet run) and medians of 1.48 with no debounce (the default)
+/// and 1.52 at `--debounce-ms 200` at 200 vClusters (three quiet runs of the shipped build
+/// each): the ≤ 1.5 target (issue 15, item 3) is met as a median with no debounce only, where
 /// both the operator and the floor keep the two cores busy and the operator's dry runs and
 /// reads are its extra work.
 pub const DEFAULT_CONCURRENCY: u16 = 16;

@@ -42,7 +42,7 @@
 //!    `Ready=True` for its generation, with an idle operator running (started on the converged
 //!    state, and left until its reconcile counter stood still for 2 s); its floor is the same
 //!    single apply with no operator running, timed until the GET reads the object. The
-//!    operator's trigger debounce (`--debounce-ms`, default 200 ms, `vcluster_plugin_operator::DEBOUNCE`)
+//!    operator's trigger debounce (`--debounce-ms`, default 0: none, `vcluster_plugin_operator::DEBOUNCE`)
 //!    counts against it: `VCP_DEBOUNCE_MS=<ms>` in the bench's environment reaches every
 //!    operator process it starts (they inherit it), to weigh the debounce against the bulk
 //!    phase's reconciles and time; the last line names the value the operator logged at start. The percentiles of both
