@@ -437,6 +437,10 @@ impl Verdicts {
         if plugins.iter().all(|p| p.spec.hooks.is_empty()) {
             return Ok(BTreeMap::new());
         }
+        // The account of the vCluster's pod template (the control plane's, `vc-<vcluster>`):
+        // it exists, so the dry runs' pods run as it; the pod policy never sees it, the
+        // representative pod holds `hooks::UNWRITTEN` there (a hook writing this very account
+        // passed before, the security review's finding F2).
         let service_account = workload
             .pod_spec
             .service_account_name

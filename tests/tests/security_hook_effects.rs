@@ -8,7 +8,8 @@
 //! `restricted`, and the hook takes the pod's seccomp profile away: no node power, nothing the
 //! operator's own policy refuses, and only the API server's Pod Security admission judges it.
 //! A hook that makes the pod invalid, which Pod Security admission then never sees, is refused
-//! too.
+//! too; so is one that writes the pods' service account, even the account the vCluster's own
+//! pod template has.
 
 use std::time::Duration;
 
@@ -203,6 +204,36 @@ async fn a_hook_that_breaks_the_namespaces_pod_security_level_is_refused() {
     assert!(
         pod_dry_run_answered(&since, 422),
         "no dry run of the hooked pod refused as invalid: {since:?}"
+    );
+    assert_eq!(template(&admin).await, installed);
+
+    // The security review's finding F2: the representative pod ran as the pod template's
+    // account, `vc-my-vcluster` (the control plane's), so a hook writing that very account
+    // changed nothing there and passed, while the vCluster's real pods (another account) would
+    // all have moved to the control plane's. Any write of the field is refused now; and the
+    // harmless `team` plugin above was admitted by a dry run of a pod running as an existing
+    // account.
+    create_plugin(
+        &admin,
+        NS,
+        "control-plane-account",
+        pod_hook(
+            "sa",
+            json!({ "jsonPatch": [{ "op": "replace", "path": "/spec/serviceAccountName", "value": "vc-my-vcluster" }] }),
+        ),
+    )
+    .await;
+    let p = wait_ready(&admin, NS, "control-plane-account", "False", None, TIMEOUT).await;
+    let ready = condition(&p, "Ready").unwrap();
+    assert_eq!(ready.reason, "PolicyDenied", "{}", ready.message);
+    assert!(
+        ready.message.starts_with(
+            "spec.hooks[0] (sa, CreatePhysical on v1 Pod) makes the vCluster's pods carry spec.serviceAccountName = \"vc-my-vcluster\" is refused by the operator policy: "
+        ) && ready
+            .message
+            .contains("a hook may not write spec.serviceAccountName, with any value"),
+        "{}",
+        ready.message
     );
     assert_eq!(template(&admin).await, installed);
 }

@@ -83,14 +83,43 @@ pub fn hook_order<'a>(plugins: &[&'a VClusterPlugin]) -> Vec<&'a VClusterPlugin>
     sorted
 }
 
+/// The value the representative pod carries in each field whose value differs from one real
+/// pod of the vCluster to another and which the pod policy refuses a change of
+/// ([`UNWRITTEN_FIELDS`]): no real pod has it, so a hook that writes the field with any value,
+/// even one that some real pods have, changes it and is refused. With only the value of the
+/// vCluster's own pod template there (its service account, `vc-<vcluster>`), a hook writing
+/// that very value changed nothing on the representative pod and passed, while it moved every
+/// real pod to the control plane's account (the security review's finding F2). It is no DNS
+/// subdomain (`:`), so a hook that writes exactly it makes every real pod invalid (the API
+/// server validates these names), which takes nothing from anyone else; and no API server
+/// dry run sees it ([`for_the_api_server`]).
+pub const UNWRITTEN: &str = "vcp:unwritten";
+
+/// The string fields of a pod's `spec` that the representative pod carries as [`UNWRITTEN`]
+/// (the pod policy, `crate::policy::pod`, refuses any change of each): `serviceAccountName`
+/// and its deprecated alias `serviceAccount`, `nodeName`, `runtimeClassName`,
+/// `priorityClassName`. The pod policy's other fields refused on change hold no value a hook
+/// could repeat with an effect: `automountServiceAccountToken` is `false` on the
+/// representative pod, and writing `false` can only take a token away; `resourceClaims` is
+/// absent, and taking a real pod's claims away makes that pod invalid (its containers name
+/// them), nothing more.
+pub const UNWRITTEN_FIELDS: [&str; 5] = [
+    "serviceAccountName",
+    "serviceAccount",
+    "nodeName",
+    "runtimeClassName",
+    "priorityClassName",
+];
+
 /// A host pod as vCluster creates it for a pod of the virtual cluster, in namespace
-/// `namespace` of vCluster `vcluster`, running as `service_account`: vCluster's name
-/// translation (`<name>-x-<namespace>-x-<vcluster>`), its tracking labels and annotations, an
-/// owner reference to the vCluster's Service, no token of the host account
-/// (`automountServiceAccountToken: false`, the virtual token read from an annotation), and a
-/// container that meets the Pod Security `restricted` level, so that whatever a hook makes of
-/// it is the hook's doing.
-pub fn representative_pod(namespace: &str, vcluster: &str, service_account: &str) -> Value {
+/// `namespace` of vCluster `vcluster`: vCluster's name translation
+/// (`<name>-x-<namespace>-x-<vcluster>`), its tracking labels and annotations, an owner
+/// reference to the vCluster's Service, no token of the host account
+/// (`automountServiceAccountToken: false`, the virtual token read from an annotation),
+/// [`UNWRITTEN`] in each of [`UNWRITTEN_FIELDS`], and a container that meets the Pod Security
+/// `restricted` level, so that whatever a hook makes of it is the hook's doing. The API server
+/// gets it through [`for_the_api_server`].
+pub fn representative_pod(namespace: &str, vcluster: &str) -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -117,7 +146,11 @@ pub fn representative_pod(namespace: &str, vcluster: &str, service_account: &str
             }],
         },
         "spec": {
-            "serviceAccountName": service_account,
+            "serviceAccountName": UNWRITTEN,
+            "serviceAccount": UNWRITTEN,
+            "nodeName": UNWRITTEN,
+            "runtimeClassName": UNWRITTEN,
+            "priorityClassName": UNWRITTEN,
             "automountServiceAccountToken": false,
             "enableServiceLinks": false,
             "securityContext": {
@@ -156,8 +189,35 @@ pub fn representative_object(
     namespace: &str,
     vcluster: &str,
 ) -> Value {
-    let pod = representative_pod(namespace, vcluster, "default");
+    let pod = representative_pod(namespace, vcluster);
     json!({"apiVersion": api_version, "kind": kind, "metadata": pod["metadata"].clone()})
+}
+
+/// `pod` (the representative pod, hooked or not) as the API server may judge it in a dry run:
+/// each of [`UNWRITTEN_FIELDS`] that still holds [`UNWRITTEN`] gets the value of a pod the
+/// vCluster's workload would run, `serviceAccountName` the workload's `service_account` (the
+/// ServiceAccount admission plugin refuses a pod whose account does not exist), the others
+/// none. A field the hooks wrote is kept as they wrote it (the pod policy refuses such a pod
+/// before any dry run).
+pub fn for_the_api_server(pod: &Pod, service_account: &str) -> Pod {
+    let mut pod = pod.clone();
+    if let Some(spec) = pod.spec.as_mut() {
+        let unwritten = |f: &Option<String>| f.as_deref() == Some(UNWRITTEN);
+        if unwritten(&spec.service_account_name) {
+            spec.service_account_name = Some(service_account.to_string());
+        }
+        for field in [
+            &mut spec.service_account,
+            &mut spec.node_name,
+            &mut spec.runtime_class_name,
+            &mut spec.priority_class_name,
+        ] {
+            if unwritten(field) {
+                *field = None;
+            }
+        }
+    }
+    pod
 }
 
 /// The first identity or ownership field of `after` that differs from `before` as vCluster's
@@ -475,18 +535,21 @@ fn judge_pod(policy: &ContainerPolicy, before: &Value, hooked: &Value) -> Result
 /// The pods of the vCluster after each plugin's `Pod` hooks, and the plugins refused.
 #[derive(Clone, Debug, Default)]
 pub struct Judged {
-    /// The representative pod, before any hook.
+    /// The representative pod, before any hook, as the API server may judge it
+    /// ([`for_the_api_server`]).
     pub before: Pod,
     /// For each plugin (not refused) whose hooks changed the pod, in [`hook_order`]: its name
-    /// and the pod after its hooks and those of the plugins before it.
+    /// and the pod after its hooks and those of the plugins before it (as the API server may
+    /// judge it, [`for_the_api_server`]).
     pub steps: Vec<(String, Pod)>,
     /// The refused plugins by name, with their `PolicyDenied` refusal.
     pub refused: BTreeMap<String, Refusal>,
 }
 
 /// Judges the hooks of `plugins` (all those of the vCluster `vcluster` in `namespace` that are
-/// not refused otherwise; the vCluster's pods run as `service_account`), see the module docs.
-/// A refused plugin's hooks are left out of the pods the plugins after it are judged on.
+/// not refused otherwise; the pods [`Judged`] holds for the API server run as its workload's
+/// `service_account`), see the module docs. A refused plugin's hooks are left out of the pods
+/// the plugins after it are judged on.
 pub fn judge(
     policy: &ContainerPolicy,
     plugins: &[&VClusterPlugin],
@@ -494,9 +557,12 @@ pub fn judge(
     vcluster: &str,
     service_account: &str,
 ) -> Judged {
-    let before = representative_pod(namespace, vcluster, service_account);
+    let before = representative_pod(namespace, vcluster);
     let mut out = Judged {
-        before: serde_json::from_value(before.clone()).unwrap_or_default(),
+        before: for_the_api_server(
+            &serde_json::from_value(before.clone()).unwrap_or_default(),
+            service_account,
+        ),
         ..Judged::default()
     };
     let mut current = before.clone();
@@ -543,7 +609,8 @@ pub fn judge(
             && pod != current
         {
             current = pod;
-            out.steps.push((name, t));
+            out.steps
+                .push((name, for_the_api_server(&t, service_account)));
         }
     }
     out

@@ -21,10 +21,11 @@
 //! | `spec.volumes[i].secret`, `projected.sources[j].secret` | a Secret outside `containers.allowedSecrets` | as a container's Secret references |
 //! | `spec.securityContext.sysctls[i]` | a name outside [`BASELINE_SAFE_SYSCTLS`] | baseline: Sysctls |
 //! | `spec.containers[i].ports[j].hostPort` (and init / ephemeral containers) | other than `0` | baseline: Host Ports |
-//! | `spec.nodeName` | changed | bypasses the scheduler: the pod lands on a node of the hook's choosing |
-//! | `spec.serviceAccountName`, `spec.serviceAccount`, `spec.automountServiceAccountToken` | changed | the pod would run with (or mount a token of) another host identity |
-//! | `spec.runtimeClassName` | changed | the container runtime (its isolation) is the cluster owner's choice |
-//! | `spec.priorityClassName` | changed | a priority such as `system-node-critical` evicts other pods: the cluster owner's choice |
+//! | `spec.nodeName` | changed (written, with any value†) | bypasses the scheduler: the pod lands on a node of the hook's choosing |
+//! | `spec.serviceAccountName`, `spec.serviceAccount` | changed (written, with any value†) | the pod would run with another host identity (the control plane's own `vc-<vcluster>`, say) |
+//! | `spec.automountServiceAccountToken` | other than `false` | the pod would mount a token of its host identity |
+//! | `spec.runtimeClassName` | changed (written, with any value†) | the container runtime (its isolation) is the cluster owner's choice |
+//! | `spec.priorityClassName` | changed (written, with any value†) | a priority such as `system-node-critical` evicts other pods: the cluster owner's choice |
 //! | `spec.volumes[i].ephemeral.volumeClaimTemplate.spec.dataSource` / `dataSourceRef` | added | a clone of another claim or a snapshot (it could be the vCluster's own data) |
 //! | `spec.volumes[i].csi` | added | an inline CSI volume: its driver decides what it mounts |
 //! | `spec.volumes[i].ephemeral.volumeClaimTemplate.spec.volumeName` / `selector` | added | binds an existing volume (it could be someone else's data) |
@@ -34,6 +35,10 @@
 //! | `spec.securityContext.fsGroup`, `supplementalGroups[j]` | `0` unless `containers.allowRunAsRoot` | the root group |
 //! | `spec.containers[i].{liveness,readiness,startup}Probe.{httpGet,tcpSocket}.host`, `lifecycle.{postStart,preStop}.…host` (and init / ephemeral containers) | a non-empty host the container did not have | baseline: Host Probes / Lifecycle Hooks (the kubelet sends them from the node) |
 //! | `metadata.annotations` of [`SECURITY_ANNOTATION_PREFIXES`] | changed | the API server turns them into seccomp / AppArmor profiles (`unconfined`) |
+//!
+//! † The vCluster sets these for each pod, so a value one real pod has is no value a hook may
+//! give all of them: the representative pod holds a value no real pod has there
+//! (`crate::judge::hooks::UNWRITTEN`), and [`check`], comparing, sees any write.
 //!
 //! The pod's `securityContext` (`runAsUser: 0`, `runAsGroup: 0`, `runAsNonRoot: false`,
 //! `Unconfined` seccomp / AppArmor, `seLinuxOptions`) and every container, init container and
@@ -144,17 +149,29 @@ fn host_namespaces(spec: &PodSpec) -> Result<(), Denial> {
     Ok(())
 }
 
+/// `value` for a message: the string in quotes, or `absent`.
+fn shown(value: Option<&str>) -> String {
+    value.map_or_else(|| "absent".to_string(), |v| format!("{v:?}"))
+}
+
+/// Refuses a change of a field that the vCluster sets for each pod (or the cluster owner's
+/// configuration does). The message names the value written, not the one it replaced: the
+/// representative pod holds a value no real pod has in these fields
+/// (`crate::judge::hooks::UNWRITTEN`, the security review's finding F2), so that writing one
+/// that a real pod has is seen too; a hook may not write them at all.
 fn identity(before: &PodSpec, after: &PodSpec) -> Result<(), Denial> {
     let changed = |field: &str, b: &Option<String>, a: &Option<String>, why: &str| {
         (b != a).then(|| {
             denial(
                 format!("spec.{field}"),
-                format!("{a:?} (was {b:?})"),
-                why.to_string(),
+                shown(a.as_deref()),
+                format!(
+                    "{why}; a hook may not write spec.{field}, with any value: the vCluster sets it for each pod, so even a value one pod has would be forced on all of them (remove the operation that writes it)"
+                ),
             )
         })
     };
-    let identity = "the pod would run with another host identity than the vCluster gives it";
+    let identity = "the pods would run with a host service account of the hook's choosing (such as the vCluster control plane's own, vc-<vcluster>) instead of the one the vCluster gives them";
     let checks = [
         changed(
             "nodeName",
@@ -190,14 +207,15 @@ fn identity(before: &PodSpec, after: &PodSpec) -> Result<(), Denial> {
     if let Some(d) = checks.into_iter().flatten().next() {
         return Err(d);
     }
+    // The representative pod has `false`, the one value whose write is harmless (it can only
+    // take a token away).
     if before.automount_service_account_token != after.automount_service_account_token {
         return Err(denial(
             "spec.automountServiceAccountToken",
-            format!(
-                "{:?} (was {:?})",
-                after.automount_service_account_token, before.automount_service_account_token
-            ),
-            "the pod would mount a token of its host service account (unset means true)",
+            after
+                .automount_service_account_token
+                .map_or_else(|| "absent".to_string(), |v| v.to_string()),
+            "the pods would mount a token of their host service account (absent means true); a hook may only leave it false",
         ));
     }
     Ok(())

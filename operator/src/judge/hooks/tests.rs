@@ -434,7 +434,7 @@ fn a_refused_plugins_hooks_are_left_out_for_the_others() {
 
 #[test]
 fn the_representative_pod_passes_the_pod_policy() {
-    let before = representative_pod(NS, VC, SA);
+    let before = representative_pod(NS, VC);
     let typed: Pod = serde_json::from_value(before.clone()).unwrap();
     pod::check(&ContainerPolicy::default(), &typed, &typed).unwrap();
     let round = serde_json::to_value(&typed).unwrap();
@@ -635,4 +635,124 @@ fn copy_destinations_follow_the_decoders_spelling() {
     assert!(!copy_destination_allowed("/spec/containers/0/image"));
     assert!(!copy_destination_allowed("/metadata/name"));
     assert!(!copy_destination_allowed(""));
+}
+
+/// The security review's finding F2: the representative pod ran as the vCluster's pod
+/// template's account, `vc-<vcluster>` (the control plane's), so a hook writing exactly that
+/// account changed nothing there and passed, while every real pod (running as another
+/// account) moved to the control plane's. The representative pod holds [`UNWRITTEN`] in each of
+/// [`UNWRITTEN_FIELDS`] instead: any write of them is a change; and a write of `null`, which
+/// the typed view reads as absent, is one too.
+#[test]
+fn a_write_of_an_identity_field_is_refused_whatever_the_value() {
+    for field in UNWRITTEN_FIELDS {
+        for value in [json!(SA), json!("default"), Value::Null] {
+            let p = plugin(
+                "evil",
+                Some(PluginVersion::V2),
+                vec![pod_hook(
+                    "h",
+                    vec![JsonPatchOperation {
+                        value: Some(value.clone()),
+                        ..op(JsonPatchOp::Replace, &format!("/spec/{field}"), Value::Null)
+                    }],
+                )],
+            );
+            let m = refusal_of(&p);
+            assert!(
+                m.starts_with(&format!(
+                    "spec.hooks[0] (h, CreatePhysical on v1 Pod) makes the vCluster's pods carry spec.{field} "
+                )),
+                "{field} {value}: {m}"
+            );
+            assert!(
+                m.contains(&format!(
+                    "a hook may not write spec.{field}, with any value"
+                )) && m.contains("remove the operation that writes it")
+                    && !m.contains(UNWRITTEN),
+                "{field} {value}: {m}"
+            );
+        }
+    }
+    let p = plugin(
+        "evil",
+        None,
+        vec![pod_hook(
+            "h",
+            vec![op(
+                JsonPatchOp::Replace,
+                "/spec/serviceAccountName",
+                json!(SA),
+            )],
+        )],
+    );
+    assert!(
+        refusal_of(&p).contains(&format!(
+            "spec.serviceAccountName = \"{SA}\" is refused by the operator policy: the pods would run with a host service account of the hook's choosing"
+        )),
+        "{}",
+        refusal_of(&p)
+    );
+    // `false`, the representative pod's value, is the one harmless write of the token's field.
+    let p = plugin(
+        "no-token",
+        None,
+        vec![pod_hook(
+            "h",
+            vec![op(
+                JsonPatchOp::Replace,
+                "/spec/automountServiceAccountToken",
+                json!(false),
+            )],
+        )],
+    );
+    assert!(judged(&[&p]).refused.is_empty());
+    for value in [json!(true), Value::Null] {
+        let p = plugin(
+            "token",
+            None,
+            vec![pod_hook(
+                "h",
+                vec![JsonPatchOperation {
+                    value: Some(value),
+                    ..op(
+                        JsonPatchOp::Replace,
+                        "/spec/automountServiceAccountToken",
+                        Value::Null,
+                    )
+                }],
+            )],
+        );
+        assert!(
+            refusal_of(&p).contains("spec.automountServiceAccountToken"),
+            "{}",
+            refusal_of(&p)
+        );
+    }
+}
+
+/// The pods [`judge`] hands the API server carry the workload's account and none of
+/// [`UNWRITTEN`]: ServiceAccount admission refuses a pod whose account does not exist.
+#[test]
+fn the_api_server_sees_the_workloads_account_not_the_unwritten_value() {
+    let p = plugin(
+        "env",
+        None,
+        vec![pod_hook(
+            "h",
+            vec![op(
+                JsonPatchOp::Add,
+                "/spec/containers/0/env",
+                json!([{"name": "A", "value": "1"}]),
+            )],
+        )],
+    );
+    let j = judged(&[&p]);
+    assert!(j.refused.is_empty(), "{:?}", j.refused);
+    for pod in [&j.before, &j.steps[0].1] {
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(spec.service_account_name.as_deref(), Some(SA));
+        let text = serde_json::to_string(pod).unwrap();
+        assert!(!text.contains(UNWRITTEN), "{text}");
+    }
 }
