@@ -9,7 +9,7 @@
 //! operator's own policy refuses, and only the API server's Pod Security admission judges it.
 //! A hook that makes the pod invalid, which Pod Security admission then never sees, is refused
 //! too; so is one that writes the pods' service account, even the account the vCluster's own
-//! pod template has.
+//! pod template has, or their tolerations.
 
 use std::time::Duration;
 
@@ -236,4 +236,32 @@ async fn a_hook_that_breaks_the_namespaces_pod_security_level_is_refused() {
         ready.message
     );
     assert_eq!(template(&admin).await, installed);
+
+    // The security review's finding F4: tolerations of the hook's choosing (here of every
+    // taint, in place of those vCluster's translation enforces, which v2 hooks run after) would
+    // let the vCluster's pods onto control-plane nodes and nodes kept for other tenants. The
+    // representative pod had no tolerations, and Pod Security does not judge them: installed.
+    create_plugin(
+        &admin,
+        NS,
+        "any-node",
+        pod_hook(
+            "anywhere",
+            json!({ "jsonPatch": [{ "op": "add", "path": "/spec/tolerations", "value": [{ "operator": "Exists" }] }] }),
+        ),
+    )
+    .await;
+    let p = wait_ready(&admin, NS, "any-node", "False", None, TIMEOUT).await;
+    let ready = condition(&p, "Ready").unwrap();
+    assert_eq!(ready.reason, "PolicyDenied", "{}", ready.message);
+    assert!(
+        ready.message.starts_with(
+            "spec.hooks[0] (anywhere, CreatePhysical on v1 Pod) makes the vCluster's pods carry spec.tolerations = "
+        ) && ready.message.contains("a toleration lets the pods onto tainted nodes"),
+        "{}",
+        ready.message
+    );
+    assert_eq!(template(&admin).await, installed);
+    let p = wait_ready(&admin, NS, "team", "True", None, TIMEOUT).await;
+    assert_eq!(condition(&p, "Ready").unwrap().reason, "Installed");
 }

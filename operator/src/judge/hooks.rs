@@ -35,7 +35,7 @@
 use std::collections::BTreeMap;
 use vcp_crds::Reason;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use kube::ResourceExt;
 use serde_json::{Value, json};
 use vcp_crds::hooks::apply_hook;
@@ -84,31 +84,41 @@ pub fn hook_order<'a>(plugins: &[&'a VClusterPlugin]) -> Vec<&'a VClusterPlugin>
 }
 
 /// The value the representative pod carries in each field whose value differs from one real
-/// pod of the vCluster to another and which the pod policy refuses a change of
-/// ([`UNWRITTEN_FIELDS`]): no real pod has it, so a hook that writes the field with any value,
-/// even one that some real pods have, changes it and is refused. With only the value of the
-/// vCluster's own pod template there (its service account, `vc-<vcluster>`), a hook writing
-/// that very value changed nothing on the representative pod and passed, while it moved every
-/// real pod to the control plane's account (the security review's finding F2). It is no DNS
-/// subdomain (`:`), so a hook that writes exactly it makes every real pod invalid (the API
-/// server validates these names), which takes nothing from anyone else; and no API server
-/// dry run sees it ([`for_the_api_server`]).
+/// pod of the vCluster to another (or is the cluster owner's choice, through the vCluster's
+/// configuration) and which the pod policy refuses a change of ([`UNWRITTEN_FIELDS`]): no real
+/// pod has it, so a hook that writes the field with any value, even one that some real pods
+/// have, changes it and is refused. With only the value of the vCluster's own pod template
+/// there (its service account, `vc-<vcluster>`), a hook writing that very value changed nothing
+/// on the representative pod and passed, while it moved every real pod to the control plane's
+/// account (the security review's finding F2); with nothing there, a hook writing `null` (or
+/// a whole `spec` without the field) changed nothing either, while it took the node selector or
+/// tolerations vCluster enforces away from every real pod (finding F4). It is no DNS subdomain
+/// and no label name or value (`:`), so a hook that writes exactly it makes every real pod
+/// invalid (the API server validates these fields), which takes nothing from anyone else; and
+/// no API server dry run sees it ([`for_the_api_server`]).
 pub const UNWRITTEN: &str = "vcp:unwritten";
 
-/// The string fields of a pod's `spec` that the representative pod carries as [`UNWRITTEN`]
-/// (the pod policy, `crate::policy::pod`, refuses any change of each): `serviceAccountName`
-/// and its deprecated alias `serviceAccount`, `nodeName`, `runtimeClassName`,
-/// `priorityClassName`. The pod policy's other fields refused on change hold no value a hook
-/// could repeat with an effect: `automountServiceAccountToken` is `false` on the
-/// representative pod, and writing `false` can only take a token away; `resourceClaims` is
-/// absent, and taking a real pod's claims away makes that pod invalid (its containers name
-/// them), nothing more.
-pub const UNWRITTEN_FIELDS: [&str; 5] = [
+/// The fields of a pod's `spec` where the representative pod holds [`UNWRITTEN`] (the pod
+/// policy, `crate::policy::pod`, refuses any change of each): as the value of
+/// `serviceAccountName` and its deprecated alias `serviceAccount`, `nodeName`,
+/// `runtimeClassName`, `priorityClassName` and `schedulerName`; as the value of a
+/// `nodeSelector` entry, the key of a `tolerations` entry, of a required node affinity's
+/// expression (`affinity`) and the topology key of a `topologySpreadConstraints` entry. The pod
+/// policy's other fields refused on change hold no value a hook could repeat with an effect:
+/// `automountServiceAccountToken` is `false` on the representative pod, and writing `false` can
+/// only take a token away; `resourceClaims` is absent, and taking a real pod's claims away makes
+/// that pod invalid (its containers name them), nothing more.
+pub const UNWRITTEN_FIELDS: [&str; 10] = [
     "serviceAccountName",
     "serviceAccount",
     "nodeName",
     "runtimeClassName",
     "priorityClassName",
+    "schedulerName",
+    "nodeSelector",
+    "tolerations",
+    "affinity",
+    "topologySpreadConstraints",
 ];
 
 /// A host pod as vCluster creates it for a pod of the virtual cluster, in namespace
@@ -151,6 +161,17 @@ pub fn representative_pod(namespace: &str, vcluster: &str) -> Value {
             "nodeName": UNWRITTEN,
             "runtimeClassName": UNWRITTEN,
             "priorityClassName": UNWRITTEN,
+            "schedulerName": UNWRITTEN,
+            "nodeSelector": {"vcp.dev/unwritten": UNWRITTEN},
+            "tolerations": [{"key": UNWRITTEN, "operator": "Exists", "effect": "NoSchedule"}],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": UNWRITTEN, "operator": "Exists"}]}],
+            }}},
+            "topologySpreadConstraints": [{
+                "maxSkew": 1,
+                "topologyKey": UNWRITTEN,
+                "whenUnsatisfiable": "DoNotSchedule",
+            }],
             "automountServiceAccountToken": false,
             "enableServiceLinks": false,
             "securityContext": {
@@ -194,28 +215,38 @@ pub fn representative_object(
 }
 
 /// `pod` (the representative pod, hooked or not) as the API server may judge it in a dry run:
-/// each of [`UNWRITTEN_FIELDS`] that still holds [`UNWRITTEN`] gets the value of a pod the
+/// each of [`UNWRITTEN_FIELDS`] that still holds the representative pod's value (with
+/// [`UNWRITTEN`]) gets the value of a pod the
 /// vCluster's workload would run, `serviceAccountName` the workload's `service_account` (the
 /// ServiceAccount admission plugin refuses a pod whose account does not exist), the others
 /// none. A field the hooks wrote is kept as they wrote it (the pod policy refuses such a pod
 /// before any dry run).
 pub fn for_the_api_server(pod: &Pod, service_account: &str) -> Pod {
+    let representative: PodSpec =
+        serde_json::from_value(representative_pod("", "")["spec"].clone()).unwrap_or_default();
     let mut pod = pod.clone();
     if let Some(spec) = pod.spec.as_mut() {
-        let unwritten = |f: &Option<String>| f.as_deref() == Some(UNWRITTEN);
-        if unwritten(&spec.service_account_name) {
+        if spec.service_account_name == representative.service_account_name {
             spec.service_account_name = Some(service_account.to_string());
         }
-        for field in [
-            &mut spec.service_account,
-            &mut spec.node_name,
-            &mut spec.runtime_class_name,
-            &mut spec.priority_class_name,
-        ] {
-            if unwritten(field) {
-                *field = None;
-            }
+        macro_rules! unset {
+            ($($field:ident),*) => {$(
+                if spec.$field == representative.$field {
+                    spec.$field = None;
+                }
+            )*};
         }
+        unset!(
+            service_account,
+            node_name,
+            runtime_class_name,
+            priority_class_name,
+            scheduler_name,
+            node_selector,
+            tolerations,
+            affinity,
+            topology_spread_constraints
+        );
     }
     pod
 }

@@ -24,6 +24,7 @@
 //! | `spec.nodeName` | changed (written, with any value†) | bypasses the scheduler: the pod lands on a node of the hook's choosing |
 //! | `spec.serviceAccountName`, `spec.serviceAccount` | changed (written, with any value†) | the pod would run with another host identity (the control plane's own `vc-<vcluster>`, say) |
 //! | `spec.automountServiceAccountToken` | other than `false` | the pod would mount a token of its host identity |
+//! | `spec.nodeSelector`, `spec.affinity`, `spec.tolerations`, `spec.topologySpreadConstraints`, `spec.schedulerName` | changed (written, with any value†) | they choose the nodes the pod runs on: vCluster's enforced node selector and tolerations (the cluster owner's) replaced, the pod lands on control-plane or other tenants' nodes |
 //! | `spec.runtimeClassName` | changed (written, with any value†) | the container runtime (its isolation) is the cluster owner's choice |
 //! | `spec.priorityClassName` | changed (written, with any value†) | a priority such as `system-node-critical` evicts other pods: the cluster owner's choice |
 //! | `spec.volumes[i].ephemeral.volumeClaimTemplate.spec.dataSource` / `dataSourceRef` | added | a clone of another claim or a snapshot (it could be the vCluster's own data) |
@@ -219,6 +220,67 @@ fn identity(before: &PodSpec, after: &PodSpec) -> Result<(), Denial> {
         ));
     }
     Ok(())
+}
+
+/// Refuses a change of the fields that choose the nodes a pod runs on (like `nodeName`):
+/// `nodeSelector`, `affinity`, `tolerations`, `topologySpreadConstraints`, `schedulerName`. The
+/// security review's finding F4: vCluster enforces its own node selector and tolerations on
+/// the host pods (the cluster owner's configuration), and a v2 plugin's hooks run after its
+/// translation, so a hook could replace them and put the tenant's pods on control-plane nodes
+/// or on other tenants' nodes. As for the identity fields, the representative pod holds a value
+/// no real pod has in each (`crate::judge::hooks::UNWRITTEN`), so any write is a change.
+fn scheduling(before: &PodSpec, after: &PodSpec) -> Result<(), Denial> {
+    fn json<T: serde::Serialize>(value: Option<&T>) -> String {
+        let text = value
+            .and_then(|v| serde_json::to_string(v).ok())
+            .unwrap_or_else(|| "absent".into());
+        match text.char_indices().nth(200) {
+            Some((i, _)) => format!("{}…", &text[..i]),
+            None => text,
+        }
+    }
+    let checks = [
+        (
+            "nodeSelector",
+            before.node_selector != after.node_selector,
+            json(after.node_selector.as_ref()),
+            "a node selector of the hook's choosing replaces the one the vCluster gives its pods (the cluster owner's choice of nodes): they could run on control-plane nodes or on other tenants' nodes",
+        ),
+        (
+            "affinity",
+            before.affinity != after.affinity,
+            json(after.affinity.as_ref()),
+            "node and pod affinity choose the nodes the pods run on: they could run on control-plane nodes, on other tenants' nodes or next to other tenants' pods",
+        ),
+        (
+            "tolerations",
+            before.tolerations != after.tolerations,
+            json(after.tolerations.as_ref()),
+            "a toleration lets the pods onto tainted nodes (control-plane nodes, nodes kept for other tenants), and replacing the vCluster's tolerations takes the ones it enforces away",
+        ),
+        (
+            "topologySpreadConstraints",
+            before.topology_spread_constraints != after.topology_spread_constraints,
+            json(after.topology_spread_constraints.as_ref()),
+            "topology spread constraints choose the nodes and zones the pods run on",
+        ),
+        (
+            "schedulerName",
+            before.scheduler_name != after.scheduler_name,
+            json(after.scheduler_name.as_ref()),
+            "another scheduler than the cluster owner's chooses the pods' nodes (and can ignore every constraint)",
+        ),
+    ];
+    match checks.into_iter().find(|(_, changed, _, _)| *changed) {
+        Some((field, _, value, why)) => Err(denial(
+            format!("spec.{field}"),
+            value,
+            format!(
+                "{why}; a hook may not write spec.{field}, with any value: where the vCluster's pods run is the cluster owner's choice (remove the operation that writes it)"
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// The [`denial`] of `value` at `source`, which is not among `allowed`: the reason is `what`,
@@ -553,6 +615,7 @@ pub fn check(policy: &ContainerPolicy, before: &Pod, after: &Pod) -> Result<(), 
     let a = after.spec.as_ref().unwrap_or(&empty);
     host_namespaces(a)?;
     identity(b, a)?;
+    scheduling(b, a)?;
     security_annotations(before, after)?;
     pull_secrets_and_claims(policy, b, a)?;
     if let Some(sc) = &a.security_context {

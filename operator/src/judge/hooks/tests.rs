@@ -442,6 +442,124 @@ fn the_representative_pod_passes_the_pod_policy() {
     assert_eq!(identity_change(&before, &before), None);
 }
 
+/// The security review's finding F4: vCluster enforces its node selector and tolerations on
+/// the host pods, and a v2 plugin's hooks run after its translation; a hook replacing them put
+/// the tenant's pods on control-plane or other tenants' nodes. Any write of the scheduling
+/// fields is refused, `null` and a whole `spec` without them included (the representative pod
+/// holds [`UNWRITTEN`] in each).
+#[test]
+fn a_write_of_a_scheduling_field_is_refused_whatever_the_value() {
+    let control_plane = json!({"node-role.kubernetes.io/control-plane": ""});
+    let anywhere = json!({"operator": "Exists"});
+    let cases = [
+        (
+            "nodeSelector",
+            JsonPatchOp::Replace,
+            "/spec/nodeSelector",
+            control_plane.clone(),
+        ),
+        (
+            "nodeSelector",
+            JsonPatchOp::Replace,
+            "/spec/nodeSelector",
+            Value::Null,
+        ),
+        (
+            "nodeSelector",
+            JsonPatchOp::Add,
+            "/spec/nodeSelector/team",
+            json!("a"),
+        ),
+        (
+            "tolerations",
+            JsonPatchOp::Add,
+            "/spec/tolerations/-",
+            anywhere.clone(),
+        ),
+        (
+            "tolerations",
+            JsonPatchOp::Replace,
+            "/spec/tolerations",
+            json!([anywhere]),
+        ),
+        (
+            "tolerations",
+            JsonPatchOp::Replace,
+            "/spec/tolerations",
+            Value::Null,
+        ),
+        (
+            "affinity",
+            JsonPatchOp::Replace,
+            "/spec/affinity",
+            json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}]}]}}}),
+        ),
+        (
+            "affinity",
+            JsonPatchOp::Remove,
+            "/spec/affinity",
+            Value::Null,
+        ),
+        (
+            "topologySpreadConstraints",
+            JsonPatchOp::Replace,
+            "/spec/topologySpreadConstraints",
+            Value::Null,
+        ),
+        (
+            "schedulerName",
+            JsonPatchOp::Replace,
+            "/spec/schedulerName",
+            json!("my-scheduler"),
+        ),
+        (
+            "schedulerName",
+            JsonPatchOp::Replace,
+            "/spec/schedulerName",
+            Value::Null,
+        ),
+    ];
+    for (field, op_, path, value) in cases {
+        let mut operation = op(op_, path, Value::Null);
+        if op_ != JsonPatchOp::Remove {
+            operation.value = Some(value.clone());
+        }
+        let p = plugin(
+            "evil",
+            Some(PluginVersion::V2),
+            vec![pod_hook("h", vec![operation])],
+        );
+        let m = refusal_of(&p);
+        assert!(
+            m.starts_with(&format!(
+                "spec.hooks[0] (h, CreatePhysical on v1 Pod) makes the vCluster's pods carry spec.{field} "
+            )) && m.contains(&format!("a hook may not write spec.{field}, with any value")),
+            "{path} {value}: {m}"
+        );
+    }
+    // A whole `spec` that keeps every other field of the representative pod but leaves the
+    // scheduling fields out: nothing the typed view of a pod without them would see.
+    let mut spec = representative_pod(NS, VC)["spec"].clone();
+    for field in [
+        "nodeSelector",
+        "tolerations",
+        "affinity",
+        "topologySpreadConstraints",
+    ] {
+        spec.as_object_mut().unwrap().remove(field);
+    }
+    let p = plugin(
+        "evil",
+        Some(PluginVersion::V2),
+        vec![pod_hook("h", vec![op(JsonPatchOp::Replace, "/spec", spec)])],
+    );
+    assert!(
+        refusal_of(&p).contains("carry spec.nodeSelector = absent"),
+        "{}",
+        refusal_of(&p)
+    );
+}
+
 #[test]
 fn the_shipped_hooks_only_sample_passes() {
     let path = concat!(
@@ -457,12 +575,7 @@ fn the_shipped_hooks_only_sample_passes() {
         pod.metadata.labels.as_ref().unwrap()["cost-center"],
         "platform"
     );
-    assert_eq!(
-        pod.spec.as_ref().unwrap().tolerations.as_ref().unwrap()[0]
-            .key
-            .as_deref(),
-        Some("node.example.com/spot")
-    );
+    assert_eq!(pod.spec.as_ref().unwrap().enable_service_links, Some(false));
 }
 
 /// The third fresh attacker's hooks (issue 24): with `version: v2` vCluster applies physical
@@ -645,7 +758,13 @@ fn copy_destinations_follow_the_decoders_spelling() {
 /// the typed view reads as absent, is one too.
 #[test]
 fn a_write_of_an_identity_field_is_refused_whatever_the_value() {
-    for field in UNWRITTEN_FIELDS {
+    for field in [
+        "serviceAccountName",
+        "serviceAccount",
+        "nodeName",
+        "runtimeClassName",
+        "priorityClassName",
+    ] {
         for value in [json!(SA), json!("default"), Value::Null] {
             let p = plugin(
                 "evil",

@@ -235,6 +235,46 @@ fn node_identity_and_runtime_may_not_change() {
     }
 }
 
+/// The security review's finding F4: the fields that choose a pod's node, refused on any
+/// change as `nodeName` is.
+#[test]
+fn scheduling_fields_may_not_change() {
+    for (field, value) in [
+        (
+            "nodeSelector",
+            json!({"node-role.kubernetes.io/control-plane": ""}),
+        ),
+        (
+            "affinity",
+            json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "team", "operator": "In", "values": ["b"]}]}]}}}),
+        ),
+        ("tolerations", json!([{"operator": "Exists"}])),
+        (
+            "topologySpreadConstraints",
+            json!([{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule"}]),
+        ),
+        ("schedulerName", json!("my-scheduler")),
+    ] {
+        let d = refused(&with(field, value.clone()));
+        assert_eq!(d.source, format!("spec.{field}"), "{field}: {value}");
+        assert!(
+            d.reason
+                .contains(&format!("a hook may not write spec.{field}")),
+            "{}",
+            d.message()
+        );
+        // taken away is a change too
+        let had = with(field, value.clone());
+        let d = check(&ContainerPolicy::default(), &had, &pod(base())).unwrap_err();
+        assert_eq!(d.source, format!("spec.{field}"), "{field} removed");
+        assert_eq!(d.rule, "= absent");
+        // and kept is none
+        check(&ContainerPolicy::default(), &had, &had).unwrap();
+    }
+    let d = refused(&with("tolerations", json!([{"operator": "Exists"}])));
+    assert_eq!(d.rule, r#"= [{"operator":"Exists"}]"#);
+}
+
 #[test]
 fn every_container_kind_is_judged_by_the_container_policy() {
     // PSS baseline, Privileged Containers: securityContext.privileged "Undefined/nil", "false",
