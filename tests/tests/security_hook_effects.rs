@@ -9,7 +9,7 @@
 //! operator's own policy refuses, and only the API server's Pod Security admission judges it.
 //! A hook that makes the pod invalid, which Pod Security admission then never sees, is refused
 //! too; so is one that writes the pods' service account, even the account the vCluster's own
-//! pod template has, or their tolerations.
+//! pod template has, or their tolerations, or two keys Go's decoder reads as one field.
 
 use std::time::Duration;
 
@@ -258,6 +258,36 @@ async fn a_hook_that_breaks_the_namespaces_pod_security_level_is_refused() {
         ready.message.starts_with(
             "spec.hooks[0] (anywhere, CreatePhysical on v1 Pod) makes the vCluster's pods carry spec.tolerations = "
         ) && ready.message.contains("a toleration lets the pods onto tainted nodes"),
+        "{}",
+        ready.message
+    );
+    assert_eq!(template(&admin).await, installed);
+
+    // The security review's finding F3: a container's securityContext with
+    // `allowPrivilegeEscalation: false` and `allowPrivilegeEſcalation: null` (U+017F, which Go's
+    // encoding/json folds to `s`). The typed view read `false` and so did the dry run; vCluster
+    // decodes the hook's result with Go, where the later key, `null`, wins: escalation allowed.
+    create_plugin(
+        &admin,
+        NS,
+        "two-spellings",
+        pod_hook(
+            "escalation",
+            json!({ "jsonPatch": [{ "op": "replace", "path": "/spec/containers/0/securityContext", "value": {
+                "allowPrivilegeEscalation": false,
+                "allowPrivilegeE\u{17f}calation": null,
+                "capabilities": { "drop": ["ALL"] },
+            } }] }),
+        ),
+    )
+    .await;
+    let p = wait_ready(&admin, NS, "two-spellings", "False", None, TIMEOUT).await;
+    let ready = condition(&p, "Ready").unwrap();
+    assert_eq!(ready.reason, "PolicyDenied", "{}", ready.message);
+    assert!(
+        ready.message.starts_with(
+            "spec.hooks[0] (escalation, CreatePhysical on v1 Pod) writes both \"allowPrivilegeEscalation\" and \"allowPrivilegeE\u{17f}calation\" in spec.containers[0].securityContext, which vCluster's decoder"
+        ),
         "{}",
         ready.message
     );

@@ -8,7 +8,9 @@
 //! ([`representative_pod`]), and judges the pod after every hook:
 //! - it must still decode as a Pod without losing a key ([`crate::policy::pod::lost_keys`]):
 //!   vCluster reads a hook's result with Go's `encoding/json`, which matches field names
-//!   case-insensitively, so `/spec/HostNetwork` would set `hostNetwork` there;
+//!   case-insensitively, so `/spec/HostNetwork` would set `hostNetwork` there; and no struct
+//!   of it may hold two keys that decoder reads as one field
+//!   ([`crate::policy::pod::folded_duplicate_keys`]: the later one wins there);
 //! - its identity must be unchanged ([`identity_change`]);
 //! - the pod policy ([`crate::policy::pod::check`]: host namespaces, volume types, node,
 //!   service account, runtime class, sysctls, host ports, and the container policy on every
@@ -544,6 +546,12 @@ fn judge_pod(policy: &ContainerPolicy, before: &Value, hooked: &Value) -> Result
     if let Some((field, what)) = identity_change(before, hooked) {
         return Err(format!(
             "changes {field} of the vCluster's pods ({what}): a hook may not touch an object's identity, ownership, vcluster.loft.sh/ keys or the release label (operator policy)"
+        ));
+    }
+    if let Some((at, key, other)) = pod::folded_duplicate_keys(hooked) {
+        let at = if at.is_empty() { "the pod".into() } else { at };
+        return Err(format!(
+            "writes both {key:?} and {other:?} in {at}, which vCluster's decoder (Go's encoding/json: field names match case-insensitively, and ſ (U+017F) as s and K (U+212A) as k) reads as one field, the later one winning, so the pods would not get what the operator judged: write each field once, spelled as the API spells it (refused by the operator policy)"
         ));
     }
     let typed: Pod = serde_json::from_value(hooked.clone()).map_err(|e| {

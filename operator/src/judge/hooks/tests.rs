@@ -875,3 +875,26 @@ fn the_api_server_sees_the_workloads_account_not_the_unwritten_value() {
         assert!(!text.contains(UNWRITTEN), "{text}");
     }
 }
+
+/// The security review's finding F3: a `replace /spec` whose value holds both
+/// `automountServiceAccountToken: false` and `automountſerviceAccountToken: null` was judged by
+/// the typed view (`false`), while vCluster's decoder (Go's encoding/json, `ſ` folded to `s`,
+/// the later key winning) mounted the host token.
+#[test]
+fn a_spec_with_two_spellings_of_one_field_is_refused() {
+    let mut spec = representative_pod(NS, VC)["spec"].clone();
+    spec["automount\u{17f}erviceAccountToken"] = Value::Null;
+    assert_eq!(spec["automountServiceAccountToken"], json!(false));
+    let p = plugin(
+        "evil",
+        Some(PluginVersion::V2),
+        vec![pod_hook("h", vec![op(JsonPatchOp::Replace, "/spec", spec)])],
+    );
+    let m = refusal_of(&p);
+    assert!(
+        m.starts_with(
+            "spec.hooks[0] (h, CreatePhysical on v1 Pod) writes both \"automountServiceAccountToken\" and \"automount\u{17f}erviceAccountToken\" in spec, which vCluster's decoder"
+        ) && m.contains("write each field once"),
+        "{m}"
+    );
+}

@@ -362,6 +362,78 @@ fn lost_keys_finds_fields_the_typed_view_dropped() {
     assert!(lost_keys(&fine, &typed).is_empty());
 }
 
+/// The security review's finding F3, its payload: a `spec` with `automountServiceAccountToken:
+/// false` and `automountſerviceAccountToken: null`. The typed view (case-sensitive, unknown
+/// keys ignored) reads `false`; Go's encoding/json folds `ſ` (U+017F) to `s`, sets the field
+/// from each key in turn and ends with the later one, `null`: the token is mounted.
+#[test]
+fn keys_go_reads_as_one_field_are_found_and_a_null_under_no_field_is_lost() {
+    let long_s = "automount\u{17f}erviceAccountToken";
+    let mut hooked =
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": base()});
+    hooked["spec"][long_s] = Value::Null;
+    // serde_json writes the folded key after the field's own spelling
+    let text = serde_json::to_string(&hooked).unwrap();
+    assert!(text.find("automountServiceAccountToken") < text.find(long_s));
+    let typed: Pod = serde_json::from_value(hooked.clone()).unwrap();
+    assert_eq!(
+        typed.spec.as_ref().unwrap().automount_service_account_token,
+        Some(false)
+    );
+    assert_eq!(
+        folded_duplicate_keys(&hooked),
+        Some((
+            "spec".to_string(),
+            "automountServiceAccountToken".to_string(),
+            long_s.to_string()
+        ))
+    );
+    let round = serde_json::to_value(&typed).unwrap();
+    assert_eq!(lost_keys(&hooked, &round), vec![format!("spec.{long_s}")]);
+
+    // in a nested struct, and by case alone
+    let mut nested = json!({"spec": base()});
+    nested["spec"]["containers"][0]["securityContext"] =
+        json!({"privileged": false, "Privileged": true});
+    assert_eq!(
+        folded_duplicate_keys(&nested),
+        Some((
+            "spec.containers[0].securityContext".to_string(),
+            "Privileged".to_string(),
+            "privileged".to_string()
+        ))
+    );
+    // under a field spelled otherwise (Go reads `Spec` as `spec`, a struct)
+    let other = json!({"Spec": {"hostNetwork": false, "HOSTNETWORK": true}});
+    assert_eq!(
+        folded_duplicate_keys(&other).map(|d| d.0),
+        Some("Spec".to_string())
+    );
+
+    // Map keys are matched exactly by Go: two keys that fold alike are two keys.
+    let mut maps = json!({"metadata": {"labels": {"App": "a", "app": "b"},
+        "annotations": {"example.com/x": "1", "example.com/X": "2"}}, "spec": base()});
+    maps["spec"]["nodeSelector"] = json!({"Disk": "ssd", "disk": "hdd"});
+    maps["spec"]["containers"][0]["resources"] =
+        json!({"limits": {"example.com/gpu": "1", "example.com/GPU": "2"}});
+    assert_eq!(folded_duplicate_keys(&maps), None);
+    assert_eq!(folded_duplicate_keys(&json!({"spec": base()})), None);
+
+    // A null under a field is no key; under a key that is no field, it is lost.
+    let fine = json!({"spec": {"nodeName": null, "containers": [{"name": "a", "image": null}]}});
+    let round = serde_json::to_value(serde_json::from_value::<Pod>(fine.clone()).unwrap()).unwrap();
+    assert!(lost_keys(&fine, &round).is_empty());
+    let odd = json!({"spec": {"NodeName": null, "containers": [{"name": "a", "Image": null}]}});
+    let round = serde_json::to_value(serde_json::from_value::<Pod>(odd.clone()).unwrap()).unwrap();
+    assert_eq!(
+        lost_keys(&odd, &round),
+        vec![
+            "spec.NodeName".to_string(),
+            "spec.containers[0].Image".to_string()
+        ]
+    );
+}
+
 /// The second attacker's hooks (issue 24): each passed the judge, and each gave the vCluster's
 /// pods what the policy refuses once the API server or a controller acted on it.
 #[test]
