@@ -13,11 +13,12 @@
 //! and dropped.
 //!
 //! An event becomes a trigger ([`may_have_drifted`]) unless the Role is as the operator leaves
-//! it: it carries `vcp.dev/added-rules.*` records and holds every rule they record
-//! ([`rbac::records_held`]). So the operator's own patches trigger nothing, while a recorded rule
-//! taken out (`kubectl edit`; an apply of the chart's rules by another field manager, which then
-//! owns the atomic `rules` list), a Role without records (its records taken out with the rules,
-//! or a Role bound to the vCluster later) and a deleted Role do. The controller
+//! it: it carries `vcp.dev/added-rules.*` records and holds every rule they record, appended or
+//! found present ([`rbac::records_held`]). So the operator's own patches trigger nothing, while a
+//! recorded rule taken out (`kubectl edit`; an apply of the chart's rules by another field
+//! manager, which then owns the atomic `rules` list; the restore of the plugin that appended a
+//! rule another plugin recorded as present), a Role without records (its records taken out with
+//! the rules, or a Role bound to the vCluster later) and a deleted Role do. The controller
 //! ([`crate::controller`]) reconciles the namespace's plugins in that mode, whose reconcile
 //! lists the Roles and restores what is missing ([`crate::vcluster::act`]).
 
@@ -264,6 +265,25 @@ mod tests {
         assert!(
             may_have_drifted(&role(json!({}), json!([pods])), false),
             "no record (taken out with the rule, or never written)"
+        );
+        // A rule one plugin appended (a record as an older operator wrote it) and another
+        // recorded as present: held while the Role has it; once the first plugin's restore
+        // took it out, a trigger (the second one appends it again).
+        let present = json!({ "added": [], "present": [cars] }).to_string();
+        let shared = json!({
+            "vcp.dev/added-rules.car-syncer": json!([cars]).to_string(),
+            "vcp.dev/added-rules.other": present,
+        });
+        assert!(!may_have_drifted(&role(shared, json!([pods, cars])), false));
+        assert!(
+            may_have_drifted(
+                &role(
+                    json!({ "vcp.dev/added-rules.other": present }),
+                    json!([pods])
+                ),
+                false
+            ),
+            "a rule recorded as present taken out"
         );
     }
 

@@ -24,8 +24,10 @@
 //! RoleBindings of the namespace, [`target_role`]), unless any RoleBinding also binds that Role
 //! to another subject ([`other_subjects`], refused with [`SharedVClusterRole`](vcp_crds::Reason::SharedVClusterRole): the appended
 //! rules would widen them too); the rules added are recorded in the Role's
-//! annotation [`added_rules_annotation`] (JSON), so that removal takes exactly those entries
-//! out again and the Role's `rules`, labels and annotations are what they were, byte for byte.
+//! annotation [`added_rules_annotation`] (JSON, a [`Record`]), so that removal takes exactly
+//! those entries out again and the Role's `rules`, labels and annotations are what they were,
+//! byte for byte. A rule the Role already grants outside the plugin's record is not appended
+//! but recorded as `present`, so removal never takes out a rule of the chart's or a user's.
 //! Cluster-scoped rules still get the plugin's own ClusterRole in this mode (the vCluster chart
 //! binds no ClusterRole to patch in the common case).
 //!
@@ -56,7 +58,7 @@ pub use rules::{
     types_to_resolve,
 };
 pub use vcluster_roles::{
-    ADDED_RULES_MAX_NAME, ADDED_RULES_PREFIX, added_rules_annotation,
+    ADDED_RULES_MAX_NAME, ADDED_RULES_PREFIX, Record, added_rules_annotation,
     legacy_added_rules_annotation, other_subjects, patch_records, patch_role, record_keys,
     recorded_rules, records_held, restore_role, rules_under, target_role, without_recorded,
 };

@@ -9,7 +9,7 @@
 //!   collect only the namespaced ones, and only where one runs);
 //! - rules recorded in a vCluster Role under `rbac.mode: PatchVClusterRoles` (the annotations
 //!   `vcp.dev/added-rules.*` of every key scheme, [`crate::rbac::record_keys`], and the rules
-//!   they record, taken out with [`crate::rbac::patch_records`]);
+//!   they record as appended, taken out with [`crate::rbac::patch_records`]);
 //! - containers, init containers and volumes in a vCluster workload: the operator's
 //!   server-side-apply entry owns a container or init container named after a plugin that no
 //!   longer targets that workload (deleted, or moved to another vCluster): the workload's

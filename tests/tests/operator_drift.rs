@@ -251,8 +251,11 @@ async fn patched_vcluster_role_edited_by_someone_else_is_repaired() {
         .get(record)
         .cloned()
         .expect("recorded");
-    let appended = serde_json::to_string(&installed_rules[original_rules.len()..]).unwrap();
-    assert_eq!(recorded, appended);
+    let appended = &installed_rules[original_rules.len()..];
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&recorded).unwrap(),
+        json!({ "added": appended, "present": [] })
+    );
     let held = |role: &Role| {
         role.rules.as_ref() == Some(&installed_rules)
             && role.annotations().get(record) == Some(&recorded)

@@ -119,11 +119,11 @@ spec:
             .iter()
             .any(|r| r.resources == Some(vec!["configmaps".into()]))
     );
-    let recorded: Vec<k8s_openapi::api::rbac::v1::PolicyRule> = serde_json::from_str(
+    let recorded: Value = serde_json::from_str(
         &patched.metadata.annotations.as_ref().unwrap()["vcp.dev/added-rules.car-syncer"],
     )
     .unwrap();
-    assert_eq!(recorded, added);
+    assert_eq!(recorded, json!({ "added": added, "present": [] }));
     assert!(
         roles
             .get_opt("vcp-plugin-car-syncer")
@@ -167,6 +167,121 @@ spec:
         serde_json::to_string(&original.rules).unwrap(),
         "byte for byte"
     );
+}
+
+/// Security review, finding 4: the chart's Role already grants the rule a plugin needs. The
+/// plugin appends nothing (its record shows the rule as `present`, the Role's rules are
+/// unchanged); an apply of the chart's rules as Helm makes it (a merge patch of the whole atomic
+/// list by another field manager) and a reconcile leave it so; deleting the plugin leaves the
+/// Role's rules byte for byte as the chart made them, its rule included. (Before, the rule was
+/// appended again and recorded as added; after the chart's apply one copy was left, and the
+/// delete took out the chart's own rule.)
+#[tokio::test]
+async fn patch_mode_never_takes_out_a_rule_the_charts_role_already_had() {
+    const NS: &str = "rbac-patch-present";
+    let admin = setup().await;
+    vcp_tests::create_namespace(&admin, NS).await;
+    let chart_role = format!(
+        r#"
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: vc-my-vcluster
+  labels: {{ app.kubernetes.io/managed-by: Helm }}
+  annotations: {{ meta.helm.sh/release-name: my-vcluster }}
+rules:
+  - {{ apiGroups: [""], resources: [pods], verbs: [get, list, watch] }}
+  - {{ apiGroups: [""], resources: [configmaps], verbs: [get] }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{ name: vc-my-vcluster }}
+roleRef: {{ apiGroup: rbac.authorization.k8s.io, kind: Role, name: vc-my-vcluster }}
+subjects:
+  - {{ kind: ServiceAccount, name: vc-my-vcluster, namespace: {NS} }}
+"#
+    );
+    apply_yaml(
+        &admin,
+        &format!("{}{chart_role}", vcluster_workload(NS)),
+        Some(NS),
+    )
+    .await
+    .expect("vCluster");
+    let roles = Api::<Role>::namespaced(admin.clone(), NS);
+    let original = roles.get("vc-my-vcluster").await.unwrap();
+    let chart_rule = json!({ "apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"] });
+
+    // A v1 image plugin whose only rule is the chart's second one.
+    apply_yaml(
+        &admin,
+        r#"
+apiVersion: vcp.dev/v1alpha1
+kind: VClusterPlugin
+metadata: { name: cm-reader }
+spec:
+  vcluster: { name: my-vcluster }
+  image: registry.example.com/plugins/cm-reader:1.0
+  version: v1
+  rbac:
+    mode: PatchVClusterRoles
+    role:
+      extraRules:
+        - { apiGroups: [""], resources: [configmaps], verbs: [get] }
+"#,
+        Some(NS),
+    )
+    .await
+    .expect("plugin");
+    wait_ready(&admin, NS, "cm-reader", "True", None, TIMEOUT).await;
+    let record = "vcp.dev/added-rules.cm-reader";
+    let installed = wait_for(TIMEOUT, || {
+        let roles = roles.clone();
+        async move {
+            let r = roles.get("vc-my-vcluster").await.ok()?;
+            r.annotations().contains_key(record).then_some(r)
+        }
+    })
+    .await;
+    let recorded: Value = serde_json::from_str(&installed.annotations()[record]).unwrap();
+    println!(
+        "the chart's Role already holds the plugin's rule: record {recorded}, rules {}",
+        serde_json::to_string(&installed.rules).unwrap()
+    );
+    assert_eq!(recorded, json!({ "added": [], "present": [chart_rule] }));
+    assert_eq!(
+        serde_json::to_string(&installed.rules).unwrap(),
+        serde_json::to_string(&original.rules).unwrap(),
+        "nothing appended"
+    );
+
+    // Helm applies the chart again: `rules` set to the chart's list, whole.
+    roles
+        .patch(
+            "vc-my-vcluster",
+            &kube::api::PatchParams {
+                field_manager: Some("helm".into()),
+                ..Default::default()
+            },
+            &kube::api::Patch::Merge(json!({ "rules": original.rules })),
+        )
+        .await
+        .expect("the chart's apply");
+    vcp_tests::poke_plugin(&admin, NS, "cm-reader", TIMEOUT).await;
+
+    delete_plugin(&admin, NS, "cm-reader", TIMEOUT).await;
+    let restored = roles.get("vc-my-vcluster").await.unwrap();
+    println!(
+        "plugin deleted: rules {}",
+        serde_json::to_string(&restored.rules).unwrap()
+    );
+    assert_eq!(
+        serde_json::to_string(&restored.rules).unwrap(),
+        serde_json::to_string(&original.rules).unwrap(),
+        "byte for byte, the chart's configmaps rule included"
+    );
+    assert_eq!(restorable(&restored), restorable(&original));
 }
 
 /// A vCluster-shaped namespace `ns`: ServiceAccount and StatefulSet; with `chart_role`, the

@@ -509,6 +509,11 @@ fn apply_patch(role: &Role, patch: &Value) -> Role {
     serde_json::from_value(doc).unwrap()
 }
 
+/// The annotation value of a [`Record`] (`added`, `present`), as the operator writes it.
+fn record_json(added: &[PolicyRule], present: &[PolicyRule]) -> String {
+    serde_json::json!({ "added": added, "present": present }).to_string()
+}
+
 #[test]
 fn patch_mode_appends_records_and_restores_exactly() {
     let original = chart_role();
@@ -528,7 +533,7 @@ fn patch_mode_appends_records_and_restores_exactly() {
     assert_eq!(rules[2], cars);
     assert_eq!(
         installed.annotations()["vcp.dev/added-rules.car-syncer"],
-        serde_json::to_string(&vec![cars.clone()]).unwrap()
+        record_json(std::slice::from_ref(&cars), &[])
     );
     assert_eq!(
         patch_role(
@@ -541,12 +546,19 @@ fn patch_mode_appends_records_and_restores_exactly() {
         "converged"
     );
 
-    // A second plugin appending the same rule, then the first one leaving.
+    // A second plugin needing the same rule (it records it as present, appending nothing),
+    // then the first one leaving: the second one appends it again.
     let both = apply_patch(
         &installed,
         &patch_role(&installed, "other", &[], Some(std::slice::from_ref(&cars))).unwrap(),
     );
+    assert_eq!(both.rules, installed.rules);
     let first_gone = apply_patch(&both, &restore_role(&both, "car-syncer", &[]).unwrap());
+    assert_eq!(first_gone.rules, original.rules);
+    let first_gone = apply_patch(
+        &first_gone,
+        &patch_role(&first_gone, "other", &[], Some(std::slice::from_ref(&cars))).unwrap(),
+    );
     assert_eq!(first_gone.rules.as_ref().unwrap().len(), 3);
     let all_gone = apply_patch(
         &first_gone,
@@ -831,11 +843,11 @@ fn names_built_to_collide_under_the_earlier_scheme_get_their_own_records() {
         .unwrap(),
     );
     assert_eq!(
-        recorded_rules(&both, &colliding, &beside_long),
+        recorded_rules(&both, &colliding, &beside_long).added,
         vec![trucks.clone()]
     );
     assert_eq!(
-        recorded_rules(&both, &long, &beside_colliding),
+        recorded_rules(&both, &long, &beside_colliding).added,
         vec![cars.clone()]
     );
     for _ in 0..2 {
@@ -889,17 +901,16 @@ fn records_under_the_earlier_key_are_migrated_and_removed() {
         legacy.clone(),
         serde_json::to_string(&vec![cars.clone()]).unwrap(),
     );
-    assert_eq!(recorded_rules(&old, &long, &[]), vec![cars.clone()]);
+    assert_eq!(recorded_rules(&old, &long, &[]).added, vec![cars.clone()]);
 
     let migrated = apply_patch(
         &old,
         &patch_role(&old, &long, &[], Some(std::slice::from_ref(&cars))).unwrap(),
     );
     assert!(!migrated.annotations().contains_key(&legacy));
-    assert!(
-        migrated
-            .annotations()
-            .contains_key(&added_rules_annotation(&long))
+    assert_eq!(
+        migrated.annotations().get(&added_rules_annotation(&long)),
+        Some(&record_json(std::slice::from_ref(&cars), &[]))
     );
     assert_eq!(migrated.rules, old.rules, "the same rules, recorded once");
 
@@ -990,11 +1001,12 @@ fn records_held_sees_a_recorded_rule_taken_out() {
         &patch_role(&original, "car-syncer", &[], Some(one)).unwrap(),
     );
     assert_eq!(records_held(&installed), Some(true));
-    // A second plugin recording the same rule needs a second entry.
+    // A second plugin needing the same rule records it as present: no second entry.
     let both = apply_patch(
         &installed,
         &patch_role(&installed, "other", &[], Some(one)).unwrap(),
     );
+    assert_eq!(both.rules, installed.rules);
     assert_eq!(records_held(&both), Some(true));
 
     // `kubectl edit` taking the rule out (the record stays): not held, and the repair is due.
@@ -1002,13 +1014,24 @@ fn records_held_sees_a_recorded_rule_taken_out() {
     edited.rules.as_mut().unwrap().pop();
     assert_eq!(records_held(&edited), Some(false));
     assert!(patch_role(&edited, "car-syncer", &[], Some(one)).is_some());
-    // One of the two equal entries taken out: the rule is still granted, and neither plugin's
-    // reconcile would write (held, as `patch_role` judges it).
-    let mut one_copy = both.clone();
+    // Two plugins that both appended the rule (two entries; an older operator did so, and
+    // its records then read as `added`), one of the entries taken out: the rule is still
+    // granted, and neither plugin's reconcile would write (held, as `patch_role` judges it).
+    let mut twice = installed.clone();
+    twice.rules.as_mut().unwrap().push(cars.clone());
+    twice
+        .annotations_mut()
+        .insert("vcp.dev/added-rules.other".into(), record_json(one, &[]));
+    assert_eq!(records_held(&twice), Some(true));
+    let mut one_copy = twice.clone();
     one_copy.rules.as_mut().unwrap().pop();
     assert_eq!(records_held(&one_copy), Some(true));
     assert_eq!(
         patch_role(&one_copy, "car-syncer", &["other".into()], Some(one)),
+        None
+    );
+    assert_eq!(
+        patch_role(&one_copy, "other", &["car-syncer".into()], Some(one)),
         None
     );
     // Every appended entry gone (an apply of the chart's own rules by another manager).
@@ -1029,4 +1052,234 @@ fn records_held_sees_a_recorded_rule_taken_out() {
         .unwrap()
         .insert("vcp.dev/added-rules.car-syncer".into(), "{".into());
     assert_eq!(records_held(&garbled), Some(false));
+}
+
+/// Security review, finding 4: the chart's Role already grants a rule the plugin needs. The
+/// plugin appends nothing and records the rule as `present`; Helm re-applying the chart leaves
+/// the record held; the plugin's removal leaves the chart's rule in place, the Role byte for
+/// byte as the chart made it. (Before, the rule was appended a second time and recorded as
+/// added; after the re-apply one copy was left, the record still looked held, and the removal
+/// took out the chart's own rule.)
+#[test]
+fn a_rule_the_role_already_grants_is_recorded_present_and_never_removed() {
+    let cars = rule("example.loft.sh", &["cars"], &WRITE_VERBS, None);
+    let trucks = rule("example.loft.sh", &["trucks"], &READ_VERBS, None);
+    let mut chart = chart_role();
+    chart.rules.as_mut().unwrap().push(cars.clone());
+    let chart_rules = chart.rules.clone();
+
+    let patch = patch_role(&chart, "car-syncer", &[], Some(std::slice::from_ref(&cars))).unwrap();
+    let installed = apply_patch(&chart, &patch);
+    assert_eq!(installed.rules, chart_rules, "nothing appended");
+    assert_eq!(
+        installed.annotations()["vcp.dev/added-rules.car-syncer"],
+        record_json(&[], std::slice::from_ref(&cars))
+    );
+    assert_eq!(
+        recorded_rules(&installed, "car-syncer", &[]),
+        Record {
+            added: vec![],
+            present: vec![cars.clone()],
+        }
+    );
+    assert_eq!(records_held(&installed), Some(true));
+    assert_eq!(
+        patch_role(
+            &installed,
+            "car-syncer",
+            &[],
+            Some(std::slice::from_ref(&cars))
+        ),
+        None,
+        "converged"
+    );
+
+    // Helm re-applies the chart: `rules` back to the chart's list, which is what they are.
+    let mut reapplied = installed.clone();
+    reapplied.rules = chart_rules.clone();
+    assert_eq!(records_held(&reapplied), Some(true));
+    assert_eq!(
+        patch_role(
+            &reapplied,
+            "car-syncer",
+            &[],
+            Some(std::slice::from_ref(&cars))
+        ),
+        None
+    );
+
+    // The plugin goes: the chart's rule stays, the Role is the chart's byte for byte.
+    let restored = apply_patch(
+        &reapplied,
+        &restore_role(&reapplied, "car-syncer", &[]).unwrap(),
+    );
+    assert_eq!(
+        serde_json::to_string(&restored).unwrap(),
+        serde_json::to_string(&chart).unwrap()
+    );
+
+    // With a rule the chart lacks beside it: only that one is appended, and only that one
+    // taken out again.
+    let both = [cars.clone(), trucks.clone()];
+    let installed = apply_patch(
+        &chart,
+        &patch_role(&chart, "car-syncer", &[], Some(&both)).unwrap(),
+    );
+    let mut want = chart_rules.clone().unwrap();
+    want.push(trucks.clone());
+    assert_eq!(installed.rules.clone().unwrap(), want);
+    assert_eq!(
+        installed.annotations()["vcp.dev/added-rules.car-syncer"],
+        record_json(std::slice::from_ref(&trucks), std::slice::from_ref(&cars))
+    );
+    assert_eq!(patch_role(&installed, "car-syncer", &[], Some(&both)), None);
+    let restored = apply_patch(
+        &installed,
+        &restore_role(&installed, "car-syncer", &[]).unwrap(),
+    );
+    assert_eq!(
+        serde_json::to_string(&restored).unwrap(),
+        serde_json::to_string(&chart).unwrap()
+    );
+}
+
+/// A record an older operator wrote is a JSON list of the rules it appended: it reads as
+/// `added`, and the next patch writes it in the object form. One that appended a copy of a rule
+/// the chart holds too (finding 4's state: the chart's entry and the plugin's) converges to the
+/// chart's entry alone with the rule recorded as `present`: the duplicate goes, the permission
+/// stays, and the removal then leaves the chart's rule.
+#[test]
+fn records_written_as_a_list_are_read_and_migrated() {
+    let cars = rule("example.loft.sh", &["cars"], &WRITE_VERBS, None);
+    let one = std::slice::from_ref(&cars);
+    let list = serde_json::to_string(&vec![cars.clone()]).unwrap();
+    assert_eq!(
+        Record::parse(&list),
+        Some(Record {
+            added: vec![cars.clone()],
+            present: vec![],
+        })
+    );
+    assert_eq!(Record::parse("{"), None);
+    assert_eq!(Record::parse(r#"{"added": [], "gone": []}"#), None);
+
+    // A rule the chart lacks: the same rules, the record in the object form.
+    let mut old = chart_role();
+    old.rules.as_mut().unwrap().push(cars.clone());
+    old.annotations_mut()
+        .insert("vcp.dev/added-rules.car-syncer".into(), list.clone());
+    assert_eq!(records_held(&old), Some(true));
+    assert_eq!(recorded_rules(&old, "car-syncer", &[]).added, one);
+    let migrated = apply_patch(
+        &old,
+        &patch_role(&old, "car-syncer", &[], Some(one)).unwrap(),
+    );
+    assert_eq!(migrated.rules, old.rules);
+    assert_eq!(
+        migrated.annotations()["vcp.dev/added-rules.car-syncer"],
+        record_json(one, &[])
+    );
+    assert_eq!(patch_role(&migrated, "car-syncer", &[], Some(one)), None);
+    let restored = apply_patch(&old, &restore_role(&old, "car-syncer", &[]).unwrap());
+    assert_eq!(
+        serde_json::to_string(&restored).unwrap(),
+        serde_json::to_string(&chart_role()).unwrap()
+    );
+
+    // The chart's copy and the plugin's: one entry left, recorded as present.
+    let mut chart = chart_role();
+    chart.rules.as_mut().unwrap().push(cars.clone());
+    let mut doubled = chart.clone();
+    doubled.rules.as_mut().unwrap().push(cars.clone());
+    doubled
+        .annotations_mut()
+        .insert("vcp.dev/added-rules.car-syncer".into(), list);
+    assert_eq!(records_held(&doubled), Some(true));
+    let converged = apply_patch(
+        &doubled,
+        &patch_role(&doubled, "car-syncer", &[], Some(one)).unwrap(),
+    );
+    assert_eq!(converged.rules, chart.rules);
+    assert_eq!(
+        converged.annotations()["vcp.dev/added-rules.car-syncer"],
+        record_json(&[], one)
+    );
+    assert_eq!(records_held(&converged), Some(true));
+    assert_eq!(patch_role(&converged, "car-syncer", &[], Some(one)), None);
+    let restored = apply_patch(
+        &converged,
+        &restore_role(&converged, "car-syncer", &[]).unwrap(),
+    );
+    assert_eq!(
+        serde_json::to_string(&restored).unwrap(),
+        serde_json::to_string(&chart).unwrap()
+    );
+}
+
+/// Two plugins needing the same rule: the first appends it, the second records it as present.
+/// Both are converged, also with a third plugin appending after them. When the first goes its
+/// restore takes the rule out, the second's record is no longer held (the Role watch's
+/// trigger, `crate::patched_roles`), and the second's reconcile appends the rule again.
+#[test]
+fn a_rule_two_plugins_need_is_appended_again_when_its_appender_goes() {
+    let original = chart_role();
+    let cars = rule("example.loft.sh", &["cars"], &WRITE_VERBS, None);
+    let trucks = rule("example.loft.sh", &["trucks"], &READ_VERBS, None);
+    let one = std::slice::from_ref(&cars);
+    let first = apply_patch(
+        &original,
+        &patch_role(&original, "p1", &[], Some(one)).unwrap(),
+    );
+    let second = apply_patch(&first, &patch_role(&first, "p2", &[], Some(one)).unwrap());
+    assert_eq!(second.rules, first.rules, "nothing appended twice");
+    assert_eq!(
+        second.annotations()["vcp.dev/added-rules.p1"],
+        record_json(one, &[])
+    );
+    assert_eq!(
+        second.annotations()["vcp.dev/added-rules.p2"],
+        record_json(&[], one)
+    );
+    assert_eq!(records_held(&second), Some(true));
+    let third = apply_patch(
+        &second,
+        &patch_role(&second, "p3", &[], Some(std::slice::from_ref(&trucks))).unwrap(),
+    );
+    for (name, rules) in [
+        ("p1", one),
+        ("p2", one),
+        ("p3", std::slice::from_ref(&trucks)),
+    ] {
+        assert_eq!(
+            patch_role(&third, name, &[], Some(rules)),
+            None,
+            "{name} converged"
+        );
+    }
+
+    let first_gone = apply_patch(&third, &restore_role(&third, "p1", &[]).unwrap());
+    let mut want = original.rules.clone().unwrap();
+    want.push(trucks.clone());
+    assert_eq!(first_gone.rules.clone().unwrap(), want);
+    assert_eq!(records_held(&first_gone), Some(false), "p2's rule is gone");
+    let repaired = apply_patch(
+        &first_gone,
+        &patch_role(&first_gone, "p2", &[], Some(one)).unwrap(),
+    );
+    want.push(cars.clone());
+    assert_eq!(repaired.rules.clone().unwrap(), want);
+    assert_eq!(
+        repaired.annotations()["vcp.dev/added-rules.p2"],
+        record_json(one, &[])
+    );
+    assert_eq!(records_held(&repaired), Some(true));
+    assert_eq!(patch_role(&repaired, "p2", &[], Some(one)), None);
+
+    let all_gone = [("p2"), ("p3")].iter().fold(repaired, |role, name| {
+        apply_patch(&role, &restore_role(&role, name, &[]).unwrap())
+    });
+    assert_eq!(
+        serde_json::to_string(&all_gone).unwrap(),
+        serde_json::to_string(&original).unwrap()
+    );
 }

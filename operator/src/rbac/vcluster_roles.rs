@@ -8,9 +8,31 @@
 //! bound to another subject is refused, as the rules would widen that subject too. Why a merge
 //! patch with a `resourceVersion` precondition rather than server-side apply: see the
 //! [`rbac`](super) module.
+//!
+//! A plugin never appends a rule the Role already grants outside its own record (security
+//! review, finding 4). Recording an appended copy of a rule the chart's Role already held made
+//! the two interchangeable: once Helm re-applied the chart (`rules` back to the chart's list,
+//! one copy left), the record still looked held, and the plugin's removal then took out the
+//! chart's own rule, against DESIGN.md's "Nothing a user made is ever lost or overwritten by
+//! the operator". So the record ([`Record`]) keeps two lists: `added`, the entries the plugin
+//! appended (removal takes out one equal entry each, [`without_recorded`]), and `present`, the
+//! rules it needs that the Role already held outside its record, whether the chart's, a user's
+//! or another plugin's `added` ones (never appended, never removed). A record is held
+//! ([`records_held`]) when its `added` rules are still held and every `present` rule is still
+//! in the Role; so when the plugin that appended a rule goes, another plugin that recorded it as
+//! `present` sees its record unheld, and its reconcile appends the rule again. A record written
+//! before this rule (a JSON list: `added` only) that holds a rule twice, the chart's copy and
+//! its own, converges to one copy recorded as `present`.
+//!
+//! Left as it is: a chart upgrade that later adds exactly a rule the plugin appended makes the
+//! two one entry (Helm replaces the whole atomic `rules` list), which the record then counts as
+//! the plugin's: its removal takes that rule out. The same holds for a record written before
+//! this rule whose appended copy Helm had already merged with the chart's: nothing in the Role
+//! tells the two apart.
 
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, Subject};
 use kube::ResourceExt;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use vcp_crds::PLUGIN_NAME_LABEL;
 
@@ -29,7 +51,7 @@ pub const ADDED_RULES_MAX_NAME: usize = 63 - "added-rules.".len();
 /// CRD's rule), which never contains `.`, so no name form can equal a hashed form.
 const HASHED_MARK: &str = "sha256.";
 
-/// The annotation on a vCluster Role holding the JSON list of the rules `plugin_name` appended.
+/// The annotation on a vCluster Role holding the [`Record`] of `plugin_name` (JSON).
 ///
 /// Injective over plugin names (issue 21, hole 8: the earlier scheme cut a long name to 40
 /// characters plus 10 hex digits of FNV-1a, which a 51-character name could equal):
@@ -161,19 +183,77 @@ pub fn other_subjects(
     out
 }
 
-/// The rules `plugin_name` recorded in `role`, under each of its [`record_keys`] (`others`:
-/// the other plugins of the namespace; empty when none or unreadable).
-pub fn recorded_rules(role: &Role, plugin_name: &str, others: &[String]) -> Vec<PolicyRule> {
+/// What a plugin recorded in a vCluster Role (module docs), the JSON of the annotation
+/// [`added_rules_annotation`]: `{"added": [rules], "present": [rules]}`, each rule normalized
+/// ([`normalize`]) and each once. A record an operator wrote before `present` existed is a
+/// JSON list of rules, read as `added` ([`Record::parse`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Record {
+    /// The entries the plugin appended to the Role: its removal takes out one equal entry each.
+    #[serde(default)]
+    pub added: Vec<PolicyRule>,
+    /// The rules the plugin needs that the Role already held outside its record when it was
+    /// patched: never appended, never removed; the record is held only while each is in the
+    /// Role ([`records_held`]).
+    #[serde(default)]
+    pub present: Vec<PolicyRule>,
+}
+
+impl Record {
+    /// The record in an annotation's value: the object form, or the earlier JSON list of rules
+    /// (as `added`, `present` empty). `None` when it is neither.
+    pub fn parse(value: &str) -> Option<Self> {
+        // The list first: serde would also read a list as the struct's fields in order.
+        match serde_json::from_str::<Vec<PolicyRule>>(value) {
+            Ok(added) => Some(Self {
+                added,
+                present: Vec::new(),
+            }),
+            Err(_) => serde_json::from_str::<Self>(value).ok(),
+        }
+    }
+
+    /// Whether it records nothing (then no annotation is written).
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.present.is_empty()
+    }
+
+    /// Whether `rules` holds it, as the operator leaves a Role: each `added` rule takes one
+    /// equal entry of its own out of `rules` ([`without_recorded`]: two records of the same
+    /// appended rule share one entry), and every `present` rule is in `rules`.
+    fn held_by(&self, rules: &[PolicyRule]) -> bool {
+        without_recorded(rules, &self.added).len() + self.added.len() == rules.len()
+            && self.present.iter().all(|p| grants(rules, p))
+    }
+}
+
+/// Whether `rules` has an entry equal to `rule` (both normalized).
+fn grants(rules: &[PolicyRule], rule: &PolicyRule) -> bool {
+    let rule = normalize(rule);
+    rules.iter().any(|r| normalize(r) == rule)
+}
+
+/// The [`Record`] of `plugin_name` in `role`, under each of its [`record_keys`] (`others`: the
+/// other plugins of the namespace; empty when none or unreadable).
+pub fn recorded_rules(role: &Role, plugin_name: &str, others: &[String]) -> Record {
     rules_under(role, &record_keys(plugin_name, others))
 }
 
-/// The rules recorded in `role` under the annotations `keys`, in that order (an unreadable
-/// record counts as none).
-pub fn rules_under(role: &Role, keys: &[String]) -> Vec<PolicyRule> {
-    keys.iter()
+/// The records in `role` under the annotations `keys`, as one [`Record`]: their `added` lists
+/// one after the other in that order, and their `present` lists so (an unreadable record counts
+/// as none).
+pub fn rules_under(role: &Role, keys: &[String]) -> Record {
+    let mut all = Record::default();
+    for record in keys
+        .iter()
         .filter_map(|k| role.annotations().get(k))
-        .flat_map(|v| serde_json::from_str::<Vec<PolicyRule>>(v).unwrap_or_default())
-        .collect()
+        .filter_map(|v| Record::parse(v))
+    {
+        all.added.extend(record.added);
+        all.present.extend(record.present);
+    }
+    all
 }
 
 /// `rules` without the `recorded` entries: for each recorded rule, from the last, its last
@@ -190,13 +270,33 @@ pub fn without_recorded(rules: &[PolicyRule], recorded: &[PolicyRule]) -> Vec<Po
     out
 }
 
-/// The JSON merge patch (RFC 7386) that makes `live` hold `desired` as the rules appended for
-/// `plugin_name` (`None`: remove what it appended), or `None` when `live` already does.
+/// The record of `desired` (normalized, each once) against `base`, the Role's rules without
+/// the plugin's own appended entries: a rule `base` already holds is `present`, the others are
+/// `added` (module docs).
+fn record_of(base: &[PolicyRule], desired: &[PolicyRule]) -> Record {
+    let mut record = Record::default();
+    for rule in desired.iter().map(normalize) {
+        if record.added.contains(&rule) || record.present.contains(&rule) {
+            continue;
+        }
+        if grants(base, &rule) {
+            record.present.push(rule);
+        } else {
+            record.added.push(rule);
+        }
+    }
+    record
+}
+
+/// The JSON merge patch (RFC 7386) that makes `live` grant `desired` for `plugin_name`,
+/// appending those it does not hold yet (`None`: remove what it appended), or `None` when
+/// `live` already does.
 ///
 /// The patch carries `metadata.resourceVersion` of `live` (the API server refuses it with 409
 /// Conflict when the Role changed since: optimistic concurrency), the whole new `rules` (the
-/// live list minus the recorded entries plus `desired`; a merge patch replaces a list whole)
-/// and the annotation [`added_rules_annotation`] (set, or `null` to remove it). A record under
+/// live list minus the recorded `added` entries plus the desired rules that list lacks; a merge
+/// patch replaces a list whole) and the annotation [`added_rules_annotation`] (the [`Record`],
+/// or `null` to remove it). A record under
 /// the plugin's earlier key ([`legacy_added_rules_annotation`]) is taken out with it, so an
 /// upgraded operator moves it to the new key, unless that key is the current key of one of
 /// `others`, the other plugins of the namespace ([`record_keys`]).
@@ -214,11 +314,13 @@ pub fn patch_role(
     )
 }
 
-/// The JSON merge patch that takes the rules recorded under each annotation of `remove` out of
-/// `live` with those annotations, and, with `set: Some((key, rules))`, appends `rules`
-/// (normalized) recorded under `key` (an empty list records nothing); `None` when `live`
-/// already is so. Shape and concurrency as [`patch_role`], which this generalizes; the sweep
-/// (`crate::sweep`) removes the records of plugins that no longer exist with it.
+/// The JSON merge patch that takes the rules recorded as `added` under each annotation of
+/// `remove` out of `live` with those annotations, and, with `set: Some((key, rules))`, records
+/// `rules` under `key` (module docs): `base` is `live`'s rules without those `added` entries;
+/// the rules (normalized, each once) that `base` lacks are appended and recorded as `added`,
+/// the others recorded as `present` (nothing recorded when `rules` is empty). `None` when
+/// `live` already is so. Shape and concurrency as [`patch_role`], which this generalizes; the
+/// sweep (`crate::sweep`) removes the records of plugins that no longer exist with it.
 pub fn patch_records(
     live: &Role,
     remove: &[String],
@@ -233,18 +335,19 @@ pub fn patch_records(
     }
     let recorded = rules_under(live, &remove);
     let live_rules = live.rules.clone().unwrap_or_default();
-    let (set_key, desired): (Option<&str>, Vec<PolicyRule>) = match set {
-        Some((key, rules)) => (Some(key), rules.iter().map(normalize).collect()),
-        None => (None, Vec::new()),
+    let base = without_recorded(&live_rules, &recorded.added);
+    let (set_key, record) = match set {
+        Some((key, rules)) => (Some(key), record_of(&base, rules)),
+        None => (None, Record::default()),
     };
 
-    let mut rules = without_recorded(&live_rules, &recorded);
-    rules.extend(desired.iter().cloned());
+    let mut rules = base;
+    rules.extend(record.added.iter().cloned());
     let mut changes = serde_json::Map::new();
     for k in &remove {
         let want = match set_key {
-            Some(s) if s == k && !desired.is_empty() => {
-                Some(serde_json::to_string(&desired).unwrap_or_default())
+            Some(s) if s == k && !record.is_empty() => {
+                Some(serde_json::to_string(&record).unwrap_or_default())
             }
             _ => None,
         };
@@ -252,13 +355,10 @@ pub fn patch_records(
             changes.insert(k.clone(), want.map_or(Value::Null, Value::String));
         }
     }
-    // Converged: the records are as desired and the Role still holds every recorded rule
-    // (wherever: another plugin may have appended after this one, and moving this one's rules
-    // to the end on every reconcile would write the Role each time).
-    let unchanged_records = recorded.iter().map(normalize).collect::<Vec<_>>() == desired;
-    let still_held =
-        without_recorded(&live_rules, &recorded).len() + recorded.len() == live_rules.len();
-    if changes.is_empty() && (rules == live_rules || (unchanged_records && still_held)) {
+    // Converged: the record is as desired (no annotation changes) and the Role still holds it
+    // (`added` wherever: another plugin may have appended after this one, and moving this one's
+    // rules to the end on every reconcile would write the Role each time).
+    if changes.is_empty() && (rules == live_rules || record.held_by(&live_rules)) {
         return None;
     }
     let mut metadata = json!({ "resourceVersion": live.metadata.resource_version });
@@ -274,17 +374,19 @@ pub fn restore_role(live: &Role, plugin_name: &str, others: &[String]) -> Option
     patch_role(live, plugin_name, others, None)
 }
 
-/// Whether `role` still holds every rule its `vcp.dev/added-rules.*` annotations
-/// ([`ADDED_RULES_PREFIX`], any plugin's, any key scheme) record, as the operator leaves a Role
-/// it appended to: `None` when it carries no record; `Some(false)` when a recorded rule is
-/// missing from `rules` (someone took it out: `kubectl edit`, an apply by another field manager
-/// that owns `rules` now) or a record is not a JSON list of rules.
+/// Whether `role` is as the operator leaves it for every record of its `vcp.dev/added-rules.*`
+/// annotations ([`ADDED_RULES_PREFIX`], any plugin's, any key scheme): `None` when it carries
+/// no record; `Some(false)` when a record's `added` rule is missing from `rules` (someone took
+/// it out: `kubectl edit`, an apply by another field manager that owns `rules` now), a
+/// record's `present` rule is (the chart's upgrade, or the plugin that appended it, took it
+/// out), or a record is neither a [`Record`] nor the earlier JSON list of rules.
 ///
-/// Each record is judged on its own, as [`patch_records`] judges a plugin's "still held" (each
-/// recorded rule takes one equal entry out of the live list, [`without_recorded`]), so this is
-/// `Some(false)` exactly when the reconcile of some plugin recorded here would write the Role
-/// back. (Two plugins recording the same rule share one entry for this judgement: one copy
-/// taken out leaves the rule granted, and the restore of the first plugin to go leaves the
+/// Each record is judged on its own, as [`patch_records`] judges a plugin's "converged" (each
+/// `added` rule takes one equal entry out of the live list, [`without_recorded`]; each
+/// `present` rule must be in it), so this is `Some(false)` exactly when the reconcile of some
+/// plugin recorded here would write the Role back. (Two records of the same appended rule
+/// share one entry for this judgement, as records written before `present` existed may: one
+/// copy taken out leaves the rule granted, and the restore of the first plugin to go leaves the
 /// other's record unheld, which is then repaired.)
 pub fn records_held(role: &Role) -> Option<bool> {
     let keys: Vec<&String> = role
@@ -297,8 +399,6 @@ pub fn records_held(role: &Role) -> Option<bool> {
     }
     let live = role.rules.clone().unwrap_or_default();
     Some(keys.iter().all(|k| {
-        serde_json::from_str::<Vec<PolicyRule>>(&role.annotations()[*k]).is_ok_and(|recorded| {
-            without_recorded(&live, &recorded).len() + recorded.len() == live.len()
-        })
+        Record::parse(&role.annotations()[*k]).is_some_and(|record| record.held_by(&live))
     }))
 }
