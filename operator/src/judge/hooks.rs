@@ -109,7 +109,9 @@ pub const UNWRITTEN: &str = "vcp:unwritten";
 /// policy's other fields refused on change hold no value a hook could repeat with an effect:
 /// `automountServiceAccountToken` is `false` on the representative pod, and writing `false` can
 /// only take a token away; `resourceClaims` is absent, and taking a real pod's claims away makes
-/// that pod invalid (its containers name them), nothing more.
+/// that pod invalid (its containers name them), nothing more; a container image equal to the
+/// representative container's (`registry.k8s.io/pause:3.10`, not judged against
+/// `containers.allowedImages` as unchanged) runs nothing of the hook's.
 pub const UNWRITTEN_FIELDS: [&str; 10] = [
     "serviceAccountName",
     "serviceAccount",
