@@ -58,6 +58,29 @@ pub fn condition(
     }
 }
 
+/// Whether the operator has accepted the plugin's current spec: `WorkloadPatched` is `True`
+/// for `metadata.generation` (its `observedGeneration`). The operator writes it so only after
+/// judging that generation's hooks (DESIGN.md "Trust model"; the operator's
+/// `vcluster::decide`: `WorkloadPatched` carries the plugin's verdict) and putting it into the
+/// workload; a refused generation gets `False` and leaves the workload.
+///
+/// The runtime applies only accepted hooks (`vcp_syncer_runtime::acceptance`): a spec edited
+/// after the judgement waits for this before its hooks change any pod. The status subresource
+/// is written by the operator and the runtime (`config/rbac`); a user who could write
+/// `vclusterplugins/status` could claim acceptance, so it is not granted to plugin authors.
+pub fn accepted_by_operator(plugin: &VClusterPlugin) -> bool {
+    let Some(generation) = plugin.metadata.generation else {
+        return false;
+    };
+    plugin.status.as_ref().is_some_and(|s| {
+        s.conditions.iter().any(|c| {
+            c.type_ == WORKLOAD_PATCHED
+                && c.status == "True"
+                && c.observed_generation == Some(generation)
+        })
+    })
+}
+
 /// Field manager of every server-side apply the operator sends.
 pub const OPERATOR_FIELD_MANAGER: &str = "vcluster-plugin-operator";
 
@@ -813,4 +836,60 @@ pub struct SyncedObjects {
     /// Host objects of the same name that this vCluster does not manage (never touched).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conflicts: Option<i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plugin(generation: Option<i64>, conditions: Vec<Condition>) -> VClusterPlugin {
+        let mut p = VClusterPlugin::new("p", VClusterPluginSpec::default());
+        p.metadata.generation = generation;
+        p.status = Some(VClusterPluginStatus {
+            conditions,
+            ..Default::default()
+        });
+        p
+    }
+
+    fn workload_patched(status: &str, generation: Option<i64>) -> Condition {
+        Condition {
+            type_: WORKLOAD_PATCHED.into(),
+            status: status.into(),
+            reason: "Installed".into(),
+            message: String::new(),
+            observed_generation: generation,
+            last_transition_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+        }
+    }
+
+    #[test]
+    fn accepted_only_when_workload_patched_is_true_for_the_current_generation() {
+        assert!(accepted_by_operator(&plugin(
+            Some(3),
+            vec![workload_patched("True", Some(3))]
+        )));
+        // judged an older generation: the edit is not judged yet
+        assert!(!accepted_by_operator(&plugin(
+            Some(4),
+            vec![workload_patched("True", Some(3))]
+        )));
+        // refused
+        assert!(!accepted_by_operator(&plugin(
+            Some(3),
+            vec![workload_patched("False", Some(3))]
+        )));
+        // another condition, even True for the generation, is not the verdict
+        let mut ready = workload_patched("True", Some(3));
+        ready.type_ = READY.into();
+        assert!(!accepted_by_operator(&plugin(Some(3), vec![ready])));
+        // no status, or no generation (not yet stored by an API server)
+        let mut bare = plugin(Some(3), vec![]);
+        bare.status = None;
+        assert!(!accepted_by_operator(&bare));
+        assert!(!accepted_by_operator(&plugin(
+            None,
+            vec![workload_patched("True", None)]
+        )));
+    }
 }

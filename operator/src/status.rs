@@ -525,6 +525,26 @@ mod tests {
         assert_eq!(s.conditions.len(), 3);
     }
 
+    /// The runtime applies a generation's hooks only once the operator accepted it
+    /// (`vcp_crds::accepted_by_operator`): the status of an install says so, a refusal does not.
+    #[test]
+    fn an_install_is_the_runtimes_acceptance_and_a_refusal_is_not() {
+        let mut p = plugin();
+        p.status = Some(desired(&p, &installed(), &t(100)));
+        assert!(vcp_crds::accepted_by_operator(&p));
+        // the author edits the spec: not accepted until the operator has judged it again
+        p.metadata.generation = Some(4);
+        assert!(!vcp_crds::accepted_by_operator(&p));
+        let refused = Check::failed(Reason::PolicyDenied, "hooks make privileged pods");
+        let o = Outcome {
+            workload_patched: refused.clone(),
+            rbac: refused,
+            ..installed()
+        };
+        p.status = Some(desired(&p, &o, &t(101)));
+        assert!(!vcp_crds::accepted_by_operator(&p));
+    }
+
     #[test]
     fn missing_vcluster_is_pending_with_reason() {
         let mut p = plugin();

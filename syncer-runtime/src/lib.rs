@@ -22,6 +22,7 @@
 //!
 //! The contract is `shared/DESIGN.md`, section "Runtime contract".
 
+pub mod acceptance;
 mod cache;
 mod context;
 pub mod controller;

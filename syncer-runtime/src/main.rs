@@ -41,6 +41,7 @@ use kube::Api;
 use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
 use vcp_crds::VClusterPlugin;
+use vcp_syncer_runtime::acceptance::{HookGate, InForce};
 use vcp_syncer_runtime::hooks::declarative_hooks;
 use vcp_syncer_runtime::runtime::{DEFAULT_RESYNC_PERIOD, DEFAULT_WORKERS};
 use vcp_syncer_runtime::v2::{self, HookTable, Session};
@@ -268,15 +269,15 @@ async fn main_inner(args: Args) -> Result<(), Error> {
 }
 
 /// What the v2 runtime needs before it can tell vCluster it is ready: clients, its plugin's
-/// name and the hooks of the plugin's spec (declared to vCluster in `GetPluginConfig`).
-async fn prepare_v2(
-    session: &Session,
-) -> Result<(Config, Vec<Arc<dyn vcp_syncer_runtime::ClientHook>>), Error> {
+/// name and its hook table: the hooks of the plugin's spec, declared to vCluster in
+/// `GetPluginConfig`, applied by `Mutate` only once the operator accepted them
+/// ([`vcp_syncer_runtime::acceptance`]).
+async fn prepare_v2(session: &Session) -> Result<(Config, HookTable), Error> {
     let init = session.init_config();
     let (host, virtual_) = v2::clients(init).await?;
     let plugin = v2_plugin_name(init.plugin_name(), plugin_name_env())?;
     let api: Api<VClusterPlugin> = Api::namespaced(host.clone(), &init.host_namespace);
-    let spec = api
+    let object = api
         .get_opt(&plugin)
         .await
         .map_err(|source| Error::ReadPlugin {
@@ -287,8 +288,7 @@ async fn prepare_v2(
         .ok_or_else(|| Error::PluginNotFound {
             namespace: init.host_namespace.clone(),
             name: plugin.clone(),
-        })?
-        .spec;
+        })?;
     let mut config = Config::new(host, virtual_, init.host_namespace.clone(), plugin);
     config.vcluster = Some(init.vcluster.clone());
     config.pod_sync = PodSync::Mutate;
@@ -298,13 +298,22 @@ async fn prepare_v2(
     {
         config.workers = workers.max(1);
     }
-    Ok((config, declarative_hooks(&spec.hooks)))
+    let declared = declarative_hooks(&object.spec.hooks);
+    let table = match HookGate::default().observe(&object) {
+        InForce::Hooks(hooks) => {
+            let table = HookTable::new(declared);
+            table.set(declarative_hooks(&hooks));
+            table
+        }
+        InForce::Pending(message) => HookTable::held(declared, message),
+    };
+    Ok((config, table))
 }
 
 /// The runtime as a v2 plugin started by vCluster's syncer.
 async fn main_v2() -> Result<(), Error> {
     let session = Session::serve().await?;
-    let (mut config, hooks) = match prepare_v2(&session).await {
+    let (mut config, table) = match prepare_v2(&session).await {
         Ok(prepared) => prepared,
         Err(error) => {
             session.fail(&error.to_string());
@@ -312,7 +321,7 @@ async fn main_v2() -> Result<(), Error> {
             return Err(error);
         }
     };
-    let table = Arc::new(HookTable::new(hooks));
+    let table = Arc::new(table);
     config.hook_table = Some(table.clone());
     session.ready(table);
     info!(namespace = %config.namespace, plugin = %config.plugin, "v2 plugin ready; waiting for SetLeader");

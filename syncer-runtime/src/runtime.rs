@@ -33,6 +33,7 @@ use vcp_crds::{
     RUNTIME_FIELD_MANAGER, SyncDirection, SyncedType, VClusterPlugin, VClusterPluginSpec,
 };
 
+use crate::acceptance::{HookGate, InForce};
 pub use crate::context::{DEFAULT_RESYNC_PERIOD, DEFAULT_WORKERS};
 use crate::context::{RegisterContext, SyncContext, vcluster_owner_uid};
 use crate::controller::{self, ConflictReporter};
@@ -149,6 +150,10 @@ impl Config {
 static PROCESS_WARNED: std::sync::LazyLock<WarnedKeys> =
     std::sync::LazyLock::new(WarnedKeys::default);
 
+/// Logged (info) each time the runtime restarts its syncers on a new spec of its
+/// `VClusterPlugin`, or on a change of the hooks the operator accepted ([`crate::acceptance`]).
+pub const RESTARTED: &str = "VClusterPlugin spec or its accepted hooks changed, restarting syncers";
+
 /// Runs the declarative runtime until the future is dropped (or the task aborted).
 ///
 /// Reads the `VClusterPlugin` `config.plugin` in `config.namespace` on the host, then syncs
@@ -203,9 +208,12 @@ pub async fn run(config: Config) -> Result<(), Error> {
     // new statistics, and a restarted run must not repeat a warning already given
     // (`TypeStats::warn_once`).
     let warned = PROCESS_WARNED.clone();
+    // only hooks the operator accepted are applied (`acceptance`)
+    let mut gate = HookGate::default();
     let mut running = Some(Generation::start(
         &config,
         &plugin,
+        gate.observe(&plugin),
         on_conflict.clone(),
         on_warning.clone(),
         &warned,
@@ -225,12 +233,15 @@ pub async fn run(config: Config) -> Result<(), Error> {
             event = events.next() => match event {
                 Some(Ok(watcher::Event::Apply(plugin) | watcher::Event::InitApply(plugin))) => {
                     seen_in_init = true;
-                    let changed = running.as_ref().is_none_or(|g| g.spec != plugin.spec);
+                    let in_force = gate.observe(&plugin);
+                    let changed = running
+                        .as_ref()
+                        .is_none_or(|g| g.spec != plugin.spec || g.in_force != in_force);
                     if changed {
-                        info!(plugin = %config.plugin, "VClusterPlugin spec changed, restarting syncers");
+                        info!(plugin = %config.plugin, "{RESTARTED}");
                         running = None;
                         plugin_ref = plugin.object_ref(&());
-                        match Generation::start(&config, &plugin, on_conflict.clone(), on_warning.clone(), &warned) {
+                        match Generation::start(&config, &plugin, in_force, on_conflict.clone(), on_warning.clone(), &warned) {
                             Ok(generation) => running = Some(generation),
                             Err(error) => error!(%error, "cannot start the syncers of the new spec"),
                         }
@@ -308,6 +319,8 @@ async fn join_next(
 /// The syncers started for one version of the plugin's spec; dropping it stops them.
 struct Generation {
     spec: VClusterPluginSpec,
+    /// The hooks applied: the spec's once the operator accepted them ([`HookGate`]).
+    in_force: InForce,
     observed_generation: Option<i64>,
     /// One per synced type (and `v1 Pod` with `--pod-sync=full`), reported in
     /// `status.syncedObjects`.
@@ -321,6 +334,7 @@ impl Generation {
     fn start(
         config: &Arc<Config>,
         plugin: &VClusterPlugin,
+        in_force: InForce,
         on_conflict: ConflictReporter,
         on_warning: EventSink,
         warned: &WarnedKeys,
@@ -342,10 +356,27 @@ impl Generation {
             pod_hooks: None,
             tasks: JoinSet::new(),
             spec: spec.clone(),
+            in_force: in_force.clone(),
         };
-        let hooks: Arc<[Arc<dyn ClientHook>]> = declarative_hooks(&spec.hooks).into();
+        let accepted = in_force.hooks().unwrap_or_default();
+        let hooks: Arc<[Arc<dyn ClientHook>]> = declarative_hooks(accepted).into();
         if let Some(table) = &config.hook_table {
-            table.set(hooks.clone());
+            match &in_force {
+                InForce::Hooks(_) => table.set(hooks.clone()),
+                InForce::Pending(message) => table.hold(message.clone()),
+            }
+        }
+        // While no hooks are accepted, a type the spec hooks waits: none of its objects is
+        // written without its hooks.
+        let held = |api_version: &str, kind: &str| {
+            in_force.hooks().is_none()
+                && spec
+                    .hooks
+                    .iter()
+                    .any(|h| h.api_version == api_version && h.kind == kind)
+        };
+        if let InForce::Pending(message) = &in_force {
+            info!(plugin = %config.plugin, "{message}");
         }
         let (mut synced_types, refused) = syncable_types(&spec.synced_types, config.pod_sync);
         for message in refused {
@@ -380,6 +411,15 @@ impl Generation {
             }
         }
         for synced in synced_types {
+            if held(&synced.api_version, &synced.kind)
+                || synced
+                    .produced
+                    .iter()
+                    .any(|p| held(&p.api_version, &p.kind))
+            {
+                info!(plugin = %config.plugin, kind = %synced.kind, "not synced until the operator accepts the hooks of this type");
+                continue;
+            }
             let stats = Arc::new(
                 config
                     .logged(TypeStats::new(&synced.api_version, &synced.kind))
@@ -417,7 +457,7 @@ impl Generation {
                 .instrument(span),
             );
         }
-        if config.pod_sync == PodSync::Hooks && !physical_pod_hooks(&spec.hooks).is_empty() {
+        if config.pod_sync == PodSync::Hooks && !physical_pod_hooks(accepted).is_empty() {
             let stats = Arc::new(
                 config
                     .logged(TypeStats::new("v1", "Pod"))

@@ -16,6 +16,44 @@ use crate::control_plane::{Cluster, ControlPlane, Identity};
 use crate::fixtures::{apply_yaml_file, install_crds};
 use crate::wait::{poll_for, wait_for};
 
+/// Field manager of [`accept_as_operator`], the operator's stand-in in runtime tests.
+pub const ACCEPTING_FIELD_MANAGER: &str = "vcp-test-operator-standin";
+
+/// Stands in for the operator's verdict where a test runs the runtime without the operator:
+/// writes `WorkloadPatched=True` for the plugin's current generation on its status, as the
+/// operator does once it accepted (judged and installed) that generation. The runtime applies
+/// only hooks accepted so ([`vcp_crds::accepted_by_operator`]). Returns the generation.
+///
+/// # Panics
+/// When the plugin cannot be read or its status written.
+pub async fn accept_as_operator(admin: &Client, ns: &str, name: &str) -> i64 {
+    let api: Api<VClusterPlugin> = Api::namespaced(admin.clone(), ns);
+    let plugin = api.get(name).await.expect("read the plugin to accept");
+    let generation = plugin
+        .metadata
+        .generation
+        .expect("a stored plugin has a generation");
+    api.patch_status(
+        name,
+        &PatchParams::apply(ACCEPTING_FIELD_MANAGER).force(),
+        &Patch::Apply(json!({
+            "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
+            "status": {
+                "observedGeneration": generation,
+                "conditions": [{
+                    "type": vcp_crds::WORKLOAD_PATCHED, "status": "True", "reason": "Installed",
+                    "message": "accepted by the test's stand-in for the operator",
+                    "observedGeneration": generation,
+                    "lastTransitionTime": "2026-01-01T00:00:00Z"
+                }]
+            }
+        })),
+    )
+    .await
+    .expect("write WorkloadPatched=True");
+    generation
+}
+
 /// Installs the CRDs, the operator's RBAC (`config/rbac/role.yaml` plus the binding of the
 /// static-token user `vcp-operator`) and the admission policies of the trust model
 /// ([`install_admission_policies`]: the operator's own writes are bounded) on the shared host

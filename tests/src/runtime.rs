@@ -243,6 +243,8 @@ pub async fn world_with(
         )
         .await
         .expect("apply plugin");
+    // no operator runs here: its verdict is stood in for, so the hooks apply
+    crate::accept_as_operator(&host, &host_ns, "car-plugin").await;
 
     let Runtime {
         task: runtime,

@@ -580,6 +580,54 @@ async fn inside(t: &Target) {
     };
     assert_eq!(changed.labels()["created-by-plugin"], "pod-hook-v2");
 
+    // 4b. An edit the operator refuses never runs, though the runtime sees it first (the
+    // runtime applies only hooks the operator accepted: `acceptance`). The edited hook would
+    // put vCluster's host pods on the node's network.
+    let restarts = |log: String| log.matches(vcp_syncer_runtime::runtime::RESTARTED).count();
+    let restarts_before = restarts(syncer.log());
+    plugins
+        .patch(
+            PLUGIN,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"hooks": [{
+                "name": "pod-hook", "apiVersion": "v1", "kind": "Pod", "events": ["CreatePhysical"],
+                "labels": {"created-by-plugin": "refused"},
+                "jsonPatch": [{"op": "add", "path": "/spec/hostNetwork", "value": true}]
+            }]}})),
+        )
+        .await
+        .expect("edit the hooks");
+    vcp_tests::wait_ready(
+        &admin,
+        &t.ns,
+        PLUGIN,
+        "False",
+        Some("PolicyDenied"),
+        TIMEOUT,
+    )
+    .await;
+    // the runtime has read the edit: it restarted its syncers on the new spec (its log,
+    // relayed by vCluster's syncer)
+    let seen = wait_for(TIMEOUT, || {
+        let log = syncer.log();
+        async move { (restarts(log) > restarts_before).then_some(()) }
+    })
+    .await;
+    create_virtual_pod(&virtual_, t, "after-refused").await;
+    let kept = host_pod(&host, t, "after-refused").await;
+    eprintln!(
+        "refused edit seen by the runtime ({seen:?}, {} restart(s) logged before it): new host pod labels {:?}, hostNetwork {:?}",
+        restarts_before,
+        kept.labels().get("created-by-plugin"),
+        kept.spec.as_ref().and_then(|s| s.host_network)
+    );
+    assert_eq!(
+        kept.labels().get("created-by-plugin").map(String::as_str),
+        Some("pod-hook-v2"),
+        "the accepted hooks stay in force"
+    );
+    assert_eq!(kept.spec.as_ref().and_then(|s| s.host_network), None);
+
     // 5. Deleting the plugin and restarting the syncer: a healthy vCluster without plugin.
     vcp_tests::delete_plugin(&admin, &t.ns, PLUGIN, TIMEOUT).await;
     let sts = statefulset(&admin, t).await;

@@ -516,6 +516,8 @@ async fn embedded_runtime(version: &str) {
         )
         .await
         .expect("apply VClusterPlugin");
+    // no operator runs here: its verdict is stood in for, so `Mutate` applies the hooks
+    vcp_tests::accept_as_operator(&host, ns, PLUGIN).await;
 
     // The operator's init container: the runtime copies itself into /plugins/<name>.
     let (_, runtime) = plugin_binaries();

@@ -440,7 +440,10 @@ async fn spec_change_takes_effect_without_restart() {
     let host_name = "audi-x-respec-a-x-vc-respec";
     w.host_car_where(host_name, |_| true).await;
 
-    // add a Car hook to the plugin: the running runtime picks it up
+    // add a Car hook to the plugin: the running runtime restarts on the new spec, but applies
+    // the hook only once the operator accepted it (`acceptance`)
+    let key = "respec-a/audi";
+    let before = w.reconciles.reconciles("Car", key);
     let plugins: Api<VClusterPlugin> = Api::namespaced(w.host.clone(), &w.host_ns);
     plugins
         .patch(
@@ -455,6 +458,20 @@ async fn spec_change_takes_effect_without_restart() {
         )
         .await
         .expect("patch plugin");
+    let after = w.wait_reconciled("Car", key, before).await;
+    let unhooked = w.host_cars().get(host_name).await.expect("host car");
+    println!(
+        "Car hook not accepted yet: the runtime reconciled {key} {} more time(s); host labels {:?}",
+        after - before,
+        unhooked.labels()
+    );
+    assert_eq!(
+        unhooked.labels().get("hooked"),
+        None,
+        "no hook before acceptance"
+    );
+    assert_eq!(unhooked.data["spec"], json!({"type": "Audi"}));
+    vcp_tests::accept_as_operator(&w.host, &w.host_ns, "car-plugin").await;
     let hooked = w
         .host_car_where(host_name, |car| {
             car.labels().get("hooked").map(String::as_str) == Some("yes")

@@ -61,36 +61,72 @@ const PARENT_CHECK: Duration = Duration::from_millis(500);
 /// How long [`Session::shutdown`] waits for the gRPC server to finish answering.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
-/// The hooks a v2 plugin answers `Mutate` with; the declarative runtime replaces them when its
-/// `VClusterPlugin` changes ([`HookTable::set`]).
-#[derive(Default)]
+/// The hooks a v2 plugin declares to vCluster (`GetPluginConfig`, once, at start) and the hooks
+/// it answers `Mutate` with. The declarative runtime replaces the latter when its
+/// `VClusterPlugin` changes ([`HookTable::set`]), and holds them back while the operator has not
+/// accepted the spec's hooks ([`HookTable::hold`], [`crate::acceptance`]).
 pub struct HookTable {
-    hooks: RwLock<Arc<[Arc<dyn ClientHook>]>>,
+    declared: Arc<[Arc<dyn ClientHook>]>,
+    in_force: RwLock<InForce>,
+}
+
+/// The hooks `Mutate` applies, or why it applies none yet (the message it answers with).
+type InForce = Result<Arc<[Arc<dyn ClientHook>]>, String>;
+
+impl Default for HookTable {
+    fn default() -> Self {
+        Self::new(Vec::new())
+    }
 }
 
 impl HookTable {
-    /// A table holding `hooks`.
+    /// A table declaring and applying `hooks`.
     pub fn new(hooks: impl Into<Arc<[Arc<dyn ClientHook>]>>) -> Self {
+        let hooks = hooks.into();
         Self {
-            hooks: RwLock::new(hooks.into()),
+            declared: hooks.clone(),
+            in_force: RwLock::new(Ok(hooks)),
         }
     }
 
-    /// The current hooks.
-    pub fn get(&self) -> Arc<[Arc<dyn ClientHook>]> {
-        self.hooks
+    /// A table declaring `declared` whose `Mutate` answers `message` (gRPC `UNAVAILABLE`, so
+    /// vCluster retries the object) until [`HookTable::set`].
+    pub fn held(declared: impl Into<Arc<[Arc<dyn ClientHook>]>>, message: String) -> Self {
+        Self {
+            declared: declared.into(),
+            in_force: RwLock::new(Err(message)),
+        }
+    }
+
+    /// The hooks declared to vCluster: the types and points it calls `Mutate` for. vCluster
+    /// asks for the plugin config once, at start.
+    pub fn declared(&self) -> Arc<[Arc<dyn ClientHook>]> {
+        self.declared.clone()
+    }
+
+    /// The hooks `Mutate` applies, or why none may be applied yet.
+    pub fn get(&self) -> Result<Arc<[Arc<dyn ClientHook>]>, String> {
+        self.in_force
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
 
-    /// Replaces the hooks. vCluster asked for the plugin config once, at start: it calls
-    /// `Mutate` only for the types and points declared then.
+    /// Replaces the hooks `Mutate` applies. vCluster calls `Mutate` only for the types and
+    /// points declared at start.
     pub fn set(&self, hooks: impl Into<Arc<[Arc<dyn ClientHook>]>>) {
         *self
-            .hooks
+            .in_force
             .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = hooks.into();
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Ok(hooks.into());
+    }
+
+    /// Holds the hooks back: `Mutate` answers `message` until [`HookTable::set`].
+    pub fn hold(&self, message: String) {
+        *self
+            .in_force
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Err(message);
     }
 }
 
@@ -190,7 +226,7 @@ impl Plugin for PluginService {
         _: Request<GetPluginConfigRequest>,
     ) -> Result<Response<GetPluginConfigResponse>, Status> {
         let table = self.0.hooks().await?;
-        let config = PluginConfig::declare(&table.get());
+        let config = PluginConfig::declare(&table.declared());
         let config = serde_json::to_string(&config)
             .map_err(|e| Status::internal(format!("encode plugin config: {e}")))?;
         info!(%config, "GetPluginConfig answered");
@@ -203,7 +239,11 @@ impl Plugin for PluginService {
     ) -> Result<Response<MutateResponse>, Status> {
         let table = self.0.hooks().await?;
         let request = request.into_inner();
-        match mutate(&table.get(), &request) {
+        let hooks = table.get().map_err(|message| {
+            warn!(api_version = %request.api_version, kind = %request.kind, r#type = %request.r#type, %message, "Mutate refused: no accepted hooks");
+            Status::unavailable(message)
+        })?;
+        match mutate(&hooks, &request) {
             Ok(response) => {
                 debug!(api_version = %request.api_version, kind = %request.kind, r#type = %request.r#type, mutated = response.mutated, "Mutate answered");
                 Ok(Response::new(response))

@@ -130,9 +130,10 @@ async fn serves_the_calls_in_vclusters_order() {
         .unwrap_err();
     assert_eq!(second.code(), tonic::Code::FailedPrecondition);
 
-    session.ready(Arc::new(HookTable::new(vec![
-        Arc::new(PodHook(&[HookPoint::CreatePhysical])) as Arc<dyn ClientHook>,
-    ])));
+    let pod_hook = || vec![Arc::new(PodHook(&[HookPoint::CreatePhysical])) as Arc<dyn ClientHook>];
+    // declared at once, applied only once the operator accepted them (`acceptance`)
+    let table = Arc::new(HookTable::held(pod_hook(), "not accepted yet".into()));
+    session.ready(table.clone());
     initialize.await.unwrap().expect("Initialize answered");
     let config = client
         .get_plugin_config(GetPluginConfigRequest {})
@@ -144,16 +145,18 @@ async fn serves_the_calls_in_vclusters_order() {
         serde_json::from_str::<Value>(&config).unwrap(),
         json!({"clientHooks": [{"apiVersion": "v1", "kind": "Pod", "types": ["CreatePhysical"]}]})
     );
-    let mutated = client
-        .mutate(MutateRequest {
-            api_version: "v1".into(),
-            kind: "Pod".into(),
-            object: r#"{"metadata":{"name":"p"}}"#.into(),
-            r#type: "CreatePhysical".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let request = || MutateRequest {
+        api_version: "v1".into(),
+        kind: "Pod".into(),
+        object: r#"{"metadata":{"name":"p"}}"#.into(),
+        r#type: "CreatePhysical".into(),
+    };
+    // held hooks: vCluster's write fails (it retries the object) rather than go unhooked
+    let held = client.mutate(request()).await.unwrap_err();
+    assert_eq!(held.code(), tonic::Code::Unavailable);
+    assert_eq!(held.message(), "not accepted yet");
+    table.set(pod_hook());
+    let mutated = client.mutate(request()).await.unwrap().into_inner();
     assert!(mutated.mutated);
     assert_eq!(
         serde_json::from_str::<Value>(&mutated.object).unwrap(),
