@@ -135,24 +135,21 @@ impl DryRun for ApiDryRun<'_> {
             .await
         {
             Ok(_) => Ok(judge::PodAnswer::Admitted),
-            Err(kube::Error::Api(s)) if judge::pod_security_violation(&s.message).is_some() => {
-                Ok(judge::pod_security_violation(&s.message)
-                    .map_or(judge::PodAnswer::Admitted, judge::PodAnswer::Violates))
-            }
-            Err(kube::Error::Api(s)) if s.code == 400 || s.code == 422 => {
-                Ok(judge::PodAnswer::Invalid(s.message))
-            }
-            Err(kube::Error::Api(s)) => {
-                // Not the plugins' doing (such as a quota, or no `create pods` permission):
-                // the Pod Security level cannot be judged now; the workload's own dry run
-                // still was.
-                warn!(
-                    code = s.code,
-                    error = %s.message,
-                    "cannot check the vCluster's pod against the namespace's Pod Security level"
-                );
-                Ok(judge::PodAnswer::Admitted)
-            }
+            Err(kube::Error::Api(s)) => match judge::pod_security_violation(&s.message) {
+                Some(v) => Ok(judge::PodAnswer::Violates(v)),
+                None if s.code == 400 || s.code == 422 => Ok(judge::PodAnswer::Invalid(s.message)),
+                None => {
+                    // Not the plugins' doing (such as a quota, or no `create pods` permission):
+                    // the Pod Security level cannot be judged now; the workload's own dry run
+                    // still was.
+                    warn!(
+                        code = s.code,
+                        error = %s.message,
+                        "cannot check the vCluster's pod against the namespace's Pod Security level"
+                    );
+                    Ok(judge::PodAnswer::Admitted)
+                }
+            },
             Err(e) => Err(Error::kube(
                 format!("dry-run create a Pod in {namespace}"),
                 e,
