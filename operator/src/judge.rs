@@ -350,8 +350,9 @@ pub fn body_hash(body: &Value) -> u64 {
     h.finish()
 }
 
-/// The Pod Security violation of `pod` (a hooked representative pod of `workload`) in a dry
-/// run, if any: created under a generated name, with its labels, annotations and spec.
+/// The API server's answer ([`PodAnswer`]) to a dry-run create of `pod` (a hooked
+/// representative pod of `workload`): created under a generated name in the workload's
+/// namespace, with its labels, annotations and spec.
 async fn pod_security_of<D: DryRun>(dry: &D, workload: &Workload, pod: &Pod) -> Result<PodAnswer> {
     let check = Pod {
         metadata: ObjectMeta {
