@@ -350,6 +350,15 @@ pub fn body_hash(body: &Value) -> u64 {
     h.finish()
 }
 
+/// A representative pod the API server refuses in [`Verdicts::hook_refusals`]: the refusing
+/// answers of [`PodAnswer`].
+enum PodRefusal {
+    /// [`PodAnswer::Violates`].
+    Violates(PodSecurityViolation),
+    /// [`PodAnswer::Invalid`].
+    Invalid(String),
+}
+
 /// The API server's answer ([`PodAnswer`]) to a dry-run create of `pod` (a hooked
 /// representative pod of `workload`): created under a generated name in the workload's
 /// namespace, with its labels, annotations and spec.
@@ -497,11 +506,13 @@ impl Verdicts {
             // The first plugin whose hooks (with those before it) make the pod refused.
             let mut blamed = None;
             for (name, pod) in &judged.steps {
-                let answer = pod_security_of(dry, workload, pod).await?;
-                if answer != PodAnswer::Admitted {
-                    blamed = Some((name.clone(), answer));
-                    break;
-                }
+                let refusal = match pod_security_of(dry, workload, pod).await? {
+                    PodAnswer::Admitted => continue,
+                    PodAnswer::Violates(v) => PodRefusal::Violates(v),
+                    PodAnswer::Invalid(m) => PodRefusal::Invalid(m),
+                };
+                blamed = Some((name.clone(), refusal));
+                break;
             }
             let Some((name, v)) = blamed else { break };
             let plugin = remaining.iter().find(|p| p.name_any() == name);
@@ -517,16 +528,14 @@ impl Verdicts {
                 })
                 .unwrap_or_default();
             let message = match v {
-                PodAnswer::Violates(v) => format!(
+                PodRefusal::Violates(v) => format!(
                     "{} change the vCluster's pods so that they would violate the Pod Security level {:?} enforced in namespace {} (label {POD_SECURITY_ENFORCE_LABEL}); the API server's reason for a representative pod: {}",
                     hook_names.join(", "),
                     v.level,
                     workload.namespace,
                     v.detail
                 ),
-                // (not blamed: the loop above takes only refusals)
-                PodAnswer::Admitted => break,
-                PodAnswer::Invalid(m) => format!(
+                PodRefusal::Invalid(m) => format!(
                     "{} make a representative pod of the vCluster invalid, so the Pod Security level of namespace {} cannot judge what they do to its pods (the API server validates a pod before Pod Security admission runs); the API server's answer: {m}",
                     hook_names.join(", "),
                     workload.namespace,
