@@ -100,9 +100,21 @@ pub trait DryRun {
 /// The API server's answer to a server-side dry run of a Pod create ([`DryRun::pod`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PodAnswer {
-    /// Admitted; or refused for a reason that is not the pod's (a quota, no `create pods`
-    /// permission), so its Pod Security level could not be judged now.
+    /// Admitted.
     Admitted,
+    /// Neither admitted nor refused for what the pod is: the API server answered with another
+    /// error (a pod quota's or a missing `create pods` permission's 403, a 500, a webhook's
+    /// timeout), so the namespace's Pod Security level could not judge the pod now. The API
+    /// server's code and message.
+    ///
+    /// The judgement lets the pod pass as if [`PodAnswer::Admitted`] (fail-open): the real pods
+    /// are still judged by Pod Security admission when they are created, and a namespace's pod
+    /// quota must not block a plugin's installation. But nothing was judged, so
+    /// [`Verdicts::hook_refusals`] remembers no verdict that involved such an answer: the next
+    /// reconcile asks the API server again (the security review's F6: a transient failure was
+    /// remembered as admitted, and the namespace's level never judged those hooks until they
+    /// changed).
+    Unjudged(String),
     /// Refused by Pod Security admission.
     Violates(PodSecurityViolation),
     /// Refused as invalid (400 Bad Request or 422 Invalid), with the API server's message. The
@@ -110,6 +122,14 @@ pub enum PodAnswer {
     /// (k8s.io/apiserver `registry/generic/registry/store.go`, `Create`: `rest.BeforeCreate`,
     /// then `createValidation`), so Pod Security admission never judged this pod.
     Invalid(String),
+}
+
+impl PodAnswer {
+    /// Whether the judgement lets the pod pass: [`PodAnswer::Admitted`], or
+    /// [`PodAnswer::Unjudged`] (fail-open, see there).
+    pub fn passes(&self) -> bool {
+        matches!(self, PodAnswer::Admitted | PodAnswer::Unjudged(_))
+    }
 }
 
 /// A refusal by Pod Security admission: `violates PodSecurity "<level>": <detail>`
@@ -240,7 +260,7 @@ async fn verdict<D: DryRun>(dry: &D, workload: &Workload, plan: &WorkloadPlan) -
         // run validated.
         WorkloadAnswer::Accepted(pod) => Ok(match dry.pod(&pod).await? {
             PodAnswer::Violates(v) => Verdict::PodSecurity(v),
-            PodAnswer::Admitted | PodAnswer::Invalid(_) => Verdict::Fine,
+            PodAnswer::Admitted | PodAnswer::Unjudged(_) | PodAnswer::Invalid(_) => Verdict::Fine,
         }),
     }
 }
@@ -361,8 +381,14 @@ enum PodRefusal {
 
 /// The API server's answer ([`PodAnswer`]) to a dry-run create of `pod` (a hooked
 /// representative pod of `workload`): created under a generated name in the workload's
-/// namespace, with its labels, annotations and spec.
-async fn pod_security_of<D: DryRun>(dry: &D, workload: &Workload, pod: &Pod) -> Result<PodAnswer> {
+/// namespace, with its labels, annotations and spec. An answer that judged nothing
+/// ([`PodAnswer::Unjudged`]) sets `unjudged`.
+async fn pod_security_of<D: DryRun>(
+    dry: &D,
+    workload: &Workload,
+    pod: &Pod,
+    unjudged: &mut bool,
+) -> Result<PodAnswer> {
     let check = Pod {
         metadata: ObjectMeta {
             generate_name: Some(format!("{}-vcp-hooks-check-", workload.name)),
@@ -374,7 +400,9 @@ async fn pod_security_of<D: DryRun>(dry: &D, workload: &Workload, pod: &Pod) -> 
         spec: pod.spec.clone(),
         status: None,
     };
-    dry.pod(&check).await
+    let answer = dry.pod(&check).await?;
+    *unjudged |= matches!(answer, PodAnswer::Unjudged(_));
+    Ok(answer)
 }
 
 impl Verdicts {
@@ -433,7 +461,9 @@ impl Verdicts {
     /// vCluster, judged with the container policy `policy`; then the namespace's Pod Security
     /// level on the hooked pod by a dry run, [`DryRun::pod`]), by name. Nothing is requested
     /// when no plugin has a hook, or when the same hooks were judged for the same workload
-    /// (its uid and service account) before.
+    /// (its uid and service account) before. A dry run the API server could not judge
+    /// ([`PodAnswer::Unjudged`]) passes, and the verdict it took part in is not remembered: the
+    /// next call asks again.
     ///
     /// # Errors
     /// The dry runs' errors other than a refusal.
@@ -478,6 +508,8 @@ impl Verdicts {
         let mut remaining: Vec<&VClusterPlugin> = plugins.to_vec();
         let mut refused = BTreeMap::new();
         let mut baseline_checked = false;
+        // Whether an answer judged nothing: then the verdict is not remembered.
+        let mut unjudged = false;
         loop {
             let judged = hooks::judge(
                 policy,
@@ -491,7 +523,10 @@ impl Verdicts {
             let Some((_, last)) = judged.steps.last() else {
                 break;
             };
-            if pod_security_of(dry, workload, last).await? == PodAnswer::Admitted {
+            if pod_security_of(dry, workload, last, &mut unjudged)
+                .await?
+                .passes()
+            {
                 break;
             }
             // A violation, or a pod the API server refuses as invalid before Pod Security
@@ -499,15 +534,18 @@ impl Verdicts {
             // before): the hooks' doing only when the pod without hooks is admitted.
             if !baseline_checked {
                 baseline_checked = true;
-                if pod_security_of(dry, workload, &judged.before).await? != PodAnswer::Admitted {
+                if !pod_security_of(dry, workload, &judged.before, &mut unjudged)
+                    .await?
+                    .passes()
+                {
                     break;
                 }
             }
             // The first plugin whose hooks (with those before it) make the pod refused.
             let mut blamed = None;
             for (name, pod) in &judged.steps {
-                let refusal = match pod_security_of(dry, workload, pod).await? {
-                    PodAnswer::Admitted => continue,
+                let refusal = match pod_security_of(dry, workload, pod, &mut unjudged).await? {
+                    PodAnswer::Admitted | PodAnswer::Unjudged(_) => continue,
                     PodAnswer::Violates(v) => PodRefusal::Violates(v),
                     PodAnswer::Invalid(m) => PodRefusal::Invalid(m),
                 };
@@ -550,8 +588,12 @@ impl Verdicts {
             );
             remaining.retain(|p| p.name_any() != name);
         }
-        self.lock_hooks()
-            .insert(key(workload), (input, refused.clone()));
+        // An answer that judged nothing let the hooks pass (fail-open): not remembered, so the
+        // next reconcile asks the API server again.
+        if !unjudged {
+            self.lock_hooks()
+                .insert(key(workload), (input, refused.clone()));
+        }
         Ok(refused)
     }
 

@@ -141,13 +141,17 @@ impl DryRun for ApiDryRun<'_> {
                 None => {
                     // Not the plugins' doing (such as a quota, or no `create pods` permission):
                     // the Pod Security level cannot be judged now; the workload's own dry run
-                    // still was.
+                    // still was. The judgement lets the pod pass (PodAnswer::Unjudged: fail-open,
+                    // and a hook verdict it took part in is not remembered).
                     warn!(
                         code = s.code,
                         error = %s.message,
                         "cannot check the vCluster's pod against the namespace's Pod Security level"
                     );
-                    Ok(judge::PodAnswer::Admitted)
+                    Ok(judge::PodAnswer::Unjudged(format!(
+                        "{}: {}",
+                        s.code, s.message
+                    )))
                 }
             },
             Err(e) => Err(Error::kube(

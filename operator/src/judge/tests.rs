@@ -3,7 +3,7 @@ use crate::workload::{PLUGINS_VOLUME, SYNCER_CONTAINER, WorkloadKind};
 use k8s_openapi::api::core::v1::{Container, PodSpec, VolumeMount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use vcp_crds::Reason;
 use vcp_crds::{FINALIZER, VClusterPluginSpec, VClusterRef};
 
@@ -76,10 +76,12 @@ fn mounting(mut p: VClusterPlugin, volume: &str) -> VClusterPlugin {
 /// A stand-in for the API server: refuses a body with a mount of a volume the pod lacks
 /// (as its validation does), a Pod whose containers `invalid` names run as invalid (as its
 /// validation would), and a Pod whose containers `forbidden` names run (as Pod Security
-/// admission would, message in its format).
+/// admission would, message in its format). While `unjudged` is set, it answers every Pod with
+/// an error that judges nothing (a pod quota's 403).
 struct Fake {
     forbidden: Vec<&'static str>,
     invalid: Vec<&'static str>,
+    unjudged: AtomicBool,
     workload_calls: AtomicUsize,
     pod_calls: AtomicUsize,
 }
@@ -89,6 +91,7 @@ impl Fake {
         Fake {
             forbidden,
             invalid: Vec::new(),
+            unjudged: AtomicBool::new(false),
             workload_calls: AtomicUsize::new(0),
             pod_calls: AtomicUsize::new(0),
         }
@@ -153,6 +156,13 @@ impl DryRun for Fake {
 
     fn pod(&self, pod: &Pod) -> impl Future<Output = Result<PodAnswer>> + Send {
         self.pod_calls.fetch_add(1, Ordering::SeqCst);
+        if self.unjudged.load(Ordering::SeqCst) {
+            // the API server's wording for a pod quota used up (code 403)
+            let answer = PodAnswer::Unjudged(
+                "403: pods \"my-vcluster-vcp-hooks-check-x\" is forbidden: exceeded quota: pods, requested: pods=1, used: pods=10, limited: pods=10".into(),
+            );
+            return std::future::ready(Ok(answer));
+        }
         let invalid = pod
             .spec
             .iter()
@@ -163,7 +173,7 @@ impl DryRun for Fake {
             let answer = PodAnswer::Invalid(format!(
                 "Pod \"my-vcluster-vcp-hooks-check-x\" is invalid: spec.containers[{i}].securityContext.seccompProfile.type: Unsupported value: \"vcp-representative\": supported values: \"Localhost\", \"RuntimeDefault\", \"Unconfined\""
             ));
-            return futures::future::Either::Left(async move { Ok(answer) });
+            return std::future::ready(Ok(answer));
         }
         let bad: Vec<String> = pod
             .spec
@@ -182,7 +192,7 @@ impl DryRun for Fake {
         let answer = answer
             .and_then(|m| pod_security_violation(&m))
             .map_or(PodAnswer::Admitted, PodAnswer::Violates);
-        futures::future::Either::Right(async move { Ok(answer) })
+        std::future::ready(Ok(answer))
     }
 }
 
@@ -523,6 +533,53 @@ fn hooks_that_make_the_pod_invalid_are_refused_as_unjudgeable() {
     let refused = run(Verdicts::default().hook_refusals(&fake, &wl, &[&good], &policy)).unwrap();
     assert!(refused.is_empty(), "{refused:?}");
     assert_eq!(fake.calls(), (0, 2));
+}
+
+/// The security review's F6: a dry run of the hooked pod that the API server answers with an
+/// error that judges nothing (a pod quota's 403, a 500, a webhook's timeout) lets the hooks
+/// pass, but the verdict is not remembered: the next call asks again, and the namespace's
+/// level judges the hooks as soon as the API server answers. An admitted pod's verdict is
+/// remembered.
+#[test]
+fn an_unjudged_pod_admits_the_hooks_but_is_asked_again() {
+    let wl = workload();
+    let policy = ContainerPolicy::default();
+    let [good, bad] = labelling_and_adding_a_container("bad", "sidecar", "sneaky");
+
+    // Admitted: remembered, no second dry run.
+    let fake = Fake::new(vec![]);
+    let verdicts = Verdicts::default();
+    let refused = run(verdicts.hook_refusals(&fake, &wl, &[&good, &bad], &policy)).unwrap();
+    assert!(refused.is_empty(), "{refused:?}");
+    assert_eq!(fake.calls(), (0, 1));
+    let refused = run(verdicts.hook_refusals(&fake, &wl, &[&good, &bad], &policy)).unwrap();
+    assert!(refused.is_empty(), "{refused:?}");
+    assert_eq!(fake.calls(), (0, 1));
+    assert_eq!(verdicts.entries(), (0, 1));
+
+    // Pod Security would refuse `sneaky`, but the API server judges no pod now: the hooks
+    // pass (fail-open), and the next call dry-runs again.
+    let fake = Fake::new(vec!["sneaky"]);
+    fake.unjudged.store(true, Ordering::SeqCst);
+    let verdicts = Verdicts::default();
+    let refused = run(verdicts.hook_refusals(&fake, &wl, &[&good, &bad], &policy)).unwrap();
+    assert!(refused.is_empty(), "{refused:?}");
+    assert_eq!(fake.calls(), (0, 1));
+    assert_eq!(verdicts.entries(), (0, 0));
+    let refused = run(verdicts.hook_refusals(&fake, &wl, &[&good, &bad], &policy)).unwrap();
+    assert!(refused.is_empty(), "{refused:?}");
+    assert_eq!(fake.calls(), (0, 2));
+
+    // The API server judges again: `bad` is refused (the hooked pod of both, the pod without
+    // hooks, the first step, the hooked pod of `good` alone), and that is remembered.
+    fake.unjudged.store(false, Ordering::SeqCst);
+    let refused = run(verdicts.hook_refusals(&fake, &wl, &[&good, &bad], &policy)).unwrap();
+    assert_eq!(refused.keys().collect::<Vec<_>>(), ["bad"]);
+    assert_eq!(refused["bad"].reason, Reason::PolicyDenied);
+    assert_eq!(fake.calls(), (0, 6));
+    let again = run(verdicts.hook_refusals(&fake, &wl, &[&good, &bad], &policy)).unwrap();
+    assert_eq!(again, refused);
+    assert_eq!(fake.calls(), (0, 6));
 }
 
 #[test]
