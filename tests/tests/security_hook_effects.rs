@@ -74,6 +74,24 @@ fn pod_hook(name: &str, hook: Value) -> Value {
     })
 }
 
+/// Creates plugin `name` of one `Pod` hook ([`pod_hook`]: `hook`, with `actions`) in [`NS`],
+/// waits for its `Ready=False`, and asserts the reason `PolicyDenied` and a message that starts
+/// with `prefix`; returns the message.
+async fn create_refused(
+    admin: &Client,
+    name: &str,
+    hook: &str,
+    actions: Value,
+    prefix: &str,
+) -> String {
+    create_plugin(admin, NS, name, pod_hook(hook, actions)).await;
+    let p = wait_ready(admin, NS, name, "False", None, TIMEOUT).await;
+    let ready = condition(&p, "Ready").unwrap();
+    assert_eq!(ready.reason, "PolicyDenied", "{}", ready.message);
+    assert!(ready.message.starts_with(prefix), "{}", ready.message);
+    ready.message.clone()
+}
+
 #[tokio::test]
 async fn a_hook_that_breaks_the_namespaces_pod_security_level_is_refused() {
     let admin = vcp_tests::start_shared_operator("vcp-test/runtime:hook-effects").await;
@@ -111,31 +129,15 @@ async fn a_hook_that_breaks_the_namespaces_pod_security_level_is_refused() {
     let writes_before = operator_writes().len();
 
     // Every pod of the vCluster would run without a seccomp profile.
-    create_plugin(
+    let message = create_refused(
         &admin,
-        NS,
         "unconfined",
-        pod_hook(
-            "seccomp",
-            json!({ "jsonPatch": [{ "op": "remove", "path": "/spec/securityContext/seccompProfile" }] }),
-        ),
+        "seccomp",
+        json!({ "jsonPatch": [{ "op": "remove", "path": "/spec/securityContext/seccompProfile" }] }),
+        "spec.hooks[0] (seccomp) change the vCluster's pods so that they would violate the Pod Security level \"restricted:latest\" enforced in namespace hooks-restricted (label pod-security.kubernetes.io/enforce); the API server's reason for a representative pod: ",
     )
     .await;
-    let p = wait_ready(&admin, NS, "unconfined", "False", None, TIMEOUT).await;
-    let ready = condition(&p, "Ready").unwrap();
-    assert_eq!(ready.reason, "PolicyDenied", "{}", ready.message);
-    assert!(
-        ready.message.starts_with(
-            "spec.hooks[0] (seccomp) change the vCluster's pods so that they would violate the Pod Security level \"restricted:latest\" enforced in namespace hooks-restricted (label pod-security.kubernetes.io/enforce); the API server's reason for a representative pod: "
-        ),
-        "{}",
-        ready.message
-    );
-    assert!(
-        ready.message.contains("seccompProfile"),
-        "{}",
-        ready.message
-    );
+    assert!(message.contains("seccompProfile"), "{message}");
     wait_event(
         &admin,
         NS,
@@ -173,32 +175,19 @@ async fn a_hook_that_breaks_the_namespaces_pod_security_level_is_refused() {
     // copies may now write only labels and annotations, so the invalid value is a literal
     // here, one the operator's own policy does not refuse.)
     let writes_before = operator_writes().len();
-    create_plugin(
+    let message = create_refused(
         &admin,
-        NS,
         "invalid",
-        pod_hook(
-            "bogus-seccomp",
-            json!({ "jsonPatch": [{ "op": "replace", "path": "/spec/securityContext/seccompProfile/type", "value": "vcp-bogus" }] }),
-        ),
+        "bogus-seccomp",
+        json!({ "jsonPatch": [{ "op": "replace", "path": "/spec/securityContext/seccompProfile/type", "value": "vcp-bogus" }] }),
+        "spec.hooks[0] (bogus-seccomp) make a representative pod of the vCluster invalid, so the Pod Security level of namespace hooks-restricted cannot judge what they do to its pods (the API server validates a pod before Pod Security admission runs); the API server's answer: ",
     )
     .await;
-    let p = wait_ready(&admin, NS, "invalid", "False", None, TIMEOUT).await;
-    let ready = condition(&p, "Ready").unwrap();
-    assert_eq!(ready.reason, "PolicyDenied", "{}", ready.message);
-    assert!(
-        ready.message.starts_with(
-            "spec.hooks[0] (bogus-seccomp) make a representative pod of the vCluster invalid, so the Pod Security level of namespace hooks-restricted cannot judge what they do to its pods (the API server validates a pod before Pod Security admission runs); the API server's answer: "
-        ),
-        "{}",
-        ready.message
-    );
     // the API server's own words for the field (k8s.io/kubernetes pkg/apis/core/validation)
     assert!(
-        ready.message.contains("seccompProfile.type")
-            && ready.message.contains("Unsupported value: \"vcp-bogus\""),
-        "{}",
-        ready.message
+        message.contains("seccompProfile.type")
+            && message.contains("Unsupported value: \"vcp-bogus\""),
+        "{message}"
     );
     let since: Vec<(String, String, u16)> = operator_writes().split_off(writes_before);
     assert!(
@@ -213,27 +202,17 @@ async fn a_hook_that_breaks_the_namespaces_pod_security_level_is_refused() {
     // all have moved to the control plane's. Any write of the field is refused now; and the
     // harmless `team` plugin above was admitted by a dry run of a pod running as an existing
     // account.
-    create_plugin(
+    let message = create_refused(
         &admin,
-        NS,
         "control-plane-account",
-        pod_hook(
-            "sa",
-            json!({ "jsonPatch": [{ "op": "replace", "path": "/spec/serviceAccountName", "value": "vc-my-vcluster" }] }),
-        ),
+        "sa",
+        json!({ "jsonPatch": [{ "op": "replace", "path": "/spec/serviceAccountName", "value": "vc-my-vcluster" }] }),
+        "spec.hooks[0] (sa, CreatePhysical on v1 Pod) makes the vCluster's pods carry spec.serviceAccountName = \"vc-my-vcluster\" is refused by the operator policy: ",
     )
     .await;
-    let p = wait_ready(&admin, NS, "control-plane-account", "False", None, TIMEOUT).await;
-    let ready = condition(&p, "Ready").unwrap();
-    assert_eq!(ready.reason, "PolicyDenied", "{}", ready.message);
     assert!(
-        ready.message.starts_with(
-            "spec.hooks[0] (sa, CreatePhysical on v1 Pod) makes the vCluster's pods carry spec.serviceAccountName = \"vc-my-vcluster\" is refused by the operator policy: "
-        ) && ready
-            .message
-            .contains("a hook may not write spec.serviceAccountName, with any value"),
-        "{}",
-        ready.message
+        message.contains("a hook may not write spec.serviceAccountName, with any value"),
+        "{message}"
     );
     assert_eq!(template(&admin).await, installed);
 
@@ -241,25 +220,17 @@ async fn a_hook_that_breaks_the_namespaces_pod_security_level_is_refused() {
     // taint, in place of those vCluster's translation enforces, which v2 hooks run after) would
     // let the vCluster's pods onto control-plane nodes and nodes kept for other tenants. The
     // representative pod had no tolerations, and Pod Security does not judge them: installed.
-    create_plugin(
+    let message = create_refused(
         &admin,
-        NS,
         "any-node",
-        pod_hook(
-            "anywhere",
-            json!({ "jsonPatch": [{ "op": "add", "path": "/spec/tolerations", "value": [{ "operator": "Exists" }] }] }),
-        ),
+        "anywhere",
+        json!({ "jsonPatch": [{ "op": "add", "path": "/spec/tolerations", "value": [{ "operator": "Exists" }] }] }),
+        "spec.hooks[0] (anywhere, CreatePhysical on v1 Pod) makes the vCluster's pods carry spec.tolerations = ",
     )
     .await;
-    let p = wait_ready(&admin, NS, "any-node", "False", None, TIMEOUT).await;
-    let ready = condition(&p, "Ready").unwrap();
-    assert_eq!(ready.reason, "PolicyDenied", "{}", ready.message);
     assert!(
-        ready.message.starts_with(
-            "spec.hooks[0] (anywhere, CreatePhysical on v1 Pod) makes the vCluster's pods carry spec.tolerations = "
-        ) && ready.message.contains("a toleration lets the pods onto tainted nodes"),
-        "{}",
-        ready.message
+        message.contains("a toleration lets the pods onto tainted nodes"),
+        "{message}"
     );
     assert_eq!(template(&admin).await, installed);
 
@@ -267,30 +238,18 @@ async fn a_hook_that_breaks_the_namespaces_pod_security_level_is_refused() {
     // `allowPrivilegeEscalation: false` and `allowPrivilegeEſcalation: null` (U+017F, which Go's
     // encoding/json folds to `s`). The typed view read `false` and so did the dry run; vCluster
     // decodes the hook's result with Go, where the later key, `null`, wins: escalation allowed.
-    create_plugin(
+    create_refused(
         &admin,
-        NS,
         "two-spellings",
-        pod_hook(
-            "escalation",
-            json!({ "jsonPatch": [{ "op": "replace", "path": "/spec/containers/0/securityContext", "value": {
-                "allowPrivilegeEscalation": false,
-                "allowPrivilegeE\u{17f}calation": null,
-                "capabilities": { "drop": ["ALL"] },
-            } }] }),
-        ),
+        "escalation",
+        json!({ "jsonPatch": [{ "op": "replace", "path": "/spec/containers/0/securityContext", "value": {
+            "allowPrivilegeEscalation": false,
+            "allowPrivilegeE\u{17f}calation": null,
+            "capabilities": { "drop": ["ALL"] },
+        } }] }),
+        "spec.hooks[0] (escalation, CreatePhysical on v1 Pod) writes both \"allowPrivilegeEscalation\" and \"allowPrivilegeE\u{17f}calation\" in spec.containers[0].securityContext, which vCluster's decoder",
     )
     .await;
-    let p = wait_ready(&admin, NS, "two-spellings", "False", None, TIMEOUT).await;
-    let ready = condition(&p, "Ready").unwrap();
-    assert_eq!(ready.reason, "PolicyDenied", "{}", ready.message);
-    assert!(
-        ready.message.starts_with(
-            "spec.hooks[0] (escalation, CreatePhysical on v1 Pod) writes both \"allowPrivilegeEscalation\" and \"allowPrivilegeE\u{17f}calation\" in spec.containers[0].securityContext, which vCluster's decoder"
-        ),
-        "{}",
-        ready.message
-    );
     assert_eq!(template(&admin).await, installed);
     let p = wait_ready(&admin, NS, "team", "True", None, TIMEOUT).await;
     assert_eq!(condition(&p, "Ready").unwrap().reason, "Installed");
