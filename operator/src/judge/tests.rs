@@ -458,43 +458,58 @@ fn labelling_and_adding_a_container(
     ]
 }
 
+/// [`Verdicts::hook_refusals`] of `plugins` for [`workload`] under the default container
+/// policy, with `verdicts` and the stand-in API server `fake`.
+fn hook_refusals(
+    verdicts: &Verdicts,
+    fake: &Fake,
+    plugins: &[&VClusterPlugin],
+) -> BTreeMap<String, Refusal> {
+    run(verdicts.hook_refusals(fake, &workload(), plugins, &ContainerPolicy::default())).unwrap()
+}
+
+/// Asserts that `refused` refuses the plugin `name` only, with reason `PolicyDenied` and a
+/// message that starts with `prefix`; returns the message.
+fn the_only_refusal<'a>(
+    refused: &'a BTreeMap<String, Refusal>,
+    name: &str,
+    prefix: &str,
+) -> &'a str {
+    assert_eq!(refused.keys().collect::<Vec<_>>(), [name]);
+    let r = &refused[name];
+    assert_eq!(r.reason, Reason::PolicyDenied);
+    assert!(r.message.starts_with(prefix), "{}", r.message);
+    &r.message
+}
+
 #[test]
 fn hooks_that_break_pod_security_are_refused_by_the_dry_run_of_the_hooked_pod() {
-    let wl = workload();
-    let policy = ContainerPolicy::default();
     let [good, bad] = labelling_and_adding_a_container("bad", "sidecar", "sneaky");
     // The API server's Pod Security admission refuses pods that run `sneaky`.
     let fake = Fake::new(vec!["sneaky"]);
     let verdicts = Verdicts::default();
-    let refused = run(verdicts.hook_refusals(&fake, &wl, &[&good, &bad], &policy)).unwrap();
-    assert_eq!(refused.keys().collect::<Vec<_>>(), ["bad"]);
-    let r = &refused["bad"];
-    assert_eq!(r.reason, Reason::PolicyDenied);
-    assert!(
-        r.message
-            .starts_with("spec.hooks[0] (sidecar) change the vCluster's pods"),
-        "{}",
-        r.message
+    let refused = hook_refusals(&verdicts, &fake, &[&good, &bad]);
+    let message = the_only_refusal(
+        &refused,
+        "bad",
+        "spec.hooks[0] (sidecar) change the vCluster's pods",
     );
-    assert!(r.message.contains("\"restricted:latest\""), "{}", r.message);
+    assert!(message.contains("\"restricted:latest\""), "{message}");
     // The hooked pod of both, the pod without hooks, the first step (`bad` hooks first, by
     // name), which violates; then the hooked pod of `good` alone.
     assert_eq!(fake.calls(), (0, 4));
     // Judged once for the same hooks and workload.
-    let again = run(verdicts.hook_refusals(&fake, &wl, &[&bad, &good], &policy)).unwrap();
+    let again = hook_refusals(&verdicts, &fake, &[&bad, &good]);
     assert_eq!(again, refused);
     assert_eq!(fake.calls(), (0, 4));
 }
 
 #[test]
 fn a_pod_security_violation_of_the_unhooked_pod_is_not_the_hooks_doing() {
-    let wl = workload();
     let hooked = pod_hook(plugin("env", 1), "env", "/spec/containers/0/env", json!([]));
     // Pod Security refuses the representative pod itself (its container is `workload`).
     let fake = Fake::new(vec!["workload"]);
-    let refused =
-        run(Verdicts::default().hook_refusals(&fake, &wl, &[&hooked], &ContainerPolicy::default()))
-            .unwrap();
+    let refused = hook_refusals(&Verdicts::default(), &fake, &[&hooked]);
     assert!(refused.is_empty(), "{refused:?}");
     assert_eq!(fake.calls(), (0, 2));
 }
@@ -506,23 +521,15 @@ fn a_pod_security_violation_of_the_unhooked_pod_is_not_the_hooks_doing() {
 /// did it, unless the pod without hooks is refused too.
 #[test]
 fn hooks_that_make_the_pod_invalid_are_refused_as_unjudgeable() {
-    let wl = workload();
-    let policy = ContainerPolicy::default();
     let [good, odd] = labelling_and_adding_a_container("odd", "odd", "odd");
     let fake = Fake::refusing_as_invalid(vec!["odd"]);
-    let refused =
-        run(Verdicts::default().hook_refusals(&fake, &wl, &[&good, &odd], &policy)).unwrap();
-    assert_eq!(refused.keys().collect::<Vec<_>>(), ["odd"]);
-    let r = &refused["odd"];
-    assert_eq!(r.reason, Reason::PolicyDenied);
-    assert!(
-        r.message.starts_with(
-            "spec.hooks[0] (odd) make a representative pod of the vCluster invalid, so the Pod Security level of namespace team-a cannot judge"
-        ),
-        "{}",
-        r.message
+    let refused = hook_refusals(&Verdicts::default(), &fake, &[&good, &odd]);
+    let message = the_only_refusal(
+        &refused,
+        "odd",
+        "spec.hooks[0] (odd) make a representative pod of the vCluster invalid, so the Pod Security level of namespace team-a cannot judge",
     );
-    assert!(r.message.contains("Unsupported value"), "{}", r.message);
+    assert!(message.contains("Unsupported value"), "{message}");
     // The hooked pod of both, the pod without hooks, the first step (`good`'s hooks first,
     // then `odd`'s, by name: `good` alone is admitted, `good` then `odd` is refused), then the
     // hooked pod of `good` alone.
@@ -530,7 +537,7 @@ fn hooks_that_make_the_pod_invalid_are_refused_as_unjudgeable() {
 
     // A pod the API server refuses without any hook is not the hooks' doing.
     let fake = Fake::refusing_as_invalid(vec!["workload"]);
-    let refused = run(Verdicts::default().hook_refusals(&fake, &wl, &[&good], &policy)).unwrap();
+    let refused = hook_refusals(&Verdicts::default(), &fake, &[&good]);
     assert!(refused.is_empty(), "{refused:?}");
     assert_eq!(fake.calls(), (0, 2));
 }
@@ -542,17 +549,15 @@ fn hooks_that_make_the_pod_invalid_are_refused_as_unjudgeable() {
 /// remembered.
 #[test]
 fn an_unjudged_pod_admits_the_hooks_but_is_asked_again() {
-    let wl = workload();
-    let policy = ContainerPolicy::default();
     let [good, bad] = labelling_and_adding_a_container("bad", "sidecar", "sneaky");
 
     // Admitted: remembered, no second dry run.
     let fake = Fake::new(vec![]);
     let verdicts = Verdicts::default();
-    let refused = run(verdicts.hook_refusals(&fake, &wl, &[&good, &bad], &policy)).unwrap();
+    let refused = hook_refusals(&verdicts, &fake, &[&good, &bad]);
     assert!(refused.is_empty(), "{refused:?}");
     assert_eq!(fake.calls(), (0, 1));
-    let refused = run(verdicts.hook_refusals(&fake, &wl, &[&good, &bad], &policy)).unwrap();
+    let refused = hook_refusals(&verdicts, &fake, &[&good, &bad]);
     assert!(refused.is_empty(), "{refused:?}");
     assert_eq!(fake.calls(), (0, 1));
     assert_eq!(verdicts.entries(), (0, 1));
@@ -562,22 +567,25 @@ fn an_unjudged_pod_admits_the_hooks_but_is_asked_again() {
     let fake = Fake::new(vec!["sneaky"]);
     fake.unjudged.store(true, Ordering::SeqCst);
     let verdicts = Verdicts::default();
-    let refused = run(verdicts.hook_refusals(&fake, &wl, &[&good, &bad], &policy)).unwrap();
+    let refused = hook_refusals(&verdicts, &fake, &[&good, &bad]);
     assert!(refused.is_empty(), "{refused:?}");
     assert_eq!(fake.calls(), (0, 1));
     assert_eq!(verdicts.entries(), (0, 0));
-    let refused = run(verdicts.hook_refusals(&fake, &wl, &[&good, &bad], &policy)).unwrap();
+    let refused = hook_refusals(&verdicts, &fake, &[&good, &bad]);
     assert!(refused.is_empty(), "{refused:?}");
     assert_eq!(fake.calls(), (0, 2));
 
     // The API server judges again: `bad` is refused (the hooked pod of both, the pod without
     // hooks, the first step, the hooked pod of `good` alone), and that is remembered.
     fake.unjudged.store(false, Ordering::SeqCst);
-    let refused = run(verdicts.hook_refusals(&fake, &wl, &[&good, &bad], &policy)).unwrap();
-    assert_eq!(refused.keys().collect::<Vec<_>>(), ["bad"]);
-    assert_eq!(refused["bad"].reason, Reason::PolicyDenied);
+    let refused = hook_refusals(&verdicts, &fake, &[&good, &bad]);
+    the_only_refusal(
+        &refused,
+        "bad",
+        "spec.hooks[0] (sidecar) change the vCluster's pods",
+    );
     assert_eq!(fake.calls(), (0, 6));
-    let again = run(verdicts.hook_refusals(&fake, &wl, &[&good, &bad], &policy)).unwrap();
+    let again = hook_refusals(&verdicts, &fake, &[&good, &bad]);
     assert_eq!(again, refused);
     assert_eq!(fake.calls(), (0, 6));
 }
@@ -585,13 +593,7 @@ fn an_unjudged_pod_admits_the_hooks_but_is_asked_again() {
 #[test]
 fn plugins_without_hooks_cost_no_dry_run() {
     let fake = Fake::new(vec![]);
-    let refused = run(Verdicts::default().hook_refusals(
-        &fake,
-        &workload(),
-        &[&plugin("a", 1)],
-        &ContainerPolicy::default(),
-    ))
-    .unwrap();
+    let refused = hook_refusals(&Verdicts::default(), &fake, &[&plugin("a", 1)]);
     assert!(refused.is_empty());
     assert_eq!(fake.calls(), (0, 0));
 }
