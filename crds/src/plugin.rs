@@ -59,10 +59,14 @@ pub fn condition(
 }
 
 /// Whether the operator has accepted the plugin's current spec: `WorkloadPatched` is `True`
-/// for `metadata.generation` (its `observedGeneration`). The operator writes it so only after
-/// judging that generation's hooks (DESIGN.md "Trust model"; the operator's
-/// `vcluster::decide`: `WorkloadPatched` carries the plugin's verdict) and putting it into the
-/// workload; a refused generation gets `False` and leaves the workload.
+/// for `metadata.generation` (its `observedGeneration`), and the plugin is not being deleted.
+/// The operator writes it so after judging that generation's hooks (DESIGN.md "Trust model";
+/// the operator's `vcluster::decide`: `WorkloadPatched` carries the plugin's verdict) and
+/// putting it into the workload; a refused generation gets `False` and leaves the workload.
+/// A plugin being deleted is never accepted: the operator's `Terminating` status judges
+/// nothing, yet it says `WorkloadPatched=True` for the deleting generation (the seventh
+/// security review: hooks refused just before a `kubectl delete`, held by a finalizer of the
+/// author's, were otherwise taken as accepted).
 ///
 /// The runtime applies only accepted hooks (`vcp_syncer_runtime::acceptance`): a spec edited
 /// after the judgement waits for this before its hooks change any pod. The status subresource
@@ -72,6 +76,9 @@ pub fn accepted_by_operator(plugin: &VClusterPlugin) -> bool {
     let Some(generation) = plugin.metadata.generation else {
         return false;
     };
+    if plugin.metadata.deletion_timestamp.is_some() {
+        return false;
+    }
     plugin.status.as_ref().is_some_and(|s| {
         s.conditions.iter().any(|c| {
             c.type_ == WORKLOAD_PATCHED
@@ -883,6 +890,10 @@ mod tests {
         let mut ready = workload_patched("True", Some(3));
         ready.type_ = READY.into();
         assert!(!accepted_by_operator(&plugin(Some(3), vec![ready])));
+        // being deleted: the operator's Terminating status judges nothing
+        let mut deleting = plugin(Some(3), vec![workload_patched("True", Some(3))]);
+        deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        assert!(!accepted_by_operator(&deleting));
         // no status, or no generation (not yet stored by an API server)
         let mut bare = plugin(Some(3), vec![]);
         bare.status = None;

@@ -543,6 +543,14 @@ mod tests {
         };
         p.status = Some(desired(&p, &o, &t(101)));
         assert!(!vcp_crds::accepted_by_operator(&p));
+        // being deleted: the Terminating status judges nothing (the seventh security review)
+        p.metadata.deletion_timestamp = Some(t(102));
+        let terminating = Outcome {
+            terminating: true,
+            ..installed()
+        };
+        p.status = Some(desired(&p, &terminating, &t(102)));
+        assert!(!vcp_crds::accepted_by_operator(&p));
     }
 
     #[test]

@@ -179,6 +179,22 @@ mod tests {
         assert!(gate.observe(&again).hooks().is_none());
     }
 
+    /// The seventh security review: the operator's `Terminating` status says
+    /// `WorkloadPatched=True` for the deleting generation without judging it; hooks it had
+    /// refused just before the delete must not come into force then.
+    #[test]
+    fn a_plugin_being_deleted_keeps_the_hooks_accepted_before() {
+        let mut gate = HookGate::default();
+        gate.observe(&plugin(1, vec![hook("a")], Some((1, true))));
+        assert_eq!(
+            gate.observe(&plugin(2, vec![hook("evil")], Some((2, false)))),
+            InForce::Hooks(vec![hook("a")])
+        );
+        let mut deleting = plugin(2, vec![hook("evil")], Some((2, true)));
+        deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        assert_eq!(gate.observe(&deleting), InForce::Hooks(vec![hook("a")]));
+    }
+
     #[test]
     fn no_hooks_or_the_accepted_ones_need_no_new_judgement() {
         let mut gate = HookGate::default();

@@ -154,6 +154,12 @@ static PROCESS_WARNED: std::sync::LazyLock<WarnedKeys> =
 /// `VClusterPlugin`, or on a change of the hooks the operator accepted ([`crate::acceptance`]).
 pub const RESTARTED: &str = "VClusterPlugin spec or its accepted hooks changed, restarting syncers";
 
+/// Logged (info, with the object's `resource_version`) for each version of a `VClusterPlugin`
+/// being deleted the runtime reads: nothing of it is accepted any more
+/// ([`vcp_crds::accepted_by_operator`]), the hooks in force stay as they were.
+pub const DELETING: &str =
+    "VClusterPlugin is being deleted: its hooks stay those accepted before the delete";
+
 /// Runs the declarative runtime until the future is dropped (or the task aborted).
 ///
 /// Reads the `VClusterPlugin` `config.plugin` in `config.namespace` on the host, then syncs
@@ -233,6 +239,10 @@ pub async fn run(config: Config) -> Result<(), Error> {
             event = events.next() => match event {
                 Some(Ok(watcher::Event::Apply(plugin) | watcher::Event::InitApply(plugin))) => {
                     seen_in_init = true;
+                    if plugin.metadata.deletion_timestamp.is_some() {
+                        let resource_version = plugin.resource_version().unwrap_or_default();
+                        info!(plugin = %config.plugin, %resource_version, "{DELETING}");
+                    }
                     let in_force = gate.observe(&plugin);
                     let changed = running
                         .as_ref()

@@ -80,10 +80,10 @@ pub use oracle::{
     vcluster_host_label_selector, vcluster_host_name,
 };
 pub use plugins::{
-    ACCEPTING_FIELD_MANAGER, accept_as_operator, condition, create_plugin, delete_plugin, install_operator_role, operator_reconciles,
-    operator_telemetry, poke_plugin, poll_event, poll_event_where, poll_ready,
-    prepare_operator_host, start_shared_operator, start_shared_operator_with_policy, wait_event,
-    wait_operator_reconciled, wait_ready,
+    ACCEPTING_FIELD_MANAGER, accept_as_operator, condition, create_plugin, delete_plugin,
+    install_operator_role, operator_reconciles, operator_telemetry, poke_plugin, poll_event,
+    poll_event_where, poll_ready, prepare_operator_host, start_shared_operator,
+    start_shared_operator_with_policy, wait_event, wait_operator_reconciled, wait_ready,
 };
 pub use process::{
     OperatorOptions, OperatorProcess, exit_signal, http_get, metric, tail_of_output,

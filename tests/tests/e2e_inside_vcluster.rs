@@ -628,8 +628,80 @@ async fn inside(t: &Target) {
     );
     assert_eq!(kept.spec.as_ref().and_then(|s| s.host_network), None);
 
-    // 5. Deleting the plugin and restarting the syncer: a healthy vCluster without plugin.
-    vcp_tests::delete_plugin(&admin, &t.ns, PLUGIN, TIMEOUT).await;
+    // 4c. Deleting the plugin accepts nothing: the operator's Terminating status says
+    // WorkloadPatched=True for the deleting generation without judging it (the seventh
+    // security review). A finalizer of the author's holds the plugin in deletion.
+    let live = plugins.get(PLUGIN).await.expect("read the plugin");
+    let mut finalizers = live.finalizers().to_vec();
+    finalizers.push("example.com/hold".into());
+    plugins
+        .patch(
+            PLUGIN,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {
+                "finalizers": finalizers, "resourceVersion": live.resource_version()
+            }})),
+        )
+        .await
+        .expect("add the author's finalizer");
+    plugins
+        .delete(PLUGIN, &kube::api::DeleteParams::default())
+        .await
+        .expect("delete the plugin");
+    let terminating =
+        vcp_tests::wait_ready(&admin, &t.ns, PLUGIN, "False", Some("Terminating"), TIMEOUT).await;
+    let version = terminating.resource_version().unwrap_or_default();
+    // the runtime has read that very version of the plugin (its log, relayed by vCluster)
+    let deleting_seen = wait_for(TIMEOUT, || {
+        let log = syncer.log();
+        let version = version.clone();
+        async move {
+            log.lines()
+                .any(|l| {
+                    l.contains(vcp_syncer_runtime::runtime::DELETING)
+                        && l.contains(&format!("\"resource_version\":\"{version}\""))
+                })
+                .then_some(())
+        }
+    })
+    .await;
+    create_virtual_pod(&virtual_, t, "while-deleting").await;
+    let held = host_pod(&host, t, "while-deleting").await;
+    eprintln!(
+        "plugin being deleted (read by the runtime at resourceVersion {version}: {deleting_seen:?}): new host pod labels {:?}, hostNetwork {:?}",
+        held.labels().get("created-by-plugin"),
+        held.spec.as_ref().and_then(|s| s.host_network)
+    );
+    assert_eq!(
+        held.labels().get("created-by-plugin").map(String::as_str),
+        Some("pod-hook-v2"),
+        "a delete accepts nothing"
+    );
+    assert_eq!(held.spec.as_ref().and_then(|s| s.host_network), None);
+    // the operator finishes its cleanup (its finalizer goes), then the author lets go
+    wait_for(TIMEOUT, || {
+        let plugins = plugins.clone();
+        async move {
+            let p = plugins.get(PLUGIN).await.ok()?;
+            (p.finalizers() == ["example.com/hold"]).then_some(())
+        }
+    })
+    .await;
+    plugins
+        .patch(
+            PLUGIN,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("release the author's finalizer");
+
+    // 5. The plugin deleted (4c), and the syncer restarted: a healthy vCluster without plugin.
+    wait_for(TIMEOUT, || {
+        let plugins = plugins.clone();
+        async move { plugins.get_opt(PLUGIN).await.ok()?.is_none().then_some(()) }
+    })
+    .await;
     let sts = statefulset(&admin, t).await;
     syncer.stop().expect("stop vCluster's syncer");
     // The runtime notices its parent is gone and exits.
