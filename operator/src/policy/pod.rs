@@ -100,13 +100,22 @@ fn denial(
 
 /// The type of `volume`: its one field besides `name` (`hostPath`, `emptyDir`, ...).
 pub fn volume_type(volume: &Volume) -> String {
+    volume_types(volume).into_iter().next().unwrap_or_default()
+}
+
+/// Every source field `volume` sets besides `name`, in the API's field order: one for a valid
+/// volume (the API server refuses a volume with more than one source), so the pod policy judges
+/// each of them rather than the first only (the seventh security review: `configMap` beside
+/// `hostPath` in one volume passed the pod policy and was stopped by the dry run alone).
+pub fn volume_types(volume: &Volume) -> Vec<String> {
     serde_json::to_value(volume)
         .ok()
         .and_then(|v| {
-            v.as_object().and_then(|o| {
+            v.as_object().map(|o| {
                 o.iter()
-                    .find(|(k, v)| k.as_str() != "name" && !v.is_null())
+                    .filter(|(k, v)| k.as_str() != "name" && !v.is_null())
                     .map(|(k, _)| k.clone())
+                    .collect()
             })
         })
         .unwrap_or_default()
@@ -300,19 +309,39 @@ fn not_listed(
     )
 }
 
-/// Refuses `<at>.securityContext.windowsOptions.hostProcess: true` (a pod's or a container's).
+/// Refuses, in `<at>.securityContext.windowsOptions` (a pod's or a container's):
+/// `hostProcess: true` (Pod Security baseline: HostProcess), and any
+/// `gmsaCredentialSpecName`, `gmsaCredentialSpec` or `runAsUserName`: a Windows identity (an
+/// Active Directory account by its group-managed service account, or the user in the
+/// container) which Pod Security never judges, and which the representative pod has none of,
+/// so a hook would be its only author (the seventh security review). A pod the virtual
+/// cluster's user gave such options keeps them: the hook may not write them.
 fn host_process(
     at: &str,
     windows: Option<&k8s_openapi::api::core::v1::WindowsSecurityContextOptions>,
 ) -> Result<(), Denial> {
-    match windows.and_then(|w| w.host_process) {
-        Some(true) => Err(denial(
+    let Some(w) = windows else { return Ok(()) };
+    if w.host_process == Some(true) {
+        return Err(denial(
             format!("{at}.securityContext.windowsOptions.hostProcess"),
             "true",
             "a Windows host process has the node's full access (Pod Security baseline: HostProcess)",
-        )),
-        _ => Ok(()),
+        ));
     }
+    for (field, value) in [
+        ("gmsaCredentialSpecName", &w.gmsa_credential_spec_name),
+        ("gmsaCredentialSpec", &w.gmsa_credential_spec),
+        ("runAsUserName", &w.run_as_user_name),
+    ] {
+        if let Some(value) = value {
+            return Err(denial(
+                format!("{at}.securityContext.windowsOptions.{field}"),
+                format!("{value:?}"),
+                "a hook may not give the vCluster's pods a Windows identity (Pod Security does not judge it)",
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn pod_security_context(policy: &ContainerPolicy, sc: &PodSecurityContext) -> Result<(), Denial> {
@@ -365,17 +394,18 @@ fn volumes(policy: &ContainerPolicy, before: &PodSpec, after: &PodSpec) -> Resul
     let had: Vec<&Volume> = before.volumes.iter().flatten().collect();
     for (i, v) in after.volumes.iter().flatten().enumerate() {
         let at = format!("spec.volumes[{i}]");
-        let kind = volume_type(v);
-        if !RESTRICTED_VOLUME_TYPES.contains(&kind.as_str()) {
-            return Err(not_listed(
-                format!("{at}.{kind}"),
-                format!("{{name: {:?}}}", v.name),
-                &format!("a {kind} volume reaches outside the pod"),
-                (
-                    "restricted: Volume Types",
-                    RESTRICTED_VOLUME_TYPES.as_slice(),
-                ),
-            ));
+        for kind in volume_types(v) {
+            if !RESTRICTED_VOLUME_TYPES.contains(&kind.as_str()) {
+                return Err(not_listed(
+                    format!("{at}.{kind}"),
+                    format!("{{name: {:?}}}", v.name),
+                    &format!("a {kind} volume reaches outside the pod"),
+                    (
+                        "restricted: Volume Types",
+                        RESTRICTED_VOLUME_TYPES.as_slice(),
+                    ),
+                ));
+            }
         }
         if had.contains(&v) {
             continue;

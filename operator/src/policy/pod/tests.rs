@@ -219,6 +219,46 @@ fn host_ports_and_host_process_are_refused() {
     );
 }
 
+/// The seventh security review: a Windows identity (a group-managed service account, or the
+/// container's user) written by a hook, on the pod or on a container; Pod Security judges
+/// none of these.
+#[test]
+fn a_windows_identity_may_not_be_written() {
+    for (field, value) in [
+        ("gmsaCredentialSpecName", json!("ad-admins")),
+        (
+            "gmsaCredentialSpec",
+            json!("{\"ActiveDirectoryConfig\":{}}"),
+        ),
+        ("runAsUserName", json!("ContainerAdministrator")),
+    ] {
+        for at in ["securityContext", "containers/0/securityContext"] {
+            let d = refused(&with(at, json!({"windowsOptions": {field: value.clone()}})));
+            let prefix = if at == "securityContext" {
+                "spec"
+            } else {
+                "spec.containers[0]"
+            };
+            assert_eq!(
+                d.source,
+                format!("{prefix}.securityContext.windowsOptions.{field}")
+            );
+            assert!(d.reason.contains("Windows identity"), "{}", d.message());
+        }
+    }
+}
+
+/// The seventh security review: a volume with a restricted source beside a host one is judged
+/// by every source, not by the first.
+#[test]
+fn every_source_of_a_volume_is_judged() {
+    let d = refused(&with(
+        "volumes",
+        json!([{"name": "two", "configMap": {"name": "x"}, "hostPath": {"path": "/"}}]),
+    ));
+    assert_eq!(d.source, "spec.volumes[0].hostPath");
+}
+
 #[test]
 fn node_identity_and_runtime_may_not_change() {
     for (field, value) in [
