@@ -510,6 +510,26 @@ fn apply_patch(role: &Role, patch: &Value) -> Role {
 }
 
 /// The annotation value of a [`Record`] (`added`, `present`), as the operator writes it.
+/// `role` with `patch_role(role, plugin, others, rules)`'s patch applied; panics when there is
+/// nothing to patch.
+fn with_patch(role: &Role, plugin: &str, others: &[String], rules: Option<&[PolicyRule]>) -> Role {
+    apply_patch(role, &patch_role(role, plugin, others, rules).unwrap())
+}
+
+/// `role` with `restore_role(role, plugin, others)`'s patch applied; panics when there is
+/// nothing to restore.
+fn with_restore(role: &Role, plugin: &str, others: &[String]) -> Role {
+    apply_patch(role, &restore_role(role, plugin, others).unwrap())
+}
+
+/// The two Roles serialize to the same bytes (the chart's Role back byte for byte).
+fn assert_same_bytes(got: &Role, want: &Role) {
+    assert_eq!(
+        serde_json::to_string(got).unwrap(),
+        serde_json::to_string(want).unwrap()
+    );
+}
+
 fn record_json(added: &[PolicyRule], present: &[PolicyRule]) -> String {
     serde_json::json!({ "added": added, "present": present }).to_string()
 }
@@ -548,22 +568,13 @@ fn patch_mode_appends_records_and_restores_exactly() {
 
     // A second plugin needing the same rule (it records it as present, appending nothing),
     // then the first one leaving: the second one appends it again.
-    let both = apply_patch(
-        &installed,
-        &patch_role(&installed, "other", &[], Some(std::slice::from_ref(&cars))).unwrap(),
-    );
+    let both = with_patch(&installed, "other", &[], Some(std::slice::from_ref(&cars)));
     assert_eq!(both.rules, installed.rules);
-    let first_gone = apply_patch(&both, &restore_role(&both, "car-syncer", &[]).unwrap());
+    let first_gone = with_restore(&both, "car-syncer", &[]);
     assert_eq!(first_gone.rules, original.rules);
-    let first_gone = apply_patch(
-        &first_gone,
-        &patch_role(&first_gone, "other", &[], Some(std::slice::from_ref(&cars))).unwrap(),
-    );
+    let first_gone = with_patch(&first_gone, "other", &[], Some(std::slice::from_ref(&cars)));
     assert_eq!(first_gone.rules.as_ref().unwrap().len(), 3);
-    let all_gone = apply_patch(
-        &first_gone,
-        &restore_role(&first_gone, "other", &[]).unwrap(),
-    );
+    let all_gone = with_restore(&first_gone, "other", &[]);
     assert_eq!(
         serde_json::to_value(&all_gone).unwrap(),
         serde_json::to_value(&original).unwrap()
@@ -581,21 +592,15 @@ fn patch_mode_changed_rules_replace_the_recorded_ones_and_keep_foreign_edits() {
     role.metadata.annotations = None;
     let a = rule("", &["services"], &READ_VERBS, None);
     let b = rule("", &["endpoints"], &READ_VERBS, None);
-    let v1 = apply_patch(
-        &role,
-        &patch_role(&role, "p", &[], Some(std::slice::from_ref(&a))).unwrap(),
-    );
+    let v1 = with_patch(&role, "p", &[], Some(std::slice::from_ref(&a)));
     // Someone (Helm) appends a rule afterwards.
     let mut edited = v1.clone();
     let helm = rule("", &["secrets"], &["get"], None);
     edited.rules.as_mut().unwrap().push(helm.clone());
-    let v2 = apply_patch(
-        &edited,
-        &patch_role(&edited, "p", &[], Some(std::slice::from_ref(&b))).unwrap(),
-    );
+    let v2 = with_patch(&edited, "p", &[], Some(std::slice::from_ref(&b)));
     let rules = v2.rules.clone().unwrap();
     assert_eq!(rules[2..], [helm.clone(), b]);
-    let restored = apply_patch(&v2, &restore_role(&v2, "p", &[]).unwrap());
+    let restored = with_restore(&v2, "p", &[]);
     let mut expected = role.rules.clone().unwrap();
     expected.push(helm);
     assert_eq!(restored.rules.unwrap(), expected);
@@ -822,25 +827,17 @@ fn names_built_to_collide_under_the_earlier_scheme_get_their_own_records() {
     let original = chart_role();
     let cars = rule("example.loft.sh", &["cars"], &WRITE_VERBS, None);
     let trucks = rule("example.loft.sh", &["trucks"], &READ_VERBS, None);
-    let one = apply_patch(
+    let one = with_patch(
         &original,
-        &patch_role(
-            &original,
-            &long,
-            &beside_colliding,
-            Some(std::slice::from_ref(&cars)),
-        )
-        .unwrap(),
+        &long,
+        &beside_colliding,
+        Some(std::slice::from_ref(&cars)),
     );
-    let both = apply_patch(
+    let both = with_patch(
         &one,
-        &patch_role(
-            &one,
-            &colliding,
-            &beside_long,
-            Some(std::slice::from_ref(&trucks)),
-        )
-        .unwrap(),
+        &colliding,
+        &beside_long,
+        Some(std::slice::from_ref(&trucks)),
     );
     assert_eq!(
         recorded_rules(&both, &colliding, &beside_long).added,
@@ -871,17 +868,11 @@ fn names_built_to_collide_under_the_earlier_scheme_get_their_own_records() {
             None
         );
     }
-    let long_gone = apply_patch(
-        &both,
-        &restore_role(&both, &long, &beside_colliding).unwrap(),
-    );
+    let long_gone = with_restore(&both, &long, &beside_colliding);
     let mut want = original.rules.clone().unwrap();
     want.push(trucks.clone());
     assert_eq!(long_gone.rules.clone().unwrap(), want);
-    let all_gone = apply_patch(
-        &long_gone,
-        &restore_role(&long_gone, &colliding, &[]).unwrap(),
-    );
+    let all_gone = with_restore(&long_gone, &colliding, &[]);
     assert_eq!(
         serde_json::to_value(&all_gone).unwrap(),
         serde_json::to_value(&original).unwrap()
@@ -903,10 +894,7 @@ fn records_under_the_earlier_key_are_migrated_and_removed() {
     );
     assert_eq!(recorded_rules(&old, &long, &[]).added, vec![cars.clone()]);
 
-    let migrated = apply_patch(
-        &old,
-        &patch_role(&old, &long, &[], Some(std::slice::from_ref(&cars))).unwrap(),
-    );
+    let migrated = with_patch(&old, &long, &[], Some(std::slice::from_ref(&cars)));
     assert!(!migrated.annotations().contains_key(&legacy));
     assert_eq!(
         migrated.annotations().get(&added_rules_annotation(&long)),
@@ -914,7 +902,7 @@ fn records_under_the_earlier_key_are_migrated_and_removed() {
     );
     assert_eq!(migrated.rules, old.rules, "the same rules, recorded once");
 
-    let restored = apply_patch(&old, &restore_role(&old, &long, &[]).unwrap());
+    let restored = with_restore(&old, &long, &[]);
     assert_eq!(
         serde_json::to_value(&restored).unwrap(),
         serde_json::to_value(chart_role()).unwrap()
@@ -996,16 +984,10 @@ fn records_held_sees_a_recorded_rule_taken_out() {
     assert_eq!(records_held(&original), None, "no record: nothing to hold");
     let cars = rule("example.loft.sh", &["cars"], &WRITE_VERBS, None);
     let one = std::slice::from_ref(&cars);
-    let installed = apply_patch(
-        &original,
-        &patch_role(&original, "car-syncer", &[], Some(one)).unwrap(),
-    );
+    let installed = with_patch(&original, "car-syncer", &[], Some(one));
     assert_eq!(records_held(&installed), Some(true));
     // A second plugin needing the same rule records it as present: no second entry.
-    let both = apply_patch(
-        &installed,
-        &patch_role(&installed, "other", &[], Some(one)).unwrap(),
-    );
+    let both = with_patch(&installed, "other", &[], Some(one));
     assert_eq!(both.rules, installed.rules);
     assert_eq!(records_held(&both), Some(true));
 
@@ -1109,22 +1091,13 @@ fn a_rule_the_role_already_grants_is_recorded_present_and_never_removed() {
     );
 
     // The plugin goes: the chart's rule stays, the Role is the chart's byte for byte.
-    let restored = apply_patch(
-        &reapplied,
-        &restore_role(&reapplied, "car-syncer", &[]).unwrap(),
-    );
-    assert_eq!(
-        serde_json::to_string(&restored).unwrap(),
-        serde_json::to_string(&chart).unwrap()
-    );
+    let restored = with_restore(&reapplied, "car-syncer", &[]);
+    assert_same_bytes(&restored, &chart);
 
     // With a rule the chart lacks beside it: only that one is appended, and only that one
     // taken out again.
     let both = [cars.clone(), trucks.clone()];
-    let installed = apply_patch(
-        &chart,
-        &patch_role(&chart, "car-syncer", &[], Some(&both)).unwrap(),
-    );
+    let installed = with_patch(&chart, "car-syncer", &[], Some(&both));
     let mut want = chart_rules.clone().unwrap();
     want.push(trucks.clone());
     assert_eq!(installed.rules.clone().unwrap(), want);
@@ -1133,14 +1106,8 @@ fn a_rule_the_role_already_grants_is_recorded_present_and_never_removed() {
         record_json(std::slice::from_ref(&trucks), std::slice::from_ref(&cars))
     );
     assert_eq!(patch_role(&installed, "car-syncer", &[], Some(&both)), None);
-    let restored = apply_patch(
-        &installed,
-        &restore_role(&installed, "car-syncer", &[]).unwrap(),
-    );
-    assert_eq!(
-        serde_json::to_string(&restored).unwrap(),
-        serde_json::to_string(&chart).unwrap()
-    );
+    let restored = with_restore(&installed, "car-syncer", &[]);
+    assert_same_bytes(&restored, &chart);
 }
 
 /// A record an older operator wrote is a JSON list of the rules it appended: it reads as
@@ -1170,17 +1137,14 @@ fn records_written_as_a_list_are_read_and_migrated() {
         .insert("vcp.dev/added-rules.car-syncer".into(), list.clone());
     assert_eq!(records_held(&old), Some(true));
     assert_eq!(recorded_rules(&old, "car-syncer", &[]).added, one);
-    let migrated = apply_patch(
-        &old,
-        &patch_role(&old, "car-syncer", &[], Some(one)).unwrap(),
-    );
+    let migrated = with_patch(&old, "car-syncer", &[], Some(one));
     assert_eq!(migrated.rules, old.rules);
     assert_eq!(
         migrated.annotations()["vcp.dev/added-rules.car-syncer"],
         record_json(one, &[])
     );
     assert_eq!(patch_role(&migrated, "car-syncer", &[], Some(one)), None);
-    let restored = apply_patch(&old, &restore_role(&old, "car-syncer", &[]).unwrap());
+    let restored = with_restore(&old, "car-syncer", &[]);
     assert_eq!(
         serde_json::to_string(&restored).unwrap(),
         serde_json::to_string(&chart_role()).unwrap()
@@ -1195,10 +1159,7 @@ fn records_written_as_a_list_are_read_and_migrated() {
         .annotations_mut()
         .insert("vcp.dev/added-rules.car-syncer".into(), list);
     assert_eq!(records_held(&doubled), Some(true));
-    let converged = apply_patch(
-        &doubled,
-        &patch_role(&doubled, "car-syncer", &[], Some(one)).unwrap(),
-    );
+    let converged = with_patch(&doubled, "car-syncer", &[], Some(one));
     assert_eq!(converged.rules, chart.rules);
     assert_eq!(
         converged.annotations()["vcp.dev/added-rules.car-syncer"],
@@ -1206,14 +1167,8 @@ fn records_written_as_a_list_are_read_and_migrated() {
     );
     assert_eq!(records_held(&converged), Some(true));
     assert_eq!(patch_role(&converged, "car-syncer", &[], Some(one)), None);
-    let restored = apply_patch(
-        &converged,
-        &restore_role(&converged, "car-syncer", &[]).unwrap(),
-    );
-    assert_eq!(
-        serde_json::to_string(&restored).unwrap(),
-        serde_json::to_string(&chart).unwrap()
-    );
+    let restored = with_restore(&converged, "car-syncer", &[]);
+    assert_same_bytes(&restored, &chart);
 }
 
 /// Two plugins needing the same rule: the first appends it, the second records it as present.
@@ -1226,11 +1181,8 @@ fn a_rule_two_plugins_need_is_appended_again_when_its_appender_goes() {
     let cars = rule("example.loft.sh", &["cars"], &WRITE_VERBS, None);
     let trucks = rule("example.loft.sh", &["trucks"], &READ_VERBS, None);
     let one = std::slice::from_ref(&cars);
-    let first = apply_patch(
-        &original,
-        &patch_role(&original, "p1", &[], Some(one)).unwrap(),
-    );
-    let second = apply_patch(&first, &patch_role(&first, "p2", &[], Some(one)).unwrap());
+    let first = with_patch(&original, "p1", &[], Some(one));
+    let second = with_patch(&first, "p2", &[], Some(one));
     assert_eq!(second.rules, first.rules, "nothing appended twice");
     assert_eq!(
         second.annotations()["vcp.dev/added-rules.p1"],
@@ -1241,10 +1193,7 @@ fn a_rule_two_plugins_need_is_appended_again_when_its_appender_goes() {
         record_json(&[], one)
     );
     assert_eq!(records_held(&second), Some(true));
-    let third = apply_patch(
-        &second,
-        &patch_role(&second, "p3", &[], Some(std::slice::from_ref(&trucks))).unwrap(),
-    );
+    let third = with_patch(&second, "p3", &[], Some(std::slice::from_ref(&trucks)));
     for (name, rules) in [
         ("p1", one),
         ("p2", one),
@@ -1257,15 +1206,12 @@ fn a_rule_two_plugins_need_is_appended_again_when_its_appender_goes() {
         );
     }
 
-    let first_gone = apply_patch(&third, &restore_role(&third, "p1", &[]).unwrap());
+    let first_gone = with_restore(&third, "p1", &[]);
     let mut want = original.rules.clone().unwrap();
     want.push(trucks.clone());
     assert_eq!(first_gone.rules.clone().unwrap(), want);
     assert_eq!(records_held(&first_gone), Some(false), "p2's rule is gone");
-    let repaired = apply_patch(
-        &first_gone,
-        &patch_role(&first_gone, "p2", &[], Some(one)).unwrap(),
-    );
+    let repaired = with_patch(&first_gone, "p2", &[], Some(one));
     want.push(cars.clone());
     assert_eq!(repaired.rules.clone().unwrap(), want);
     assert_eq!(
@@ -1275,11 +1221,8 @@ fn a_rule_two_plugins_need_is_appended_again_when_its_appender_goes() {
     assert_eq!(records_held(&repaired), Some(true));
     assert_eq!(patch_role(&repaired, "p2", &[], Some(one)), None);
 
-    let all_gone = [("p2"), ("p3")].iter().fold(repaired, |role, name| {
-        apply_patch(&role, &restore_role(&role, name, &[]).unwrap())
-    });
-    assert_eq!(
-        serde_json::to_string(&all_gone).unwrap(),
-        serde_json::to_string(&original).unwrap()
-    );
+    let all_gone = [("p2"), ("p3")]
+        .iter()
+        .fold(repaired, |role, name| with_restore(&role, name, &[]));
+    assert_same_bytes(&all_gone, &original);
 }
