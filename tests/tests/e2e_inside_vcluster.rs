@@ -217,6 +217,30 @@ async fn host_pod(host: &Client, t: &Target, virtual_name: &str) -> Pod {
     .await
 }
 
+/// Creates virtual Pod `name` and asserts that its host copy carries the hook accepted in step
+/// 4 (label `created-by-plugin=pod-hook-v2`) and no `hostNetwork`: a hook the operator has not
+/// accepted (`syncer-runtime/src/acceptance.rs`) never reaches a pod. `context` says what was
+/// refused or is pending, for the log line and the failure message.
+async fn assert_accepted_hook_in_force(
+    host: &Client,
+    virtual_: &Client,
+    t: &Target,
+    name: &str,
+    context: &str,
+) {
+    create_virtual_pod(virtual_, t, name).await;
+    let pod = host_pod(host, t, name).await;
+    let label = pod.labels().get("created-by-plugin").map(String::as_str);
+    let host_network = pod.spec.as_ref().and_then(|s| s.host_network);
+    eprintln!("{context}: new host pod labels {label:?}, hostNetwork {host_network:?}");
+    assert_eq!(
+        label,
+        Some("pod-hook-v2"),
+        "{context}: the accepted hooks stay in force"
+    );
+    assert_eq!(host_network, None, "{context}: hostNetwork");
+}
+
 async fn apply_car(virtual_: &Client, t: &Target, name: &str, type_: &str) {
     let car: Car = serde_json::from_value(json!({
         "apiVersion": "example.loft.sh/v1", "kind": "Car",
@@ -613,20 +637,14 @@ async fn inside(t: &Target) {
         async move { (restarts(log) > restarts_before).then_some(()) }
     })
     .await;
-    create_virtual_pod(&virtual_, t, "after-refused").await;
-    let kept = host_pod(&host, t, "after-refused").await;
-    eprintln!(
-        "refused edit seen by the runtime ({seen:?}, {} restart(s) logged before it): new host pod labels {:?}, hostNetwork {:?}",
-        restarts_before,
-        kept.labels().get("created-by-plugin"),
-        kept.spec.as_ref().and_then(|s| s.host_network)
-    );
-    assert_eq!(
-        kept.labels().get("created-by-plugin").map(String::as_str),
-        Some("pod-hook-v2"),
-        "the accepted hooks stay in force"
-    );
-    assert_eq!(kept.spec.as_ref().and_then(|s| s.host_network), None);
+    assert_accepted_hook_in_force(
+        &host,
+        &virtual_,
+        t,
+        "after-refused",
+        &format!("refused edit seen by the runtime ({seen:?}, {restarts_before} restart(s) logged before it)"),
+    )
+    .await;
 
     // 4c. Deleting the plugin accepts nothing: the operator's Terminating status says
     // WorkloadPatched=True for the deleting generation without judging it (the seventh
@@ -665,19 +683,14 @@ async fn inside(t: &Target) {
         }
     })
     .await;
-    create_virtual_pod(&virtual_, t, "while-deleting").await;
-    let held = host_pod(&host, t, "while-deleting").await;
-    eprintln!(
-        "plugin being deleted (read by the runtime at resourceVersion {version}: {deleting_seen:?}): new host pod labels {:?}, hostNetwork {:?}",
-        held.labels().get("created-by-plugin"),
-        held.spec.as_ref().and_then(|s| s.host_network)
-    );
-    assert_eq!(
-        held.labels().get("created-by-plugin").map(String::as_str),
-        Some("pod-hook-v2"),
-        "a delete accepts nothing"
-    );
-    assert_eq!(held.spec.as_ref().and_then(|s| s.host_network), None);
+    assert_accepted_hook_in_force(
+        &host,
+        &virtual_,
+        t,
+        "while-deleting",
+        &format!("plugin being deleted (read by the runtime at resourceVersion {version}: {deleting_seen:?})"),
+    )
+    .await;
     // the operator finishes its cleanup (its finalizer goes), then the author lets go
     wait_for(TIMEOUT, || {
         let plugins = plugins.clone();
