@@ -132,6 +132,26 @@ pub struct CacheStreams {
     pub cluster_role_bindings: Reflected<ClusterRoleBinding>,
 }
 
+/// Objects per page of every list the operator's watches make: 100, not kube's 500.
+///
+/// A list page arrives whole (one response body) and is parsed whole before its objects are
+/// trimmed ([`drop_managed_fields`], [`keep_own_managed_fields`]) and stored, so each
+/// concurrent initial list holds a page of full objects, `managedFields` included, at once. On
+/// a restart every cache lists at the same time; at 1,000 vClusters (2,000 plugins, 1,000
+/// StatefulSets with Helm's and the operator's `managedFields`) the operator's peak resident set
+/// was the restart's, above the install's (`docs/BENCHMARKS.md`, issue 24). Smaller pages cost
+/// more list requests (20 instead of 4 for 2,000 objects), each a few milliseconds.
+pub const LIST_PAGE_SIZE: u32 = 100;
+
+/// The watch configuration of every operator watch: consistent lists (kube's default, not
+/// `any_semantic`: after an API server restart a list served from its still-filling watch
+/// cache can return a resourceVersion the cache has already compacted away, and the watch from
+/// it fails with `410 Expired` again and again; minutes without reconciles, seen by hand), in
+/// pages of [`LIST_PAGE_SIZE`].
+pub fn watch_config() -> watcher::Config {
+    watcher::Config::default().page_size(LIST_PAGE_SIZE)
+}
+
 /// A reflector on `api`: the store and the stream that fills it (the store fills only while
 /// the stream is polled). `strip` trims each object before it is stored. After each event
 /// the store's size is set as `vcp_operator_cached_objects{kind=<K's kind>}` in `telemetry`,
@@ -183,8 +203,7 @@ impl Caches {
     /// identity: list/watch on each type, `config/rbac/role.yaml`), each with its label
     /// selector (module docs); the size of each cache is reported in `telemetry`.
     pub fn new(client: &Client, telemetry: &Arc<Telemetry>) -> (Self, CacheStreams) {
-        // Consistent lists, as for the controller's own watch (see `controller::run_until`).
-        let wc = watcher::Config::default();
+        let wc = watch_config();
         let labelled = wc.clone().labels(PLUGIN_NAME_LABEL);
         let vclusters = wc
             .clone()

@@ -66,11 +66,8 @@ pub async fn run_until(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<()> {
     let client = config.client.clone();
-    // Consistent lists (the default, not `any_semantic`): after an API server restart a list
-    // served from its still-filling watch cache can return a resourceVersion the cache has
-    // already compacted away, and the watch from it fails with `410 Expired` again and again
-    // (minutes without reconciles, seen by hand before this was changed).
-    let wc = watcher::Config::default();
+    // consistent lists in small pages, as every operator watch (`cache::watch_config`)
+    let wc = crate::cache::watch_config();
     // The plugins' cache, as `Controller::new` makes it, but without `managedFields` (nothing
     // reads them; in memory they are larger than the rest of a plugin with its status).
     let (store, writer) = reflector::store();

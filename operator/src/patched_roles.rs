@@ -192,7 +192,7 @@ pub fn plugins_of_role(
 /// [`may_have_drifted`] and sent to `events` when it may have; ends when `events` is closed.
 /// Errors are retried with kube's default backoff (0.8 s doubling to 30 s).
 async fn watch(api: Api<Role>, mut events: mpsc::Sender<Role>, telemetry: Arc<Telemetry>) {
-    let wc = watcher::Config::default().labels(&format!("!{PLUGIN_NAME_LABEL}"));
+    let wc = crate::cache::watch_config().labels(&format!("!{PLUGIN_NAME_LABEL}"));
     let mut stream = std::pin::pin!(watcher(api, wc).default_backoff());
     let mut lists = 0;
     while let Some(event) = stream.next().await {
