@@ -509,7 +509,6 @@ fn apply_patch(role: &Role, patch: &Value) -> Role {
     serde_json::from_value(doc).unwrap()
 }
 
-/// The annotation value of a [`Record`] (`added`, `present`), as the operator writes it.
 /// `role` with `patch_role(role, plugin, others, rules)`'s patch applied; panics when there is
 /// nothing to patch.
 fn with_patch(role: &Role, plugin: &str, others: &[String], rules: Option<&[PolicyRule]>) -> Role {
@@ -530,6 +529,7 @@ fn assert_same_bytes(got: &Role, want: &Role) {
     );
 }
 
+/// The annotation value of a [`Record`] (`added`, `present`), as the operator writes it.
 fn record_json(added: &[PolicyRule], present: &[PolicyRule]) -> String {
     serde_json::json!({ "added": added, "present": present }).to_string()
 }
@@ -1145,10 +1145,7 @@ fn records_written_as_a_list_are_read_and_migrated() {
     );
     assert_eq!(patch_role(&migrated, "car-syncer", &[], Some(one)), None);
     let restored = with_restore(&old, "car-syncer", &[]);
-    assert_eq!(
-        serde_json::to_string(&restored).unwrap(),
-        serde_json::to_string(&chart_role()).unwrap()
-    );
+    assert_same_bytes(&restored, &chart_role());
 
     // The chart's copy and the plugin's: one entry left, recorded as present.
     let mut chart = chart_role();
