@@ -345,32 +345,23 @@ async fn main_v2() -> Result<(), Error> {
 /// which must not hold up a stop that SIGTERM asked for.
 const EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// The runtime's async worker threads unless `TOKIO_WORKER_THREADS` (tokio's own variable, a
-/// count ≥ 1) says otherwise: one. The runtime's work is a chain of hand-offs between tasks
-/// (kube's request buffer, hyper's connection task, the watch streams, the type's queue), and
-/// with two workers each hand-off can wake the other thread through a futex; a profile of the
-/// sync bench put 30 % of the runtime's CPU in the kernel, half of it task switches
-/// (`docs/BENCHMARKS.md`, "Issue 24, one worker thread"). The runtime stays multi-threaded so
-/// that an expression's long native call moves off the worker (`patches::off_the_workers`,
-/// `block_in_place`) and the other tasks keep running.
+/// The runtime's async worker threads when `TOKIO_WORKER_THREADS` (tokio's own variable) is
+/// unset: one. The runtime's work is a chain of hand-offs between tasks (kube's request buffer,
+/// hyper's connection task, the watch streams, the type's queue), and with two workers each
+/// hand-off can wake the other thread through a futex; a profile of the sync bench put 30 % of
+/// the runtime's CPU in the kernel, half of it task switches (`docs/BENCHMARKS.md`, "Issue 24,
+/// one worker thread"). The runtime stays multi-threaded so that an expression's long native
+/// call moves off the worker (`patches::off_the_workers`, `block_in_place`) and the other tasks
+/// keep running. When the variable is set, tokio reads it itself: a count ≥ 1 sets the workers,
+/// and tokio refuses anything else with a panic at start that names the variable.
 const WORKER_THREADS: usize = 1;
 
-/// The worker count: `TOKIO_WORKER_THREADS` when it is a whole number ≥ 1, otherwise
-/// [`WORKER_THREADS`].
-fn worker_threads() -> usize {
-    std::env::var("TOKIO_WORKER_THREADS")
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .filter(|n| *n >= 1)
-        .unwrap_or(WORKER_THREADS)
-}
-
 fn main() -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(worker_threads())
-        .enable_all()
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
+        builder.worker_threads(WORKER_THREADS);
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("vcluster-plugin-syncer: cannot start the async runtime: {error}");
