@@ -19,6 +19,10 @@
 //! (`operator/src/trim.rs`, `vcp_operator_heap_settled_at_reconciles`). The operator also reports its live
 //! heap bytes (`/state`, test feature `reconcile-log`), printed beside its resident set, so a
 //! failure says whether the program kept objects or the allocator kept pages.
+//!
+//! `scripts/test` runs this binary beside the rest of the suite, not after it, and skips its
+//! tests in the main run by the part of their names `resident_set_returns_after_10000`: a test
+//! added here takes that part too.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
