@@ -258,14 +258,19 @@ impl NamespacedTranslator {
     /// Mirrors vCluster's `IsManaged` / `ShouldDeleteHostObject` checks: only such objects are
     /// ever updated or deleted.
     pub fn is_host_copy_of(&self, host_meta: &ObjectMeta, name: &str, namespace: &str) -> bool {
-        let annotations = host_meta.annotations.clone().unwrap_or_default();
+        let annotation = |key: &str| {
+            host_meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(key))
+                .map(String::as_str)
+        };
         is_managed_by(host_meta, &self.vcluster)
-            && annotations.get(NAME_ANNOTATION).map(String::as_str) == Some(name)
-            && annotations.get(NAMESPACE_ANNOTATION).map(String::as_str) == Some(namespace)
+            && annotation(NAME_ANNOTATION) == Some(name)
+            && annotation(NAMESPACE_ANNOTATION) == Some(namespace)
             && host_meta.name.as_deref() == Some(self.host_name(name, namespace).as_str())
-            && annotations
-                .get(KIND_ANNOTATION)
-                .is_none_or(|kind| *kind == object_kind(&self.api_version, &self.kind))
+            && annotation(KIND_ANNOTATION)
+                .is_none_or(|kind| kind == object_kind(&self.api_version, &self.kind))
     }
 
     /// The virtual `(namespace, name)` a host object was made from, read from its
