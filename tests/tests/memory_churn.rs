@@ -20,9 +20,8 @@
 //! heap bytes (`/state`, test feature `reconcile-log`), printed beside its resident set, so a
 //! failure says whether the program kept objects or the allocator kept pages.
 //!
-//! `scripts/test` runs this binary beside the rest of the suite, not after it, and skips its
-//! tests in the main run by the part of their names `resident_set_returns_after_10000`: a test
-//! added here takes that part too.
+//! `scripts/test` runs this binary, by its name, in the background beside the Go tools' build
+//! and the other end-to-end binaries, not after them.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
