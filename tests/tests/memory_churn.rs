@@ -20,8 +20,8 @@
 //! heap bytes (`/state`, test feature `reconcile-log`), printed beside its resident set, so a
 //! failure says whether the program kept objects or the allocator kept pages.
 //!
-//! `scripts/test` runs this binary, by its name, in the background beside the Go tools' build
-//! and the other end-to-end binaries, not after them.
+//! `scripts/test` runs this binary, by its name, in the background beside the other end-to-end
+//! binaries, not after them (and after the Go tools' build, not beside it).
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
