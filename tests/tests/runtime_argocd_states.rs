@@ -243,6 +243,9 @@ async fn the_health_inputs_are_what_operator_and_runtime_write() {
             .attempts()
             .len()
     };
+    // The audit log is read once it holds every request answered so far (the write that made
+    // the plugin Ready reaches this test's read before its own audit event may be written).
+    vcp_tests::audit_caught_up(cp, Cluster::Host).await;
     let writes_when_ready = status_writes();
 
     // A host Car in the way of a synced one.
@@ -275,6 +278,7 @@ async fn the_health_inputs_are_what_operator_and_runtime_write() {
     // (its own write's watch event, two pokes) write nothing: no loop.
     vcp_tests::poke_plugin(&admin, ns, "car-sync", TIMEOUT).await;
     vcp_tests::poke_plugin(&admin, ns, "car-sync", TIMEOUT).await;
+    vcp_tests::audit_caught_up(cp, Cluster::Host).await;
     let writes = status_writes() - writes_when_ready;
     assert_eq!(
         writes, 1,
