@@ -599,8 +599,9 @@ pub async fn run(test: &str, spec: Value) {
 
 /// Does on the host what `cmctl renew` does to Certificate `name`: sets its `Issuing` condition
 /// to `True` with reason `ManuallyTriggered` (keeping the other conditions), which makes
-/// cert-manager issue it again. Retries when cert-manager wrote the Certificate in between
-/// (the write carries the `resourceVersion` it read).
+/// cert-manager issue it again, once no issuance is in progress (no `Issuing=True`). Retries
+/// when cert-manager wrote the Certificate in between (the write carries the
+/// `resourceVersion` it read).
 async fn renew_on_host(certificates: &Api<DynamicObject>, name: &str) {
     wait_for(TIMEOUT, || async {
         let cert = certificates.get(name).await.ok()?;
@@ -608,6 +609,15 @@ async fn renew_on_host(certificates: &Api<DynamicObject>, name: &str) {
             .as_array()
             .cloned()
             .unwrap_or_default();
+        // Not while an issuance is still in progress: cert-manager writes the new Secret before
+        // it takes its Issuing condition off, so a second renewal right after the first came
+        // back would replace a condition cert-manager is about to remove, and be lost with it.
+        if conditions
+            .iter()
+            .any(|c| c["type"] == "Issuing" && c["status"] == "True")
+        {
+            return None;
+        }
         conditions.retain(|c| c["type"] != "Issuing");
         conditions.push(json!({
             "type": "Issuing", "status": "True", "reason": "ManuallyTriggered",
