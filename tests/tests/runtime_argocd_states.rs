@@ -164,6 +164,45 @@ async fn plugin_where(
     .await
 }
 
+/// Every version of the plugin `name` that its watch delivers, one line each (resource
+/// version, phase, and `Ready` and `RuntimeHealthy` as status/reason/message, `syncedTotal`):
+/// what a failed count of status writes prints, so that it says which writes were made.
+fn status_history(
+    admin: &Client,
+    ns: &str,
+    name: &str,
+) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+    use futures::StreamExt as _;
+    use kube::runtime::{WatchStreamExt as _, watcher};
+    let history = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let api = Api::<VClusterPlugin>::namespaced(admin.clone(), ns);
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let seen = history.clone();
+    tokio::spawn(async move {
+        let mut events = std::pin::pin!(watcher(api, config).applied_objects());
+        while let Some(event) = events.next().await {
+            let Ok(p) = event else { continue };
+            let cond = |t: &str| {
+                vcp_tests::condition(&p, t)
+                    .map(|c| format!("{}/{}/{:?}", c.status, c.reason, c.message))
+                    .unwrap_or_default()
+            };
+            let line = format!(
+                "rv={} phase={} Ready={} RuntimeHealthy={} syncedTotal={:?}",
+                p.resource_version().unwrap_or_default(),
+                phase(&p),
+                cond("Ready"),
+                cond("RuntimeHealthy"),
+                p.status.as_ref().and_then(|s| s.synced_total),
+            );
+            if let Ok(mut seen) = seen.lock() {
+                seen.push(line);
+            }
+        }
+    });
+    history
+}
+
 fn has(p: &VClusterPlugin, type_: &str, status: &str, reason: &str) -> bool {
     vcp_tests::condition(p, type_).is_some_and(|c| c.status == status && c.reason == reason)
 }
@@ -202,6 +241,7 @@ async fn the_health_inputs_are_what_operator_and_runtime_write() {
         .service_account_client(Cluster::Host, ns, "vc-my-vcluster")
         .await
         .expect("a token of the vCluster's service account");
+    let history = status_history(&admin, ns, "car-sync");
     let runtime = vcp_tests::start_runtime(account, virtual_.clone(), ns, "car-sync", |c| {
         c.status_interval = Duration::from_millis(300);
     })
@@ -280,9 +320,11 @@ async fn the_health_inputs_are_what_operator_and_runtime_write() {
     vcp_tests::poke_plugin(&admin, ns, "car-sync", TIMEOUT).await;
     vcp_tests::audit_caught_up(cp, Cluster::Host).await;
     let writes = status_writes() - writes_when_ready;
+    let versions = history.lock().map(|h| h.join("\n")).unwrap_or_default();
     assert_eq!(
         writes, 1,
-        "operator status writes from Ready to Degraded and two reconciles after"
+        "operator status writes from Ready to Degraded and two reconciles after; the plugin's \
+         versions seen by a watch since the runtime started:\n{versions}"
     );
     println!(
         "RuntimeHealthy=False HostObjectConflict -> Ready=False, Degraded: 1 operator status write, 0 in the 2 reconciles after"
