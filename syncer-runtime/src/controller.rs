@@ -284,8 +284,13 @@ impl<S: Syncer> Reconcile for Controller<S> {
             }
             (Some(virtual_obj), None) => {
                 let virtual_obj = hooked(hooks, HookPoint::GetVirtual, virtual_obj)?;
-                self.syncer.sync_to_host(&self.ctx, &virtual_obj).await?;
-                Ok(Some(Outcome::InSync))
+                match self.syncer.sync_to_host(&self.ctx, &virtual_obj).await {
+                    Ok(()) => Ok(Some(Outcome::InSync)),
+                    Err(error) if error.is_already_exists() => {
+                        self.already_exists(key, &host_name, error).await
+                    }
+                    Err(error) => Err(error),
+                }
             }
         }
     }
@@ -351,6 +356,31 @@ impl<S: Syncer> Controller<S> {
         );
         info!(object = %key, host = %host_name, %selector, deselected = count, "{note}");
         stats.notice(Reason::SelectorNoLongerMatches, note);
+    }
+
+    /// The create of `key`'s host copy `host_name` found an object of that name the host cache
+    /// has not seen yet (`error`, 409 AlreadyExists): the object is read from the host API
+    /// server, and when this vCluster does not manage it the outcome is a conflict at once (as
+    /// the next reconcile would find once the cache caught up), not a failure; a copy of ours
+    /// (or one gone again, or a failed read) returns `error`, retried as a stale cache.
+    async fn already_exists(
+        &self,
+        key: &ObjectKey,
+        host_name: &str,
+        error: Error,
+    ) -> Result<Option<Outcome>, Error> {
+        let Ok(Some(live)) = self.ctx.host_api().get_opt(host_name).await else {
+            return Err(error);
+        };
+        let ours = self
+            .ctx
+            .translator()
+            .is_host_copy_of(live.meta(), &key.name, &key.namespace);
+        if ours {
+            Err(error)
+        } else {
+            Ok(Some(Outcome::Conflict))
+        }
     }
 
     fn key_of_host(&self, obj: &S::Object) -> Option<ObjectKey> {

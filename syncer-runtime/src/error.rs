@@ -223,6 +223,18 @@ impl Error {
         }
     }
 
+    /// Whether this is an API error 409 with reason `AlreadyExists`: a create found an object
+    /// of that name (one the cache has not seen yet).
+    pub fn is_already_exists(&self) -> bool {
+        match self {
+            Error::Kube { source, .. } => matches!(
+                &**source,
+                kube::Error::Api(status) if status.code == 409 && status.reason == "AlreadyExists"
+            ),
+            _ => false,
+        }
+    }
+
     /// Whether this is an API error 404 (NotFound): the object, or its namespace, does not
     /// exist.
     pub fn is_not_found(&self) -> bool {
@@ -281,5 +293,7 @@ mod tests {
         assert!(!Error::kube("patch", api_error(404, "NotFound", "gone")).is_conflict());
         assert!(Error::kube("create", api_error(404, "NotFound", "no namespace")).is_not_found());
         assert!(!Error::kube("create", api_error(409, "AlreadyExists", "x")).is_not_found());
+        assert!(Error::kube("create", api_error(409, "AlreadyExists", "x")).is_already_exists());
+        assert!(!Error::kube("patch", api_error(409, "Conflict", "changed")).is_already_exists());
     }
 }

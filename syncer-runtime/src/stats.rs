@@ -435,9 +435,9 @@ impl TypeStats {
 mod tests {
     use super::*;
 
-    /// The CI of 60c9418: a host Car made just before its virtual Car was created by the
-    /// runtime's create (409 AlreadyExists, its host cache a moment behind); that one 409 made
-    /// the plugin `SyncErrors`/Degraded for a status tick before it became the conflict it was.
+    /// A 409 (a patch carrying the cache's `resourceVersion` after the object moved on, or a
+    /// create of a name the cache has not seen yet) is a cache a moment behind: alone it must
+    /// not make the plugin `SyncErrors`/Degraded for a status tick.
     #[test]
     fn a_first_409_is_stale_not_failed_and_a_second_one_is_a_failure() {
         let stats = TypeStats::new("example.loft.sh/v1", "Car");
