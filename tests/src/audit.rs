@@ -344,6 +344,19 @@ impl<'a> Writes<'a> {
             && !self.uri_excludes.iter().any(|p| w.uri.contains(p.as_str()))
     }
 
+    /// This query once its audit log holds every request answered before the call
+    /// ([`audit_caught_up`] on its control plane and cluster): what an exact count, or a
+    /// "nothing was written" check, reads, since the API server writes a request's audit event
+    /// a moment after the answer that the test waited for.
+    ///
+    /// # Panics
+    /// As [`audit_caught_up`].
+    pub async fn caught_up(self) -> Self {
+        let cp = self.cp.unwrap_or_else(|| ControlPlane::shared());
+        audit_caught_up(cp, self.cluster).await;
+        self
+    }
+
     /// Every matching request, refused or not, in order.
     ///
     /// # Panics

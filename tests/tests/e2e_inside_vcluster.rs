@@ -258,13 +258,16 @@ async fn apply_car(virtual_: &Client, t: &Target, name: &str, type_: &str) {
         .unwrap_or_else(|e| panic!("apply car {name}: {e}"));
 }
 
-/// The writes vCluster's identity made to host pod `name` since `t`.
-fn pod_writes(t: &Target, name: &str, since: SystemTime) -> Vec<(String, String)> {
+/// The writes vCluster's identity made to host pod `name` since `t`, once the audit log holds
+/// every request answered before the call.
+async fn pod_writes(t: &Target, name: &str, since: SystemTime) -> Vec<(String, String)> {
     Audit::writes()
         .by_user(&t.user())
         .in_namespace(&t.ns)
         .resource("pods")
         .since(since)
+        .caught_up()
+        .await
         .attempts()
         .into_iter()
         .filter(|w| w.object_name == name)
@@ -378,7 +381,7 @@ async fn assert_hooked_create(
     // Evidence that the syncer kept working after those writes: a second pod is synced later.
     create_virtual_pod(virtual_, t, &format!("{name}-next")).await;
     host_pod(host, t, &format!("{name}-next")).await;
-    let writes = pod_writes(t, &host_name, since);
+    let writes = pod_writes(t, &host_name, since).await;
     assert_eq!(
         writes.iter().map(|(v, _)| v.as_str()).collect::<Vec<_>>(),
         ["create", "update"],
@@ -741,6 +744,7 @@ async fn inside(t: &Target) {
     assert!(plain.labels().get("created-by-plugin").is_none());
     assert_eq!(
         pod_writes(t, &plain.name_any(), since)
+            .await
             .iter()
             .map(|(v, _)| v.as_str())
             .collect::<Vec<_>>(),
@@ -840,6 +844,7 @@ async fn v1_sidecar(
     );
     assert_eq!(
         pod_writes(t, &unlisted.name_any(), since)
+            .await
             .iter()
             .map(|(v, _)| v.as_str())
             .collect::<Vec<_>>(),

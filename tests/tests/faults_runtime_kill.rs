@@ -136,11 +136,13 @@ fn host_name(case: &str) -> String {
 }
 
 /// The runtime's (`vcp-syncer`) successful writes in host namespace `rk-<case>`, as
-/// `(verb, path)`.
-fn runtime_writes(case: &str) -> Vec<(String, String)> {
+/// `(verb, path)`, once the audit log holds every request answered before the call.
+async fn runtime_writes(case: &str) -> Vec<(String, String)> {
     Audit::writes()
         .by(Identity::Syncer)
         .in_namespace(&format!("rk-{case}"))
+        .caught_up()
+        .await
         .succeeded()
         .into_iter()
         .map(|w| {
@@ -216,6 +218,7 @@ async fn a_runtime_killed_between_a_host_create_and_its_status_report_creates_on
     let reference = converged(&host, "ref").await;
     drop(reference_run);
     let reference_creates = runtime_writes("ref")
+        .await
         .iter()
         .filter(|(verb, _)| verb == "create")
         .count();
@@ -255,7 +258,7 @@ async fn a_runtime_killed_between_a_host_create_and_its_status_report_creates_on
         );
         // The API server's audit log may trail its answers by a moment.
         let at_death = wait_for(TIMEOUT, || async {
-            let writes = runtime_writes(case);
+            let writes = runtime_writes(case).await;
             writes
                 .iter()
                 .any(|(verb, _)| verb == "create")
@@ -288,7 +291,7 @@ async fn a_runtime_killed_between_a_host_create_and_its_status_report_creates_on
         let _resumed = Runtime::start(&host_ns, &[]);
         let state = converged(&host, case).await;
         let took = restarted.elapsed();
-        let writes = runtime_writes(case);
+        let writes = runtime_writes(case).await;
         let creates = writes.iter().filter(|(verb, _)| verb == "create").count();
         let deletes = writes.iter().filter(|(verb, _)| verb == "delete").count();
         println!(

@@ -75,12 +75,15 @@ fn operator_owns_something(s: &StatefulSet) -> bool {
         .any(|m| m.manager.as_deref() == Some(OPERATOR_FIELD_MANAGER))
 }
 
-/// The operator's write requests so far that concern namespace `ns` or its cluster objects.
-fn operator_writes(ns: &str) -> Vec<(String, String)> {
+/// The operator's write requests so far that concern namespace `ns` or its cluster objects,
+/// once the audit log holds every request answered before the call.
+async fn operator_writes(ns: &str) -> Vec<(String, String)> {
     Audit::writes()
         .by(Identity::Operator)
         .in_namespace(ns)
         .and_its_cluster_objects()
+        .caught_up()
+        .await
         .requests()
 }
 
@@ -204,7 +207,7 @@ async fn embedded_plugin_install_converge_and_clean_removal() {
         TIMEOUT,
     )
     .await;
-    let before = operator_writes(ns);
+    let before = operator_writes(ns).await;
     assert!(
         before
             .iter()
@@ -236,7 +239,7 @@ async fn embedded_plugin_install_converge_and_clean_removal() {
         TIMEOUT,
     )
     .await;
-    let writes = operator_writes(ns);
+    let writes = operator_writes(ns).await;
     let new_writes = &writes[before.len().min(writes.len())..];
     println!(
         "converged plugin: poked the plugin and its StatefulSet; the operator reconciled it {} \

@@ -47,12 +47,15 @@ subjects:
   - { kind: ServiceAccount, name: vc-my-vcluster, namespace: rbac-patch-mode }
 "#;
 
-/// Write requests of the operator (audit log) in namespace `ns` whose URI contains `part`.
-fn operator_writes_to(ns: &str, part: &str) -> Vec<(String, String)> {
+/// Write requests of the operator (audit log) in namespace `ns` whose URI contains `part`,
+/// once the audit log holds every request answered before the call.
+async fn operator_writes_to(ns: &str, part: &str) -> Vec<(String, String)> {
     vcp_tests::Audit::writes()
         .by(vcp_tests::Identity::Operator)
         .in_namespace(ns)
         .uri_contains(part)
+        .caught_up()
+        .await
         .requests()
 }
 
@@ -136,9 +139,9 @@ spec:
     // Converged: another reconcile does not touch the Role. Evidence first: the operator
     // finished a reconcile of the poked plugin; then neither the Role's resourceVersion nor the
     // audit log (a no-op patch keeps the resourceVersion, but is a write) shows a write.
-    let role_writes_before = operator_writes_to(NS, "/roles/vc-my-vcluster");
+    let role_writes_before = operator_writes_to(NS, "/roles/vc-my-vcluster").await;
     let reconciles = vcp_tests::poke_plugin(&admin, NS, "car-syncer", TIMEOUT).await;
-    let role_writes_after = operator_writes_to(NS, "/roles/vc-my-vcluster");
+    let role_writes_after = operator_writes_to(NS, "/roles/vc-my-vcluster").await;
     println!(
         "PatchVClusterRoles converged: poked the plugin, the operator finished reconcile \
          #{reconciles} of it; operator writes to Role vc-my-vcluster: {} before, {} after",
@@ -379,7 +382,7 @@ spec:
     // Evidence that the operator looked again after its refusal (status and Event written):
     // a reconcile of the poked plugin finished; then nothing of the vCluster was written.
     let reconciles = vcp_tests::poke_plugin(&admin, NS, "no-role", TIMEOUT).await;
-    let writes = operator_writes_to(NS, "");
+    let writes = operator_writes_to(NS, "").await;
     let workload_or_rbac: Vec<_> = writes
         .iter()
         .filter(|(_, uri)| !uri.contains("/vclusterplugins/") && !uri.contains("/events"))
@@ -509,7 +512,7 @@ spec:
     delete_plugin(&admin, NS, "later-denied", TIMEOUT).await;
     assert_eq!(containers(&admin, NS).await, ["syncer"]);
     let chart_role_after = roles.get("vc-my-vcluster").await.unwrap();
-    let chart_role_writes = operator_writes_to(NS, "/roles/vc-my-vcluster");
+    let chart_role_writes = operator_writes_to(NS, "/roles/vc-my-vcluster").await;
     println!(
         "Dedicated plugin installed, denied, deleted: operator writes to the chart's Role \
          vc-my-vcluster: {}; its resourceVersion {:?} -> {:?}",

@@ -375,8 +375,9 @@ async fn plant_forged_binding(tenant: &Client, ns: &str) {
 }
 
 /// The operator's successful deletes of cluster-scoped objects named `vcp:<ns>:…` and of
-/// Roles and RoleBindings in `ns`, received after `since`, as `resource/name`.
-fn operator_deletes(ns: &str, since: SystemTime) -> Vec<String> {
+/// Roles and RoleBindings in `ns`, received after `since`, as `resource/name`, once the audit
+/// log holds every request answered before the call.
+async fn operator_deletes(ns: &str, since: SystemTime) -> Vec<String> {
     let mut out: Vec<String> = Audit::writes()
         .by(Identity::Operator)
         .verb("delete")
@@ -385,6 +386,8 @@ fn operator_deletes(ns: &str, since: SystemTime) -> Vec<String> {
         .resource("roles")
         .resource("rolebindings")
         .and_its_cluster_objects()
+        .caught_up()
+        .await
         .succeeded()
         .into_iter()
         .map(|w| {
@@ -460,7 +463,7 @@ async fn what_plugins_deleted_without_their_finalizer_left_behind_is_swept() {
         leftovers(&admin, ns, &["cars", "patcher"], Some(&chart_role)).await
     );
     assert_eq!(
-        operator_deletes(ns, since),
+        operator_deletes(ns, since).await,
         expected_deletes(ns),
         "the operator deleted them"
     );
@@ -501,7 +504,7 @@ async fn what_plugins_deleted_without_their_finalizer_left_behind_is_swept() {
         leftovers(&admin, ns, &["cars", "patcher"], Some(&chart_role)).await
     );
     assert_eq!(
-        operator_deletes(ns, since),
+        operator_deletes(ns, since).await,
         expected_deletes(ns),
         "the operator deleted them"
     );
@@ -525,6 +528,8 @@ async fn what_plugins_deleted_without_their_finalizer_left_behind_is_swept() {
         .since(since)
         .in_namespace(ns)
         .resource("rolebindings")
+        .caught_up()
+        .await
         .attempts();
     assert!(
         attempts.iter().all(|w| w.object_name != PLANTED),

@@ -66,11 +66,14 @@ async fn ready_reason(admin: &Client, ns: &str, name: &str, status: &str) -> (St
 const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The operator's requests that write (or dry-run a write) in namespace `ns`:
-/// `(verb, request URI)`, from the host API server's audit log.
-fn operator_writes(ns: &str) -> Vec<(String, String)> {
+/// `(verb, request URI)`, from the host API server's audit log once it holds every request
+/// answered before the call.
+async fn operator_writes(ns: &str) -> Vec<(String, String)> {
     Audit::writes()
         .by(Identity::Operator)
         .in_namespace(ns)
+        .caught_up()
+        .await
         .requests()
 }
 
@@ -78,13 +81,16 @@ fn is_dry_run(uri: &str) -> bool {
     uri.contains("dryRun=All")
 }
 
-/// The response codes of the operator's dry-run Pod creates in `ns` (the Pod Security check).
-fn dry_run_pod_codes(ns: &str) -> Vec<u16> {
+/// The response codes of the operator's dry-run Pod creates in `ns` (the Pod Security check),
+/// once the audit log holds every request answered before the call.
+async fn dry_run_pod_codes(ns: &str) -> Vec<u16> {
     Audit::writes()
         .by(Identity::Operator)
         .verb("create")
         .uri_contains(&format!("/api/v1/namespaces/{ns}/pods?"))
         .uri_contains("dryRun=All")
+        .caught_up()
+        .await
         .attempts()
         .into_iter()
         .map(|w| w.code)
@@ -172,7 +178,7 @@ async fn dangerous_container_fields_are_policy_denied_with_zero_workload_writes(
         wait_event(&admin, ns, name, "PolicyDenied", EVENT_TIMEOUT).await;
     }
 
-    let writes = operator_writes(ns);
+    let writes = operator_writes(ns).await;
     for (name, _) in expected {
         assert!(
             writes
@@ -259,7 +265,7 @@ async fn a_bad_plugin_blocks_neither_the_install_nor_the_deletion_of_another() {
     // Settled first: a reconcile of the poked good plugin finished after its install.
     vcp_tests::poke_plugin(&admin, ns, "good", TIMEOUT).await;
     let dry_runs = |w: &[(String, String)]| w.iter().filter(|(_, u)| is_dry_run(u)).count();
-    let before = operator_writes(ns);
+    let before = operator_writes(ns).await;
     assert!(dry_runs(&before) > 0, "the plugins were judged: {before:?}");
     Api::<VClusterPlugin>::namespaced(admin.clone(), ns)
         .patch(
@@ -284,7 +290,7 @@ async fn a_bad_plugin_blocks_neither_the_install_nor_the_deletion_of_another() {
     .await;
     // The reconciles that follow the status write have finished too: one of the poked plugin.
     let reconciles = vcp_tests::poke_plugin(&admin, ns, "good", TIMEOUT).await;
-    let after = operator_writes(ns);
+    let after = operator_writes(ns).await;
     println!(
         "converged with refused plugins: good reconciled {reconciles} times; operator dry runs \
          in {ns}: {} before the change, {} after",
@@ -306,7 +312,7 @@ async fn a_bad_plugin_blocks_neither_the_install_nor_the_deletion_of_another() {
     );
     // The Pods built from the chart's template for the Pod Security check passed the API
     // server's validation (a Pod it refused for another reason would leave the level unjudged).
-    let pod_checks = dry_run_pod_codes(ns);
+    let pod_checks = dry_run_pod_codes(ns).await;
     assert!(!pod_checks.is_empty(), "the plugins' Pods were judged");
     assert!(pod_checks.iter().all(|c| *c == 201), "{pod_checks:?}");
 
@@ -380,7 +386,7 @@ async fn the_namespaces_pod_security_level_is_respected() {
         assert!(message.contains(part), "{part} in {message}");
     }
     wait_event(&admin, ns, "loose", "PolicyDenied", EVENT_TIMEOUT).await;
-    let writes = operator_writes(ns);
+    let writes = operator_writes(ns).await;
     assert!(
         writes
             .iter()
@@ -413,7 +419,7 @@ async fn the_namespaces_pod_security_level_is_respected() {
     );
     // The Pods built from the template passed the API server's validation: one was admitted
     // (with `tight`), one refused by Pod Security admission (with `loose`).
-    let pod_checks = dry_run_pod_codes(ns);
+    let pod_checks = dry_run_pod_codes(ns).await;
     assert!(pod_checks.contains(&201), "{pod_checks:?}");
     assert!(pod_checks.contains(&403), "{pod_checks:?}");
     // `loose` stays refused.

@@ -31,11 +31,14 @@ async fn template(admin: &Client) -> Value {
 }
 
 /// The operator's writes (dry runs included) in [`NS`] from the audit log:
-/// `(verb, request URI, response code)`.
-fn operator_writes() -> Vec<(String, String, u16)> {
+/// `(verb, request URI, response code)`, once the audit log holds every request answered
+/// before the call.
+async fn operator_writes() -> Vec<(String, String, u16)> {
     Audit::writes()
         .by(Identity::Operator)
         .in_namespace(NS)
+        .caught_up()
+        .await
         .attempts()
         .into_iter()
         .map(|w| (w.verb, w.uri, w.code))
@@ -126,7 +129,7 @@ async fn a_hook_that_breaks_the_namespaces_pod_security_level_is_refused() {
     let p = wait_ready(&admin, NS, "team", "True", None, TIMEOUT).await;
     assert_eq!(condition(&p, "Ready").unwrap().reason, "Installed");
     let installed = template(&admin).await;
-    let writes_before = operator_writes().len();
+    let writes_before = operator_writes().await.len();
 
     // Every pod of the vCluster would run without a seccomp profile.
     let message = create_refused(
@@ -149,7 +152,7 @@ async fn a_hook_that_breaks_the_namespaces_pod_security_level_is_refused() {
 
     // The API server judged the hooked pod (a dry run it refused, 403), and the operator wrote
     // nothing but dry runs and statuses: the workload is as the good plugin left it.
-    let since: Vec<(String, String, u16)> = operator_writes().split_off(writes_before);
+    let since: Vec<(String, String, u16)> = operator_writes().await.split_off(writes_before);
     assert!(
         pod_dry_run_answered(&since, 403),
         "no refused dry run of the hooked pod: {since:?}"
@@ -174,7 +177,7 @@ async fn a_hook_that_breaks_the_namespaces_pod_security_level_is_refused() {
     // user sets, into the seccomp profile's type, was the attack: `Unconfined` on real pods;
     // copies may now write only labels and annotations, so the invalid value is a literal
     // here, one the operator's own policy does not refuse.)
-    let writes_before = operator_writes().len();
+    let writes_before = operator_writes().await.len();
     let message = create_refused(
         &admin,
         "invalid",
@@ -189,7 +192,7 @@ async fn a_hook_that_breaks_the_namespaces_pod_security_level_is_refused() {
             && message.contains("Unsupported value: \"vcp-bogus\""),
         "{message}"
     );
-    let since: Vec<(String, String, u16)> = operator_writes().split_off(writes_before);
+    let since: Vec<(String, String, u16)> = operator_writes().await.split_off(writes_before);
     assert!(
         pod_dry_run_answered(&since, 422),
         "no dry run of the hooked pod refused as invalid: {since:?}"

@@ -198,8 +198,9 @@ async fn versions(admin: &Client) -> BTreeMap<String, String> {
 /// The operator's write requests (audit log) to the workload and RBAC of the test's vCluster:
 /// everything in [`NS`] or named `vcp:<NS>:…` except its plugins (status, finalizer), Events
 /// and dry runs (`dryRun=All`: the operator's admission probes, which persist nothing). A no-op
-/// patch keeps an object's resourceVersion but is listed here.
-fn operator_workload_and_rbac_writes() -> Vec<(String, String)> {
+/// patch keeps an object's resourceVersion but is listed here. Read once the audit log holds
+/// every request answered before the call.
+async fn operator_workload_and_rbac_writes() -> Vec<(String, String)> {
     Audit::writes()
         .by(Identity::Operator)
         .in_namespace(NS)
@@ -207,6 +208,8 @@ fn operator_workload_and_rbac_writes() -> Vec<(String, String)> {
         .excluding("/vclusterplugins/")
         .excluding("/events")
         .excluding("dryRun=All")
+        .caught_up()
+        .await
         .requests()
 }
 
@@ -227,7 +230,7 @@ async fn every_invalid_manifest_is_refused_or_reported_and_nothing_is_written() 
     // RBAC and status are written after the workload, in earlier reconciles).
     vcp_tests::poke_plugin(&admin, NS, "baseline", TIMEOUT).await;
     let before = versions(&admin).await;
-    let writes_before = operator_workload_and_rbac_writes();
+    let writes_before = operator_workload_and_rbac_writes().await;
     for kind in ["Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"] {
         assert!(
             before.contains_key(&format!("{kind}/vcp-plugin-baseline"))
@@ -324,7 +327,7 @@ async fn every_invalid_manifest_is_refused_or_reported_and_nothing_is_written() 
     // baseline finished; then no write of the workload or RBAC by the operator in the whole run
     // (also no no-op patch, which the resourceVersions above would not show).
     let reconciles = vcp_tests::poke_plugin(&admin, NS, "baseline", TIMEOUT).await;
-    let writes_after = operator_workload_and_rbac_writes();
+    let writes_after = operator_workload_and_rbac_writes().await;
     let final_versions = versions(&admin).await;
     println!(
         "invalid corpus: {} fixtures; {} objects watched (StatefulSet, Roles, RoleBindings, \

@@ -45,8 +45,9 @@ fn ready_message(p: &VClusterPlugin) -> String {
 
 /// The operator's writes (audit log) to workloads and RBAC objects of namespace `ns`: the
 /// StatefulSets, Deployments, Roles and RoleBindings in it, and the ClusterRoles and
-/// ClusterRoleBindings named for its plugins (`vcp:<ns>:<name>`).
-fn operator_writes_in(ns: &str) -> Vec<(String, String)> {
+/// ClusterRoleBindings named for its plugins (`vcp:<ns>:<name>`). Read once the audit log holds
+/// every request answered before the call.
+async fn operator_writes_in(ns: &str) -> Vec<(String, String)> {
     Audit::writes()
         .by_user(OPERATOR)
         .in_namespace(ns)
@@ -55,6 +56,8 @@ fn operator_writes_in(ns: &str) -> Vec<(String, String)> {
         .resource("roles")
         .resource("rolebindings")
         .and_its_cluster_objects()
+        .caught_up()
+        .await
         .requests()
 }
 
@@ -169,7 +172,7 @@ spec:
     }
     // The operator has looked at all four (statuses and Events above): it wrote nothing to
     // the workloads or to any RBAC object for them.
-    assert_eq!(operator_writes_in(NS), Vec::<(String, String)>::new());
+    assert_eq!(operator_writes_in(NS).await, Vec::<(String, String)>::new());
     assert_eq!(
         sts.get("postgres").await.unwrap().resource_version(),
         sts_before
@@ -238,7 +241,7 @@ async fn the_rbac_subject_is_the_service_account_of_the_pod_template() {
         .unwrap();
     assert_eq!(crb.subjects, Some(expected));
     // The audit filter the refusal tests rely on sees the writes of an install.
-    let writes = operator_writes_in(NS);
+    let writes = operator_writes_in(NS).await;
     for resource in ["statefulsets", "rolebindings", "clusterrolebindings"] {
         assert!(
             writes
@@ -287,7 +290,7 @@ async fn a_narrowing_policy_stops_a_type_synced_by_kind_through_its_plural() {
     );
     // The Event the operator publishes right after its status write: the evidence that it looked.
     vcp_tests::wait_event(&admin, NS, "secret-syncer", "PolicyDenied", TIMEOUT).await;
-    assert_eq!(operator_writes_in(NS), Vec::<(String, String)>::new());
+    assert_eq!(operator_writes_in(NS).await, Vec::<(String, String)>::new());
     assert_eq!(
         sts.get("my-vcluster").await.unwrap().resource_version(),
         sts_before
@@ -360,7 +363,7 @@ subjects:
     assert!(message.contains("User jane"), "{message}");
     // The Event the operator publishes right after its status write: the evidence that it looked.
     vcp_tests::wait_event(&admin, NS, "patcher", "SharedVClusterRole", TIMEOUT).await;
-    assert_eq!(operator_writes_in(NS), Vec::<(String, String)>::new());
+    assert_eq!(operator_writes_in(NS).await, Vec::<(String, String)>::new());
     let role_after = roles.get("vc-my-vcluster").await.unwrap();
     assert_eq!(
         role_after.resource_version(),
@@ -408,7 +411,7 @@ async fn a_cluster_scoped_kind_is_refused_from_discoverys_scope() {
     );
     // The Event the operator publishes right after its status write: the evidence that it looked.
     vcp_tests::wait_event(&admin, NS, "namespace-syncer", "ClusterScopedType", TIMEOUT).await;
-    assert_eq!(operator_writes_in(NS), Vec::<(String, String)>::new());
+    assert_eq!(operator_writes_in(NS).await, Vec::<(String, String)>::new());
 }
 
 /// A CRD whose plural Kubernetes does not guess: kind `Person`, plural `people` (the guess,
@@ -480,7 +483,7 @@ async fn a_plural_admission_could_not_guess_is_refused_unless_resource_names_it(
     assert!(message.contains("\"persons\""), "{message}");
     // The Event the operator publishes right after its status write: the evidence that it looked.
     vcp_tests::wait_event(&admin, NS, "people-syncer", "PolicyDenied", TIMEOUT).await;
-    assert_eq!(operator_writes_in(NS), Vec::<(String, String)>::new());
+    assert_eq!(operator_writes_in(NS).await, Vec::<(String, String)>::new());
 
     // Named explicitly, admission checks `people`: installed, and the Role grants it.
     let named =
