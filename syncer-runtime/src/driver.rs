@@ -16,11 +16,9 @@
 //!   reason=TypeUnavailable`) until that watch delivers an event again;
 //! - once every cache is listed, `workers` workers reconcile keys concurrently, one key never
 //!   on two workers at once ([`crate::queue`]); a failed reconcile is retried with per-key
-//!   exponential backoff (200 ms … 30 s), a 409 (stale cache) without a warning and, the
-//!   first time in a row, as [`Outcome::Stale`] rather than a failure
-//!   ([`Outcome::after_error`]); a key whose outcome is [`Outcome::Pending`] is looked at again
-//!   after [`PENDING_DELAY`]; a conflict is reported once, when it starts; every outcome is
-//!   recorded in the type's [`TypeStats`].
+//!   exponential backoff (200 ms … 30 s), a 409 (stale cache) without a warning; a key whose
+//!   outcome is [`Outcome::Pending`] is looked at again after [`PENDING_DELAY`]; a conflict is
+//!   reported once, when it starts; every outcome is recorded in the type's [`TypeStats`].
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -392,12 +390,7 @@ async fn process<R: Reconcile>(
             } else {
                 warn!(%error, "sync failed, retrying with backoff");
             }
-            let outcome = Outcome::after_error(
-                stats.outcome(&id).as_ref(),
-                error.is_conflict(),
-                error.to_string(),
-            );
-            stats.record(&id, Some(outcome));
+            stats.record(&id, Some(Outcome::Failed(error.to_string())));
             queue.retry(key.clone());
         }
     }

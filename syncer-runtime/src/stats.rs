@@ -16,31 +16,11 @@ pub enum Outcome {
     Conflict,
     /// Waiting for something (such as a host object being deleted) before the next step.
     Pending,
-    /// The last attempt got HTTP 409 (this message): the cache was behind the API server (the
-    /// host object had just appeared, or moved on). It is retried soon and counts as neither in
-    /// sync nor failed, so a cache a moment behind does not report `SyncErrors`; a 409 right
-    /// after a 409 or a failure is [`Outcome::Failed`] ([`Outcome::after_error`]).
-    Stale(String),
     /// The last attempt failed with this message; it is retried with backoff.
     Failed(String),
     /// A declared patch failed on the object (`Error::Patch`, with this message): nothing of it
     /// was written; it is retried with backoff.
     PatchFailed(String),
-}
-
-impl Outcome {
-    /// The outcome of an attempt that returned an error with `message`, after `previous` (the
-    /// key's outcome before it): a 409 (`conflict`, a stale cache) is [`Outcome::Stale`] the
-    /// first time, and [`Outcome::Failed`] when the attempt before also failed or got a 409,
-    /// so a cache that stays behind is reported (`SyncErrors`) from the second try on; any
-    /// other error is [`Outcome::Failed`].
-    pub fn after_error(previous: Option<&Outcome>, conflict: bool, message: String) -> Outcome {
-        match previous {
-            _ if !conflict => Outcome::Failed(message),
-            Some(Outcome::Stale(_) | Outcome::Failed(_)) => Outcome::Failed(message),
-            _ => Outcome::Stale(message),
-        }
-    }
 }
 
 /// Counts of one type, as reported in `status.syncedObjects`.
@@ -422,7 +402,7 @@ impl TypeStats {
                             first_patch_error = Some((key, message));
                         }
                     }
-                    Outcome::Pending | Outcome::Stale(_) => {}
+                    Outcome::Pending => {}
                 }
             }
             summary.patch_error = first_patch_error.map(|(_, message)| message.clone());
@@ -434,43 +414,6 @@ impl TypeStats {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A 409 (a patch carrying the cache's `resourceVersion` after the object moved on, or a
-    /// create of a name the cache has not seen yet) is a cache a moment behind: alone it must
-    /// not make the plugin `SyncErrors`/Degraded for a status tick.
-    #[test]
-    fn a_first_409_is_stale_not_failed_and_a_second_one_is_a_failure() {
-        let stats = TypeStats::new("example.loft.sh/v1", "Car");
-        stats.record("team/beetle", Some(Outcome::InSync));
-        let first = Outcome::after_error(None, true, "HTTP 409 AlreadyExists".into());
-        assert_eq!(first, Outcome::Stale("HTTP 409 AlreadyExists".into()));
-        stats.record("team/taken", Some(first));
-        let s = stats.summary();
-        assert_eq!((s.in_sync, s.failed, s.conflicts), (1, 0, 0));
-
-        let second = Outcome::after_error(
-            stats.outcome("team/taken").as_ref(),
-            true,
-            "HTTP 409 AlreadyExists".into(),
-        );
-        assert_eq!(second, Outcome::Failed("HTTP 409 AlreadyExists".into()));
-        stats.record("team/taken", Some(second));
-        assert_eq!(stats.summary().failed, 1);
-        // a 409 after a failure of another kind is a failure too, and so is any other error
-        let after_failure = Outcome::Failed("HTTP 500".into());
-        assert!(matches!(
-            Outcome::after_error(Some(&after_failure), true, "409".into()),
-            Outcome::Failed(_)
-        ));
-        assert!(matches!(
-            Outcome::after_error(Some(&Outcome::InSync), true, "409".into()),
-            Outcome::Stale(_)
-        ));
-        assert!(matches!(
-            Outcome::after_error(None, false, "HTTP 422".into()),
-            Outcome::Failed(_)
-        ));
-    }
 
     #[test]
     fn warnings_are_given_once_per_key_forgotten_with_their_object_and_bounded() {
