@@ -213,11 +213,7 @@ impl Story {
     where
         K: Clone + serde::de::DeserializeOwned + std::fmt::Debug + kube::Resource,
     {
-        let found = poll_for(TIMEOUT, || async {
-            api.get_opt(name).await.ok().flatten().filter(|o| check(o))
-        })
-        .await;
-        match found {
+        match Self::try_object_where(api, name, check).await {
             Some(obj) => obj,
             None => panic!(
                 "{}/{name} not as expected within {TIMEOUT:?}; last seen: {:?}",
@@ -225,6 +221,18 @@ impl Story {
                 api.get_opt(name).await
             ),
         }
+    }
+
+    /// Polls `api` until its object `name` exists and satisfies `check`: the object, or `None`
+    /// after [`TIMEOUT`], for a caller that explains the failure itself.
+    async fn try_object_where<K>(api: &Api<K>, name: &str, check: impl Fn(&K) -> bool) -> Option<K>
+    where
+        K: Clone + serde::de::DeserializeOwned + std::fmt::Debug + kube::Resource,
+    {
+        poll_for(TIMEOUT, || async {
+            api.get_opt(name).await.ok().flatten().filter(|o| check(o))
+        })
+        .await
     }
 
     /// Waits until `api` has no object `name`.
@@ -515,46 +523,36 @@ pub async fn run(test: &str, spec: Value) {
     })
     .await;
     assert_eq!(tls_dns_names(&api_back).expect("X.509"), [dns(a.ns, "api")]);
-    let b_back = match poll_for(TIMEOUT, || async {
-        let s = story
+    let Some(b_back) = Story::try_object_where(&story.virtual_secrets(b.ns), "web-tls", |s| {
+        crt(s) == crt(&reissued)
+    })
+    .await
+    else {
+        // which copy moved: cert-manager issuing once more after `reissued`, or the restarted
+        // runtime not bringing the host Secret back
+        let host_now = story
+            .host_secrets
+            .get_opt(&b.web_tls_host)
+            .await
+            .ok()
+            .flatten();
+        let virtual_now = story
             .virtual_secrets(b.ns)
             .get_opt("web-tls")
             .await
-            .ok()??;
-        (crt(&s) == crt(&reissued)).then_some(s)
-    })
-    .await
-    {
-        Some(s) => s,
-        None => {
-            // which copy moved: cert-manager issuing once more after `reissued`, or the
-            // restarted runtime not bringing the host Secret back
-            let host_now = story.host_secrets.get_opt(&b.web_tls_host).await;
-            let virtual_now = story.virtual_secrets(b.ns).get_opt("web-tls").await;
-            let same = |s: &Result<Option<Secret>, kube::Error>| {
-                s.as_ref()
-                    .ok()
-                    .and_then(Option::as_ref)
-                    .map(|s| crt(s) == crt(&reissued))
-            };
-            panic!(
-                "b's virtual web-tls did not get the reissued certificate within {TIMEOUT:?}: \
-                 the host Secret is the reissued one: {:?} (resourceVersion {:?} then, {:?} now); \
-                 the virtual one is: {:?}; the virtual one is the host's now: {:?}",
-                same(&host_now),
-                reissued.resource_version(),
-                host_now
-                    .as_ref()
-                    .ok()
-                    .and_then(Option::as_ref)
-                    .and_then(|s| s.resource_version()),
-                same(&virtual_now),
-                match (&host_now, &virtual_now) {
-                    (Ok(Some(h)), Ok(Some(v))) => Some(crt(h) == crt(v)),
-                    _ => None,
-                },
-            )
-        }
+            .ok()
+            .flatten();
+        let is_reissued = |s: &Option<Secret>| s.as_ref().map(|s| crt(s) == crt(&reissued));
+        panic!(
+            "b's virtual web-tls did not get the reissued certificate within {TIMEOUT:?}: \
+             the host Secret is the reissued one: {:?} (resourceVersion {:?} then, {:?} now); \
+             the virtual one is: {:?}; the virtual one is the host's now: {:?}",
+            is_reissued(&host_now),
+            reissued.resource_version(),
+            host_now.as_ref().and_then(|s| s.resource_version()),
+            is_reissued(&virtual_now),
+            host_now.zip(virtual_now).map(|(h, v)| crt(&h) == crt(&v)),
+        )
     };
     assert_eq!(
         b_back.uid(),
