@@ -765,8 +765,9 @@ mod tests {
     /// failed after `'x'.repeat(12e6)` was held so). Nothing survives an evaluation.
     ///
     /// Under a far time bound: what ends them otherwise is the memory bound. With the default
-    /// 100 ms, 12 MB strings on a busy machine ran out of time instead (9 of 40 runs beside a
-    /// build), which says nothing about what survives.
+    /// 100 ms, 12 MB strings on a busy machine ran out of time instead (the lib tests looped 40
+    /// times: 9 failures at nice 19 beside a CI run, 17 beside two CPU hogs), which says nothing
+    /// about what survives.
     #[test]
     fn jobs_left_by_a_script_do_not_outlive_its_evaluation() {
         let eval = |source: &str, value: Value| eval_within(source, value, Duration::from_secs(60));
