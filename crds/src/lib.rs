@@ -26,6 +26,7 @@ pub mod patch_path;
 pub mod plugin;
 pub mod reason;
 mod schema;
+pub mod tolerant;
 
 pub use admission::admission_plural;
 pub use car::{Car, CarSpec, CarStatus};

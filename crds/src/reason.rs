@@ -79,11 +79,16 @@ pub enum Reason {
     /// entry's `namePath` in the host copy is not the host name of the virtual object's value
     /// there (no `reference` patch translated it): that host object is not brought back.
     ProducedNameRefused,
+    /// An object the operator or the runtime could not decode (`vcp_crds::tolerant`): for a
+    /// plugin, the operator's `Ready=False` when the plugin's spec or metadata cannot be read;
+    /// for a synced object, the runtime's `Warning` Event and the message of `RuntimeHealthy`
+    /// naming it. That object is skipped; every other one goes on.
+    Undecodable,
 }
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 24] = [
+    pub const ALL: [Reason; 25] = [
         Reason::Installed,
         Reason::Terminating,
         Reason::VClusterNotFound,
@@ -108,6 +113,7 @@ impl Reason {
         Reason::SelectorNoLongerMatches,
         Reason::ForeignNamespace,
         Reason::ProducedNameRefused,
+        Reason::Undecodable,
     ];
 
     /// The reason as the API carries it (CamelCase, the variant's name).
@@ -137,6 +143,7 @@ impl Reason {
             Reason::SelectorNoLongerMatches => "SelectorNoLongerMatches",
             Reason::ForeignNamespace => "ForeignNamespace",
             Reason::ProducedNameRefused => "ProducedNameRefused",
+            Reason::Undecodable => "Undecodable",
         }
     }
 
