@@ -36,6 +36,9 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::value::RawValue;
 
 /// One listed or watched object, decoded as far as it goes (module docs).
+// Transient: each one is turned into a `K` (or a `Skipped`) as it arrives, never stored, so the
+// size of its variants matters little.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub enum Tolerant<K> {
     /// The whole object decoded as `K`.
