@@ -20,6 +20,12 @@
 //! Event semantics are those of a reflector store: `Init` starts a new listing, `InitApply`
 //! adds to it, `InitDone` replaces the contents with it and marks the cache ready; `Apply`
 //! inserts or replaces, `Delete` removes.
+//!
+//! Beside the objects, the keys of the watch's objects that could not be decoded
+//! ([`Cache::skip`], issue 38: `vcp_crds::tolerant`) and why: such an object is not cached, and
+//! its key is kept apart so that a reconcile can tell "undecodable" from "missing"
+//! ([`Cache::undecodable`]); a listing rebuilds that set like the objects, an object that decodes
+//! again or is deleted leaves it.
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
@@ -31,6 +37,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tracing::warn;
+use vcp_crds::tolerant::Skipped;
 
 /// `(namespace, name)` of a cached object (namespace empty for cluster-scoped objects).
 pub(crate) type CacheKey = (String, String);
@@ -41,7 +48,16 @@ struct Contents {
     listing: Option<HashMap<CacheKey, Box<[u8]>>>,
     /// The compression dictionary: the JSON of the first object stored (module docs).
     dictionary: Option<Box<[u8]>>,
+    /// Keys of the objects that could not be decoded → why (module docs).
+    undecodable: HashMap<CacheKey, String>,
+    /// The undecodable keys of the listing in progress.
+    listing_undecodable: HashMap<CacheKey, String>,
 }
+
+/// The longest decoding error a [`Cache`] keeps per undecodable object (bytes, cut at a
+/// character boundary): a path 140 levels deep is ~300 bytes; the set stays small even when a
+/// tenant makes thousands of such objects.
+pub(crate) const MAX_UNDECODABLE_ERROR: usize = 512;
 
 /// The objects of one watch (see the module docs).
 pub(crate) struct Cache<K> {
@@ -58,20 +74,28 @@ impl<K: Resource + Serialize + DeserializeOwned> Cache<K> {
                 objects: HashMap::new(),
                 listing: None,
                 dictionary: None,
+                undecodable: HashMap::new(),
+                listing_undecodable: HashMap::new(),
             }),
             ready: watch::channel(false).0,
             _kind: PhantomData,
         }
     }
 
-    /// Applies one watch event (see the module docs for the semantics).
-    pub(crate) fn apply(&self, event: &watcher::Event<K>) {
+    /// Applies one watch event (see the module docs for the semantics); returns whether the
+    /// set of undecodable keys changed (an object that decodes again, a listing done).
+    pub(crate) fn apply(&self, event: &watcher::Event<K>) -> bool {
         let Ok(mut contents) = self.contents.write() else {
-            return;
+            return false;
         };
+        let mut changed = false;
         match event {
-            watcher::Event::Init => contents.listing = Some(HashMap::new()),
+            watcher::Event::Init => {
+                contents.listing = Some(HashMap::new());
+                contents.listing_undecodable = HashMap::new();
+            }
             watcher::Event::InitApply(obj) => {
+                contents.listing_undecodable.remove(&key_of(obj));
                 if let Some(entry) = encode(obj, &mut contents.dictionary) {
                     contents
                         .listing
@@ -83,18 +107,83 @@ impl<K: Resource + Serialize + DeserializeOwned> Cache<K> {
                 let mut listing = contents.listing.take().unwrap_or_default();
                 listing.shrink_to_fit();
                 contents.objects = listing;
+                let listed = std::mem::take(&mut contents.listing_undecodable);
+                changed = !(listed.is_empty() && contents.undecodable.is_empty());
+                contents.undecodable = listed;
                 drop(contents);
                 self.ready.send_replace(true);
             }
             watcher::Event::Apply(obj) => {
+                changed = contents.undecodable.remove(&key_of(obj)).is_some();
                 if let Some((key, bytes)) = encode(obj, &mut contents.dictionary) {
                     contents.objects.insert(key, bytes);
                 }
             }
             watcher::Event::Delete(obj) => {
-                contents.objects.remove(&key_of(obj));
+                let key = key_of(obj);
+                changed = contents.undecodable.remove(&key).is_some();
+                contents.objects.remove(&key);
             }
         }
+        changed
+    }
+
+    /// Records that the object `skipped` names could not be decoded (module docs): during a
+    /// listing, in the listing's set; otherwise its cached version, if any, leaves the cache
+    /// (and is returned, so that the keys it touched are reconciled) and its key enters the
+    /// set. A skipped delete event (deleted while undecodable) takes the key out of both sets.
+    pub(crate) fn skip(&self, skipped: &Skipped) -> Option<K> {
+        let key = (
+            skipped.metadata.namespace.clone().unwrap_or_default(),
+            skipped.metadata.name.clone().unwrap_or_default(),
+        );
+        let Ok(mut contents) = self.contents.write() else {
+            return None;
+        };
+        let error = cut(&skipped.error, MAX_UNDECODABLE_ERROR);
+        if skipped.deleted {
+            contents.undecodable.remove(&key);
+            contents.listing_undecodable.remove(&key);
+            let previous = contents.objects.remove(&key)?;
+            return decode(&previous, &contents.dictionary, &key.0, &key.1);
+        }
+        if let Some(listing) = contents.listing.as_mut() {
+            listing.remove(&key);
+            contents.listing_undecodable.insert(key, error);
+            return None;
+        }
+        let previous = contents.objects.remove(&key);
+        let previous = previous.and_then(|p| decode(&p, &contents.dictionary, &key.0, &key.1));
+        contents.undecodable.insert(key, error);
+        previous
+    }
+
+    /// Why the object `namespace/name` could not be decoded, when it is one of the watch's
+    /// undecodable objects (module docs); `None` for an object that decoded or does not exist.
+    pub(crate) fn undecodable(&self, namespace: &str, name: &str) -> Option<String> {
+        let contents = self.contents.read().ok()?;
+        contents
+            .undecodable
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    /// How many of the watch's objects are undecodable, and the first of them in key order
+    /// (`namespace/name: error`).
+    pub(crate) fn undecodable_summary(&self) -> (usize, Option<String>) {
+        let Ok(contents) = self.contents.read() else {
+            return (0, None);
+        };
+        let first =
+            contents
+                .undecodable
+                .iter()
+                .min_by(|a, b| a.0.cmp(b.0))
+                .map(|((ns, name), error)| match ns.as_str() {
+                    "" => format!("{name}: {error}"),
+                    _ => format!("{ns}/{name}: {error}"),
+                });
+        (contents.undecodable.len(), first)
     }
 
     /// The object `namespace/name`, parsed; `None` when it is not cached.
@@ -159,6 +248,18 @@ impl<K: Resource + Serialize + DeserializeOwned> Cache<K> {
         let mut ready = self.ready.subscribe();
         let _ = ready.wait_for(|r| *r).await;
     }
+}
+
+/// `text` cut to at most `max` bytes at a character boundary, with `…` when cut.
+fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
 }
 
 fn key_of<K: Resource>(obj: &K) -> CacheKey {

@@ -52,7 +52,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use vcp_crds::Reason;
 
-use kube::api::Api;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::SelectorExt;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
@@ -128,12 +128,12 @@ pub async fn run<S: Syncer>(
     let watches = vec![
         Watch {
             side: Side::Virtual,
-            api: Api::<S::Object>::all_with(ctx.virtual_client().clone(), &dt),
+            api: driver::tolerant_api(ctx.virtual_client().clone(), None, &dt),
             config: virtual_config,
         },
         Watch {
             side: Side::Host,
-            api: ctx.host_api(),
+            api: driver::tolerant_api(ctx.host_client().clone(), Some(ctx.host_namespace()), &dt),
             config: watcher::Config::default(),
         },
     ];
@@ -208,6 +208,36 @@ impl<S: Syncer> Reconcile for Controller<S> {
             }
             Side::Host => self.key_of_host(obj),
             Side::VirtualProduced | Side::HostProduced => None,
+        }
+    }
+
+    fn undecodable(&self, key: &ObjectKey) -> Option<String> {
+        if let Some(error) = self.virtual_store.undecodable(&key.namespace, &key.name) {
+            return Some(format!("virtual {key}: {error}"));
+        }
+        let host_ns = self.ctx.host_namespace();
+        let host_name = self.ctx.translator().host_name(&key.name, &key.namespace);
+        self.host_store
+            .undecodable(host_ns, &host_name)
+            .map(|error| format!("host {host_ns}/{host_name}: {error}"))
+    }
+
+    fn keys_of_undecodable(&self, side: Side, meta: &ObjectMeta) -> Vec<ObjectKey> {
+        let name = meta.name.clone().unwrap_or_default();
+        match side {
+            // a host object's key is in its annotations, unread: the known virtual object of
+            // its name, if any
+            Side::Host => self
+                .host_index
+                .lock()
+                .ok()
+                .and_then(|index| index.get(&name).cloned())
+                .into_iter()
+                .collect(),
+            _ => vec![ObjectKey {
+                namespace: meta.namespace.clone().unwrap_or_default(),
+                name,
+            }],
         }
     }
 

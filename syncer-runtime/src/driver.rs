@@ -18,7 +18,18 @@
 //!   on two workers at once ([`crate::queue`]); a failed reconcile is retried with per-key
 //!   exponential backoff (200 ms … 30 s), a 409 (stale cache) without a warning; a key whose
 //!   outcome is [`Outcome::Pending`] is looked at again after [`PENDING_DELAY`]; a conflict is
-//!   reported once, when it starts; every outcome is recorded in the type's [`TypeStats`].
+//!   reported once, when it starts; every outcome is recorded in the type's [`TypeStats`];
+//! - each watch reads tolerantly (`vcp_crds::tolerant`, issue 38): an object that cannot be
+//!   decoded (a free-form field nested deeper than serde_json's limit of 128) fails alone, never
+//!   the list or the watch. It is skipped and named (a warning log line with the kind, cluster,
+//!   namespace, name and the error's path; the process-wide counter
+//!   [`crate::stats::undecodable_skipped`]; a `Warning` Event `Undecodable` on the plugin, once
+//!   per object; the type's count in [`TypeStats`], which `RuntimeHealthy` reports), leaves its
+//!   side's cache, and its key is kept in that cache's set of undecodable keys
+//!   ([`Cache::skip`]). A reconcile that would read such an object does nothing
+//!   ([`Reconcile::undecodable`]): an undecodable virtual object is not "missing", so its host
+//!   copy is not deleted, and nothing is created or updated for it. When it decodes again or is
+//!   deleted it leaves the set and its keys are reconciled: no restart is needed.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -28,10 +39,13 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Client;
 use kube::Resource;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use tracing::{debug, info, warn};
+use vcp_crds::tolerant::{self, Skipped, StatusPolicy, Tolerant};
 
 use crate::cache::Cache;
 use crate::context::SyncObject;
@@ -88,14 +102,38 @@ impl Side {
             Side::Host | Side::HostProduced => "host",
         }
     }
+
+    /// The watch in messages and statistics: its cluster, and `produced` for the second type.
+    fn label(self) -> &'static str {
+        match self {
+            Side::Virtual => "virtual",
+            Side::Host => "host",
+            Side::VirtualProduced => "virtual produced",
+            Side::HostProduced => "host produced",
+        }
+    }
+}
+
+/// The tolerant `Api` of a watch ([`Watch::api`]): objects of `dt` with `client`, in
+/// `namespace` (`None`: every namespace).
+pub(crate) fn tolerant_api<K>(
+    client: Client,
+    namespace: Option<&str>,
+    dt: &K::DynamicType,
+) -> Api<Tolerant<K>>
+where
+    K: Resource,
+    K::Scope: kube::core::NamespaceScope,
+{
+    Api::all_with(client, dt).constrain(namespace.unwrap_or_default())
 }
 
 /// One watched side: the objects of `api` matching `config`, into [`Reconcile::cache`]`(side)`.
 pub(crate) struct Watch<K: Resource> {
     /// The side, which names the cache and the cluster in messages.
     pub side: Side,
-    /// Where to watch.
-    pub api: Api<K>,
+    /// Where to watch, read tolerantly ([`tolerant_api`], module docs).
+    pub api: Api<Tolerant<K>>,
     /// Selectors of the watch.
     pub config: watcher::Config,
 }
@@ -150,6 +188,23 @@ pub(crate) trait Reconcile: Send + Sync + 'static {
         &self,
         key: &ObjectKey,
     ) -> impl Future<Output = Result<Option<Outcome>, Error>> + Send;
+
+    /// The undecodable object a reconcile of `key` would read (as `<side> namespace/name:
+    /// error`), if any: the reconcile is then not run, and `key` is looked at again when that
+    /// object decodes or goes (module docs). Each reconciler checks every cache its reconcile
+    /// of `key` reads ([`Cache::undecodable`]).
+    fn undecodable(&self, key: &ObjectKey) -> Option<String>;
+
+    /// Every key an event about the undecodable object `meta` (only its identity is known) on
+    /// `side` touches, besides those its last decoded version touched: by default the object's
+    /// own `namespace/name`, the key of the side the reconciler's keys come from; a key of
+    /// another side's object names nothing and its reconcile finds nothing to do.
+    fn keys_of_undecodable(&self, _side: Side, meta: &ObjectMeta) -> Vec<ObjectKey> {
+        vec![ObjectKey {
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            name: meta.name.clone().unwrap_or_default(),
+        }]
+    }
 
     /// Whether `key` must be reconciled again right after the reconcile that just ended
     /// (something changed while it was writing that its watch events did not queue:
@@ -240,14 +295,40 @@ async fn watch<R: Reconcile>(
 ) {
     let side = watch.side;
     let cache = reconciler.cache(side);
+    // Objects that did not decode, told by the tolerant watcher before it yields the next
+    // event: handled before that event, so that events of one object stay in order.
+    let (skipped_tx, mut skipped_rx) = tokio::sync::mpsc::unbounded_channel::<Skipped>();
     // No `default_backoff()`: it resets on the `Init` the watcher emits before every list, so
     // a list that keeps failing was retried every ~0.8 s; the delay is ours (module docs).
-    let events = watcher(watch.api, watch.config).modify(|obj| slim_for_cache(obj.meta_mut()));
+    let events = tolerant::watcher(
+        watch.api,
+        watch.config,
+        // a synced object's status is copied or compared: skipped whole when it does not decode
+        StatusPolicy::Skip,
+        move |skipped: &Skipped| {
+            let _ = skipped_tx.send(skipped.clone());
+        },
+        // the cache drops its version in `Cache::skip`, with no event needed
+        |_: &ObjectMeta| None,
+    )
+    .modify(|obj| slim_for_cache(obj.meta_mut()));
     let mut events = std::pin::pin!(events);
     let mut retry = Retry::new(retry_max);
     // Lists begun: the first, then one per re-list (counted, see `TypeStats::count_relist`).
     let mut lists = 0_u64;
-    while let Some(event) = events.next().await {
+    loop {
+        let event = tokio::select! {
+            biased;
+            Some(skipped) = skipped_rx.recv() => {
+                skip(reconciler, side, &skipped, queue);
+                continue;
+            }
+            event = events.next() => event,
+        };
+        let Some(event) = event else { break };
+        while let Ok(skipped) = skipped_rx.try_recv() {
+            skip(reconciler, side, &skipped, queue);
+        }
         let event = match event {
             Ok(event) => event,
             Err(error) => {
@@ -274,7 +355,9 @@ async fn watch<R: Reconcile>(
         if !matches!(event, watcher::Event::Init) {
             retry.reset();
         }
-        cache.apply(&event);
+        if cache.apply(&event) {
+            healed(reconciler, side, &event);
+        }
         let keys = match &event {
             watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => {
                 reconciler.keys_of(side, obj, false)
@@ -302,6 +385,91 @@ async fn watch<R: Reconcile>(
         }
         errors.set(side, None, reconciler.stats());
     }
+}
+
+/// The once-key of the `Undecodable` Event about the object `uid` on `side`.
+fn undecodable_once(uid: &str, side: Side) -> String {
+    format!("{uid} Undecodable {}", side.label())
+}
+
+/// One object of `side` that did not decode (module docs): named, taken out of the cache into
+/// its set of undecodable keys, and the keys it touched queued (their reconciles then do
+/// nothing while it stays undecodable).
+fn skip<R: Reconcile>(reconciler: &R, side: Side, skipped: &Skipped, queue: &WorkQueue<ObjectKey>) {
+    let stats = reconciler.stats();
+    let cache = reconciler.cache(side);
+    let meta = &skipped.metadata;
+    let namespace = meta.namespace.as_deref().unwrap_or_default();
+    let name = meta.name.as_deref().unwrap_or_default();
+    let object = tolerant::key_of(meta);
+    if skipped.deleted {
+        info!(kind = %stats.kind(), cluster = side.label(), %namespace, %name, "an object that could not be decoded was deleted");
+        if let Some(uid) = meta.uid.as_deref() {
+            stats.forget_warnings_about(uid);
+        }
+    } else {
+        let total = crate::stats::count_undecodable_skipped();
+        warn!(
+            kind = %stats.kind(),
+            cluster = side.label(),
+            %namespace,
+            %name,
+            error = %skipped.error,
+            skipped_total = total,
+            "skipped an object that cannot be decoded; nothing is done for it until it decodes again"
+        );
+        let note = format!(
+            "{} {} {object} in the {} cluster cannot be decoded ({}): it is skipped and nothing is done for it (its copy is kept as it is) until it decodes again or is deleted; every other object goes on syncing",
+            stats.api_version(),
+            stats.kind(),
+            side.cluster(),
+            skipped.error
+        );
+        let related = ObjectReference {
+            api_version: Some(stats.api_version().to_string()),
+            kind: Some(stats.kind().to_string()),
+            namespace: meta.namespace.clone(),
+            name: meta.name.clone(),
+            uid: meta.uid.clone(),
+            ..ObjectReference::default()
+        };
+        let once = undecodable_once(meta.uid.as_deref().unwrap_or(&object), side);
+        stats.warn_once_about(Some(related), &once, Reason::Undecodable, note);
+    }
+    let previous = cache.skip(skipped);
+    let mut keys = reconciler.keys_of_undecodable(side, meta);
+    if let Some(previous) = previous {
+        keys.extend(reconciler.keys_of(side, &previous, true));
+    }
+    for key in keys {
+        queue.push(key);
+    }
+    report_undecodable(reconciler, side);
+}
+
+/// `event` took an object of `side` out of the cache's undecodable set (it decodes again, or a
+/// listing found it gone): its `Undecodable` Event may be given again, and the type's count is
+/// updated.
+fn healed<R: Reconcile>(reconciler: &R, side: Side, event: &watcher::Event<R::Object>) {
+    if let watcher::Event::Apply(obj) | watcher::Event::Delete(obj) = event
+        && let Some(uid) = obj.meta().uid.as_deref()
+    {
+        reconciler
+            .stats()
+            .forget_warning(&undecodable_once(uid, side));
+    }
+    if let watcher::Event::Apply(obj) = event {
+        info!(kind = %reconciler.stats().kind(), cluster = side.label(), object = %tolerant::key_of(obj.meta()), "an object that could not be decoded decodes again");
+    }
+    report_undecodable(reconciler, side);
+}
+
+/// The type's count of undecodable objects of `side`, from its cache.
+fn report_undecodable<R: Reconcile>(reconciler: &R, side: Side) {
+    let (count, example) = reconciler.cache(side).undecodable_summary();
+    reconciler
+        .stats()
+        .set_undecodable(side.label(), count, example);
 }
 
 fn push_all<R: Reconcile>(reconciler: &R, queue: &WorkQueue<ObjectKey>) {
@@ -332,6 +500,15 @@ async fn process<R: Reconcile>(
 ) {
     let stats = reconciler.stats();
     let id = key.to_string();
+    if let Some(object) = reconciler.undecodable(key) {
+        // nothing is done while an object it reads cannot be decoded (module docs); named
+        // when it was skipped, reconciled again when it decodes or goes
+        debug!(%object, "an object of this key cannot be decoded, nothing done");
+        stats.count_reconcile(&id);
+        stats.record(&id, None);
+        queue.forget(key);
+        return;
+    }
     let result = reconciler.reconcile(key).await;
     stats.count_reconcile(&id);
     if reconciler.recheck(key) {

@@ -35,6 +35,20 @@ pub enum Error {
         source: Box<kube::Error>,
     },
 
+    /// The `VClusterPlugin` could not be decoded, not even without its status (its spec or
+    /// metadata; `vcp_crds::tolerant`), at start.
+    #[error(
+        "VClusterPlugin {namespace}/{name} cannot be decoded ({error}); fix or re-apply its spec (the operator reports it Undecodable)"
+    )]
+    UndecodablePlugin {
+        /// Host namespace.
+        namespace: String,
+        /// Plugin name.
+        name: String,
+        /// The decoding error, with its JSON path.
+        error: String,
+    },
+
     /// The `VClusterPlugin` has no usable vCluster name.
     #[error(
         "VClusterPlugin {namespace}/{name} has an empty spec.vcluster.name and no --vcluster was given"

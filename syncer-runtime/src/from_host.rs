@@ -109,11 +109,11 @@ pub async fn run(opts: FromHostOptions) -> Result<(), Error> {
     }
     // the whole virtual cluster: the copies a former mapping put elsewhere are found (and
     // deleted) wherever they are
-    let virtual_api = Api::all_with(opts.virtual_.clone(), ar);
+    let virtual_api = driver::tolerant_api(opts.virtual_.clone(), None, ar);
     let watches = vec![
         Watch {
             side: Side::Host,
-            api: Api::namespaced_with(opts.host.clone(), opts.mapping.host_namespace(), ar),
+            api: driver::tolerant_api(opts.host.clone(), Some(opts.mapping.host_namespace()), ar),
             config: host_config,
         },
         Watch {
@@ -190,6 +190,16 @@ impl Reconcile for FromHost {
             }
             _ => None,
         }
+    }
+
+    fn undecodable(&self, key: &ObjectKey) -> Option<String> {
+        if let Some(error) = self.host_store.undecodable(&key.namespace, &key.name) {
+            return Some(format!("host {key}: {error}"));
+        }
+        let (ns, name) = self.opts.mapping.virtual_target(&key.name)?;
+        self.virtual_store
+            .undecodable(&ns, &name)
+            .map(|error| format!("virtual {ns}/{name}: {error}"))
     }
 
     fn for_each_key(&self, push: &mut dyn FnMut(ObjectKey)) {

@@ -129,7 +129,7 @@ pub async fn run_pod_hooks(opts: PodHookOptions) -> Result<(), Error> {
         watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={}", opts.vcluster));
     let watches = vec![Watch {
         side: Side::Host,
-        api: api.clone(),
+        api: driver::tolerant_api(opts.host.clone(), Some(&opts.namespace), &ar),
         config,
     }];
     let settings = Settings {
@@ -173,6 +173,12 @@ impl Reconcile for PodHooks {
             namespace: self.opts.namespace.clone(),
             name: pod.name_any(),
         })
+    }
+
+    fn undecodable(&self, key: &ObjectKey) -> Option<String> {
+        self.cache
+            .undecodable(&key.namespace, &key.name)
+            .map(|error| format!("host pod {key}: {error}"))
     }
 
     fn for_each_key(&self, push: &mut dyn FnMut(ObjectKey)) {

@@ -52,6 +52,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::core::Selector;
 use kube::runtime::watcher;
@@ -351,22 +352,22 @@ pub async fn run(opts: ProducedOptions) -> Result<(), Error> {
     let watches = vec![
         Watch {
             side: Side::Virtual,
-            api: Api::all_with(opts.virtual_.clone(), &opts.source),
+            api: driver::tolerant_api(opts.virtual_.clone(), None, &opts.source),
             config: source_config,
         },
         Watch {
             side: Side::Host,
-            api: Api::namespaced_with(opts.host.clone(), &host_ns, &opts.source),
+            api: driver::tolerant_api(opts.host.clone(), Some(&host_ns), &opts.source),
             config: watcher::Config::default(),
         },
         Watch {
             side: Side::HostProduced,
-            api: Api::namespaced_with(opts.host.clone(), &host_ns, &opts.produced),
+            api: driver::tolerant_api(opts.host.clone(), Some(&host_ns), &opts.produced),
             config: watcher::Config::default(),
         },
         Watch {
             side: Side::VirtualProduced,
-            api: Api::all_with(opts.virtual_.clone(), &opts.produced),
+            api: driver::tolerant_api(opts.virtual_.clone(), None, &opts.produced),
             config: watcher::Config::default(),
         },
     ];
@@ -468,6 +469,57 @@ impl Reconcile for Produced {
                 }
                 keys.into_iter().collect()
             }
+        }
+    }
+
+    fn undecodable(&self, key: &ObjectKey) -> Option<String> {
+        let translator = &self.opts.translator;
+        let host_ns = translator.host_namespace();
+        if let Some(error) = self.virtual_sources.undecodable(&key.namespace, &key.name) {
+            return Some(format!("virtual {key}: {error}"));
+        }
+        let host_copy = translator.host_name(&key.name, &key.namespace);
+        if let Some(error) = self.host_sources.undecodable(host_ns, &host_copy) {
+            return Some(format!("host {host_ns}/{host_copy}: {error}"));
+        }
+        // what it declares: the host object brought back, and its copy
+        let declared = self.index.lock().ok()?.declared.get(key).cloned()?;
+        let (virtual_name, host_name) = (declared.0, declared.1);
+        if let Some(error) = self.host_produced.undecodable(host_ns, &host_name) {
+            return Some(format!(
+                "host {} {host_ns}/{host_name}: {error}",
+                self.opts.produced.kind
+            ));
+        }
+        self.virtual_produced
+            .undecodable(&key.namespace, &virtual_name)
+            .map(|error| {
+                format!(
+                    "virtual {} {}/{virtual_name}: {error}",
+                    self.opts.produced.kind, key.namespace
+                )
+            })
+    }
+
+    fn keys_of_undecodable(&self, side: Side, meta: &ObjectMeta) -> Vec<ObjectKey> {
+        let namespace = meta.namespace.clone().unwrap_or_default();
+        let name = meta.name.clone().unwrap_or_default();
+        let Ok(index) = self.index.lock() else {
+            return Vec::new();
+        };
+        match side {
+            Side::Virtual => vec![ObjectKey { namespace, name }],
+            Side::Host => Vec::new(),
+            Side::HostProduced => index
+                .by_host_name
+                .get(&name)
+                .map(|keys| keys.iter().cloned().collect())
+                .unwrap_or_default(),
+            Side::VirtualProduced => index
+                .by_virtual_name
+                .get(&(namespace, name))
+                .map(|keys| keys.iter().cloned().collect())
+                .unwrap_or_default(),
         }
     }
 

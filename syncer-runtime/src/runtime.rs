@@ -18,10 +18,11 @@ use vcp_crds::Reason;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use kube::api::{Api, ApiResource, GroupVersionKind, Patch, PatchParams};
 use kube::core::Selector;
 use kube::discovery::{Scope, pinned_kind};
+use vcp_crds::tolerant::{Skipped, StatusPolicy, Tolerant};
 
 use crate::patches::Patches;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter as EventReporter};
@@ -172,7 +173,12 @@ pub const DELETING: &str =
 /// [`Error::NoVCluster`] when no vCluster name is known. Later failures are logged, retried
 /// and reported in the status instead.
 pub async fn run(config: Config) -> Result<(), Error> {
-    let api: Api<VClusterPlugin> = Api::namespaced(config.host.clone(), &config.namespace);
+    // Read tolerantly (issue 38, `vcp_crds::tolerant`): a status the API server accepted but our
+    // types cannot read (a condition's `lastTransitionTime` such as `2024-01-01T10:00:00Zt`,
+    // which anyone who may patch the status can write) must not stop the runtime; it needs only
+    // the spec, and writes only its own status fields.
+    let api: Api<Tolerant<VClusterPlugin>> =
+        Api::namespaced(config.host.clone(), &config.namespace);
     let plugin = api
         .get_opt(&config.plugin)
         .await
@@ -185,6 +191,20 @@ pub async fn run(config: Config) -> Result<(), Error> {
             namespace: config.namespace.clone(),
             name: config.plugin.clone(),
         })?;
+    let plugin = match plugin {
+        Tolerant::Whole(plugin) => plugin,
+        Tolerant::WithoutStatus { object, error } => {
+            warn!(plugin = %config.plugin, %error, "the VClusterPlugin's status cannot be decoded; its spec is read without it");
+            object
+        }
+        Tolerant::Undecodable(u) => {
+            return Err(Error::UndecodablePlugin {
+                namespace: config.namespace.clone(),
+                name: config.plugin.clone(),
+                error: u.error,
+            });
+        }
+    };
     let config = Arc::new(config);
     // Events on the VClusterPlugin: `(type, reason, note)`.
     let (warning_tx, mut warnings) = tokio::sync::mpsc::unbounded_channel::<(
@@ -226,11 +246,30 @@ pub async fn run(config: Config) -> Result<(), Error> {
     )?);
     let mut reporter = Reporter::new(api.clone(), &config.plugin);
 
-    let events = watcher(
-        api,
-        watcher::Config::default().fields(&format!("metadata.name={}", config.plugin)),
-    )
-    .default_backoff();
+    // Whether the plugin was seen, decodable or not, in the listing in progress: an
+    // undecodable plugin is not passed on, but it exists (its syncers run on, as last read).
+    let skipped_in_init = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let events = {
+        let plugin = config.plugin.clone();
+        let skipped_in_init = skipped_in_init.clone();
+        vcp_crds::tolerant::watcher(
+            api,
+            watcher::Config::default().fields(&format!("metadata.name={}", config.plugin)),
+            // only the spec is read: a status that does not decode is left out
+            StatusPolicy::PassWithout,
+            move |skipped: &Skipped| {
+                if skipped.passed_without_status {
+                    warn!(%plugin, error = %skipped.error, "the VClusterPlugin's status cannot be decoded; its spec is read without it");
+                } else if !skipped.deleted {
+                    skipped_in_init.store(true, std::sync::atomic::Ordering::Relaxed);
+                    warn!(%plugin, error = %skipped.error, "the VClusterPlugin cannot be decoded; the syncers run on with its spec as last read until it decodes again");
+                }
+            },
+            // an undecodable plugin is not a deleted one: nothing is stopped
+            |_: &ObjectMeta| None,
+        )
+        .default_backoff()
+    };
     let mut events = std::pin::pin!(events);
     let mut seen_in_init = false;
     let mut tick = tokio::time::interval(config.status_interval);
@@ -261,9 +300,12 @@ pub async fn run(config: Config) -> Result<(), Error> {
                     }
                 }
                 Some(Ok(watcher::Event::Delete(_))) => stop(&mut running, &config),
-                Some(Ok(watcher::Event::Init)) => seen_in_init = false,
+                Some(Ok(watcher::Event::Init)) => {
+                    seen_in_init = false;
+                    skipped_in_init.store(false, std::sync::atomic::Ordering::Relaxed);
+                }
                 Some(Ok(watcher::Event::InitDone)) => {
-                    if !seen_in_init {
+                    if !seen_in_init && !skipped_in_init.load(std::sync::atomic::Ordering::Relaxed) {
                         stop(&mut running, &config);
                     }
                 }
@@ -814,7 +856,7 @@ async fn resolve_on(
 /// Writes the runtime's part of the plugin status ([`status`]) by server-side apply (best
 /// effort), only when it changed since the last successful write.
 struct Reporter {
-    api: Api<VClusterPlugin>,
+    api: Api<Tolerant<VClusterPlugin>>,
     name: String,
     /// The last status written, and its `RuntimeHealthy` condition.
     last: Option<(RuntimeStatus, Condition)>,
@@ -822,7 +864,7 @@ struct Reporter {
 }
 
 impl Reporter {
-    fn new(api: Api<VClusterPlugin>, name: &str) -> Self {
+    fn new(api: Api<Tolerant<VClusterPlugin>>, name: &str) -> Self {
         Self {
             api,
             name: name.to_string(),

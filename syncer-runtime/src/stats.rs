@@ -40,6 +40,11 @@ pub struct TypeSummary {
     pub patch_failed: i64,
     /// The message of one of them (the first in key order), for the condition's message.
     pub patch_error: Option<String>,
+    /// Objects of the type's watches that cannot be decoded (issue 38, `vcp_crds::tolerant`):
+    /// skipped, never acted on, until they decode again or are deleted.
+    pub undecodable: i64,
+    /// One of them (`<cluster> <Kind> namespace/name: error`), for the condition's message.
+    pub undecodable_example: Option<String>,
     /// A problem of the whole type (discovery or watch failing), if any.
     pub type_error: Option<String>,
     /// Whether both watches have listed their objects once.
@@ -150,6 +155,24 @@ impl ReconcileLog {
     }
 }
 
+/// Undecodable objects skipped by the runtime's watches since the process started: one per
+/// watch event or listed item that did not decode (issue 38, `vcp_crds::tolerant`), over every
+/// synced type. Read with [`undecodable_skipped`].
+static UNDECODABLE_SKIPPED: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one skipped undecodable object ([`undecodable_skipped`]); returns the count so far.
+pub fn count_undecodable_skipped() -> u64 {
+    UNDECODABLE_SKIPPED.fetch_add(1, Ordering::Relaxed) + 1
+}
+
+/// How many undecodable objects the runtime's watches skipped since the process started, over
+/// every synced type and plugin spec (each watch event or listed item counts once). The runtime
+/// serves no HTTP endpoint: this is the counter a library user exports, and the runtime's
+/// warning log line `skipped an object that cannot be decoded` carries it as `skipped_total`.
+pub fn undecodable_skipped() -> u64 {
+    UNDECODABLE_SKIPPED.load(Ordering::Relaxed)
+}
+
 /// Type of an Event sent to an [`EventSink`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Severity {
@@ -182,6 +205,8 @@ pub struct TypeStats {
     warned: WarnedKeys,
     outcomes: Mutex<HashMap<String, Outcome>>,
     type_error: Mutex<Option<String>>,
+    /// Per watch (its cluster and side): the count of its undecodable objects and one of them.
+    undecodable: Mutex<std::collections::BTreeMap<String, (usize, Option<String>)>>,
     ready: std::sync::atomic::AtomicBool,
     writes: AtomicU64,
 }
@@ -299,6 +324,13 @@ impl TypeStats {
         }
     }
 
+    /// Forgets the one warning `key` (its condition is over: found again, it is reported again).
+    pub fn forget_warning(&self, key: &str) {
+        if let Ok(mut warned) = self.warned.lock() {
+            warned.remove(key);
+        }
+    }
+
     /// How many warning keys are remembered (shared with every [`TypeStats`] of the set).
     pub fn warned_len(&self) -> usize {
         self.warned.lock().map(|w| w.len()).unwrap_or(0)
@@ -365,6 +397,19 @@ impl TypeStats {
         }
     }
 
+    /// Sets what the watch `watch` (a cluster and side, such as `virtual`) holds undecodable:
+    /// `count` objects, `example` one of them (`namespace/name: error`).
+    pub fn set_undecodable(&self, watch: &str, count: usize, example: Option<String>) {
+        if let Ok(mut undecodable) = self.undecodable.lock() {
+            if count == 0 {
+                undecodable.remove(watch);
+            } else {
+                let example = example.map(|e| format!("{watch} {} {e}", self.kind));
+                undecodable.insert(watch.to_string(), (count, example));
+            }
+        }
+    }
+
     /// Marks the type's watches as initialised.
     pub fn set_ready(&self) {
         self.ready.store(true, Ordering::Relaxed);
@@ -389,6 +434,14 @@ impl TypeStats {
             ready: self.ready.load(Ordering::Relaxed),
             ..TypeSummary::default()
         };
+        if let Ok(undecodable) = self.undecodable.lock() {
+            for (count, example) in undecodable.values() {
+                summary.undecodable += i64::try_from(*count).unwrap_or(i64::MAX);
+                if summary.undecodable_example.is_none() {
+                    summary.undecodable_example = example.clone();
+                }
+            }
+        }
         if let Ok(outcomes) = self.outcomes.lock() {
             let mut first_patch_error: Option<(&String, &String)> = None;
             for (key, outcome) in outcomes.iter() {

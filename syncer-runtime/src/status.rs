@@ -12,6 +12,7 @@
 //! | `TypeUnavailable` | `False` | a type cannot be discovered or watched (messages joined by `; `) |
 //! | `PatchFailed` | `False` | an expression's evaluation is still running past its time bound inside one native call ([`with_overrunning`], [`crate::patches::running`]): the message names the type, object and patch of the longest-running one |
 //! | `PatchFailed` | `False` | a declared patch failed on some objects (an expression threw or ran past its bounds, a reference or selector of the wrong shape): those objects are not written and are retried; the message gives the count and one failure |
+//! | `Undecodable` | `False` | objects of a synced type (virtual or host) cannot be decoded (a free-form field nested deeper than serde_json's limit of 128): each is skipped and never acted on (its host copy is kept), every other object syncs; the message gives the count and names one (`vcp_crds::tolerant`, issue 38). The type stays available |
 //! | `SyncErrors` | `False` | objects failed to sync and are retried |
 //! | `HostObjectConflict` | `False` | a host object of a synced object's name is not managed by this vCluster: it is left untouched, so that object is not synced (counted in `syncedObjects[].conflicts`) |
 //! | `Starting` | `False` | a type is not listed yet |
@@ -65,6 +66,7 @@ pub fn desired(
     let failed: i64 = all.iter().map(|s| s.failed).sum();
     let patch_failed: i64 = all.iter().map(|s| s.patch_failed).sum();
     let conflicts: i64 = all.iter().map(|s| s.conflicts).sum();
+    let undecodable: i64 = all.iter().map(|s| s.undecodable).sum();
     let type_errors: Vec<&str> = all.iter().filter_map(|s| s.type_error.as_deref()).collect();
     let not_ready: Vec<String> = all
         .iter()
@@ -84,6 +86,18 @@ pub fn desired(
             format!(
                 "{patch_failed} object(s) not synced: a patch failed, nothing of them is written \
                  and they are retried (see the PatchFailed Events); for example {example}"
+            ),
+        )
+    } else if undecodable > 0 {
+        let example = all
+            .iter()
+            .find_map(|s| s.undecodable_example.as_deref())
+            .unwrap_or_default();
+        (
+            false,
+            Reason::Undecodable,
+            format!(
+                "{undecodable} object(s) cannot be decoded and are skipped, nothing is done                  for them until they decode again (see the Undecodable Events); for example                  {example}"
             ),
         )
     } else if failed > 0 {
