@@ -438,4 +438,88 @@ mod tests {
         assert_eq!(cache.get("ns", "a"), None);
         assert!(cache.get("ns", "b").is_some());
     }
+
+    fn skipped(name: &str, deleted: bool) -> Skipped {
+        Skipped {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            error: "spec.a.a: recursion limit exceeded".into(),
+            deleted,
+            passed_without_status: false,
+        }
+    }
+
+    /// An object that turns undecodable is not "missing": it leaves the cache into the set of
+    /// undecodable keys (issue 38), and leaves that set when it decodes again or is deleted.
+    #[test]
+    fn an_undecodable_object_is_kept_apart_until_it_decodes_or_goes() {
+        let cache = Cache::<DynamicObject>::new();
+        cache.apply(&watcher::Event::Init);
+        cache.apply(&watcher::Event::InitApply(car("a", "1")));
+        cache.apply(&watcher::Event::InitApply(car("b", "1")));
+        cache.apply(&watcher::Event::InitDone);
+        // live: `a` turns undecodable; its last decoded version is handed back
+        let previous = cache.skip(&skipped("a", false));
+        assert_eq!(previous, Some(car("a", "1")));
+        assert_eq!(cache.get("ns", "a"), None);
+        assert_eq!(
+            cache.undecodable("ns", "a").as_deref(),
+            Some("spec.a.a: recursion limit exceeded")
+        );
+        assert_eq!(cache.undecodable("ns", "b"), None);
+        assert_eq!(
+            cache.undecodable_summary(),
+            (1, Some("ns/a: spec.a.a: recursion limit exceeded".into()))
+        );
+        // a second event while undecodable: nothing to hand back
+        assert_eq!(cache.skip(&skipped("a", false)), None);
+        // it decodes again: out of the set, back in the cache
+        assert!(cache.apply(&watcher::Event::Apply(car("a", "2"))));
+        assert_eq!(cache.undecodable("ns", "a"), None);
+        assert!(cache.get("ns", "a").is_some());
+        assert!(!cache.apply(&watcher::Event::Apply(car("b", "2"))));
+        // undecodable again, then deleted while undecodable
+        cache.skip(&skipped("a", false));
+        assert!(cache.undecodable("ns", "a").is_some());
+        cache.skip(&skipped("a", true));
+        assert_eq!(cache.undecodable("ns", "a"), None);
+        assert_eq!(cache.get("ns", "a"), None);
+        assert_eq!(cache.undecodable_summary(), (0, None));
+    }
+
+    /// A listing rebuilds the set: found undecodable in it, an object is in the set at
+    /// `InitDone`; one no longer listed leaves it.
+    #[test]
+    fn a_listing_rebuilds_the_undecodable_set() {
+        let cache = Cache::<DynamicObject>::new();
+        cache.apply(&watcher::Event::Init);
+        cache.apply(&watcher::Event::InitApply(car("a", "1")));
+        assert_eq!(cache.skip(&skipped("deep", false)), None);
+        // not before the listing is done
+        assert_eq!(cache.undecodable("ns", "deep"), None);
+        assert!(cache.apply(&watcher::Event::InitDone));
+        assert!(cache.undecodable("ns", "deep").is_some());
+        assert!(cache.get("ns", "a").is_some());
+        // re-list: `deep` is gone, `a` is now undecodable (its cached version goes with the
+        // listing's contents)
+        cache.apply(&watcher::Event::Init);
+        cache.skip(&skipped("a", false));
+        assert!(cache.undecodable("ns", "deep").is_some(), "until InitDone");
+        assert!(cache.apply(&watcher::Event::InitDone));
+        assert_eq!(cache.undecodable("ns", "deep"), None);
+        assert!(cache.undecodable("ns", "a").is_some());
+        assert_eq!(cache.get("ns", "a"), None);
+    }
+
+    #[test]
+    fn a_long_error_is_cut_at_a_character_boundary() {
+        let long = "é".repeat(MAX_UNDECODABLE_ERROR);
+        let cut = cut(&long, MAX_UNDECODABLE_ERROR);
+        assert!(cut.len() <= MAX_UNDECODABLE_ERROR + '…'.len_utf8());
+        assert!(cut.ends_with('…'));
+        assert_eq!(super::cut("short", 10), "short");
+    }
 }

@@ -508,6 +508,29 @@ mod tests {
     }
 
     #[test]
+    fn undecodable_objects_are_summed_over_the_watches_with_one_named() {
+        let stats = TypeStats::new("e2e.vcp.test/v1", "Blob");
+        stats.set_undecodable("virtual", 2, Some("a/deep: too deep".into()));
+        stats.set_undecodable("host", 1, Some("vc/x: too deep".into()));
+        let summary = stats.summary();
+        assert_eq!(summary.undecodable, 3);
+        // the first watch in name order: `host`
+        assert_eq!(
+            summary.undecodable_example.as_deref(),
+            Some("host Blob vc/x: too deep")
+        );
+        stats.set_undecodable("host", 0, None);
+        stats.set_undecodable("virtual", 0, None);
+        let summary = stats.summary();
+        assert_eq!(
+            (summary.undecodable, summary.undecodable_example),
+            (0, None)
+        );
+        let before = undecodable_skipped();
+        assert!(count_undecodable_skipped() > before);
+    }
+
+    #[test]
     fn patch_failures_are_counted_apart_with_the_first_message_by_key() {
         let stats = TypeStats::new("e2e.vcp.test/v1", "Widget");
         stats.record("b/two", Some(Outcome::PatchFailed("second".into())));

@@ -330,6 +330,35 @@ mod tests {
         assert_eq!(s.message, "listing example.loft.sh/v1 Truck");
     }
 
+    /// Undecodable objects (issue 38): named, after a failing patch and before sync errors;
+    /// the type stays available (not `TypeUnavailable`).
+    #[test]
+    fn undecodable_objects_are_named_and_leave_the_type_available() {
+        let mut blobs = summary("Blob", 3);
+        blobs.undecodable = 2;
+        blobs.undecodable_example =
+            Some("virtual Blob a/deep: spec.values.a: recursion limit exceeded".into());
+        let mut failing = summary("Car", 1);
+        failing.failed = 1;
+        let s = desired(&[blobs.clone(), failing.clone()], None, Some(2));
+        assert_eq!((s.healthy, s.reason.as_str()), (false, "Undecodable"));
+        assert_eq!(
+            s.message,
+            "2 object(s) cannot be decoded and are skipped, nothing is done for them until they \
+             decode again (see the Undecodable Events); for example virtual Blob a/deep: \
+             spec.values.a: recursion limit exceeded"
+        );
+        assert_eq!(s.synced_total, 4);
+        let mut patching = summary("Cert", 0);
+        patching.patch_failed = 1;
+        let s = desired(&[blobs.clone(), patching], None, None);
+        assert_eq!(s.reason.as_str(), "PatchFailed");
+        blobs.undecodable = 0;
+        blobs.undecodable_example = None;
+        let s = desired(&[blobs, failing], None, None);
+        assert_eq!(s.reason.as_str(), "SyncErrors");
+    }
+
     #[test]
     fn a_failing_patch_is_its_own_reason_and_recovers() {
         let mut certificates = summary("Certificate", 2);
