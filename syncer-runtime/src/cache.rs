@@ -250,16 +250,21 @@ impl<K: Resource + Serialize + DeserializeOwned> Cache<K> {
     }
 }
 
-/// `text` cut to at most `max` bytes at a character boundary, with `…` when cut.
+/// `text` cut to at most `max` bytes at character boundaries: its first and last halves with
+/// `…` between them when cut (a deep path's start and the error's message at its end).
 fn cut(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_string();
     }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
+    let mut head = max / 2;
+    while !text.is_char_boundary(head) {
+        head -= 1;
     }
-    format!("{}…", &text[..end])
+    let mut tail = text.len() - max / 2;
+    while !text.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!("{}…{}", &text[..head], &text[tail..])
 }
 
 fn key_of<K: Resource>(obj: &K) -> CacheKey {
@@ -516,10 +521,14 @@ mod tests {
 
     #[test]
     fn a_long_error_is_cut_at_a_character_boundary() {
-        let long = "é".repeat(MAX_UNDECODABLE_ERROR);
+        let long = format!(
+            "{}: recursion limit exceeded",
+            "é".repeat(MAX_UNDECODABLE_ERROR)
+        );
         let cut = cut(&long, MAX_UNDECODABLE_ERROR);
         assert!(cut.len() <= MAX_UNDECODABLE_ERROR + '…'.len_utf8());
-        assert!(cut.ends_with('…'));
+        assert!(cut.starts_with("éé") && cut.contains('…'), "{cut}");
+        assert!(cut.ends_with(": recursion limit exceeded"), "{cut}");
         assert_eq!(super::cut("short", 10), "short");
     }
 }
