@@ -97,7 +97,9 @@ pub fn desired(
             false,
             Reason::Undecodable,
             format!(
-                "{undecodable} object(s) cannot be decoded and are skipped, nothing is done                  for them until they decode again (see the Undecodable Events); for example                  {example}"
+                "{undecodable} object(s) cannot be decoded and are skipped, nothing is done \
+                 for them until they decode again (see the Undecodable Events); for example \
+                 {example}"
             ),
         )
     } else if failed > 0 {
