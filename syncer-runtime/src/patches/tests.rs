@@ -400,13 +400,17 @@ async fn evaluations_take_at_most_their_slots() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let patch = TranslatePatch {
         path: "spec.image".into(),
-        expression: Some("var t = Date.now(); while (Date.now() - t < 100) {} value".into()),
+        expression: Some("var t = Date.now(); while (Date.now() - t < 50) {} value".into()),
         ..TranslatePatch::default()
     };
     let evaluations = Arc::new(running::Evaluations::default());
     let patches = Arc::new(
         Patches::new(&[patch], "vc", "ns")
             .unwrap()
+            .with_bounds(Bounds {
+                time: Duration::from_secs(10),
+                ..Bounds::default()
+            })
             .sharing_evaluations(evaluations.clone()),
     );
     let most = Arc::new(AtomicUsize::new(0));
