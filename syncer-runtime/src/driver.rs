@@ -15,7 +15,11 @@
 //!   and its error is the type's error in the statistics (`RuntimeHealthy=False,
 //!   reason=TypeUnavailable`) until that watch delivers an event again;
 //! - once every cache is listed, `workers` workers reconcile keys concurrently, one key never
-//!   on two workers at once ([`crate::queue`]); a failed reconcile is retried with per-key
+//!   on two workers at once ([`crate::queue`]); a key whose reconcile took
+//!   [`SLOW_RECONCILE`] or more (an object whose expressions run into their bound) goes to the
+//!   queue's slow lane, served by [`slow_workers`]`(workers)` workers of its own, until a
+//!   reconcile of it is fast again, so expensive objects never keep the cheap ones waiting
+//!   (issue 38); a failed reconcile is retried with per-key
 //!   exponential backoff (200 ms … 30 s), a 409 (stale cache) without a warning; a key whose
 //!   outcome is [`Outcome::Pending`] is looked at again after [`PENDING_DELAY`]; a conflict is
 //!   reported once, when it starts; every outcome is recorded in the type's [`TypeStats`];
@@ -51,7 +55,7 @@ use crate::cache::Cache;
 use crate::context::SyncObject;
 use crate::error::Error;
 use crate::patches::ObjectPatchError;
-use crate::queue::{WorkQueue, WorkReceiver, work_queue};
+use crate::queue::{SLOW_RECONCILE, WorkQueue, WorkReceiver, work_queue};
 use crate::retry::Retry;
 use crate::stats::{Outcome, TypeStats};
 use crate::translate::slim_for_cache;
@@ -274,9 +278,19 @@ pub(crate) async fn run<R: Reconcile>(
                 &queue,
                 &receiver,
                 settings.on_conflict.as_ref(),
+                false,
             )
         });
-        futures::future::join_all(workers).await;
+        let slow = (0..slow_workers(settings.workers)).map(|_| {
+            work(
+                &reconciler,
+                &queue,
+                &receiver,
+                settings.on_conflict.as_ref(),
+                true,
+            )
+        });
+        futures::future::join_all(workers.chain(slow)).await;
     };
     tokio::select! {
         _ = watching => {}
@@ -476,13 +490,26 @@ fn push_all<R: Reconcile>(reconciler: &R, queue: &WorkQueue<ObjectKey>) {
     reconciler.for_each_key(&mut |key| queue.push(key));
 }
 
+/// The workers of the queue's slow lane beside `workers` fast ones: half as many, at least 1.
+pub(crate) fn slow_workers(workers: usize) -> usize {
+    (workers / 2).max(1)
+}
+
+/// One worker: reconciles the keys of its lane (`slow`: the slow lane) one after another.
 async fn work<R: Reconcile>(
     reconciler: &R,
     queue: &WorkQueue<ObjectKey>,
     receiver: &WorkReceiver<ObjectKey>,
     on_conflict: Option<&ConflictReporter>,
+    slow: bool,
 ) {
-    while let Some(key) = receiver.next().await {
+    loop {
+        let next = if slow {
+            receiver.next_slow().await
+        } else {
+            receiver.next().await
+        };
+        let Some(key) = next else { return };
         process(reconciler, &key, queue, on_conflict).await;
         receiver.done(&key);
     }
@@ -509,7 +536,9 @@ async fn process<R: Reconcile>(
         queue.forget(key);
         return;
     }
+    let started = std::time::Instant::now();
     let result = reconciler.reconcile(key).await;
+    queue.set_slow(key, started.elapsed() >= SLOW_RECONCILE);
     stats.count_reconcile(&id);
     if reconciler.recheck(key) {
         queue.push(key.clone()); // queued again once this worker is done with it

@@ -323,7 +323,7 @@ impl FromHost {
     }
 
     async fn create_virtual(&self, host: &DynamicObject, at: (&str, &str)) -> Result<(), Error> {
-        let obj = self.patched_virtual(host, at, None)?;
+        let obj = self.patched_virtual(host, at, None).await?;
         let to = self.target(at.0);
         match self
             .writer
@@ -345,7 +345,7 @@ impl FromHost {
         virtual_obj: &DynamicObject,
     ) -> Result<(), Error> {
         let name = at.1.to_string();
-        let desired = self.patched_virtual(host, at, Some(virtual_obj))?;
+        let desired = self.patched_virtual(host, at, Some(virtual_obj)).await?;
         let mut current = virtual_obj.clone();
         current.types.clone_from(&desired.types);
         let current = to_json(&current, &name)?;
@@ -372,7 +372,7 @@ impl FromHost {
         if !self.opts.sync_status {
             return Ok(());
         }
-        let Some(host_status) = self.patched_status(host)? else {
+        let Some(host_status) = self.patched_status(host).await? else {
             return Ok(());
         };
         if virtual_obj.data.get("status") == Some(&host_status) {
@@ -398,7 +398,7 @@ impl FromHost {
 
     /// The virtual copy of `host` at `at` (`(virtual namespace, name)`, from the mapping;
     /// [`FromHostTranslator::virtual_object`]) with the type's patches applied host to virtual.
-    fn patched_virtual(
+    async fn patched_virtual(
         &self,
         host: &DynamicObject,
         at: (&str, &str),
@@ -410,10 +410,12 @@ impl FromHost {
         }
         let name = host.name_any();
         let host_json = to_json(host, &name)?;
-        let mut view = to_json(&obj, &name)?;
-        self.opts
+        let view = to_json(&obj, &name)?;
+        let view = self
+            .opts
             .patches
-            .from_host(&host_json, &mut view)
+            .from_host_in_pool(host_json, view)
+            .await
             .map_err(|source| self.patch_error(host, source))?;
         serde_json::from_value(view).map_err(|source| Error::Json {
             what: format!("the patched virtual copy of {name}"),
@@ -423,7 +425,10 @@ impl FromHost {
 
     /// The host object's status as it is copied up: with the type's patches applied host to
     /// virtual (`None` when the host object has no status).
-    fn patched_status(&self, host: &DynamicObject) -> Result<Option<serde_json::Value>, Error> {
+    async fn patched_status(
+        &self,
+        host: &DynamicObject,
+    ) -> Result<Option<serde_json::Value>, Error> {
         let Some(status) = host.data.get("status") else {
             return Ok(None);
         };
@@ -432,10 +437,12 @@ impl FromHost {
         }
         let name = host.name_any();
         let host_json = to_json(host, &name)?;
-        let mut view = host_json.clone();
-        self.opts
+        let view = host_json.clone();
+        let view = self
+            .opts
             .patches
-            .from_host(&host_json, &mut view)
+            .from_host_in_pool(host_json, view)
+            .await
             .map_err(|source| self.patch_error(host, source))?;
         Ok(view.get("status").cloned())
     }

@@ -341,8 +341,8 @@ async fn main_v2() -> Result<(), Error> {
 }
 
 /// How long the exit waits, after the runtime stopped, for work still running on its threads:
-/// an expression inside one native call runs to that call's end (`patches::off_the_workers`),
-/// which must not hold up a stop that SIGTERM asked for.
+/// an expression inside one native call runs to that call's end on the blocking pool
+/// (`patches::Patches::to_host_in_pool`), which must not hold up a stop that SIGTERM asked for.
 const EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The runtime's async worker threads when `TOKIO_WORKER_THREADS` (tokio's own variable) is
@@ -350,9 +350,9 @@ const EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 /// hyper's connection task, the watch streams, the type's queue), and with two workers each
 /// hand-off can wake the other thread through a futex; a profile of the sync bench put 30 % of
 /// the runtime's CPU in the kernel, half of it task switches (`docs/BENCHMARKS.md`, "Issue 24,
-/// one worker thread"). The runtime stays multi-threaded so that an expression's long native
-/// call moves off the worker (`patches::off_the_workers`, `block_in_place`) and the other tasks
-/// keep running. When the variable is set, tokio reads it itself: a count ≥ 1 sets the workers,
+/// one worker thread"). Expressions never run on it: each object's run on tokio's blocking
+/// pool (`patches::Patches::to_host_in_pool`, at most `patches::EVALUATION_SLOTS` at once), so
+/// a long native call holds up neither the other tasks nor its own type's watches and workers. When the variable is set, tokio reads it itself: a count ≥ 1 sets the workers,
 /// and tokio refuses anything else with a panic at start that names the variable.
 const WORKER_THREADS: usize = 1;
 

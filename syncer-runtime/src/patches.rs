@@ -48,7 +48,10 @@
 //! written, and the runtime reports it (`PatchFailed`).
 
 pub mod expression;
+mod pool;
 pub mod running;
+
+pub use pool::EVALUATION_SLOTS;
 
 use std::collections::HashSet;
 use std::fmt;
@@ -138,21 +141,6 @@ pub struct Patches {
     cluster_scoped: HashSet<(String, String)>,
     /// The runtime's running evaluations ([`running`]): fresh unless shared.
     evaluations: Arc<Evaluations>,
-}
-
-/// Runs `f` (evaluations of expressions) without holding up the runtime's other tasks: on a
-/// multi-threaded tokio runtime through `tokio::task::block_in_place` (the worker's other tasks
-/// move to another thread while `f` runs), elsewhere as it is. An evaluation is bounded by the
-/// interrupt handler between bytecode steps, but one native call over large strings runs to
-/// its end (the second attacker's `new Set` of 1 MB strings ran 11 s): with every async worker
-/// inside such calls the runtime synced nothing else and did not answer SIGTERM.
-pub(crate) fn off_the_workers<T>(f: impl FnOnce() -> T) -> T {
-    match tokio::runtime::Handle::try_current() {
-        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(f)
-        }
-        _ => f(),
-    }
 }
 
 impl Patches {
@@ -369,9 +357,10 @@ impl Patches {
         Ok(())
     }
 
-    /// Applies the expression patch `patch` to every location of its path in `target`, off
-    /// the runtime's async workers ([`off_the_workers`]); refused at once, before a thread is
-    /// taken, while too many of the runtime's evaluations run past their bound ([`running`]).
+    /// Applies the expression patch `patch` to every location of its path in `target`, on the
+    /// calling thread (the runtime calls it on its blocking pool: [`Self::to_host_in_pool`]);
+    /// refused at once while too many of the runtime's evaluations run past their bound
+    /// ([`running`]).
     fn expression(
         &self,
         patch: &Compiled,
@@ -384,7 +373,7 @@ impl Patches {
         self.evaluations
             .admit(Instant::now())
             .map_err(|r| Self::refused(patch, what, &r))?;
-        off_the_workers(|| self.expression_here(patch, what, source, target, virtual_obj, host_obj))
+        self.expression_here(patch, what, source, target, virtual_obj, host_obj)
     }
 
     fn refused(patch: &Compiled, what: &'static str, refusal: &Refusal) -> PatchError {

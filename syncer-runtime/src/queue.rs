@@ -4,6 +4,12 @@
 //! client-go's workqueue. A key that failed is held for its backoff: pushes of it (watch events,
 //! resyncs) are absorbed until the backoff expires, so a failing key is retried at the backoff's
 //! pace however many events arrive.
+//!
+//! Two lanes: a key marked slow ([`WorkQueue::set_slow`]: its last reconcile took
+//! [`SLOW_RECONCILE`] or more, such as an object whose expressions run into their bound) is
+//! handed only to the workers of the slow lane ([`WorkReceiver::next_slow`]), so that expensive
+//! objects wait behind each other and not in front of the cheap ones (issue 38: ten heavy
+//! objects held up a type's creates and deletes).
 
 use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
@@ -17,6 +23,10 @@ use tokio::sync::mpsc;
 const MIN_BACKOFF: Duration = Duration::from_millis(200);
 /// Longest delay before a failed key is retried.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// A reconcile that takes this long or longer puts its key in the slow lane until a reconcile
+/// of it takes less (half an object's expression budget, `patches::OBJECT_BUDGET_FACTOR` ×
+/// 100 ms; an ordinary reconcile takes a few milliseconds to tens of them).
+pub(crate) const SLOW_RECONCILE: Duration = Duration::from_millis(500);
 
 /// The per-key retry delays: [`MIN_BACKOFF`] doubling up to [`MAX_BACKOFF`], no jitter, never
 /// giving up (the same crate and shape as the watch retries of [`crate::retry`]).
@@ -34,8 +44,33 @@ fn backoff() -> ExponentialBuilder {
 /// (a full resync queues every synced object at once: 50,000 keys at the bench's largest
 /// size, each a namespace and a name).
 pub(crate) struct WorkQueue<K> {
-    tx: mpsc::UnboundedSender<Arc<K>>,
+    tx: Lanes<K>,
     state: Arc<Mutex<State<K>>>,
+}
+
+/// The senders of the two lanes.
+struct Lanes<K> {
+    fast: mpsc::UnboundedSender<Arc<K>>,
+    slow: mpsc::UnboundedSender<Arc<K>>,
+}
+
+impl<K> Clone for Lanes<K> {
+    fn clone(&self) -> Self {
+        Self {
+            fast: self.fast.clone(),
+            slow: self.slow.clone(),
+        }
+    }
+}
+
+impl<K> Lanes<K> {
+    fn send(&self, key: Arc<K>, slow: bool) {
+        let _ = if slow { &self.slow } else { &self.fast }.send(key);
+    }
+
+    fn is_closed(&self) -> bool {
+        self.fast.is_closed()
+    }
 }
 
 impl<K> Clone for WorkQueue<K> {
@@ -56,23 +91,29 @@ struct State<K> {
     failures: HashMap<K, ExponentialBackoff>,
     /// Keys in backoff, and when it ends: pushed only by the delayed retry until then.
     held_until: HashMap<K, Instant>,
+    /// Keys of the slow lane ([`WorkQueue::set_slow`]).
+    slow: HashSet<K>,
 }
 
 /// The receiving side, shared by the workers.
 pub(crate) struct WorkReceiver<K> {
     rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<Arc<K>>>,
-    tx: mpsc::UnboundedSender<Arc<K>>,
+    slow_rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<Arc<K>>>,
+    tx: Lanes<K>,
     state: Arc<Mutex<State<K>>>,
 }
 
 /// A new queue.
 pub(crate) fn work_queue<K: Eq + Hash + Clone>() -> (WorkQueue<K>, WorkReceiver<K>) {
-    let (tx, rx) = mpsc::unbounded_channel();
+    let (fast, rx) = mpsc::unbounded_channel();
+    let (slow, slow_rx) = mpsc::unbounded_channel();
+    let tx = Lanes { fast, slow };
     let state = Arc::new(Mutex::new(State {
         queued: HashSet::new(),
         processing: HashSet::new(),
         failures: HashMap::new(),
         held_until: HashMap::new(),
+        slow: HashSet::new(),
     }));
     (
         WorkQueue {
@@ -81,6 +122,7 @@ pub(crate) fn work_queue<K: Eq + Hash + Clone>() -> (WorkQueue<K>, WorkReceiver<
         },
         WorkReceiver {
             rx: tokio::sync::Mutex::new(rx),
+            slow_rx: tokio::sync::Mutex::new(slow_rx),
             tx,
             state,
         },
@@ -106,14 +148,27 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<K> {
                 if s.queued.contains(&key) {
                     return None;
                 }
+                let slow = s.slow.contains(&key);
                 let key = Arc::new(key);
                 s.queued.insert(key.clone());
-                (!s.processing.contains(&*key)).then_some(key)
+                (!s.processing.contains(&*key)).then_some((key, slow))
             })
             .ok()
             .flatten();
-        if let Some(key) = send {
-            let _ = self.tx.send(key);
+        if let Some((key, slow)) = send {
+            self.tx.send(key, slow);
+        }
+    }
+
+    /// Puts `key` in the slow lane (`true`) or back in the fast one, from its next hand-out
+    /// on.
+    pub(crate) fn set_slow(&self, key: &K, slow: bool) {
+        if let Ok(mut s) = self.state.lock() {
+            if slow {
+                s.slow.insert(key.clone());
+            } else {
+                s.slow.remove(key);
+            }
         }
     }
 
@@ -166,25 +221,36 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<K> {
 }
 
 impl<K: Eq + Hash + Clone> WorkReceiver<K> {
-    /// The next key, which the caller then holds until [`Self::done`]; `None` when every
-    /// sender is gone.
+    /// The next key of the fast lane, which the caller then holds until [`Self::done`]; `None`
+    /// when every sender is gone.
     pub(crate) async fn next(&self) -> Option<K> {
         let key = self.rx.lock().await.recv().await?;
+        Some(self.take(key))
+    }
+
+    /// The next key of the slow lane ([`WorkQueue::set_slow`]), as [`Self::next`].
+    pub(crate) async fn next_slow(&self) -> Option<K> {
+        let key = self.slow_rx.lock().await.recv().await?;
+        Some(self.take(key))
+    }
+
+    fn take(&self, key: Arc<K>) -> K {
         if let Ok(mut s) = self.state.lock() {
             s.queued.remove(&*key);
             s.processing.insert(key.clone());
         }
-        Some((*key).clone())
+        (*key).clone()
     }
 
     /// The worker is done with `key`; when it was pushed meanwhile it is handed out again.
     pub(crate) fn done(&self, key: &K) {
         let again = self.state.lock().ok().and_then(|mut s| {
             s.processing.remove(key);
-            s.queued.get(key).cloned()
+            let slow = s.slow.contains(key);
+            s.queued.get(key).cloned().map(|key| (key, slow))
         });
-        if let Some(key) = again {
-            let _ = self.tx.send(key);
+        if let Some((key, slow)) = again {
+            self.tx.send(key, slow);
         }
     }
 }
@@ -227,6 +293,26 @@ mod tests {
         assert_eq!(receiver.next().await, Some("k"));
         receiver.done(&"k");
         assert!(receiver.rx.lock().await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_slow_key_goes_to_the_slow_lane_only_until_it_is_fast_again() {
+        let (queue, receiver) = work_queue::<&'static str>();
+        queue.set_slow(&"heavy", true);
+        queue.push("heavy");
+        queue.push("light");
+        // the fast lane does not see the slow key
+        assert_eq!(receiver.next().await, Some("light"));
+        receiver.done(&"light");
+        assert!(receiver.rx.lock().await.is_empty());
+        assert_eq!(receiver.next_slow().await, Some("heavy"));
+        // pushed while processed, and fast again: handed out again in the fast lane
+        queue.push("heavy");
+        queue.set_slow(&"heavy", false);
+        receiver.done(&"heavy");
+        assert_eq!(receiver.next().await, Some("heavy"));
+        receiver.done(&"heavy");
+        assert!(receiver.slow_rx.lock().await.is_empty());
     }
 
     #[test]

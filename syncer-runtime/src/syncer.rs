@@ -127,11 +127,13 @@ pub struct DeclarativeSyncer {
 }
 
 impl DeclarativeSyncer {
-    /// `host` (a host copy of `virtual_obj` as translated) with the type's patches applied.
+    /// `host` (a host copy of `virtual_obj` as translated) with the type's patches applied,
+    /// their expressions on the blocking pool ([`Patches::to_host_in_pool`]): the controller's
+    /// other workers and its watches go on meanwhile.
     ///
     /// # Errors
     /// [`Error::Patch`] naming the object when a patch fails: the copy must not be written.
-    pub fn patched_host(
+    pub async fn patched_host(
         &self,
         virtual_obj: &DynamicObject,
         host: DynamicObject,
@@ -140,27 +142,32 @@ impl DeclarativeSyncer {
             return Ok(host);
         }
         let virtual_json = json_of(virtual_obj)?;
-        let mut host_json = json_of(&host)?;
-        self.patches
-            .to_host(&virtual_json, &mut host_json)
+        let host_json = json_of(&host)?;
+        let host_json = self
+            .patches
+            .to_host_in_pool(virtual_json, host_json)
+            .await
             .map_err(|source| self.patch_error(virtual_obj, source))?;
         object_of(host_json)
     }
 
     /// The host object `host` as it reads in the virtual cluster (the way back of the type's
-    /// patches), for copying its status up.
+    /// patches), for copying its status up; expressions on the blocking pool, as
+    /// [`Self::patched_host`].
     ///
     /// # Errors
     /// [`Error::Patch`] naming the object when a patch's way back fails.
-    pub fn unpatched_host(
+    pub async fn unpatched_host(
         &self,
         virtual_obj: &DynamicObject,
         host: &DynamicObject,
     ) -> Result<DynamicObject, Error> {
         let virtual_json = json_of(virtual_obj)?;
-        let mut host_json = json_of(host)?;
-        self.patches
-            .to_virtual(&virtual_json, &mut host_json)
+        let host_json = json_of(host)?;
+        let host_json = self
+            .patches
+            .to_virtual_in_pool(virtual_json, host_json)
+            .await
             .map_err(|source| self.patch_error(virtual_obj, source))?;
         object_of(host_json)
     }
@@ -228,7 +235,9 @@ impl Syncer for DeclarativeSyncer {
         ctx: &SyncContext<DynamicObject>,
         virtual_obj: &DynamicObject,
     ) -> Result<(), Error> {
-        let host = self.patched_host(virtual_obj, self.translator.host_object(virtual_obj))?;
+        let host = self
+            .patched_host(virtual_obj, self.translator.host_object(virtual_obj))
+            .await?;
         ctx.sync_to_host_create(virtual_obj, host).await
     }
 
@@ -244,7 +253,8 @@ impl Syncer for DeclarativeSyncer {
             self.patched_host(
                 virtual_obj,
                 self.translator.host_object_update(virtual_obj, &current),
-            )?
+            )
+            .await?
         } else {
             let mut desired = current.clone();
             if let Some(update) = self
@@ -262,7 +272,7 @@ impl Syncer for DeclarativeSyncer {
             let host_obj = if self.patches.is_empty() {
                 host_obj.clone()
             } else {
-                self.unpatched_host(virtual_obj, host_obj)?
+                self.unpatched_host(virtual_obj, host_obj).await?
             };
             ctx.sync_status_to_virtual(virtual_obj, &host_obj, self.status_subresource)
                 .await?;

@@ -418,12 +418,19 @@ async fn patches_translate_references_selectors_and_expressions_and_bound_failur
 
     // 4. runaway expressions fail their objects only
     let started = std::time::SystemTime::now();
-    for name in ["loop", "alloc", "grow"] {
-        put(
-            &virtual_widgets("patches-a"),
-            widget(name, "patches-a", json!({"image": "x", name: 1})),
-        )
-        .await;
+    // `grow` first, alone: the objects' evaluations run in parallel on the blocking pool, and
+    // beside two runaway scripts on a busy 2-core machine its ten steps took longer than the
+    // 100 ms time bound (a wall-clock bound), which then stopped it before the memory bound
+    let runaway = |name: &'static str| widget(name, "patches-a", json!({"image": "x", name: 1}));
+    put(&virtual_widgets("patches-a"), runaway("grow")).await;
+    poll_event_where(&w.host, &w.host_ns, TIMEOUT, |e| {
+        e.reason.as_deref() == Some("PatchFailed")
+            && e.related.as_ref().and_then(|r| r.name.as_deref()) == Some("grow")
+    })
+    .await
+    .expect("a PatchFailed Event about grow");
+    for name in ["loop", "alloc"] {
+        put(&virtual_widgets("patches-a"), runaway(name)).await;
     }
     // the runtime looked, more than once (retried with backoff)
     for name in ["loop", "alloc", "grow"] {

@@ -3,8 +3,8 @@
 //!
 //! An evaluation is stopped by the interrupt handler within microseconds of its deadline
 //! ([`super::expression`]), except inside one native call, which runs to its end whatever the
-//! bound: each such evaluation keeps an OS thread busy (`block_in_place`,
-//! [`super::off_the_workers`]), and a spec edit, which restarts the syncers, starts new
+//! bound: each such evaluation keeps an OS thread of the blocking pool busy, and its evaluation
+//! slot ([`super::EVALUATION_SLOTS`], [`Evaluations::slot`]), and a spec edit, which restarts the syncers, starts new
 //! evaluations while the old ones still run (the fourth attacker's threads piled up, and the
 //! plugin stayed `RuntimeHealthy=True` with no Event). So:
 //!
@@ -110,6 +110,8 @@ struct State {
 pub struct Evaluations {
     limit: usize,
     state: Mutex<State>,
+    /// The runtime's evaluation slots ([`super::EVALUATION_SLOTS`]).
+    slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl Default for Evaluations {
@@ -137,7 +139,19 @@ impl Evaluations {
         Self {
             limit: limit.max(1),
             state: Mutex::default(),
+            slots: Arc::new(tokio::sync::Semaphore::new(super::EVALUATION_SLOTS)),
         }
+    }
+
+    /// One of the runtime's [`super::EVALUATION_SLOTS`], waited for without holding a thread;
+    /// dropping it gives it back.
+    pub async fn slot(&self) -> tokio::sync::OwnedSemaphorePermit {
+        // never closed, so never refused
+        self.slots
+            .clone()
+            .acquire_owned()
+            .await
+            .unwrap_or_else(|_| unreachable!("the evaluation slots are never closed"))
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {

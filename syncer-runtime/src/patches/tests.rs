@@ -337,54 +337,102 @@ fn one_objects_evaluations_together_are_bounded_in_time_and_in_result_size() {
     );
 }
 
-/// An evaluation runs off the runtime's async workers: while one expression is busy (here a
-/// loop of about a second under a far time bound, standing for a native call the interrupt does
-/// not reach), a task on the only worker keeps running. Before `off_the_workers` it stood
-/// still: the second attacker's stuck evaluations stopped all syncing and SIGTERM.
+/// An evaluation runs outside the task that awaits it: while one expression is busy (here a
+/// loop of about a second under a far time bound, standing for an object's whole budget or a
+/// native call the interrupt does not reach), another future *of the same task* keeps running,
+/// as a synced type's watches and other workers share its driver's task with the worker that
+/// evaluates. With `block_in_place` (before issue 38) the other tasks of the runtime moved on
+/// but that task stood still: ten heavy objects held up a whole type's creates and deletes for
+/// 16–31 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
-async fn an_evaluation_does_not_hold_up_the_other_tasks() {
+async fn an_evaluation_does_not_hold_up_its_own_task() {
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let patch = TranslatePatch {
         path: "spec.image".into(),
         expression: Some("let i = 0; while (i < 20000000) i++; value".into()),
         ..TranslatePatch::default()
     };
-    let patches = Patches::new(&[patch], "vc", "ns")
-        .unwrap()
-        .with_bounds(Bounds {
-            time: Duration::from_secs(60),
-            ..Bounds::default()
-        });
-    let ticks = Arc::new(AtomicU64::new(0));
-    let ticker = {
-        let ticks = ticks.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                ticks.fetch_add(1, Ordering::Relaxed);
-            }
-        })
+    let patches = Arc::new(
+        Patches::new(&[patch], "vc", "ns")
+            .unwrap()
+            .with_bounds(Bounds {
+                time: Duration::from_secs(60),
+                ..Bounds::default()
+            }),
+    );
+    let ticks = AtomicU64::new(0);
+    let evaluating = AtomicBool::new(true);
+    // one task, as a type's driver: a ticker beside the evaluation, joined
+    let ticker = async {
+        while evaluating.load(Ordering::Relaxed) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            ticks.fetch_add(1, Ordering::Relaxed);
+        }
     };
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let evaluation = {
-        let ticks = ticks.clone();
-        tokio::spawn(async move {
-            let virtual_obj = json!({"spec": {"image": "nginx"}});
-            let before = ticks.load(Ordering::Relaxed);
-            let started = std::time::Instant::now();
-            patches
-                .to_host(&virtual_obj, &mut virtual_obj.clone())
-                .unwrap();
-            (ticks.load(Ordering::Relaxed) - before, started.elapsed())
-        })
+    let evaluation = async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let virtual_obj = json!({"spec": {"image": "nginx"}});
+        let before = ticks.load(Ordering::Relaxed);
+        let started = std::time::Instant::now();
+        let host = patches
+            .to_host_in_pool(virtual_obj.clone(), virtual_obj)
+            .await
+            .unwrap();
+        let during = ticks.load(Ordering::Relaxed) - before;
+        evaluating.store(false, Ordering::Relaxed);
+        (host, during, started.elapsed())
     };
-    let (during, took) = evaluation.await.unwrap();
-    ticker.abort();
+    let ((host, during, took), ()) = tokio::join!(evaluation, ticker);
+    assert_eq!(host["spec"]["image"], "nginx");
     assert!(took > Duration::from_millis(200), "{took:?}");
     // at least a tick for every 50 ms of the evaluation (one per 5 ms when nothing is held up)
     let expected = u64::try_from(took.as_millis() / 50).unwrap();
     assert!(during >= expected, "{during} ticks in {took:?}");
+}
+
+/// At most [`EVALUATION_SLOTS`](super::EVALUATION_SLOTS) objects of a runtime evaluate at
+/// once, on as many threads; the others wait for a slot without a thread, and every one ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn evaluations_take_at_most_their_slots() {
+    use super::EVALUATION_SLOTS;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let patch = TranslatePatch {
+        path: "spec.image".into(),
+        expression: Some("var t = Date.now(); while (Date.now() - t < 50) {} value".into()),
+        ..TranslatePatch::default()
+    };
+    let evaluations = Arc::new(running::Evaluations::default());
+    let patches = Arc::new(
+        Patches::new(&[patch], "vc", "ns")
+            .unwrap()
+            .with_bounds(Bounds {
+                time: Duration::from_secs(10),
+                ..Bounds::default()
+            })
+            .sharing_evaluations(evaluations.clone()),
+    );
+    let most = Arc::new(AtomicUsize::new(0));
+    let watching = {
+        let (evaluations, most) = (evaluations.clone(), most.clone());
+        tokio::spawn(async move {
+            loop {
+                most.fetch_max(evaluations.running(), Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+    };
+    let objects = 3 * EVALUATION_SLOTS;
+    let results = futures::future::join_all((0..objects).map(|_| {
+        let obj = json!({"spec": {"image": "nginx"}});
+        patches.to_host_in_pool(obj.clone(), obj)
+    }))
+    .await;
+    watching.abort();
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let most = most.load(Ordering::Relaxed);
+    assert!((1..=EVALUATION_SLOTS).contains(&most), "{most} at once");
 }
 
 /// The fourth attacker's piling threads: an evaluation inside one long native call keeps its
