@@ -151,8 +151,9 @@ impl Config {
 static PROCESS_WARNED: std::sync::LazyLock<WarnedKeys> =
     std::sync::LazyLock::new(WarnedKeys::default);
 
-/// Logged (info) each time the runtime restarts its syncers on a new spec of its
-/// `VClusterPlugin`, or on a change of the hooks the operator accepted ([`crate::acceptance`]).
+/// Logged (info, with the `resource_version` of the `VClusterPlugin` read) each time the runtime
+/// restarts its syncers on a new spec of its `VClusterPlugin`, or on a change of the hooks the
+/// operator accepted ([`crate::acceptance`]).
 pub const RESTARTED: &str = "VClusterPlugin spec or its accepted hooks changed, restarting syncers";
 
 /// Logged (info, with the object's `resource_version`) for each version of a `VClusterPlugin`
@@ -287,7 +288,8 @@ pub async fn run(config: Config) -> Result<(), Error> {
                         .as_ref()
                         .is_none_or(|g| g.spec != plugin.spec || g.in_force != in_force);
                     if changed {
-                        info!(plugin = %config.plugin, "{RESTARTED}");
+                        let resource_version = plugin.resource_version().unwrap_or_default();
+                        info!(plugin = %config.plugin, %resource_version, "{RESTARTED}");
                         running = None;
                         plugin_ref = plugin.object_ref(&());
                         match Generation::start(&config, &plugin, in_force, on_conflict.clone(), on_warning.clone(), &warned) {

@@ -12,7 +12,8 @@
 //! the API servers. Its log is `cert-manager.log` in the control plane's folder.
 //!
 //! Also here: the cert-manager kinds as [`ApiResource`]s, a condition's status, and the DNS
-//! names of an issued certificate ([`tls_dns_names`], parsed as X.509 by `x509-parser`).
+//! names of an issued certificate ([`tls_dns_names`], parsed as X.509 by `x509-parser`), and whether
+//! one certificate signed another ([`tls_signed_by`], its signature verified with `ring`).
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -144,12 +145,11 @@ pub fn condition_status(obj: &DynamicObject, type_: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// The DNS names (subject alternative names) of the first certificate of `secret`'s `tls.crt`
-/// (PEM), parsed as X.509.
+/// The first PEM block of `secret`'s `tls.crt`.
 ///
 /// # Errors
-/// When the Secret has no `tls.crt`, or it is not a PEM X.509 certificate.
-pub fn tls_dns_names(secret: &Secret) -> anyhow::Result<Vec<String>> {
+/// When the Secret has no `tls.crt`, or it is not PEM.
+fn tls_pem(secret: &Secret) -> anyhow::Result<x509_parser::pem::Pem> {
     let pem_bytes = secret
         .data
         .as_ref()
@@ -157,6 +157,48 @@ pub fn tls_dns_names(secret: &Secret) -> anyhow::Result<Vec<String>> {
         .ok_or_else(|| anyhow::anyhow!("the Secret has no tls.crt"))?;
     let (_, pem) = x509_parser::pem::parse_x509_pem(&pem_bytes.0)
         .map_err(|e| anyhow::anyhow!("tls.crt is not PEM: {e}"))?;
+    Ok(pem)
+}
+
+/// Checks that the first certificate of `secret`'s `tls.crt` was signed by the key of the first
+/// certificate of `issuer`'s `tls.crt`: its signature verified with that certificate's public
+/// key (x509-parser's `verify`, with `ring`), and its issuer name is that certificate's subject.
+///
+/// # Errors
+/// When either `tls.crt` is not a PEM X.509 certificate, the signature does not verify with the
+/// issuer's key (or uses an algorithm `ring` does not verify), or the names differ.
+pub fn tls_signed_by(secret: &Secret, issuer: &Secret) -> anyhow::Result<()> {
+    let (leaf_pem, issuer_pem) = (tls_pem(secret)?, tls_pem(issuer)?);
+    let leaf = leaf_pem
+        .parse_x509()
+        .map_err(|e| anyhow::anyhow!("tls.crt is not X.509: {e}"))?;
+    let ca = issuer_pem
+        .parse_x509()
+        .map_err(|e| anyhow::anyhow!("the issuer's tls.crt is not X.509: {e}"))?;
+    leaf.verify_signature(Some(ca.public_key())).map_err(|e| {
+        anyhow::anyhow!(
+            "the signature of {} does not verify with the key of {}: {e}",
+            leaf.subject(),
+            ca.subject()
+        )
+    })?;
+    anyhow::ensure!(
+        leaf.issuer() == ca.subject(),
+        "{} names {} as its issuer, not {}",
+        leaf.subject(),
+        leaf.issuer(),
+        ca.subject()
+    );
+    Ok(())
+}
+
+/// The DNS names (subject alternative names) of the first certificate of `secret`'s `tls.crt`
+/// (PEM), parsed as X.509.
+///
+/// # Errors
+/// When the Secret has no `tls.crt`, or it is not a PEM X.509 certificate.
+pub fn tls_dns_names(secret: &Secret) -> anyhow::Result<Vec<String>> {
+    let pem = tls_pem(secret)?;
     let cert = pem
         .parse_x509()
         .map_err(|e| anyhow::anyhow!("tls.crt is not X.509: {e}"))?;

@@ -1,10 +1,14 @@
 //! The cert-manager story of issue 22, end to end, with the real cert-manager
-//! ([`crate::cert_manager`]) on the host and the embedded runtime in-process
-//! ([`crate::runtime::world_with`]): shared by `tests/tests/e2e_cert_manager.rs` (the plugin
-//! written by hand, as the README shows it) and `tests/tests/e2e_cert_manager_import.rs` (the
-//! plugin `vcluster-plugin-operator import` makes of a `vcluster.yaml`), each in its own test
-//! binary and so its own virtual cluster (a plugin without a selector syncs every Certificate of
-//! the virtual cluster).
+//! ([`crate::cert_manager`]) on the host, the plugin installed by the real operator
+//! ([`crate::plugins::start_shared_operator`]) into vCluster's chart-rendered StatefulSet, and
+//! the embedded runtime in-process ([`crate::runtime::start_runtime`]) with a token of the
+//! service account the operator bound: on the host it holds exactly the RBAC the operator
+//! derived from the plugin (the synced, referenced and produced kinds), nothing written by the
+//! test. Shared by `tests/tests/e2e_cert_manager.rs` (the plugin written by hand, as the README
+//! shows it) and `tests/tests/e2e_cert_manager_import.rs` (the plugin
+//! `vcluster-plugin-operator import` makes of a `vcluster.yaml`), each in its own test binary
+//! and so its own virtual cluster and operator (a plugin without a selector syncs every
+//! Certificate of the virtual cluster).
 //!
 //! The expected host names come from vCluster's own code (the translate oracle,
 //! [`crate::oracle::vcluster_host_name`]); what is issued comes from cert-manager's own
@@ -15,19 +19,22 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
-};
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
+use vcp_crds::VClusterPlugin;
 use vcp_syncer_runtime::PodSync;
 
 use crate::audit::Audit;
 use crate::cert_manager::{CertManager, cert_manager_resource, condition_status, tls_dns_names};
 use crate::control_plane::{Cluster, ControlPlane, Identity};
+use crate::fixtures::{apply_yaml, create_namespace, vcluster_workload};
 use crate::oracle::vcluster_host_name;
+use crate::plugins::{condition, create_plugin, start_shared_operator, wait_ready};
 use crate::real_crds::{cert_manager_crd_files, install_crd_files};
-use crate::runtime::{World, apply_dynamic, start_runtime, world_with};
+use crate::runtime::{Runtime, World, start_runtime, syncer_is_cluster_admin};
+use crate::vcluster_syncer::VCLUSTER_RELEASE;
 use crate::wait::{poll_for, wait_for};
 
 /// How long each step waits (cert-manager issues a self-signed certificate in about a second).
@@ -59,57 +66,127 @@ pub fn readme_spec(vcluster: &str) -> Value {
     })
 }
 
-fn rbac(kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", kind),
-        plural,
+/// The plugin's name (in the vCluster's host namespace).
+pub const PLUGIN: &str = "cert-manager";
+
+/// The embedded runtime's image the operator writes into the vCluster's StatefulSet (nothing runs
+/// it: the runtime runs in-process).
+const RUNTIME_IMAGE: &str = "vcp-test/runtime:cert-manager";
+
+/// What the story runs with: the runtime's world, and the identity the operator bound.
+struct Installed {
+    world: World,
+    /// A host client with a token of the service account the operator bound.
+    runtime_host: Client,
+    /// That account's user name, as the audit log records it.
+    runtime_user: String,
+}
+
+/// Installs the plugin `spec` for the vCluster [`VCLUSTER_RELEASE`] in host namespace
+/// `vc-<test>` through the operator, and starts the runtime as it would run there:
+/// - cert-manager's CRDs in the virtual cluster (the host has them from [`CertManager::shared`]),
+///   the virtual namespaces [`NAMESPACES`];
+/// - vCluster's chart-rendered ServiceAccount, Secret, Service and StatefulSet in the host
+///   namespace, without the chart's RBAC: the pod's account holds only what the operator grants;
+/// - the plugin created, and the operator's acceptance awaited: `Ready=True` for its generation;
+/// - the runtime on the host with a token of the account the operator bound (the subject of the
+///   plugin's RoleBinding, asserted to be the pod template's `vc-<release>`), and in the virtual
+///   cluster as `vcp-syncer` bound to `cluster-admin` there, what vCluster hands its plugins (its
+///   own virtual admin config), kept apart from the test's own writes in the audit log.
+async fn install(test: &str, spec: Value) -> Installed {
+    let cp = ControlPlane::shared();
+    let admin = start_shared_operator(RUNTIME_IMAGE).await;
+    let virtual_ = cp.client(Cluster::Virtual, Identity::Admin).await;
+    install_crd_files(&virtual_, &cert_manager_crd_files()).await;
+    for ns in NAMESPACES {
+        create_namespace(&virtual_, ns).await;
+    }
+    syncer_is_cluster_admin(&virtual_).await;
+    let host_ns = format!("vc-{test}");
+    create_namespace(&admin, &host_ns).await;
+    apply_yaml(&admin, &vcluster_workload(&host_ns), Some(&host_ns))
+        .await
+        .expect("vCluster's chart-rendered workload");
+    create_plugin(&admin, &host_ns, PLUGIN, spec).await;
+    wait_ready(&admin, &host_ns, PLUGIN, "True", None, TIMEOUT).await;
+    let binding = Api::<RoleBinding>::namespaced(admin.clone(), &host_ns)
+        .get(&format!("vcp-plugin-{PLUGIN}"))
+        .await
+        .expect("the plugin's RoleBinding, written by the operator");
+    let subjects = binding.subjects.unwrap_or_default();
+    assert_eq!(subjects.len(), 1, "{subjects:?}");
+    assert_eq!(subjects[0].kind, "ServiceAccount");
+    let account = subjects[0].name.clone();
+    assert_eq!(
+        account,
+        format!("vc-{VCLUSTER_RELEASE}"),
+        "the pod template's service account"
+    );
+    let runtime_host = cp
+        .service_account_client(Cluster::Host, &host_ns, &account)
+        .await
+        .expect("a token of the account the operator bound");
+    let Runtime {
+        task: runtime,
+        reconciles,
+    } = start_story_runtime(cp, runtime_host.clone(), &host_ns).await;
+    Installed {
+        world: World {
+            host: admin,
+            virtual_,
+            host_ns: host_ns.clone(),
+            vcluster: VCLUSTER_RELEASE.to_string(),
+            selector: test.to_string(),
+            runtime,
+            reconciles,
+        },
+        runtime_host,
+        runtime_user: format!("system:serviceaccount:{host_ns}:{account}"),
+    }
+}
+
+/// Starts the runtime of [`PLUGIN`] in `host_ns` with `host` (the bound account) and the virtual
+/// cluster as `vcp-syncer`.
+async fn start_story_runtime(cp: &ControlPlane, host: Client, host_ns: &str) -> Runtime {
+    start_runtime(
+        host,
+        cp.client(Cluster::Virtual, Identity::Syncer).await,
+        host_ns,
+        PLUGIN,
+        |config| {
+            config.status_interval = Duration::from_millis(300);
+            config.pod_sync = PodSync::Hooks;
+        },
     )
 }
 
-/// cert-manager's CRDs in both clusters (the virtual cluster serves the kinds its users write),
-/// and what the runtime's identity (`vcp-syncer`) needs beyond [`world_with`]'s grants: Issuers
-/// and Certificates written, Secrets read in the host namespace; Issuers and Certificates read,
-/// their status written, Secrets written in the virtual cluster.
-async fn prepare(host: &Client, virtual_: &Client, host_ns: &str) {
-    install_crd_files(virtual_, &cert_manager_crd_files()).await;
-    crate::fixtures::create_namespace(host, host_ns).await;
-    let all = [
-        "get", "list", "watch", "create", "update", "patch", "delete",
-    ];
-    let read = ["get", "list", "watch"];
-    apply_dynamic(host, &rbac("Role", "roles"), Some(host_ns), json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": "vcp-syncer-cert-manager", "namespace": host_ns},
-        "rules": [
-            {"apiGroups": ["cert-manager.io"], "resources": ["issuers", "certificates"], "verbs": all},
-            {"apiGroups": [""], "resources": ["secrets"], "verbs": read}
-        ]
-    }))
+/// Waits until the plugin is `Ready=True` with the runtime's `RuntimeHealthy=True`, both for its
+/// current generation: the operator installed it and the runtime, holding only the RBAC the
+/// operator derived, syncs every object (a denied list, watch or write makes it report
+/// `RuntimeHealthy=False` and so `Ready=False`). Returns the two conditions' reasons.
+///
+/// # Panics
+/// After [`TIMEOUT`], showing the status as last seen.
+async fn ready_and_healthy(admin: &Client, ns: &str) -> (String, String) {
+    let api = Api::<VClusterPlugin>::namespaced(admin.clone(), ns);
+    let found = poll_for(TIMEOUT, || async {
+        let p = api.get(PLUGIN).await.ok()?;
+        let ready = condition(&p, "Ready")?;
+        let healthy = condition(&p, "RuntimeHealthy")?;
+        (ready.status == "True"
+            && healthy.status == "True"
+            && p.status.as_ref()?.observed_generation == p.metadata.generation
+            && healthy.observed_generation == p.metadata.generation)
+            .then(|| (ready.reason.clone(), healthy.reason.clone()))
+    })
     .await;
-    apply_dynamic(host, &rbac("RoleBinding", "rolebindings"), Some(host_ns), json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "vcp-syncer-cert-manager", "namespace": host_ns},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "vcp-syncer-cert-manager"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": Identity::Syncer.user()}]
-    }))
-    .await;
-    apply_dynamic(virtual_, &rbac("ClusterRole", "clusterroles"), None, json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-        "metadata": {"name": "vcp-e2e-syncer-cert-manager"},
-        "rules": [
-            {"apiGroups": ["cert-manager.io"], "resources": ["issuers", "certificates"], "verbs": read},
-            {"apiGroups": ["cert-manager.io"], "resources": ["issuers/status", "certificates/status"], "verbs": ["get", "patch", "update"]},
-            {"apiGroups": [""], "resources": ["secrets"], "verbs": all}
-        ]
-    }))
-    .await;
-    apply_dynamic(virtual_, &rbac("ClusterRoleBinding", "clusterrolebindings"), None, json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": "vcp-e2e-syncer-cert-manager"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "vcp-e2e-syncer-cert-manager"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": Identity::Syncer.user()}]
-    }))
-    .await;
+    match found {
+        Some(reasons) => reasons,
+        None => panic!(
+            "{ns}/{PLUGIN}: not Ready=True with RuntimeHealthy=True within {TIMEOUT:?}; its status: {:?}",
+            api.get(PLUGIN).await.ok().and_then(|p| p.status)
+        ),
+    }
 }
 
 /// The story's names in one virtual namespace, and their host names from vCluster's oracle.
@@ -138,6 +215,8 @@ impl Names {
 /// A step's objects and clients.
 struct Story {
     world: World,
+    /// The user the runtime acts as on the host (the account the operator bound).
+    runtime_user: String,
     host_certificates: Api<DynamicObject>,
     host_issuers: Api<DynamicObject>,
     host_secrets: Api<Secret>,
@@ -269,14 +348,21 @@ impl Story {
             .collect()
     }
 
-    /// The runtime's successful creates on `cluster` in namespace `ns` of `resource`, by name.
-    fn runtime_creates(&self, cluster: Cluster, ns: &str, resource: &str) -> Vec<String> {
+    /// The runtime's successful creates on `cluster` in namespace `ns` of `resource`, by name,
+    /// once the audit log holds every request answered before the call.
+    async fn runtime_creates(&self, cluster: Cluster, ns: &str, resource: &str) -> Vec<String> {
+        let user = match cluster {
+            Cluster::Host => self.runtime_user.as_str(),
+            Cluster::Virtual => Identity::Syncer.user(),
+        };
         let mut names: Vec<String> = Audit::writes()
             .on(cluster)
-            .by(Identity::Syncer)
+            .by_user(user)
             .in_namespace(ns)
             .resource(resource)
             .verb("create")
+            .caught_up()
+            .await
             .succeeded()
             .into_iter()
             .map(|w| w.object_name)
@@ -307,15 +393,17 @@ fn ready_condition(obj: &DynamicObject) -> Option<Value> {
         .cloned()
 }
 
-/// Runs the cert-manager story with the plugin `spec` for vCluster `vc-<test>` in host namespace
-/// `vc-<test>` (the names [`world_with`] gives), printing what it proved and how long it took:
+/// Runs the cert-manager story with the plugin `spec` (for vCluster [`VCLUSTER_RELEASE`])
+/// installed by the operator into host namespace `vc-<test>` ([`install`]), printing what it
+/// proved and how long it took:
 ///
 /// 1. a virtual self-signed Issuer and a Certificate in each of [`NAMESPACES`] become host copies
 ///    whose `issuerRef.name` and `secretName` name the host copies (the oracle's names);
 /// 2. the real cert-manager makes the host Issuer Ready and issues the host Secret;
 /// 3. the Secret appears in each virtual namespace under its virtual name, with the certificate
 ///    for that namespace's DNS name (the namespaces do not collide), and the Certificate's `Ready`
-///    condition is synced up;
+///    condition is synced up; the plugin is `Ready=True` with `RuntimeHealthy=True`: the RBAC
+///    the operator derived for the synced, referenced and produced kinds is enough;
 /// 4. renewals reach the virtual Secret: a change of `dnsNames` in the virtual cluster, and on
 ///    the host what `cmctl renew` does (the `Issuing` condition);
 /// 5. the runtime stops; meanwhile a Certificate is added and one is renewed; a new runtime
@@ -329,13 +417,16 @@ pub async fn run(test: &str, spec: Value) {
     let started = Instant::now();
     CertManager::shared().await;
     let cp = ControlPlane::shared();
-    let host = cp.client(Cluster::Host, Identity::Admin).await;
-    let virtual_ = cp.client(Cluster::Virtual, Identity::Admin).await;
-    let host_ns = format!("vc-{test}");
-    prepare(&host, &virtual_, &host_ns).await;
-    let world = world_with(test, &NAMESPACES, spec, PodSync::Hooks).await;
+    let Installed {
+        world,
+        runtime_host,
+        runtime_user,
+    } = install(test, spec).await;
+    let host = world.host.clone();
+    let host_ns = world.host_ns.clone();
     let vcluster = world.vcluster.clone();
     let mut story = Story {
+        runtime_user,
         host_certificates: Api::namespaced_with(
             host.clone(),
             &host_ns,
@@ -437,8 +528,9 @@ pub async fn run(test: &str, spec: Value) {
         );
     }
     let (a, b) = (&names[0], &names[1]);
+    let (ready, healthy) = ready_and_healthy(&story.world.host, &host_ns).await;
     println!(
-        "cert-manager e2e: issued and back in {:.1} s",
+        "cert-manager e2e: issued and back in {:.1} s; the plugin Ready=True ({ready}), RuntimeHealthy=True ({healthy}) with the operator's RBAC only",
         started.elapsed().as_secs_f64()
     );
 
@@ -503,13 +595,7 @@ pub async fn run(test: &str, spec: Value) {
     renew_on_host(&story.host_certificates, &b.web_host).await;
     let reissued =
         Story::object_where(&story.host_secrets, &b.web_tls_host, |s| crt(s) != before).await;
-    let restarted = start_runtime(
-        cp.client(Cluster::Host, Identity::Syncer).await,
-        cp.client(Cluster::Virtual, Identity::Syncer).await,
-        &host_ns,
-        "car-plugin",
-        |config| config.status_interval = Duration::from_millis(300),
-    );
+    let restarted = start_story_runtime(cp, runtime_host.clone(), &host_ns).await;
     story.world.runtime = restarted.task;
     story.world.reconciles = restarted.reconciles;
     let api_copy = Story::object_where(&story.host_certificates, &a.api_host, |_| true).await;
@@ -577,8 +663,14 @@ pub async fn run(test: &str, spec: Value) {
         Story::names(&story.virtual_secrets(b.ns)).await,
         BTreeSet::from(["web-tls".to_string()])
     );
-    let mut host_creates = story.runtime_creates(Cluster::Host, &host_ns, "certificates");
-    host_creates.extend(story.runtime_creates(Cluster::Host, &host_ns, "issuers"));
+    let mut host_creates = story
+        .runtime_creates(Cluster::Host, &host_ns, "certificates")
+        .await;
+    host_creates.extend(
+        story
+            .runtime_creates(Cluster::Host, &host_ns, "issuers")
+            .await,
+    );
     host_creates.sort();
     let mut expected: Vec<String> = expected_certs
         .iter()
@@ -588,11 +680,15 @@ pub async fn run(test: &str, spec: Value) {
     expected.sort();
     assert_eq!(host_creates, expected, "each host copy was created once");
     assert_eq!(
-        story.runtime_creates(Cluster::Virtual, a.ns, "secrets"),
+        story
+            .runtime_creates(Cluster::Virtual, a.ns, "secrets")
+            .await,
         ["api-tls", "web-tls"]
     );
     assert_eq!(
-        story.runtime_creates(Cluster::Virtual, b.ns, "secrets"),
+        story
+            .runtime_creates(Cluster::Virtual, b.ns, "secrets")
+            .await,
         ["web-tls"]
     );
 

@@ -67,7 +67,9 @@ pub use audit::{
     AUDIT_CATCH_UP_TIMEOUT, Audit, AuditedRead, AuditedWrite, Writes, audit_caught_up,
     audited_read_events, audited_reads, audited_write_events, audited_writes,
 };
-pub use cert_manager::{CertManager, cert_manager_resource, condition_status, tls_dns_names};
+pub use cert_manager::{
+    CertManager, cert_manager_resource, condition_status, tls_dns_names, tls_signed_by,
+};
 pub use control_plane::{Cluster, ControlPlane, Identity, config_from, repo_root};
 pub use fixtures::{
     RESTRICTED_VALUES, TEST_FIELD_MANAGER, VCLUSTER_VERSIONS, apply_yaml, apply_yaml_file,

@@ -197,6 +197,48 @@ impl VClusterSyncer {
         Ok(())
     }
 
+    /// Kills the syncer's own process alone: SIGKILL to its pid, not to its process group, as
+    /// when vCluster's process dies without stopping the plugins it started (they keep running,
+    /// re-parented, and must notice by themselves). Returns once the process has exited (a
+    /// zombie counts as exited). The rest of its process group (its plugins) is stopped by
+    /// [`VClusterSyncer::stop`], or on drop.
+    ///
+    /// # Errors
+    /// When the syncer was stopped already, `kill` fails, or the process still runs after 10 s.
+    pub fn kill_syncer_only(&self) -> anyhow::Result<()> {
+        let pid = self.pid.context("the syncer is not running")?;
+        let out = Command::new("kill")
+            .args(["-KILL", "--", &pid.to_string()])
+            .output()
+            .context("run kill")?;
+        if !out.status.success() {
+            bail!("kill -KILL {pid}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let start = Instant::now();
+        while process_runs(pid) {
+            if start.elapsed() > Duration::from_secs(10) {
+                bail!("vCluster's syncer {pid} still runs 10 s after SIGKILL");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    /// The version vCluster's syncer reported at its last start in [`VClusterSyncer::log`]: its
+    /// `vCluster version` line (`cmd/vcluster/cmd/start.go`: `vCluster version: v0.30.0` at
+    /// v0.30, the field `"version": "v0.36.1"` at v0.36), the value of `pkg/telemetry`'s
+    /// `SyncerVersion`, which the harness's build sets from the vCluster module it compiled
+    /// (`tests/vcluster-go/cmd/vcluster-syncer`). `None` when the log has no such line.
+    pub fn reported_version(&self) -> Option<String> {
+        let log = self.log();
+        let line = log.lines().rev().find(|l| l.contains("vCluster version"))?;
+        if let Some((_, rest)) = line.split_once("\"version\": \"") {
+            return rest.split('"').next().map(str::to_string);
+        }
+        let (_, rest) = line.split_once("vCluster version: ")?;
+        rest.split_whitespace().next().map(str::to_string)
+    }
+
     /// The syncer's pid, while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.pid
@@ -275,6 +317,17 @@ impl VClusterSyncer {
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
+}
+
+/// Whether process `pid` runs (a zombie has exited).
+fn process_runs(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let state = stat.rsplit_once(") ")?.1.chars().next()?;
+            Some(state != 'Z' && state != 'X')
+        })
+        .unwrap_or(false)
 }
 
 /// The state folder of vCluster `name` in `namespace` (`scripts/control-plane syncer start`'s).

@@ -5,14 +5,17 @@
 //! run it: the binary, with the host's kubeconfig for the kinds of its keys (the host serves the
 //! real cert-manager CRDs). The story and what it asserts: `vcp_tests::cert_manager_scenario::run`.
 //! A binary of its own: the imported plugin has no selector, so it syncs every Certificate of
-//! its virtual cluster, and each test binary has its own.
+//! its virtual cluster, and each test binary has its own. The plugin is installed by the operator
+//! (`run`), whose `Ready=True` says it accepted what `import` made.
 
 use std::process::Command;
 
 use serde::Deserialize as _;
 use vcp_crds::VClusterPlugin;
 use vcp_tests::cert_manager_scenario::run;
-use vcp_tests::{CertManager, Cluster, ControlPlane, Identity, repo_root, workspace_binary};
+use vcp_tests::{
+    CertManager, Cluster, ControlPlane, Identity, VCLUSTER_RELEASE, repo_root, workspace_binary,
+};
 
 const TEST: &str = "cm-import";
 
@@ -21,7 +24,7 @@ async fn the_imported_vcluster_yaml_passes_the_cert_manager_story() {
     // the host serves cert-manager's kinds before the import reads its discovery
     CertManager::shared().await;
     let cp = ControlPlane::shared();
-    let vcluster = format!("vc-{TEST}");
+    let namespace = format!("vc-{TEST}");
     let fixture = repo_root().join("tests/fixtures/import/cert-manager.vcluster.yaml");
     let out = Command::new(workspace_binary(
         "vcluster-plugin-operator",
@@ -30,7 +33,7 @@ async fn the_imported_vcluster_yaml_passes_the_cert_manager_story() {
     .arg("import")
     .arg("-f")
     .arg(&fixture)
-    .args(["--vcluster", &vcluster, "-n", &vcluster])
+    .args(["--vcluster", VCLUSTER_RELEASE, "-n", &namespace])
     .arg("--kubeconfig")
     .arg(cp.kubeconfig(Cluster::Host, Identity::Admin))
     .output()

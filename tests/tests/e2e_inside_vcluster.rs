@@ -178,6 +178,59 @@ fn running(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
+/// The runtime's own parent watch (`watch_parent`, `syncer-runtime/src/v2/server.rs`): vCluster's
+/// syncer process alone is killed (SIGKILL to its pid, not to its process group: it stops none
+/// of its plugins, as when vCluster's process dies), and the runtime `runtime`, whose parent it
+/// was, stops by itself within 15 s. It stops in order: its gRPC socket is gone (the session's
+/// shutdown removes it; a killed or aborted process leaves it). Its own log line ("the host
+/// process is gone: stopping") cannot be read: a v2 plugin's output reaches vCluster's log only
+/// through vCluster's `StreamStdio` call (go-plugin), which died with vCluster.
+async fn runtime_exits_without_its_parent(syncer: &VClusterSyncer, runtime: u32) {
+    let parent = std::fs::read_to_string(format!("/proc/{runtime}/stat"))
+        .ok()
+        .and_then(|stat| {
+            stat.rsplit_once(") ")?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()
+        });
+    assert_eq!(
+        parent,
+        syncer.pid(),
+        "the runtime {runtime} is vCluster's child"
+    );
+    let socket = format!("/plugin{runtime}-");
+    let socket = std::fs::read_to_string("/proc/net/unix")
+        .expect("/proc/net/unix")
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(7))
+        .find(|path| path.contains(&socket))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("the runtime {runtime} listens on a socket {socket}<n>"));
+    syncer
+        .kill_syncer_only()
+        .expect("kill vCluster's syncer process");
+    let killed = std::time::Instant::now();
+    while running(runtime) {
+        assert!(
+            killed.elapsed() < Duration::from_secs(15),
+            "the runtime {runtime} still runs 15 s after its parent, vCluster's syncer, was killed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!(
+        "the runtime {runtime} exited {:?} after its parent was killed",
+        killed.elapsed()
+    );
+    assert!(
+        !socket.exists(),
+        "the runtime stopped in order: its socket {} is removed",
+        socket.display()
+    );
+}
+
 /// A fresh plugins folder, as a new pod's emptyDir `plugins`.
 fn fresh_plugins_folder(cp: &ControlPlane, n: &str) -> PathBuf {
     let dir = cp.dir().join(format!("inside-plugins-{n}"));
@@ -345,17 +398,20 @@ async fn assert_hooked_create(
         "the created host pod carries every hook's label {hooked:?}: {:?}",
         added.labels()
     );
-    // vCluster's own log: its pod syncer (controller "pod") created that host object.
-    let log = syncer
-        .wait_log(
-            &format!("Create host object\t{{\"component\": \"vcluster\", \"controller\": \"pod\", \"namespace\": \"{}\", \"name\": \"{name}\"", t.vns),
-            1,
-            TIMEOUT,
-        )
-        .await;
+    // vCluster's own log: its pod syncer (controller "pod") created that host object, and that
+    // very line names it.
+    let create = format!(
+        "Create host object\t{{\"component\": \"vcluster\", \"controller\": \"pod\", \"namespace\": \"{}\", \"name\": \"{name}\"",
+        t.vns
+    );
+    let log = syncer.wait_log(&create, 1, TIMEOUT).await;
+    let line = log
+        .lines()
+        .find(|l| l.contains(&create))
+        .unwrap_or_default();
     assert!(
-        log.contains(&format!("\"object\": \"{}/{host_name}\"", t.ns)),
-        "{log}"
+        line.contains(&format!("\"object\": \"{}/{host_name}\"", t.ns)),
+        "vCluster's create of {host_name} names it: {line}"
     );
     // vCluster then copies the hook's host label up to the virtual pod (its pod syncer syncs
     // labels both ways: pkg/controllers/resources/pods/translate/diff.go), and records the
@@ -496,6 +552,13 @@ async fn inside(t: &Target) {
     let mut syncer =
         VClusterSyncer::start_binary(cp, &t.ns, VCLUSTER_RELEASE, &folder, Some(&t.syncer))
             .expect("start vCluster's syncer");
+    // The syncer is this target's vCluster: the version it reports at start.
+    assert_eq!(
+        syncer.reported_version().as_deref(),
+        Some(t.version),
+        "the version vCluster's syncer {} reports (its log's `vCluster version` line)",
+        t.syncer.display()
+    );
 
     // 1. vCluster loaded the plugin, registered its declared pod hook, and runs it.
     let log = syncer
@@ -610,9 +673,7 @@ async fn inside(t: &Target) {
     // 4b. An edit the operator refuses never runs, though the runtime sees it first (the
     // runtime applies only hooks the operator accepted: `acceptance`). The edited hook would
     // put vCluster's host pods on the node's network.
-    let restarts = |log: String| log.matches(vcp_syncer_runtime::runtime::RESTARTED).count();
-    let restarts_before = restarts(syncer.log());
-    plugins
+    let edited = plugins
         .patch(
             PLUGIN,
             &PatchParams::default(),
@@ -624,6 +685,7 @@ async fn inside(t: &Target) {
         )
         .await
         .expect("edit the hooks");
+    let edited_version = edited.resource_version().unwrap_or_default();
     vcp_tests::wait_ready(
         &admin,
         &t.ns,
@@ -633,19 +695,27 @@ async fn inside(t: &Target) {
         TIMEOUT,
     )
     .await;
-    // the runtime has read the edit: it restarted its syncers on the new spec (its log,
-    // relayed by vCluster's syncer)
-    let seen = wait_for(TIMEOUT, || {
+    // the runtime has read the edit: it restarted its syncers on that very version of the
+    // plugin (its log, relayed by vCluster's syncer)
+    let restart = wait_for(TIMEOUT, || {
         let log = syncer.log();
-        async move { (restarts(log) > restarts_before).then_some(()) }
+        let version = format!("\"resource_version\":\"{edited_version}\"");
+        async move {
+            log.lines()
+                .find(|l| {
+                    l.contains(vcp_syncer_runtime::runtime::RESTARTED) && l.contains(&version)
+                })
+                .map(str::to_string)
+        }
     })
     .await;
+    eprintln!("the runtime restarted on the refused edit: {restart}");
     assert_accepted_hook_in_force(
         &host,
         &virtual_,
         t,
         "after-refused",
-        &format!("refused edit seen by the runtime ({seen:?}, {restarts_before} restart(s) logged before it)"),
+        &format!("refused edit read by the runtime at resourceVersion {edited_version}"),
     )
     .await;
 
@@ -719,12 +789,11 @@ async fn inside(t: &Target) {
     })
     .await;
     let sts = statefulset(&admin, t).await;
-    syncer.stop().expect("stop vCluster's syncer");
     // The runtime notices its parent is gone and exits.
-    wait_for(Duration::from_secs(15), || async {
-        plugin_pids.iter().all(|pid| !running(*pid)).then_some(())
-    })
-    .await;
+    runtime_exits_without_its_parent(&syncer, plugin_pids[0]).await;
+    syncer
+        .stop()
+        .expect("stop what is left of vCluster's syncer");
     let folder = fresh_plugins_folder(cp, &format!("{}-2", t.ns));
     assert!(
         run_plugin_init_containers(&sts, &folder).is_empty(),

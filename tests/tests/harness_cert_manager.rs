@@ -4,7 +4,8 @@
 //! does what cert-manager does, with nothing of this project in the way: a self-signed `Issuer`
 //! and a `Certificate` created directly on the host get a Ready Issuer, an issued Secret whose
 //! `tls.crt` is an X.509 certificate for the requested DNS name, and a Ready Certificate; a
-//! CA Issuer made from that Secret issues a second certificate signed by it.
+//! CA Issuer made from that Secret issues a second certificate signed by it (its signature
+//! verified with the root's key).
 
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::json;
 use vcp_tests::{
     CertManager, Cluster, ControlPlane, Identity, cert_manager_resource, condition_status,
-    create_namespace, tls_dns_names, wait_for,
+    create_namespace, tls_dns_names, tls_signed_by, wait_for,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -140,11 +141,19 @@ async fn self_signed_and_ca_issuers_issue_certificates_on_the_host() {
     wait_condition(&certificates, "leaf", "Ready").await;
     let leaf = secrets.get("leaf-tls").await.expect("the leaf Secret");
     assert_eq!(tls_dns_names(&leaf).expect("X.509"), ["leaf.harness.test"]);
+    // the leaf's signature verifies with the root's key (and the check refuses a certificate
+    // that did not sign it: the leaf is not self-signed)
+    tls_signed_by(&leaf, &secret).expect("the leaf is signed by the root the CA Issuer holds");
+    assert!(
+        tls_signed_by(&leaf, &leaf).is_err(),
+        "the leaf's signature does not verify with its own key"
+    );
+    tls_signed_by(&secret, &secret).expect("the root is self-signed");
     let ca_of_leaf = &leaf.data.as_ref().expect("data")["ca.crt"];
     let root_crt = &secret.data.as_ref().expect("data")["tls.crt"];
     assert_eq!(
         ca_of_leaf, root_crt,
-        "the leaf is signed by the root the CA Issuer holds"
+        "the leaf's Secret carries the root as its ca.crt"
     );
     assert!(driver.running(), "the driver is still running");
 }
