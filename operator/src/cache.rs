@@ -52,6 +52,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
+use vcp_crds::tolerant::{self, Skipped, StatusPolicy, Tolerant};
 use vcp_crds::{OPERATOR_FIELD_MANAGER, PLUGIN_NAME_LABEL, VClusterPlugin};
 
 use crate::error::{Error, Result};
@@ -157,8 +158,13 @@ pub fn watch_config() -> watcher::Config {
 /// the store's size is set as `vcp_operator_cached_objects{kind=<K's kind>}` in `telemetry`,
 /// and each list after the first is counted there as a re-list of K's kind
 /// ([`Telemetry::count_list`]).
+///
+/// The watch reads tolerantly ([`crate::tolerant`]): an object that cannot be decoded is
+/// skipped (logged, counted as `vcp_operator_undecodable_objects_total{kind}`) and dropped from
+/// the store; one whose status alone cannot be read is stored without it (the operator reads
+/// no workload's status, and RBAC objects have none).
 fn reflect<K>(
-    api: Api<K>,
+    api: Api<Tolerant<K>>,
     wc: watcher::Config,
     strip: fn(&mut K),
     telemetry: &Arc<Telemetry>,
@@ -171,17 +177,27 @@ where
     let counted = reader.clone();
     let telemetry = telemetry.clone();
     let mut lists = 0;
-    let stream = watcher(api, wc)
-        .default_backoff()
-        .modify(strip)
-        .reflect(writer)
-        .inspect(move |event| {
-            if let Ok(watcher::Event::Init) = event {
-                telemetry.count_list(&kind, &mut lists);
-            }
-            telemetry.set_cached_objects(&kind, counted.len());
-        })
-        .touched_objects();
+    let skipped = {
+        let (kind, telemetry) = (kind.clone(), telemetry.clone());
+        move |s: &Skipped| crate::tolerant::log_skipped(&kind, s, &telemetry)
+    };
+    let stream = tolerant::watcher(
+        api,
+        wc,
+        StatusPolicy::PassWithout,
+        skipped,
+        crate::tolerant::ghost_of(reader.clone()),
+    )
+    .default_backoff()
+    .modify(strip)
+    .reflect(writer)
+    .inspect(move |event| {
+        if let Ok(watcher::Event::Init) = event {
+            telemetry.count_list(&kind, &mut lists);
+        }
+        telemetry.set_cached_objects(&kind, counted.len());
+    })
+    .touched_objects();
     (reader, Box::pin(stream))
 }
 
@@ -209,37 +225,37 @@ impl Caches {
             .clone()
             .labels(&format!("{VCLUSTER_APP_LABEL}={VCLUSTER_APP_VALUE}"));
         let (statefulsets, sts) = reflect(
-            Api::<StatefulSet>::all(client.clone()),
+            Api::<Tolerant<StatefulSet>>::all(client.clone()),
             vclusters.clone(),
             keep_own_managed_fields,
             telemetry,
         );
         let (deployments, deploy) = reflect(
-            Api::<Deployment>::all(client.clone()),
+            Api::<Tolerant<Deployment>>::all(client.clone()),
             vclusters,
             keep_own_managed_fields,
             telemetry,
         );
         let (roles, role) = reflect(
-            Api::<Role>::all(client.clone()),
+            Api::<Tolerant<Role>>::all(client.clone()),
             labelled.clone(),
             drop_managed_fields,
             telemetry,
         );
         let (role_bindings, rb) = reflect(
-            Api::<RoleBinding>::all(client.clone()),
+            Api::<Tolerant<RoleBinding>>::all(client.clone()),
             labelled.clone(),
             drop_managed_fields,
             telemetry,
         );
         let (cluster_roles, cr) = reflect(
-            Api::<ClusterRole>::all(client.clone()),
+            Api::<Tolerant<ClusterRole>>::all(client.clone()),
             labelled.clone(),
             drop_managed_fields,
             telemetry,
         );
         let (cluster_role_bindings, crb) = reflect(
-            Api::<ClusterRoleBinding>::all(client.clone()),
+            Api::<Tolerant<ClusterRoleBinding>>::all(client.clone()),
             labelled,
             drop_managed_fields,
             telemetry,

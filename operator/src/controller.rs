@@ -40,6 +40,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use tracing::{debug, instrument, warn};
+use vcp_crds::tolerant::{self, Skipped, StatusPolicy, Tolerant};
 use vcp_crds::{FINALIZER, PLUGIN_NAME_LABEL, VClusterPlugin};
 
 use crate::cache::{Caches, Discovery, WrittenWorkloads};
@@ -49,6 +50,7 @@ use crate::error::{Error, Result};
 use crate::judge::Verdicts;
 use crate::patched_roles::{self, PatchedRoleWatches};
 use crate::retry::Retries;
+use crate::tolerant::UndecodablePlugins;
 use crate::trace::Key;
 use crate::{finalizer, sweep, vcluster};
 
@@ -85,33 +87,54 @@ pub async fn run_until(
     // the plugins' cache changes.
     let (role_watches, patched_roles) = PatchedRoleWatches::new(&client, &config.telemetry);
     let (telemetry, mut lists) = (config.telemetry.clone(), 0);
-    let plugins = watcher(Api::<VClusterPlugin>::all(client.clone()), wc)
-        .modify(|p: &mut VClusterPlugin| p.metadata.managed_fields = None)
-        .reflect(writer)
-        .inspect(move |event| match event {
-            Ok(watcher::Event::Init) => telemetry.count_list("VClusterPlugin", &mut lists),
-            // A re-list after a watch error: deletes during the outage came as no event.
-            Ok(watcher::Event::InitDone) if *plugins_ready_tx.borrow() => {
-                retries_of_deleted.retain(|p| listed.get(p).is_some());
-                role_watches.sync_all(&listed);
-                sweeps.sweep(sweep::Scope::All);
+    // Tolerant reading ([`crate::tolerant`]): a plugin the operator's types cannot read skips
+    // only itself; one whose status alone cannot be read is reconciled without it. An
+    // unreadable plugin is reported (`Ready=False`, `Undecodable`) by its own task.
+    let (undecodable, to_report) = UndecodablePlugins::new();
+    let report_to = undecodable.clone();
+    let (noted, skipped_telemetry) = (undecodable.clone(), config.telemetry.clone());
+    let plugins = tolerant::watcher(
+        Api::<Tolerant<VClusterPlugin>>::all(client.clone()),
+        wc,
+        StatusPolicy::PassWithout,
+        move |s: &Skipped| {
+            crate::tolerant::log_skipped("VClusterPlugin", s, &skipped_telemetry);
+            noted.note(s);
+        },
+        crate::tolerant::ghost_of(store.clone()),
+    )
+    .modify(|p: &mut VClusterPlugin| p.metadata.managed_fields = None)
+    .reflect(writer)
+    .inspect(move |event| match event {
+        Ok(watcher::Event::Init) => telemetry.count_list("VClusterPlugin", &mut lists),
+        // A re-list after a watch error: deletes during the outage came as no event.
+        Ok(watcher::Event::InitDone) if *plugins_ready_tx.borrow() => {
+            retries_of_deleted.retain(|p| listed.get(p).is_some());
+            role_watches.sync_all(&listed);
+            sweeps.sweep(sweep::Scope::All);
+        }
+        Ok(watcher::Event::InitDone) => {
+            role_watches.sync_all(&listed);
+            let _ = plugins_ready_tx.send(true);
+        }
+        Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
+            undecodable.readable(p.metadata.uid.as_deref());
+            if matches!(event, Ok(watcher::Event::Apply(_))) {
+                role_watches.sync(&listed, p, false);
             }
-            Ok(watcher::Event::InitDone) => {
-                role_watches.sync_all(&listed);
-                let _ = plugins_ready_tx.send(true);
-            }
-            Ok(watcher::Event::Apply(p)) => role_watches.sync(&listed, p, false),
-            Ok(watcher::Event::Delete(p)) => {
-                retries_of_deleted.forget(&ObjectRef::from_obj(p));
-                role_watches.sync(&listed, p, true);
-                sweeps.sweep(sweep::Scope::Plugin {
-                    namespace: p.namespace().unwrap_or_default(),
-                    name: p.name_any(),
-                });
-            }
-            _ => {}
-        })
-        .applied_objects();
+        }
+        Ok(watcher::Event::Delete(p)) => {
+            undecodable.readable(p.metadata.uid.as_deref());
+            retries_of_deleted.forget(&ObjectRef::from_obj(p));
+            role_watches.sync(&listed, p, true);
+            sweeps.sweep(sweep::Scope::Plugin {
+                namespace: p.namespace().unwrap_or_default(),
+                name: p.name_any(),
+            });
+        }
+        _ => {}
+    })
+    .applied_objects();
     let controller = Controller::for_stream(plugins, store.clone());
     let (caches, streams) = Caches::new(&client, &config.telemetry);
     let context = Arc::new(Context {
@@ -174,6 +197,12 @@ pub async fn run_until(
     // that loses its Lease drops the controller's future): a sweep must never go on writing on
     // a replica that no longer leads.
     let sweeper = AbortOnDropHandle::new(sweep::spawn(context.clone(), plugins_ready, scopes));
+    let reporter = AbortOnDropHandle::new(tokio::spawn(crate::tolerant::report_undecodable(
+        client.clone(),
+        context.reporter.clone(),
+        report_to,
+        to_report,
+    )));
     let trimmer = AbortOnDropHandle::new(tokio::spawn(crate::trim::after_bursts(
         config.telemetry.clone(),
         crate::trim::IDLE,
@@ -241,7 +270,7 @@ pub async fn run_until(
             }
         })
         .await;
-    drop((readiness, sweeper, trimmer));
+    drop((readiness, sweeper, trimmer, reporter));
     config.telemetry.set_synced(false);
     Ok(())
 }
@@ -349,7 +378,8 @@ async fn reconcile_inner(plugin: Arc<VClusterPlugin>, ctx: Arc<Context>) -> Resu
         (false, _) => vcluster::install(&plugin, &ctx).await,
         (true, Some(i)) => {
             let action = vcluster::delete(&plugin, &ctx).await?;
-            let api: Api<VClusterPlugin> = Api::namespaced(ctx.client.clone(), &namespace);
+            let api: Api<Tolerant<VClusterPlugin>> =
+                Api::namespaced(ctx.client.clone(), &namespace);
             finalizer::remove_finalizer(&api, &plugin, i).await?;
             ctx.written_statuses
                 .forget(&plugin.uid().unwrap_or_default());

@@ -33,6 +33,22 @@ pub enum Error {
         source: kube::Error,
     },
 
+    /// The API server's answer to a write of a VClusterPlugin could not be read, not even
+    /// without its status ([`vcp_crds::tolerant`]): the write was made, but its result is
+    /// unknown to the operator.
+    #[error(
+        "the answer to {action} of VClusterPlugin {object} cannot be read: {error} (fix or \
+         re-create the object; the operator reports it with reason Undecodable)"
+    )]
+    Undecodable {
+        /// What the operator was doing, such as `add finalizer`.
+        action: &'static str,
+        /// `namespace/name` of the plugin.
+        object: String,
+        /// The decoding error with its JSON path.
+        error: String,
+    },
+
     /// A watch cache of the controller stopped before it was filled (the controller is
     /// shutting down).
     #[error("a watch cache of the operator was closed before it held its initial list")]
@@ -90,6 +106,7 @@ impl Error {
         match self {
             Error::Kube { source, .. } => kube_reason(source),
             Error::Finalizer { source, .. } => kube_reason(source),
+            Error::Undecodable { .. } => "Undecodable".into(),
             Error::CacheClosed => "CacheClosed".into(),
             Error::MissingField(_) => "MissingField".into(),
             Error::Lease { .. } | Error::LeaseDuration(_) => "Lease".into(),

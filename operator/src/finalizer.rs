@@ -13,10 +13,15 @@
 //! [`crate::workload::contributes`]); and where the helper fails the reconcile when its `test`
 //! finds a stale copy, [`with_finalizer`] reads the plugin again. The patches themselves are
 //! the helper's (`test` + `add`, `test` + `remove` at the finalizer's index).
+//!
+//! Answers are read tolerantly ([`crate::tolerant::decoded`]): a plugin whose status the
+//! operator's types cannot read (issue 38) still gains and loses its finalizer, so its cleanup
+//! runs.
 
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::Value;
+use vcp_crds::tolerant::Tolerant;
 use vcp_crds::{FINALIZER, VClusterPlugin};
 
 use crate::context::Context;
@@ -34,7 +39,7 @@ pub async fn with_finalizer(ctx: &Context, plugin: &VClusterPlugin) -> Result<VC
         return Ok(plugin.clone());
     }
     let namespace = plugin.namespace().unwrap_or_default();
-    let api: Api<VClusterPlugin> = Api::namespaced(ctx.client.clone(), &namespace);
+    let api: Api<Tolerant<VClusterPlugin>> = Api::namespaced(ctx.client.clone(), &namespace);
     match add_finalizer(&api, plugin).await {
         Ok(p) => Ok(p),
         Err(e @ Error::Finalizer { .. }) => {
@@ -44,6 +49,9 @@ pub async fn with_finalizer(ctx: &Context, plugin: &VClusterPlugin) -> Result<VC
                     g,
                 )
             })?;
+            let fresh = fresh
+                .map(|f| crate::tolerant::decoded(f, "get"))
+                .transpose()?;
             match fresh {
                 Some(f) if f.finalizers().iter().any(|x| x == FINALIZER) => Ok(f),
                 _ => Err(e),
@@ -61,7 +69,7 @@ pub async fn with_finalizer(ctx: &Context, plugin: &VClusterPlugin) -> Result<VC
 /// [`Error::Finalizer`]: the API server's answer (such as 422 when the test failed; the
 /// reconcile is then retried from the watch event of that change).
 pub async fn add_finalizer(
-    api: &Api<VClusterPlugin>,
+    api: &Api<Tolerant<VClusterPlugin>>,
     plugin: &VClusterPlugin,
 ) -> Result<VClusterPlugin> {
     let finalizers = plugin.finalizers();
@@ -85,7 +93,7 @@ pub async fn add_finalizer(
 /// # Errors
 /// [`Error::Finalizer`]: the API server's answer (404 is success: the object is gone).
 pub async fn remove_finalizer(
-    api: &Api<VClusterPlugin>,
+    api: &Api<Tolerant<VClusterPlugin>>,
     plugin: &VClusterPlugin,
     index: usize,
 ) -> Result<()> {
@@ -107,7 +115,7 @@ pub async fn remove_finalizer(
 /// with the write's `kind`, `object` and `action` ([`crate::trace`]).
 #[tracing::instrument(skip_all, fields(kind = "VClusterPlugin", object = %crate::trace::Key::of(plugin), action))]
 async fn finalizer_patch(
-    api: &Api<VClusterPlugin>,
+    api: &Api<Tolerant<VClusterPlugin>>,
     plugin: &VClusterPlugin,
     action: &'static str,
     ops: Value,
@@ -119,11 +127,20 @@ async fn finalizer_patch(
         object: object.clone(),
         source: kube::Error::SerdeError(e),
     })?;
-    api.patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
+    let answer = api
+        .patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
         .await
         .map_err(|source| Error::Finalizer {
             action,
             object,
             source,
-        })
+        })?;
+    crate::tolerant::decoded(
+        answer,
+        if action == "add" {
+            "add finalizer"
+        } else {
+            "remove finalizer"
+        },
+    )
 }

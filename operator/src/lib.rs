@@ -22,6 +22,7 @@
 //! | which synced types the runtime may sync: custom resources and `ConfigMap` (`PolicyDenied`) | [`vcp_crds::built_in`] |
 //! | each plugin's part judged by server-side dry runs before the apply, the namespace's Pod Security level (`InvalidWorkload`, `PolicyDenied`) | [`judge`] |
 //! | watches, mappers, reconcile, retries | [`controller`] |
+//! | tolerant reading: an object the operator's types cannot read skips only itself (logged, counted); an unreadable plugin gets `Ready=False` (`Undecodable`) and an Event | [`tolerant`] |
 //! | the watches of the vCluster Roles `PatchVClusterRoles` plugins append to (an edit taking a plugin's rule out triggers its repair) | [`patched_roles`] |
 //! | the delay before a failed reconcile is retried: per plugin, exponential with jitter, reset by a success | [`retry`] |
 //! | the fields of the tracing spans (a reconcile's plugin and vCluster, a write's kind and object) | [`trace`] |
@@ -57,6 +58,7 @@ pub mod retry;
 pub mod status;
 pub mod sweep;
 pub mod telemetry;
+pub mod tolerant;
 pub mod trace;
 pub mod trim;
 pub mod vcluster;

@@ -34,6 +34,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
+use vcp_crds::tolerant::{self, StatusPolicy, Tolerant};
 use vcp_crds::{PLUGIN_NAME_LABEL, VClusterPlugin};
 
 use crate::cache::Reflected;
@@ -191,9 +192,24 @@ pub fn plugins_of_role(
 /// One namespace's watch: the Roles not labelled [`PLUGIN_NAME_LABEL`], each event judged by
 /// [`may_have_drifted`] and sent to `events` when it may have; ends when `events` is closed.
 /// Errors are retried with kube's default backoff (0.8 s doubling to 30 s).
-async fn watch(api: Api<Role>, mut events: mpsc::Sender<Role>, telemetry: Arc<Telemetry>) {
+async fn watch(
+    api: Api<Tolerant<Role>>,
+    mut events: mpsc::Sender<Role>,
+    telemetry: Arc<Telemetry>,
+) {
     let wc = crate::cache::watch_config().labels(&format!("!{PLUGIN_NAME_LABEL}"));
-    let mut stream = std::pin::pin!(watcher(api, wc).default_backoff());
+    // Tolerant reading ([`crate::tolerant`]): a Role that cannot be decoded is skipped (logged,
+    // counted) and, when it turned unreadable, passed on as deleted, which is a trigger.
+    let skipped = crate::tolerant::on_skipped("Role", telemetry.clone());
+    let ghost = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+        Some(Role {
+            metadata: meta.clone(),
+            ..Role::default()
+        })
+    };
+    let mut stream = std::pin::pin!(
+        tolerant::watcher(api, wc, StatusPolicy::PassWithout, skipped, ghost).default_backoff()
+    );
     let mut lists = 0;
     while let Some(event) = stream.next().await {
         let role = match event {

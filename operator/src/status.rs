@@ -342,11 +342,20 @@ impl WrittenStatuses {
     /// the operator's fields as written ([`overlay`]; the runtime's fields are the cached ones,
     /// which that write was computed from). `None`: `plugin.status` stands (a record the cache
     /// has moved past is dropped).
+    ///
+    /// A cached plugin without any status, once this process has written one, is a plugin
+    /// whose status the operator's types cannot read (passed on without it, issue 38,
+    /// [`crate::tolerant`]): the status last written stands for it, whatever the version, so
+    /// that the echo of a write does not cause the next one (a write loop, as each would carry
+    /// a new `lastTransitionTime`). The runtime's `RuntimeHealthy` is then unknown: such a
+    /// plugin is judged as one whose runtime has not reported.
     pub fn live(&self, plugin: &VClusterPlugin) -> Option<VClusterPluginStatus> {
         let uid = plugin.uid().unwrap_or_default();
         let mut map = self.lock();
         let written = map.get(&uid)?;
-        if plugin.resource_version().as_deref() == Some(written.from_version.as_str()) {
+        if plugin.status.is_none()
+            || plugin.resource_version().as_deref() == Some(written.from_version.as_str())
+        {
             return Some(overlay(plugin.status.as_ref(), &written.status));
         }
         map.remove(&uid);
@@ -451,6 +460,7 @@ mod tests {
         // the cache moved on (the write's echo, or someone's edit): the cache wins, record gone
         let mut moved = read.clone();
         moved.metadata.resource_version = Some("11".into());
+        moved.status = Some(status.clone());
         assert_eq!(written.live(&moved), None);
         assert_eq!(written.entries(), 0);
         assert_eq!(written.live(&read), None);
@@ -496,6 +506,35 @@ mod tests {
             view.status.as_ref(),
             &desired(&view, &installed(), &t(200))
         ));
+    }
+
+    /// Issue 38: a plugin passed on without its unreadable status (`status: None` at every
+    /// version) is written once, not on every echo of the write.
+    #[test]
+    fn a_plugin_whose_status_cannot_be_read_is_written_once() {
+        let written = WrittenStatuses::default();
+        let mut read = plugin();
+        read.metadata.uid = Some("u1".into());
+        read.metadata.resource_version = Some("10".into());
+        let first = desired(&read, &installed(), &t(100));
+        assert!(needs_write(read.status.as_ref(), &first));
+        written.remember(&read, &first);
+        // the echo: a new version, still without a readable status
+        let mut echo = read.clone();
+        echo.metadata.resource_version = Some("11".into());
+        let live = written.live(&echo).expect("the written status stands in");
+        let mut view = echo.clone();
+        view.status = Some(live);
+        assert!(!needs_write(
+            view.status.as_ref(),
+            &desired(&view, &installed(), &t(200))
+        ));
+        assert_eq!(written.entries(), 1);
+        // once the status reads again, the cache wins
+        echo.metadata.resource_version = Some("12".into());
+        echo.status = Some(first);
+        assert_eq!(written.live(&echo), None);
+        assert_eq!(written.entries(), 0);
     }
 
     #[test]

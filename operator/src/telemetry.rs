@@ -9,7 +9,11 @@
 //! - `vcp_leader`: 1 while this replica holds the Lease (or runs without leader election);
 //! - `vcp_operator_cached_objects{kind}`: objects held by each watch cache of the install path
 //!   (`kind` is the Kubernetes kind: `StatefulSet`, `Deployment`, `Role`, `RoleBinding`,
-//!   `ClusterRole`, `ClusterRoleBinding`; [`crate::cache`] says which objects each holds).
+//!   `ClusterRole`, `ClusterRoleBinding`; [`crate::cache`] says which objects each holds);
+//! - `vcp_operator_undecodable_objects_total{kind, part}`: watch events of objects the
+//!   operator's types could not read (issue 38, [`crate::tolerant`]): `part="object"` for one
+//!   skipped (not even its metadata and spec decoded), `part="status"` for one passed on
+//!   without its status.
 //!
 //! Per plugin, in memory only, and only with the test feature `reconcile-log` (enabled by the
 //! test crate, never in release): `Telemetry::reconciled` tells how many reconciles of a
@@ -63,6 +67,13 @@ struct KindLabel {
     kind: String,
 }
 
+/// Labels of `vcp_operator_undecodable_objects_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UndecodableLabels {
+    kind: String,
+    part: &'static str,
+}
+
 /// Metrics and health state of one operator replica; share it between the controller
 /// ([`crate::Config::telemetry`]) and the HTTP server ([`crate::http::serve`]).
 pub struct Telemetry {
@@ -72,6 +83,7 @@ pub struct Telemetry {
     duration: Histogram,
     leader: Gauge,
     cached: Family<KindLabel, Gauge>,
+    undecodable: Family<UndecodableLabels, Counter>,
     trims: Counter,
     trimmed_at: Gauge,
     settles: Counter,
@@ -166,6 +178,12 @@ impl Telemetry {
             "Objects held by the operator's watch cache of each kind",
             cached.clone(),
         );
+        let undecodable = Family::<UndecodableLabels, Counter>::default();
+        registry.register(
+            "vcp_operator_undecodable_objects",
+            "Watch events of objects the operator could not read, by kind and part (object: skipped; status: passed on without it)",
+            undecodable.clone(),
+        );
         let trims = Counter::default();
         registry.register(
             "vcp_operator_heap_trims",
@@ -197,6 +215,7 @@ impl Telemetry {
             duration,
             leader,
             cached,
+            undecodable,
             trims,
             trimmed_at,
             settles,
@@ -272,6 +291,27 @@ impl Telemetry {
             .lock()
             .map(|t| (t.live.len(), t.gone.len()))
             .unwrap_or_default()
+    }
+
+    /// Counts one watch event of an object of `kind` that did not decode: skipped whole
+    /// (`status_only` false) or passed on without its status (`status_only` true).
+    pub fn count_undecodable(&self, kind: &str, status_only: bool) {
+        self.undecodable
+            .get_or_create(&UndecodableLabels {
+                kind: kind.to_string(),
+                part: if status_only { "status" } else { "object" },
+            })
+            .inc();
+    }
+
+    /// The count of [`Telemetry::count_undecodable`] for `kind` and part (`status_only`).
+    pub fn undecodable(&self, kind: &str, status_only: bool) -> u64 {
+        self.undecodable
+            .get(&UndecodableLabels {
+                kind: kind.to_string(),
+                part: if status_only { "status" } else { "object" },
+            })
+            .map_or(0, |c| c.get())
     }
 
     /// Counts one re-list of a watch of `kind` (such as `VClusterPlugin`, `StatefulSet`,

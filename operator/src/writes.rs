@@ -28,6 +28,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tracing::{info, instrument, warn};
+use vcp_crds::tolerant::Tolerant;
 use vcp_crds::{OPERATOR_FIELD_MANAGER, VClusterPlugin};
 
 use crate::context::Context;
@@ -190,7 +191,9 @@ pub async fn write_status(plugin: &VClusterPlugin, outcome: &Outcome, ctx: &Cont
     }
     let namespace = plugin.namespace().unwrap_or_default();
     let name = plugin.name_any();
-    Api::<VClusterPlugin>::namespaced(ctx.client.clone(), &namespace)
+    // The answer is read tolerantly: a status the operator's types cannot read (issue 38) must
+    // not turn a write that was made into a failed reconcile.
+    Api::<Tolerant<VClusterPlugin>>::namespaced(ctx.client.clone(), &namespace)
         .patch_status(
             &name,
             &PatchParams::apply(OPERATOR_FIELD_MANAGER).force(),
