@@ -13,7 +13,8 @@
 //!
 //! The test stores such a plugin the way one was stored before the rule: the CRD without the
 //! reference's rules, the plugin applied, the CRD restored (and shown to refuse the same spec
-//! now, while the stored plugin stays).
+//! in a new plugin now, while the stored plugin stays: the API server does not judge a stored
+//! value again that an update leaves unchanged, CRD validation ratcheting).
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -177,14 +178,20 @@ async fn a_stored_reference_cannot_write_the_identity_through_namespace_path() {
     };
     let plugins: Api<VClusterPlugin> = Api::namespaced(world.host.clone(), &world.host_ns);
     let attack = plugin(&world.host_ns, Some(MANAGED_BY_PATH));
+    // `dry_run`: a new plugin of that spec (an unchanged stored value is not judged again:
+    // the API server ratchets CEL rules on values an update leaves as they are)
     let store = |dry_run: bool| {
-        let (plugins, attack) = (plugins.clone(), attack.clone());
+        let (plugins, mut attack) = (plugins.clone(), attack.clone());
         async move {
             let mut params = PatchParams::apply(TEST_FIELD_MANAGER).force();
             params.dry_run = dry_run;
-            plugins
-                .patch("car-plugin", &params, &Patch::Apply(&attack))
-                .await
+            let name = if dry_run {
+                "another-plugin"
+            } else {
+                "car-plugin"
+            };
+            attack.metadata.name = Some(name.into());
+            plugins.patch(name, &params, &Patch::Apply(&attack)).await
         }
     };
     apply_crd(true).await;
@@ -194,7 +201,8 @@ async fn a_stored_reference_cannot_write_the_identity_through_namespace_path() {
         .expect("the plugin is stored under the CRD without the rule");
     let generation = stored.metadata.generation.expect("generation");
     apply_crd(false).await;
-    // the restored CRD refuses the same spec (the rule is served again), the stored plugin stays
+    // the restored CRD refuses the same spec in a new plugin (the rule is served again), the
+    // stored plugin stays
     let refusal = poll_for(TIMEOUT, || async { store(true).await.err() })
         .await
         .expect("the restored CRD refuses the attack's namespacePath");
