@@ -20,6 +20,7 @@ pub mod built_in;
 pub mod car;
 #[cfg(feature = "test-faults")]
 pub mod fault;
+pub mod fold;
 pub mod free_form;
 pub mod hooks;
 pub mod patch_path;

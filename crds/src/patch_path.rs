@@ -210,11 +210,7 @@ impl PatchPath {
     /// CRD refuses the same paths with CEL (`PROTECTED_PATCH_PATH_RULE`); the runtime checks
     /// again before it writes.
     pub fn is_protected(&self) -> bool {
-        let fold = |s: &str| {
-            s.to_ascii_lowercase()
-                .replace('\u{017f}', "s")
-                .replace('\u{212a}', "k")
-        };
+        let fold = crate::fold::go_fold;
         let mut segments = self.segments.iter();
         let first = match segments.next() {
             Some(Segment::Key(key)) => fold(key),
@@ -253,8 +249,11 @@ impl PatchPath {
 }
 
 /// Every path of `synced_types[].patches[]` (the patch's `path` and a reference's relative
-/// paths) and of `synced_types[].produced[].namePath` that cannot be used: it does not parse, or (a patch's `path`) it writes the object's
-/// identity ([`PatchPath::is_protected`]). One message per path, naming its field
+/// paths) and of `synced_types[].produced[].namePath` that cannot be used: it does not parse,
+/// or (a patch's `path`, a reference's `namePath` and `namespacePath`, the paths a patch
+/// writes) it names the object's identity ([`PatchPath::is_protected`]; a reference's relative
+/// path is read from the object's root, where the runtime reads `namespacePath` when the value
+/// at `path` is a string). One message per path, naming its field
 /// (`spec.syncedTypes[1].patches[0].path: …`); empty when all are usable. The CRD's CEL refuses
 /// the protected paths it can see; this is what the operator checks before it installs (the
 /// syntax is beyond CEL), and the runtime checks again.
@@ -274,14 +273,19 @@ pub fn unusable_patch_paths(synced_types: &[crate::SyncedType]) -> Vec<String> {
             let Some(reference) = &patch.reference else {
                 continue;
             };
-            for (name, relative) in [
-                ("apiVersionPath", &reference.api_version_path),
-                ("kindPath", &reference.kind_path),
-                ("namePath", &reference.name_path),
-                ("namespacePath", &reference.namespace_path),
+            for (name, relative, written) in [
+                ("apiVersionPath", &reference.api_version_path, false),
+                ("kindPath", &reference.kind_path, false),
+                ("namePath", &reference.name_path, true),
+                ("namespacePath", &reference.namespace_path, true),
             ] {
-                if let Some(Err(e)) = relative.as_deref().map(PatchPath::parse) {
-                    found.push(format!("{field}.reference.{name}: {e}"));
+                match relative.as_deref().map(PatchPath::parse) {
+                    Some(Err(e)) => found.push(format!("{field}.reference.{name}: {e}")),
+                    Some(Ok(path)) if written && path.is_protected() => found.push(format!(
+                        "{field}.reference.{name}: {:?} writes the object's identity or a vcluster.loft.sh/ key",
+                        relative.as_deref().unwrap_or_default()
+                    )),
+                    _ => {}
                 }
             }
         }
@@ -601,7 +605,18 @@ mod tests {
             {"apiVersion": "v1", "kind": "B", "patches": [
                 {"path": "spec[x]", "expression": "value"},
                 {"path": "metadata['name']", "expression": "value"},
-                {"path": "spec.ref", "reference": {"apiVersion": "v1", "kind": "Secret", "namePath": "a..b"}}
+                {"path": "spec.ref", "reference": {"apiVersion": "v1", "kind": "Secret", "namePath": "a..b"}},
+                {"path": "spec.secretName", "reference": {"apiVersion": "v1", "kind": "Secret",
+                    "namespacePath": "metadata.labels[\"vcluster.loft.sh/managed-by\"]"}},
+                {"path": "spec.other", "reference": {"apiVersion": "v1", "kind": "Secret",
+                    "namePath": "metadata.Name"}}
+            ]},
+            // read, never written: cert-manager's issuerRef (`kindPath: kind`), and a
+            // namespacePath that is no identity
+            {"apiVersion": "v1", "kind": "C", "patches": [
+                {"path": "spec.issuerRef", "reference": {"apiVersion": "cert-manager.io/v1", "kind": "Issuer",
+                    "namePath": "name", "kindPath": "kind", "apiVersionPath": "apiVersion",
+                    "namespacePath": "namespace"}}
             ]}
         ]))
         .unwrap();
@@ -611,9 +626,12 @@ mod tests {
                 "spec.syncedTypes[1].patches[0].path: invalid patch path \"spec[x]\" at byte 4: a bracket holds a number, [*], or a key in quotes",
                 "spec.syncedTypes[1].patches[1].path: \"metadata['name']\" writes the object's identity or a vcluster.loft.sh/ key",
                 "spec.syncedTypes[1].patches[2].reference.namePath: invalid patch path \"a..b\" at byte 2: an empty segment",
+                "spec.syncedTypes[1].patches[3].reference.namespacePath: \"metadata.labels[\\\"vcluster.loft.sh/managed-by\\\"]\" writes the object's identity or a vcluster.loft.sh/ key",
+                "spec.syncedTypes[1].patches[4].reference.namePath: \"metadata.Name\" writes the object's identity or a vcluster.loft.sh/ key",
             ]
         );
         assert!(unusable_patch_paths(&synced[..1]).is_empty());
+        assert!(unusable_patch_paths(&synced[2..]).is_empty());
     }
 
     #[test]

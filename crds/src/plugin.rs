@@ -442,10 +442,39 @@ pub struct TranslatePatch {
     pub labels: Option<TranslatePatchLabels>,
 }
 
+/// CEL on a reference's relative path `field` (`namePath`, `namespacePath`: the two a reference
+/// writes), when set: the rule of `path` ([`PROTECTED_PATCH_PATH_RULE`]) on that field's value,
+/// read as a path from the object's root. When the value at the patch's `path` is a string, the
+/// runtime reads `namespacePath` from the object's root (vCluster's meaning) and writes the
+/// host namespace there, so `namespacePath: metadata.labels["vcluster.loft.sh/managed-by"]`
+/// wrote the host copy's owner label (issue 38, hole 4); when the value is an object, the path
+/// is below `path`, which the rule of `path` already keeps off the identity, so reading it
+/// from the root can only refuse more often. `kindPath` and `apiVersionPath` are only read
+/// (cert-manager's `issuerRef` has `kindPath: kind`), never written, and are not checked.
+pub fn protected_reference_path_rule(field: &str) -> String {
+    format!(
+        "!has(self.{field}) || {}",
+        PROTECTED_PATCH_PATH_RULE.replacen("self.path", &format!("self.{field}"), 1)
+    )
+}
+
+/// The message of [`protected_reference_path_rule`] for `field`.
+fn protected_reference_path_message(field: &str) -> String {
+    format!(
+        "a reference's {field} is written (the host name or namespace) and may not name the object's identity (apiVersion, kind, metadata as a whole, name, namespace, generateName, uid, ownerReferences, finalizers), its labels or annotations as a whole or through [*], a vcluster.loft.sh/ key, or the release label"
+    )
+}
+
 /// A reference patch (vCluster's `config.TranslatePatchReference`). The paths are relative to
-/// the patch's `path` when that names an object, as in vCluster.
+/// the patch's `path` when that names an object, as in vCluster, and to the object's root when
+/// it is a string (the name itself). `namePath` and `namespacePath`, which the runtime writes,
+/// may not name the object's identity ([`protected_reference_path_rule`]).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    { "rule": protected_reference_path_rule("namePath"), "message": protected_reference_path_message("namePath"), "fieldPath": ".namePath" },
+    { "rule": protected_reference_path_rule("namespacePath"), "message": protected_reference_path_message("namespacePath"), "fieldPath": ".namespacePath" },
+]))]
 pub struct TranslatePatchReference {
     /// `group/version` of the referenced object (`v1` for the core group).
     #[schemars(length(min = 1, max = 317), regex(pattern = crate::schema::API_VERSION_PATTERN))]
@@ -461,12 +490,17 @@ pub struct TranslatePatchReference {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 512))]
     pub kind_path: Option<String>,
-    /// Path of the referenced name; the patch's value itself when absent.
+    /// Path of the referenced name, when the value at `path` is an object; the patch's value
+    /// itself when it is a string. Written (the host name), so it may not name the object's
+    /// identity, as `path`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 512))]
     pub name_path: Option<String>,
-    /// Path of the referenced namespace; the object's own namespace when absent or not found.
-    /// A namespace found there becomes the vCluster's host namespace on the host copy.
+    /// Path of the referenced namespace (relative to the object's root when the value at
+    /// `path` is a string); the object's own namespace when absent or not found. A namespace
+    /// found there becomes the vCluster's host namespace on the host copy, so it may not name
+    /// the object's identity, as `path` (`metadata.labels["vcluster.loft.sh/managed-by"]` is
+    /// refused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 512))]
     pub namespace_path: Option<String>,

@@ -6,7 +6,9 @@
 //! - **path** ([`vcp_crds::patch_path`]): vCluster's notation; every location a `[*]` reaches
 //!   is patched on its own; a path that is not found is skipped (`config.TranslatePatch.path`).
 //!   A path that would write the object's identity is refused (the CRD's CEL rule, and again
-//!   here: [`PatchPath::is_protected`]).
+//!   here: [`PatchPath::is_protected`]), and so is a reference's `namePath` or `namespacePath`
+//!   that would (both are written; read from the object's root, where `namespacePath` is when
+//!   the value at `path` is a string: issue 38, hole 4).
 //! - **reference** (`config.TranslatePatchReference`): on the way to the host the referenced
 //!   name becomes the referenced object's host name, vCluster's single-namespace
 //!   `HostName` ([`host_name`]`(name, namespace, vcluster)`, proven against vCluster's code by the
@@ -169,6 +171,21 @@ impl Patches {
             let optional = |what: &'static str, path: &Option<String>| {
                 path.as_deref().map(|p| parse(what, p)).transpose()
             };
+            // a relative path the reference writes (the name, the namespace): read from the
+            // object's root, where `namespacePath` is when the value at `path` is a string
+            let written = |field: &'static str, path: &Option<String>| {
+                let parsed = optional("reference", path)?;
+                match &parsed {
+                    Some(p) if p.is_protected() => Err(refuse(
+                        "reference",
+                        format!(
+                            "reference.{field} {:?} writes the object's identity or a vcluster.loft.sh/ key",
+                            path.as_deref().unwrap_or_default()
+                        ),
+                    )),
+                    _ => Ok(parsed),
+                }
+            };
             let (kind, what) = if let Some(reference) = &patch.reference {
                 (
                     Kind::Reference(Reference {
@@ -176,8 +193,8 @@ impl Patches {
                         kind: reference.kind.clone(),
                         api_version_path: optional("reference", &reference.api_version_path)?,
                         kind_path: optional("reference", &reference.kind_path)?,
-                        name_path: optional("reference", &reference.name_path)?,
-                        namespace_path: optional("reference", &reference.namespace_path)?,
+                        name_path: written("namePath", &reference.name_path)?,
+                        namespace_path: written("namespacePath", &reference.namespace_path)?,
                     }),
                     "reference",
                 )

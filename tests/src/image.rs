@@ -807,8 +807,11 @@ fn inside(root: &Path, path: &str) -> PathBuf {
 }
 
 /// `$VCP_CACHE_DIR`, else `${XDG_CACHE_HOME:-$HOME/.cache}/vcluster-plugin-operator` (as
-/// `scripts/control-plane`).
-fn cache_dir() -> anyhow::Result<PathBuf> {
+/// `scripts/control-plane`): where the build caches the tests keep between runs live.
+///
+/// # Errors
+/// When neither `VCP_CACHE_DIR`, `XDG_CACHE_HOME` nor `HOME` is set.
+pub fn cache_dir() -> anyhow::Result<PathBuf> {
     if let Some(dir) = std::env::var_os("VCP_CACHE_DIR") {
         return Ok(dir.into());
     }
@@ -820,8 +823,12 @@ fn cache_dir() -> anyhow::Result<PathBuf> {
     Ok(base.join("vcluster-plugin-operator"))
 }
 
-/// A folder name for a checkout: its path, `/` → `-`.
-fn checkout_key(repo: &Path) -> anyhow::Result<String> {
+/// A folder name for a checkout: its path, `/` → `-` (a cache of one checkout's builds never
+/// serves another's).
+///
+/// # Errors
+/// When the path cannot be resolved.
+pub fn checkout_key(repo: &Path) -> anyhow::Result<String> {
     let path = repo.canonicalize()?;
     Ok(path
         .to_string_lossy()

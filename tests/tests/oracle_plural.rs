@@ -103,8 +103,19 @@ fn crd_files() -> Vec<PathBuf> {
 fn inline_crd_kinds() -> Vec<Kind> {
     let dir = repo_root().join("tests/tests");
     let mut out = Vec::new();
+    // the test files, and the modules of a test made of a folder (`<name>/main.rs`, ...)
+    let mut paths = Vec::new();
     for file in std::fs::read_dir(&dir).expect("tests/tests") {
         let path = file.expect("entry").path();
+        if path.is_dir() {
+            for module in std::fs::read_dir(&path).expect("a test's folder") {
+                paths.push(module.expect("entry").path());
+            }
+        } else {
+            paths.push(path);
+        }
+    }
+    for path in paths {
         // This file's own docs show the two shapes: not a CRD.
         if path.extension().is_none_or(|x| x != "rs") || path.ends_with("oracle_plural.rs") {
             continue;

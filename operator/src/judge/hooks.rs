@@ -40,6 +40,7 @@ use vcp_crds::Reason;
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use kube::ResourceExt;
 use serde_json::{Value, json};
+use vcp_crds::fold::go_fold;
 use vcp_crds::hooks::apply_hook;
 use vcp_crds::{Hook, HookEvent, JsonPatchOp, PluginVersion, VClusterPlugin};
 
@@ -59,21 +60,6 @@ pub const IDENTITY_FIELDS: [&str; 6] = [
     "ownerReferences",
     "generateName",
 ];
-
-/// A JSON key folded the way Go's `encoding/json` matches keys to struct fields (`fold.go`:
-/// equal under `bytes.EqualFold`, Unicode simple folding), for comparison with ASCII field
-/// names: ASCII letters lower-cased, and the two non-ASCII letters whose fold is an ASCII one,
-/// `ſ` (U+017F) as `s` and `K` (U+212A KELVIN SIGN) as `k`; other characters are kept (they
-/// equal no ASCII letter).
-pub fn go_fold(key: &str) -> String {
-    key.chars()
-        .map(|c| match c {
-            '\u{017f}' => 's',
-            '\u{212a}' => 'k',
-            c => c.to_ascii_lowercase(),
-        })
-        .collect()
-}
 
 /// The order in which the plugins' hooks run on a host pod: first the v2 plugins (`version:
 /// v2`), by name, as vCluster's syncer calls each v2 plugin's `Mutate` in the order it loaded

@@ -56,7 +56,7 @@ use serde_json::Value;
 
 use super::Denial;
 use super::containers::{self, ContainerPolicy};
-use crate::judge::hooks::go_fold;
+use vcp_crds::fold::go_fold;
 
 /// The volume types Pod Security's `restricted` level allows ("Volume Types": `spec.volumes[*]`
 /// "must be one of" these); every other type, `hostPath` first, reaches the node.

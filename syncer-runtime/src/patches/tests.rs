@@ -169,6 +169,63 @@ fn protected_and_malformed_paths_are_refused() {
     }
 }
 
+/// Issue 38, hole 4: when the value at `path` is a string, `namespacePath` is read from the
+/// object's root and the host namespace is written there; a `namePath` or `namespacePath` that
+/// names the identity is refused like `path`, in every spelling. `kindPath` / `apiVersionPath`
+/// are only read (cert-manager's `kindPath: kind` stays usable).
+#[test]
+fn reference_paths_that_write_the_identity_are_refused() {
+    for (field, relative) in [
+        (
+            "namespacePath",
+            "metadata.labels[\"vcluster.loft.sh/managed-by\"]",
+        ),
+        ("namespacePath", "metadata.namespace"),
+        ("namespacePath", "metadata.Labels.release"),
+        ("namePath", "metadata.name"),
+        (
+            "namePath",
+            "metadata.annotations['vcluster.loft.sh/object-name']",
+        ),
+    ] {
+        let mut patch = reference("spec.secretName", "v1", "Secret");
+        let r = patch.reference.as_mut().unwrap();
+        match field {
+            "namespacePath" => r.namespace_path = Some(relative.into()),
+            _ => r.name_path = Some(relative.into()),
+        }
+        let error = Patches::new(&[patch], "vc", "vcluster-vc").unwrap_err();
+        assert_eq!(
+            (error.path.as_str(), error.what),
+            ("spec.secretName", "reference"),
+            "{field}: {relative}"
+        );
+        assert!(
+            error.message.contains(&format!("reference.{field}")),
+            "{error}"
+        );
+    }
+    // what it would have done: the host namespace written over the host copy's owner label
+    // (shown with a path of the same shape that names no identity)
+    let mut patch = reference("spec.secretName", "v1", "Secret");
+    patch.reference.as_mut().unwrap().namespace_path = Some("metadata.labels.team".into());
+    let patches = Patches::new(&[patch], "vc", "vcluster-vc").unwrap();
+    let virtual_obj = json!({"metadata": {"namespace": "a", "labels": {"team": "b"}},
+        "spec": {"secretName": "s"}});
+    let mut host = virtual_obj.clone();
+    patches.to_host(&virtual_obj, &mut host).unwrap();
+    assert_eq!(host["metadata"]["labels"]["team"], "vcluster-vc");
+    assert_eq!(host["spec"]["secretName"], host_name("s", "b", "vc"));
+    // read-only paths and relative paths that name no identity are accepted
+    let mut issuer = reference("spec.issuerRef", "cert-manager.io/v1", "Issuer");
+    let r = issuer.reference.as_mut().unwrap();
+    r.name_path = Some("name".into());
+    r.namespace_path = Some("namespace".into());
+    r.kind_path = Some("kind".into());
+    r.api_version_path = Some("apiVersion".into());
+    Patches::new(&[issuer], "vc", "vcluster-vc").unwrap();
+}
+
 #[test]
 fn label_selectors_are_translated_like_host_label_selector() {
     let patch = TranslatePatch {

@@ -58,17 +58,6 @@ fn refusal_of(p: &VClusterPlugin) -> String {
 }
 
 #[test]
-fn go_fold_matches_as_encoding_json_does() {
-    assert_eq!(go_fold("Finalizers"), "finalizers");
-    assert_eq!(go_fold("OwnerReferences"), "ownerreferences");
-    // U+017F LATIN SMALL LETTER LONG S and U+212A KELVIN SIGN fold to ASCII letters.
-    assert_eq!(go_fold("finalizer\u{17f}"), "finalizers");
-    assert_eq!(go_fold("\u{212a}ind"), "kind");
-    // Other non-ASCII letters equal no ASCII one.
-    assert_ne!(go_fold("nam\u{e9}"), "name");
-}
-
-#[test]
 fn v2_plugins_hook_first_in_folder_order_then_the_sidecars() {
     let (a, b, c, d) = (
         plugin("b-v2", Some(PluginVersion::V2), vec![]),
