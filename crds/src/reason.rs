@@ -239,6 +239,7 @@ mod tests {
             "SelectorNoLongerMatches",
             "ForeignNamespace",
             "ProducedNameRefused",
+            "Undecodable",
         ];
         assert_eq!(Reason::ALL.len(), expected.len());
         for (r, s) in Reason::ALL.into_iter().zip(expected) {
