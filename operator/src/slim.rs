@@ -53,7 +53,8 @@
 //! The marker's key is not a valid annotation key (`:` in its name part), so the API server
 //! never returns one and never accepts one. A user cannot forge the marker, and a write of a
 //! slimmed copy back to the API server would fail instead of dropping the user's config.
-//! [`slim`] also removes any copy of it first.
+//! [`slim`] leaves a copy that already carries it as it is (the cache's own copies pass through
+//! it again as the answers of the finalizer patches, [`crate::vcluster`]).
 
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use kube::ResourceExt;
@@ -99,16 +100,17 @@ pub enum Why {
     TooLarge,
 }
 
-/// Slims `plugin`, a copy entering the operator's plugins cache (module docs). First it removes
-/// any [`MARKER`]. Then, when the plugin is refused ([`Why`]) and has at least [`MIN_DROPPED`]
+/// Slims `plugin`, a copy entering the operator's plugins cache (module docs). A copy already
+/// slimmed is left as it is. Otherwise, when the plugin is refused ([`Why`]) and has at least [`MIN_DROPPED`]
 /// bytes of free-form JSON, it drops `spec.config` and the hooks' `jsonPatch` values and marks
 /// the copy with a [`Dropped`]. Returns what it dropped.
 ///
 /// `runtime_image` is the operator's `--runtime-image`; the part sizes are measured with it, as
 /// the budget measures them.
 pub fn slim(plugin: &mut VClusterPlugin, runtime_image: &str) -> Option<Dropped> {
-    if let Some(a) = plugin.metadata.annotations.as_mut() {
-        a.remove(MARKER);
+    // already slimmed (a copy from the cache): it stays as it is, marker included
+    if is_slimmed(plugin) {
+        return None;
     }
     let parts = free_form(plugin);
     let bytes = parts.to_string().len();
@@ -116,7 +118,10 @@ pub fn slim(plugin: &mut VClusterPlugin, runtime_image: &str) -> Option<Dropped>
         return None;
     }
     let refused = refused_now(plugin);
+    // the lean copy without a clone of the free-form parts (the point is not to hold them twice)
+    let config = plugin.spec.config.take();
     let mut lean = plugin.clone();
+    plugin.spec.config = config;
     drop_free_form(&mut lean);
     let part_bytes = dropped_part_bytes(plugin, &lean, runtime_image)?;
     let why = if refused {
