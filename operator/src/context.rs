@@ -64,14 +64,18 @@ impl Context {
     /// The sizes of the per-object state every reconcile shares, for the test endpoint
     /// `/state` ([`crate::telemetry::Telemetry::state`]; feature `reconcile-log` only), as
     /// `(name, count)`:
-    /// `plugins_cached` (the plugins' watch cache), `written_statuses`, `written_workloads`,
+    /// `plugins_cached` (the plugins' watch cache), `plugins_slimmed` (those of them slimmed,
+    /// [`crate::slim`]), `written_statuses`, `written_workloads`,
     /// `verdicts_dry_run`, `verdicts_hooks`, `workload_locks`, `retries`, `discovery_types`.
     #[cfg(feature = "reconcile-log")]
     pub fn state(&self) -> Vec<(&'static str, i64)> {
         let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
         let (dry_run, hooks) = self.verdicts.entries();
+        let cached = self.plugins.state();
+        let slimmed = cached.iter().filter(|p| crate::slim::is_slimmed(p)).count();
         vec![
-            ("plugins_cached", count(self.plugins.state().len())),
+            ("plugins_cached", count(cached.len())),
+            ("plugins_slimmed", count(slimmed)),
             ("written_statuses", count(self.written_statuses.entries())),
             ("written_workloads", count(self.written.entries())),
             ("verdicts_dry_run", count(dry_run)),

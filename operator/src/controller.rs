@@ -70,8 +70,8 @@ pub async fn run_until(
     let client = config.client.clone();
     // consistent lists in small pages, as every operator watch (`cache::watch_config`)
     let wc = crate::cache::watch_config();
-    // The plugins' cache, as `Controller::new` makes it, but without `managedFields` (nothing
-    // reads them; in memory they are larger than the rest of a plugin with its status).
+    // The plugins' cache, as `Controller::new` makes it, but without `managedFields` and with
+    // refused plugins slimmed ([`for_the_cache`]).
     let (store, writer) = reflector::store();
     // The sweep ([`crate::sweep`]) runs once this cache holds its first full list, and after
     // every delete it reports (with or without the finalizer having run).
@@ -103,7 +103,7 @@ pub async fn run_until(
         },
         crate::tolerant::ghost_of(store.clone()),
     )
-    .modify(|p: &mut VClusterPlugin| p.metadata.managed_fields = None)
+    .modify(for_the_cache(config.runtime_image.clone()))
     .reflect(writer)
     .inspect(move |event| match event {
         Ok(watcher::Event::Init) => telemetry.count_list("VClusterPlugin", &mut lists),
@@ -273,6 +273,20 @@ pub async fn run_until(
     drop((readiness, sweeper, trimmer, reporter));
     config.telemetry.set_synced(false);
     Ok(())
+}
+
+/// What the plugins' watch stream does to each object before the cache stores it: drops
+/// `managedFields` (nothing reads them; in memory they are larger than the rest of a plugin
+/// with its status), then slims a refused plugin ([`crate::slim`]: its free-form parts
+/// dropped, so that a tenant's refused plugins do not hold the operator's memory; issue 38).
+/// Only the in-memory copy changes. `runtime_image` is the operator's `--runtime-image`.
+fn for_the_cache(runtime_image: String) -> impl FnMut(&mut VClusterPlugin) {
+    move |p: &mut VClusterPlugin| {
+        p.metadata.managed_fields = None;
+        if let Some(dropped) = crate::slim::slim(p, &runtime_image) {
+            debug!(plugin = %Key::of(&*p), bytes = dropped.bytes, why = ?dropped.why, "slimmed a refused plugin's cached copy");
+        }
+    }
 }
 
 /// The pause of all triggers after an error of any trigger watch: 100 ms doubling to at most

@@ -55,6 +55,7 @@ pub mod patched_roles;
 pub mod policy;
 pub mod rbac;
 pub mod retry;
+pub mod slim;
 pub mod status;
 pub mod sweep;
 pub mod telemetry;

@@ -201,10 +201,18 @@ async fn with_finalizers(
     } else {
         Vec::new()
     };
+    // Each answer is slimmed as it arrives ([`crate::slim`]), as the watch stream slims the
+    // cache's copies: a tenant's flood of plugins too large for certain is never held in full,
+    // 64 answers at a time, by each reconcile of its vCluster (issue 38, hole 5).
     futures::future::try_join_all(
         std::iter::once(plugin)
             .chain(unfinalized.iter().map(|p| &**p))
-            .map(|p| with_finalizer(ctx, p)),
+            .map(|p| async move {
+                let mut answer = with_finalizer(ctx, p).await?;
+                answer.metadata.managed_fields = None;
+                crate::slim::slim(&mut answer, &ctx.runtime_image);
+                Ok::<_, crate::error::Error>(answer)
+            }),
     )
     .await
 }

@@ -24,25 +24,77 @@ use crate::writes::ApiDryRun;
 /// `without`), the cluster facts ([`cluster_facts`]), and the verdicts of the hooks' judging
 /// and the dry runs for the plugins [`admitted`] lets in ([`judge_parts`]).
 ///
+/// A plugin that [`admitted`] lets in while only its slimmed copy is cached
+/// ([`crate::slim`]: it was refused, and its free-form parts were dropped) is read in full
+/// from the API server ([`in_full`]), and the facts and sizes are judged again with that copy.
+/// So the dry runs, the conflicts and the workload's body see the full spec only. The copies
+/// refused before the dry runs (policy, cluster facts, size budgets) stay slim: those steps
+/// read nothing that was dropped.
+///
 /// # Errors
-/// Discovery, the lists of Roles and RoleBindings, the dry runs.
+/// Discovery, the lists of Roles and RoleBindings, the reads of slimmed plugins, the dry runs.
 pub async fn vcluster(
     ctx: &Context,
     wl: Workload,
     fresher: &[VClusterPlugin],
     without: Option<&str>,
 ) -> Result<Observed> {
-    let plugins = candidates(ctx, &wl.namespace, &wl.name, fresher, without);
-    let refs: Vec<&VClusterPlugin> = plugins.iter().collect();
-    let facts = cluster_facts(ctx, &wl, &refs).await?;
-    let (sized, _) = admitted(&wl, &facts, &ctx.policy, &refs, &ctx.runtime_image);
-    let judged = judge_parts(ctx, &wl, sized).await?;
-    Ok(Observed {
-        workload: wl,
-        plugins,
-        facts,
-        judged,
-    })
+    let mut plugins = candidates(ctx, &wl.namespace, &wl.name, fresher, without);
+    loop {
+        let refs: Vec<&VClusterPlugin> = plugins.iter().collect();
+        let facts = cluster_facts(ctx, &wl, &refs).await?;
+        let (sized, _) = admitted(&wl, &facts, &ctx.policy, &refs, &ctx.runtime_image);
+        let slimmed: Vec<String> = sized
+            .iter()
+            .filter(|p| crate::slim::is_slimmed(p))
+            .map(|p| p.name_any())
+            .collect();
+        if slimmed.is_empty() {
+            let judged = judge_parts(ctx, &wl, sized).await?;
+            return Ok(Observed {
+                workload: wl,
+                plugins,
+                facts,
+                judged,
+            });
+        }
+        // Each round reads the slimmed ones let in, which come back full: the loop ends.
+        plugins = in_full(ctx, plugins, &slimmed).await?;
+    }
+}
+
+/// `plugins` with each plugin named in `slimmed` read again from the API server, in full
+/// (without `managedFields`, as the cache holds them); one deleted meanwhile, or no longer
+/// installed into the workload ([`workload::contributes`]), is left out.
+///
+/// # Errors
+/// The API server's answers to the reads.
+pub async fn in_full(
+    ctx: &Context,
+    plugins: Vec<VClusterPlugin>,
+    slimmed: &[String],
+) -> Result<Vec<VClusterPlugin>> {
+    let mut out = Vec::with_capacity(plugins.len());
+    for p in plugins {
+        let name = p.name_any();
+        if !slimmed.contains(&name) {
+            out.push(p);
+            continue;
+        }
+        let namespace = p.namespace().unwrap_or_default();
+        let api: Api<VClusterPlugin> = Api::namespaced(ctx.client.clone(), &namespace);
+        let fresh = api
+            .get_opt(&name)
+            .await
+            .map_err(|e| Error::kube(format!("get VClusterPlugin {namespace}/{name}"), e))?;
+        if let Some(mut full) = fresh {
+            full.metadata.managed_fields = None;
+            if workload::contributes(&full, &namespace, &p.spec.vcluster.name) {
+                out.push(full);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The plugins installed into `vcluster` of `namespace` according to the watch cache

@@ -59,6 +59,10 @@ pub const PART_BUDGET: usize = 917_504;
 /// The size of `plugin`'s part of `workload`: the pod-template entries [`plan`] makes for it
 /// alone, and their field set, in bytes of JSON. 0 when [`plan`] refuses it there (a
 /// conflict, not a vCluster: refused for that reason anyway).
+///
+/// For a copy slimmed in the operator's cache ([`crate::slim`]), the bytes its dropped config
+/// added ([`Dropped::part_bytes`](crate::slim::Dropped::part_bytes)) are added back: the size,
+/// and so the verdict and its message, are those of the full spec.
 pub fn part_size(workload: &Workload, plugin: &VClusterPlugin, runtime_image: &str) -> usize {
     let alone = plan(workload, &[plugin], runtime_image);
     if !alone.installed.contains(&plugin.name_any()) {
@@ -69,7 +73,8 @@ pub fn part_size(workload: &Workload, plugin: &VClusterPlugin, runtime_image: &s
         .pointer("/spec/template/spec")
         .cloned()
         .unwrap_or(Value::Null);
-    json_len(&spec) + json_len(&field_set(&spec))
+    let dropped = crate::slim::dropped(plugin).map_or(0, |d| d.part_bytes);
+    json_len(&spec) + json_len(&field_set(&spec)) + dropped
 }
 
 /// The size of `workload` without the plugins' parts, in bytes of JSON: its live pod spec
