@@ -147,6 +147,11 @@ impl Replica {
             .unwrap_or_else(|| panic!("GET {path} from the replica at {}", self.addr))
     }
 
+    /// The reconciles the replica has finished so far.
+    pub fn reconciles(&self) -> u64 {
+        self.telemetry.reconciles()
+    }
+
     /// Waits until the replica has finished at least `n` reconciles.
     ///
     /// # Panics

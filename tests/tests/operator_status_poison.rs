@@ -333,6 +333,18 @@ subjects:
     );
     let rv = |p: Option<DynamicObject>| p.and_then(|p| p.resource_version());
     let before = rv(raw(&admin, A).get_opt("a-poisoned").await.unwrap());
+    // The operator looks in the window: a change of A's StatefulSet (an annotation only, nothing
+    // the operator owns) reconciles the plugins of that vCluster, a-poisoned among them.
+    let reconciled = first.reconciles();
+    Api::<StatefulSet>::namespaced(admin.clone(), A)
+        .patch(
+            "my-vcluster",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"test/poke": "1"}}})),
+        )
+        .await
+        .expect("annotate A's StatefulSet");
+    first.wait_reconciles(reconciled + 1).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
         before,
