@@ -99,5 +99,6 @@ pub use replica::Replica;
 pub use runtime::{Runtime, World, start_runtime};
 pub use vcluster_syncer::{
     VCLUSTER_RELEASE, VClusterSyncer, install_vcluster_chart, install_vcluster_chart_from,
+    process_runs,
 };
 pub use wait::{poll_for, wait_for};

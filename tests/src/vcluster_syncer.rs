@@ -319,8 +319,9 @@ impl VClusterSyncer {
     }
 }
 
-/// Whether process `pid` runs (a zombie has exited).
-fn process_runs(pid: u32) -> bool {
+/// Whether process `pid` runs: it exists and is not a zombie (state `Z` or `X` in
+/// `/proc/<pid>/stat`; a zombie has exited).
+pub fn process_runs(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|stat| {

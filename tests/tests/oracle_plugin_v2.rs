@@ -169,17 +169,6 @@ fn plugin_pids(started: &Value) -> Vec<u32> {
         .collect()
 }
 
-/// Whether process `pid` is running (a zombie has exited).
-fn running(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            let state = stat.rsplit_once(") ")?.1.chars().next()?;
-            Some(state != 'Z' && state != 'X')
-        })
-        .unwrap_or(false)
-}
-
 fn signal(pid: u32, signal: &str) {
     let status = std::process::Command::new("kill")
         .args([signal, &pid.to_string()])
@@ -296,7 +285,7 @@ async fn plugin_looked_only_after(since: SystemTime, leader_sent: SystemTime, ho
 async fn stop_gracefully(mut loader: Loader, started: &Value) {
     let pids = plugin_pids(started);
     assert!(
-        pids.iter().all(|p| running(*p)),
+        pids.iter().all(|p| vcp_tests::process_runs(*p)),
         "plugins run before the stop"
     );
     signal(loader.pid(), "-TERM");
@@ -313,7 +302,7 @@ async fn stop_gracefully(mut loader: Loader, started: &Value) {
     assert!(status.success(), "{status}; log:\n{}", loader.log());
     for pid in pids {
         assert!(
-            !running(pid),
+            !vcp_tests::process_runs(pid),
             "plugin {pid} still runs after the loader stopped"
         );
     }
@@ -471,12 +460,14 @@ async fn plugin_exits_with_its_loader(version: &str) {
     let (mut loader, started) =
         Loader::start(version, &folder, &ns, "kill-vc", Identity::Admin).await;
     let pids = plugin_pids(&started);
-    assert!(pids.iter().all(|p| running(*p)));
+    assert!(pids.iter().all(|p| vcp_tests::process_runs(*p)));
     // SIGKILL: the loader cannot stop its plugins; they notice their parent is gone.
     signal(loader.pid(), "-KILL");
     loader.child.wait().await.expect("loader killed");
     wait_for(Duration::from_secs(10), || async {
-        pids.iter().all(|p| !running(*p)).then_some(())
+        pids.iter()
+            .all(|p| !vcp_tests::process_runs(*p))
+            .then_some(())
     })
     .await;
 }

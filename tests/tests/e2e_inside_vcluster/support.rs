@@ -65,17 +65,6 @@ pub(crate) fn run_plugin_init_containers(sts: &StatefulSet, folder: &Path) -> Ve
     ran
 }
 
-/// Whether process `pid` is running (a zombie has exited).
-pub(crate) fn running(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            let state = stat.rsplit_once(") ")?.1.chars().next()?;
-            Some(state != 'Z' && state != 'X')
-        })
-        .unwrap_or(false)
-}
-
 /// The runtime's own parent watch (`watch_parent`, `syncer-runtime/src/v2/server.rs`): vCluster's
 /// syncer process alone is killed (SIGKILL to its pid, not to its process group: it stops none
 /// of its plugins, as when vCluster's process dies), and the runtime `runtime`, whose parent it
@@ -111,7 +100,7 @@ pub(crate) async fn runtime_exits_without_its_parent(syncer: &VClusterSyncer, ru
         .kill_syncer_only()
         .expect("kill vCluster's syncer process");
     let killed = std::time::Instant::now();
-    while running(runtime) {
+    while vcp_tests::process_runs(runtime) {
         assert!(
             killed.elapsed() < Duration::from_secs(15),
             "the runtime {runtime} still runs 15 s after its parent, vCluster's syncer, was killed"
