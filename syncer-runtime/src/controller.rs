@@ -56,7 +56,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::SelectorExt;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
-use tracing::info;
+use tracing::{debug, info};
 
 use crate::cache::Cache;
 use crate::context::{RegisterContext, SyncContext, SyncObject};
@@ -195,18 +195,21 @@ impl<S: Syncer> Reconcile for Controller<S> {
                 Some(key)
             }
             // the echo of the runtime's own create or patch, or an event while one is in
-            // flight (the write's reconcile decides): no reconcile (crate::own_writes)
-            Side::Host
-                if self.skip_echoes
-                    && !deleted
-                    && self
-                        .ctx
-                        .own_writes()
-                        .is_echo(&obj.name_any(), obj.meta().resource_version.as_deref()) =>
-            {
-                None
+            // flight (the write's reconcile decides): no reconcile when echoes are no-ops for
+            // this type; every host event ends a reconcile's wait for it (crate::own_writes)
+            Side::Host => {
+                let name = obj.name_any();
+                let own_writes = self.ctx.own_writes();
+                if deleted {
+                    own_writes.forget(&name);
+                    return self.key_of_host(obj);
+                }
+                let echo = own_writes.is_echo(&name, obj.meta().resource_version.as_deref());
+                if echo && self.skip_echoes {
+                    return None;
+                }
+                self.key_of_host(obj)
             }
-            Side::Host => self.key_of_host(obj),
             Side::VirtualProduced | Side::HostProduced => None,
         }
     }
@@ -268,10 +271,14 @@ impl<S: Syncer> Reconcile for Controller<S> {
             .host_store
             .get(self.ctx.host_namespace(), &host_name)
             .map(Arc::new);
-        if let Some(host) = &host_obj {
-            self.ctx
-                .own_writes()
-                .settle(&host_name, host.meta().resource_version.as_deref());
+        let cached_version = host_obj
+            .as_ref()
+            .and_then(|host| host.meta().resource_version.as_deref());
+        if self.ctx.own_writes().behind(&host_name, cached_version) {
+            // the host watch has not delivered this key's last write yet: a write now would be
+            // guarded by a stale resourceVersion (a sure 409); its event reconciles the key
+            debug!(object = %key, host = %host_name, "host cache behind the runtime's last write, waiting for its event");
+            return Ok(Some(Outcome::Pending));
         }
         let ours = host_obj
             .as_ref()
@@ -326,10 +333,8 @@ impl<S: Syncer> Reconcile for Controller<S> {
     }
 
     fn recheck(&self, key: &ObjectKey) -> bool {
-        // only events held while a write was in flight ask for a recheck
-        if !self.skip_echoes {
-            return false;
-        }
+        // only events held while a write was in flight ask for a recheck (when echoes are
+        // reconciled too, that event queued the key already: pushing it again is a no-op)
         let host_name = self.ctx.translator().host_name(&key.name, &key.namespace);
         self.ctx.own_writes().take_recheck(&host_name)
     }

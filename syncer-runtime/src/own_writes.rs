@@ -17,9 +17,14 @@
 //!   version is remembered, and the event that comes later at exactly that version is skipped
 //!   by [`OwnWrites::is_echo`] (the record is consumed by the first event of the name either
 //!   way, so any later change is reconciled as before);
-//! - [`OwnWrites::settle`] at the start of each reconcile drops a remembered version the cache
-//!   already holds (its event was lost to a re-listing, which reconciles every key anyway), so
-//!   records never outlive their object's next reconcile.
+//! - [`OwnWrites::behind`] at the start of each reconcile drops a remembered version the cache
+//!   already holds (its event was lost to a re-listing, which reconciles every key anyway); while
+//!   the cache has not yet seen the write (no event of the name since the write returned), it
+//!   says so, and the reconcile waits for that event instead of sending a write guarded by a
+//!   `resourceVersion` it knows is stale (a sure 409 Conflict). The event then reconciles the
+//!   key even when it is the echo; after [`ECHO_WAIT`] without it, the record is dropped and the
+//!   reconcile goes on as before (a 409 is retried), so no key waits for ever;
+//! - a host watch event of a deleted object drops its record ([`OwnWrites::forget`]).
 //!
 //! Deletes are not recorded: their events lead to an empty reconcile only. Writes of one host
 //! name are made by the reconcile of one virtual key, never by two workers at once
@@ -28,16 +33,29 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use kube::Resource;
+
+/// How long a reconcile waits for the host watch to deliver the runtime's last write of its
+/// host object ([`OwnWrites::behind`]) before it goes on with the cached copy anyway. The echo
+/// normally arrives within milliseconds; a watch that is re-listing delivers it later, and a
+/// re-list reconciles every key.
+pub(crate) const ECHO_WAIT: Duration = Duration::from_secs(5);
 
 /// What is known of the runtime's last write to one host name.
 #[derive(Debug, PartialEq, Eq)]
 enum Write {
     /// Sent, no response yet; the versions of the host events seen meanwhile.
     InFlight(Vec<Option<String>>),
-    /// Returned at this version; its event not seen yet.
-    Done(String),
+    /// Returned at `version` at `at`; no event of the name seen since. `awaited`: a reconcile
+    /// found the cache behind this write and waits for its event ([`OwnWrites::behind`]), so
+    /// that event is reconciled even when it is the echo.
+    Done {
+        version: String,
+        at: Instant,
+        awaited: bool,
+    },
     /// Returned, and an event at another version arrived while it was in flight.
     Recheck,
 }
@@ -118,15 +136,23 @@ impl OwnWrites {
             return;
         };
         if seen.is_empty() {
-            writes.insert(name.to_string(), Write::Done(version.to_string()));
+            writes.insert(
+                name.to_string(),
+                Write::Done {
+                    version: version.to_string(),
+                    at: Instant::now(),
+                    awaited: false,
+                },
+            );
         } else if seen.iter().any(|v| v.as_deref() != Some(version)) {
             writes.insert(name.to_string(), Write::Recheck);
         }
     }
 
     /// Whether a host watch event of `name` at `version` needs no reconcile: it is the echo of
-    /// the runtime's last write (exactly the returned version), or it arrived while a write
-    /// was in flight (then [`Self::finish`] decides).
+    /// the runtime's last write (exactly the returned version) and no reconcile waits for it,
+    /// or it arrived while a write was in flight (then [`Self::finish`] decides). Consumes
+    /// the record of a returned write either way.
     pub(crate) fn is_echo(&self, name: &str, version: Option<&str>) -> bool {
         let Ok(mut writes) = self.0.lock() else {
             return false;
@@ -136,8 +162,12 @@ impl OwnWrites {
                 seen.push(version.map(str::to_string));
                 true
             }
-            Some(Write::Done(done)) => {
-                let echo = version == Some(done.as_str());
+            Some(Write::Done {
+                version: done,
+                awaited,
+                ..
+            }) => {
+                let echo = !*awaited && version == Some(done.as_str());
                 writes.remove(name);
                 echo
             }
@@ -158,14 +188,39 @@ impl OwnWrites {
         false
     }
 
-    /// Drops the remembered version of `name` when the cached host object is already at it.
-    pub(crate) fn settle(&self, name: &str, cached_version: Option<&str>) {
+    /// Whether the host cache, holding `name` at `cached_version` (`None`: not at all), has not
+    /// yet seen the runtime's last write of it: the write returned less than [`ECHO_WAIT`] ago
+    /// and no event of the name arrived since. Then the record is marked awaited, so that the
+    /// event, echo or not, reconciles the key. Otherwise a returned write's record is dropped
+    /// (the cache holds its version, or it waited long enough), so records never outlive their
+    /// object's next reconcile but one.
+    pub(crate) fn behind(&self, name: &str, cached_version: Option<&str>) -> bool {
+        let Ok(mut writes) = self.0.lock() else {
+            return false;
+        };
+        let Some(Write::Done {
+            version,
+            at,
+            awaited,
+        }) = writes.get_mut(name)
+        else {
+            return false;
+        };
+        if cached_version == Some(version.as_str()) || at.elapsed() >= ECHO_WAIT {
+            writes.remove(name);
+            return false;
+        }
+        *awaited = true;
+        true
+    }
+
+    /// The host object `name` was deleted: a returned write's record or a recheck mark goes
+    /// with it (a write still in flight keeps its record; it ends with its response).
+    pub(crate) fn forget(&self, name: &str) {
         let Ok(mut writes) = self.0.lock() else {
             return;
         };
-        if let (Some(Write::Done(done)), Some(cached)) = (writes.get(name), cached_version)
-            && done == cached
-        {
+        if !matches!(writes.get(name), Some(Write::InFlight(_)) | None) {
             writes.remove(name);
         }
     }
@@ -257,9 +312,57 @@ mod tests {
     fn a_version_the_cache_holds_already_is_settled() {
         let writes = OwnWrites::default();
         writes.begin(NAME).finish(Some("7"));
-        writes.settle(NAME, Some("6")); // the cache has not seen the write: kept
-        assert_eq!(writes.len(), 1);
-        writes.settle(NAME, Some("7"));
+        assert!(!writes.behind(NAME, Some("7")));
         assert_eq!(writes.len(), 0);
+        assert!(!writes.behind(NAME, Some("6")));
+    }
+
+    #[test]
+    fn a_cache_without_the_write_is_behind_until_an_event_of_the_name() {
+        let writes = OwnWrites::default();
+        writes.begin(NAME).finish(Some("7"));
+        // the cache still holds the version the write was guarded by, or no object at all
+        assert!(writes.behind(NAME, Some("6")));
+        assert!(writes.behind(NAME, None));
+        assert!(!writes.behind("bmw-x-default-x-vc", Some("6")));
+        // the echo arrives: a reconcile waits for it, so it is not skipped
+        assert!(!writes.is_echo(NAME, Some("7")));
+        assert!(!writes.behind(NAME, Some("7")));
+        assert_eq!(writes.len(), 0);
+    }
+
+    #[test]
+    fn an_echo_nobody_waits_for_is_still_skipped() {
+        let writes = OwnWrites::default();
+        writes.begin(NAME).finish(Some("7"));
+        assert!(writes.is_echo(NAME, Some("7")));
+        assert!(!writes.behind(NAME, Some("7")));
+    }
+
+    #[test]
+    fn a_cache_behind_for_longer_than_the_echo_wait_is_given_up() {
+        let writes = OwnWrites::default();
+        writes.begin(NAME).finish(Some("7"));
+        if let Ok(mut map) = writes.0.lock()
+            && let Some(Write::Done { at, .. }) = map.get_mut(NAME)
+        {
+            *at -= ECHO_WAIT;
+        }
+        assert!(!writes.behind(NAME, Some("6")));
+        assert_eq!(writes.len(), 0);
+    }
+
+    #[test]
+    fn a_deleted_object_drops_its_record_but_not_a_write_in_flight() {
+        let writes = OwnWrites::default();
+        writes.begin(NAME).finish(Some("7"));
+        writes.forget(NAME);
+        assert_eq!(writes.len(), 0);
+        assert!(!writes.behind(NAME, None));
+        let write = writes.begin(NAME);
+        writes.forget(NAME);
+        assert_eq!(writes.len(), 1);
+        write.finish(Some("8"));
+        assert!(writes.behind(NAME, None));
     }
 }
