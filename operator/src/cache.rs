@@ -62,9 +62,23 @@ use crate::workload::{VCLUSTER_APP_LABEL, VCLUSTER_APP_VALUE, Workload};
 
 /// How long a discovered plural is trusted before it is discovered again (a CRD deleted or
 /// recreated with another plural is noticed within this time). A type that is not served is
-/// never cached: it is discovered again on every reconcile that needs it, so an `UnknownType`
-/// refusal resolves as soon as the CRD is installed.
+/// remembered for [`NOT_SERVED_TTL`] only.
 pub const PLURAL_TTL: Duration = Duration::from_secs(60);
+
+/// How long "not served" is trusted for a type: 10 s, half of
+/// [`RECHECK`](crate::vcluster::RECHECK), so that the recheck of an `UnknownType` plugin always
+/// asks the API server again (the refusal resolves at the first recheck after the CRD is
+/// installed, as before), while the reconciles of the other plugins of the same vCluster in
+/// between do not.
+///
+/// Every reconcile of a plugin discovers the types of *all* plugins of its vCluster
+/// ([`Discovery::plurals_of`]), under the vCluster's lock. Before this cache, a tenant's 120
+/// plugins of 23 unserved types each (`example.loft.sh/v1000` … : admission checks the group
+/// and the resource, not the version) cost 2,760 discovery requests per reconcile, 120 such
+/// reconciles every [`RECHECK`](crate::vcluster::RECHECK) queued on one lock, and while they
+/// waited they held every reconcile slot of the operator: another tenant's new plugin was not
+/// reconciled for minutes (`tests/tests/operator_fairness_discovery.rs`).
+pub const NOT_SERVED_TTL: Duration = Duration::from_secs(10);
 
 /// Watch caches (reflector stores) of the objects the install path reads, filled by the
 /// streams [`Caches::new`] returns; those streams also trigger reconciles
@@ -497,17 +511,23 @@ pub async fn fetch_workload(
 }
 
 /// Plurals and scopes found by API discovery, by `(apiVersion, kind)`, each trusted for
-/// [`PLURAL_TTL`].
+/// [`PLURAL_TTL`]; `None` (not served) for [`NOT_SERVED_TTL`].
 #[derive(Default)]
 pub struct Discovery {
-    found: Mutex<HashMap<(String, String), (Served, Instant)>>,
+    found: Mutex<Found>,
 }
+
+/// What [`Discovery`] holds: by `(apiVersion, kind)`, what discovery said (`None`: not
+/// served) and when.
+type Found = HashMap<(String, String), (Option<Served>, Instant)>;
 
 impl Discovery {
     /// The plurals and scopes of the types every plugin of `plugins` names
     /// ([`rbac::types_to_resolve`]): from this cache when
-    /// discovered less than [`PLURAL_TTL`] ago, else by discovery (one request per type). A
-    /// type the API server does not serve is left out (and refused by [`rbac::desired`]).
+    /// discovered less than [`PLURAL_TTL`] ago (found not served less than [`NOT_SERVED_TTL`]
+    /// ago), else by discovery (one request per type). A type the API server does not serve is
+    /// left out (and refused by [`rbac::desired`]). Expired "not served" entries are dropped
+    /// on each call, so the types of deleted plugins are not held.
     ///
     /// # Errors
     /// Discovery failures other than "not served".
@@ -523,24 +543,28 @@ impl Discovery {
         types.sort();
         types.dedup();
         let mut plurals = Plurals::new();
+        let fresh = |(served, at): &(Option<Served>, Instant)| {
+            at.elapsed()
+                < if served.is_some() {
+                    PLURAL_TTL
+                } else {
+                    NOT_SERVED_TTL
+                }
+        };
+        self.lock()
+            .retain(|_, entry| entry.0.is_some() || fresh(entry));
         for t in types {
             let cached = self
                 .lock()
                 .get(&t)
-                .filter(|(_, at)| at.elapsed() < PLURAL_TTL)
-                .map(|(plural, _)| plural.clone());
+                .filter(|entry| fresh(entry))
+                .map(|(served, _)| served.clone());
             let plural = match cached {
-                Some(p) => Some(p),
+                Some(known) => known,
                 None => {
                     let found = discover(client, &t.0, &t.1).await?;
-                    match &found {
-                        Some(p) => {
-                            self.lock().insert(t.clone(), (p.clone(), Instant::now()));
-                        }
-                        None => {
-                            self.lock().remove(&t);
-                        }
-                    }
+                    self.lock()
+                        .insert(t.clone(), (found.clone(), Instant::now()));
                     found
                 }
             };
@@ -556,7 +580,7 @@ impl Discovery {
         self.lock().len()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), (Served, Instant)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Found> {
         self.found
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())

@@ -694,9 +694,10 @@ fn claim(
 /// back nowhere (the fourth fresh attacker, issue 24).
 pub fn ambiguous_host_name(virtual_name: &str, namespace: &str, vcluster: &str) -> Option<String> {
     let full = [virtual_name, "x", namespace, "x", vcluster].join("-");
-    let separators = (0..full.len())
-        .filter(|&i| full[i..].starts_with("-x-"))
-        .count();
+    // bytes, not `&full[i..]`: the virtual name is a virtual user's string at `namePath`, and a
+    // slice inside a multi-byte character panicked the type's whole task (ASCII `-x-` never
+    // occurs inside a UTF-8 sequence, so the count is the same)
+    let separators = full.as_bytes().windows(3).filter(|w| *w == b"-x-").count();
     (separators != 2).then(|| {
         format!(
             "{full:?} ({virtual_name:?} in virtual namespace {namespace:?} of vCluster {vcluster:?}) holds the separator \"-x-\" {separators} times, so another namespace, plugin or vCluster could declare the same host name and be given this one's object: objects of such a name are brought back nowhere; use a name and a namespace without \"-x-\""
@@ -1066,6 +1067,17 @@ mod tests {
             let why = ambiguous_host_name(name, namespace, vcluster).expect(name);
             assert!(why.contains("3 times"), "{why}");
         }
+    }
+
+    /// The name at `namePath` is any string a virtual user writes: one with multi-byte
+    /// characters is judged like any other (before, slicing it inside a character panicked,
+    /// and the panic ended the task of the synced type: no object of the type synced any more).
+    #[test]
+    fn a_name_with_multi_byte_characters_is_judged_without_panicking() {
+        assert_eq!(ambiguous_host_name("é-tls", "team", "vc"), None);
+        assert_eq!(ambiguous_host_name("wéb", "tëam", "vç"), None);
+        let why = ambiguous_host_name("é-x-ü", "team", "vc").expect("three separators");
+        assert!(why.contains("3 times"), "{why}");
     }
 
     /// Against brute force: every DNS label of up to 4 characters over `a`, `x` and `-` as

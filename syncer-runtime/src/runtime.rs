@@ -472,6 +472,14 @@ impl Generation {
                     .any(|p| held(&p.api_version, &p.kind))
             {
                 info!(plugin = %config.plugin, kind = %synced.kind, "not synced until the operator accepts the hooks of this type");
+                // not synced: it declares no host name, the other types do not wait for it
+                for p in &synced.produced {
+                    claims.unexpect(&crate::produced::Claims::entry(
+                        &synced.api_version,
+                        &synced.kind,
+                        &p.name_path,
+                    ));
+                }
                 continue;
             }
             let stats = Arc::new(
@@ -575,6 +583,21 @@ async fn run_type(
     on_conflict: ConflictReporter,
     claims: Arc<crate::produced::Claims>,
 ) -> Result<(), Error> {
+    // The `produced` entries of this type. While the type is not served in the virtual cluster
+    // it has no object there, so it declares no host name, and the other types' entries must
+    // not wait for it to list ([`crate::produced::Claims`]); once served, they wait again until
+    // it has listed. A type that never runs (refused below) declares nothing either.
+    let entries: Vec<String> = synced
+        .produced
+        .iter()
+        .filter(|_| synced.direction.is_to_host())
+        .map(|p| crate::produced::Claims::entry(&synced.api_version, &synced.kind, &p.name_path))
+        .collect();
+    let declares_nothing = || {
+        for entry in &entries {
+            claims.unexpect(entry);
+        }
+    };
     let selector = match synced.selector.clone().map(Selector::try_from).transpose() {
         Ok(selector) => selector,
         Err(error) => {
@@ -584,6 +607,7 @@ async fn run_type(
                 message: error.to_string(),
             };
             stats.set_type_error(Some(error.to_string()));
+            declares_nothing();
             return Err(error);
         }
     };
@@ -596,6 +620,7 @@ async fn run_type(
                 source: Box::new(source),
             };
             stats.set_type_error(Some(error.to_string()));
+            declares_nothing();
             return Err(error);
         }
     };
@@ -616,6 +641,7 @@ async fn run_type(
                     source,
                 };
                 stats.set_type_error(Some(error.to_string()));
+                declares_nothing();
                 return Err(error);
             }
         }
@@ -625,8 +651,14 @@ async fn run_type(
     let mut retry = Retry::new(config.retry_max);
     let (resource, status_subresource) = loop {
         match resolve(&config, &synced).await {
-            Ok(resolved) => break resolved,
+            Ok(resolved) => {
+                for entry in &entries {
+                    claims.expect(entry.clone());
+                }
+                break resolved;
+            }
             Err(error) => {
+                declares_nothing();
                 let delay = retry.next_delay();
                 warn!(
                     %error,
