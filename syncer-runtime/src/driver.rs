@@ -41,7 +41,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
@@ -537,7 +537,19 @@ async fn process<R: Reconcile>(
         return;
     }
     let started = std::time::Instant::now();
-    let result = reconciler.reconcile(key).await;
+    // A panic in one object's reconcile (a bug met by that object's data) fails that object
+    // alone, retried with backoff like any error; unwinding out of here would end the worker,
+    // and with it the whole type's task (every object of the type stopped syncing).
+    let result = match std::panic::AssertUnwindSafe(reconciler.reconcile(key))
+        .catch_unwind()
+        .await
+    {
+        Ok(result) => result,
+        Err(panic) => Err(Error::Panicked {
+            object: id.clone(),
+            message: panic_message(panic.as_ref()),
+        }),
+    };
     queue.set_slow(key, started.elapsed() >= SLOW_RECONCILE);
     stats.count_reconcile(&id);
     if reconciler.recheck(key) {
@@ -602,6 +614,16 @@ async fn process<R: Reconcile>(
     }
 }
 
+/// The text of a caught panic's payload (`panic!` with a message gives a `&str` or a
+/// `String`; anything else is named as such).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_string())
+}
+
 /// The last error of each failing watch; their join is the type's error.
 #[derive(Default)]
 struct WatchErrors(Mutex<BTreeMap<Side, String>>);
@@ -627,6 +649,62 @@ impl WatchErrors {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A reconciler whose reconcile of `ns/boom` panics, as a bug met by one object's data
+    /// would (the multi-byte name of issue 38's attack 5 did, and ended the type's task).
+    struct PanicsOnBoom {
+        stats: TypeStats,
+        cache: Cache<k8s_openapi::api::core::v1::ConfigMap>,
+    }
+
+    impl Reconcile for PanicsOnBoom {
+        type Object = k8s_openapi::api::core::v1::ConfigMap;
+        fn stats(&self) -> &TypeStats {
+            &self.stats
+        }
+        fn cache(&self, _side: Side) -> &Cache<Self::Object> {
+            &self.cache
+        }
+        fn key_of(&self, _side: Side, _obj: &Self::Object, _deleted: bool) -> Option<ObjectKey> {
+            None
+        }
+        fn for_each_key(&self, _push: &mut dyn FnMut(ObjectKey)) {}
+        async fn reconcile(&self, key: &ObjectKey) -> Result<Option<Outcome>, Error> {
+            if key.name == "boom" {
+                let name = "é-tls";
+                let _ = &name[..1]; // byte 1 is inside 'é': panics
+            }
+            Ok(Some(Outcome::InSync))
+        }
+        fn undecodable(&self, _key: &ObjectKey) -> Option<String> {
+            None
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panicking_reconcile_fails_its_object_alone() {
+        let reconciler = PanicsOnBoom {
+            stats: TypeStats::new("v1", "ConfigMap"),
+            cache: Cache::new(),
+        };
+        let (queue, _receiver) = work_queue::<ObjectKey>();
+        let key = |name: &str| ObjectKey {
+            namespace: "ns".into(),
+            name: name.into(),
+        };
+        process(&reconciler, &key("boom"), &queue, None).await;
+        match reconciler.stats.outcome("ns/boom") {
+            Some(Outcome::Failed(message)) => assert!(
+                message.contains("the reconcile of ns/boom panicked")
+                    && message.contains("is not a char boundary"),
+                "{message}"
+            ),
+            other => panic!("ns/boom: {other:?}"),
+        }
+        // the same worker goes on with the next object
+        process(&reconciler, &key("fine"), &queue, None).await;
+        assert_eq!(reconciler.stats.outcome("ns/fine"), Some(Outcome::InSync));
+    }
 
     #[test]
     fn a_watch_error_lasts_until_that_watch_delivers_again() {

@@ -198,6 +198,19 @@ pub enum Error {
         written_by: &'static str,
     },
 
+    /// The reconcile of one object panicked (a bug its data met); the object is retried with
+    /// backoff, the other objects of its type go on (`crate::driver`).
+    #[error(
+        "the reconcile of {object} panicked: {message} (a bug of the runtime: please report it \
+         with this object; the other objects keep syncing)"
+    )]
+    Panicked {
+        /// `namespace/name` of the key.
+        object: String,
+        /// The panic's message.
+        message: String,
+    },
+
     /// The binary was not told which plugin to run (binary only).
     #[error("the plugin's name is unknown: {what}")]
     NoPluginName {
