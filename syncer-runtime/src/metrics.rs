@@ -12,9 +12,9 @@
 //! process for the binary), over every spec generation of the plugin:
 //! - `vcp_runtime_undecodable_objects_total{api_version, kind, side}`: objects skipped because
 //!   they cannot be decoded (issue 38, `vcp_crds::tolerant`): one per watch event or listed item
-//!   of an object that did not decode, as the operator's `vcp_operator_undecodable_objects_total`
-//!   counts, and as the runtime's warning log line `skipped an object that cannot be decoded`
-//!   is written. `api_version` and `kind` are the object's type (a synced type, a produced type,
+//!   of an object that did not decode (the unit of the operator's
+//!   `vcp_operator_undecodable_objects_total`, which counts a delete event of one too), as the
+//!   runtime's warning log line `skipped an object that cannot be decoded` is written. `api_version` and `kind` are the object's type (a synced type, a produced type,
 //!   or `vcp.dev/v1alpha1` `VClusterPlugin` for the runtime's own plugin), `side` the cluster
 //!   it was read from (`virtual` or `host`). A delete event of an undecodable object is not
 //!   counted (nothing is skipped: it is gone), nor is a reconcile or resync of a key whose
@@ -24,6 +24,9 @@
 //!   result (for pod hooks `v1` `Pod`);
 //! - `vcp_runtime_writes_total{api_version, kind}`: write requests (create, patch, delete) the
 //!   syncers of the type sent, to either cluster ([`crate::stats::TypeStats::count_write`]).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -157,9 +160,74 @@ fn type_labels(api_version: &str, kind: &str) -> TypeLabels {
     }
 }
 
+/// While the returned guard is held: `/metrics` and `/healthz` of `metrics` served on `addr`
+/// (nothing when `addr` is `None`). Dropping the guard stops the server and frees the port.
+///
+/// # Errors
+/// [`Error::Bind`](crate::Error::Bind) when `addr` cannot be listened on.
+pub(crate) async fn serve_while_held(
+    addr: Option<SocketAddr>,
+    metrics: &Arc<Metrics>,
+) -> Result<Option<tokio::sync::oneshot::Sender<()>>, crate::Error> {
+    let Some(addr) = addr else {
+        return Ok(None);
+    };
+    let listener = vcp_crds::http::bind(addr)
+        .await
+        .map_err(crate::Error::Bind)?;
+    let (held, dropped) = tokio::sync::oneshot::channel::<()>();
+    let metrics = metrics.clone();
+    tokio::spawn(vcp_crds::http::serve(
+        listener,
+        "/metrics and /healthz",
+        move |path: &str| metrics.answer(path),
+        async move {
+            let _ = dropped.await;
+        },
+    ));
+    Ok(Some(held))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn served_while_the_guard_is_held_and_a_taken_port_is_an_error() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let metrics = Arc::new(Metrics::default());
+        assert!(serve_while_held(None, &metrics).await.unwrap().is_none());
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap();
+        let guard = serve_while_held(Some(addr), &metrics).await.unwrap();
+        assert!(matches!(
+            serve_while_held(Some(addr), &metrics).await,
+            Err(crate::Error::Bind(e)) if e.addr == addr
+        ));
+        metrics.count_undecodable("v1", "ConfigMap", "host");
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut raw = String::new();
+        s.read_to_string(&mut raw).await.unwrap();
+        assert!(
+            raw.contains(r#"vcp_runtime_undecodable_objects_total{api_version="v1",kind="ConfigMap",side="host"} 1"#),
+            "{raw}"
+        );
+        drop(guard);
+        // the server stops: the port can be bound again
+        let mut freed = false;
+        for _ in 0..100 {
+            if std::net::TcpListener::bind(addr).is_ok() {
+                freed = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(freed, "the port is freed once the guard is dropped");
+    }
 
     #[test]
     fn each_skip_is_one_count_on_its_own_line() {

@@ -184,25 +184,9 @@ pub const DELETING: &str =
 /// [`Config::metrics_bind_address`] cannot be listened on. Later failures are logged, retried
 /// and reported in the status instead.
 pub async fn run(config: Config) -> Result<(), Error> {
-    // `/metrics` and `/healthz` while this future lives: the server stops when `_serving` is
-    // dropped (the run returned, or its task was aborted).
-    let _serving = match config.metrics_bind_address {
-        Some(addr) => {
-            let listener = vcp_crds::http::bind(addr).await.map_err(Error::Bind)?;
-            let (serving, stop) = tokio::sync::oneshot::channel::<()>();
-            let metrics = config.metrics.clone();
-            tokio::spawn(vcp_crds::http::serve(
-                listener,
-                "/metrics and /healthz",
-                move |path: &str| metrics.answer(path),
-                async move {
-                    let _ = stop.await;
-                },
-            ));
-            Some(serving)
-        }
-        None => None,
-    };
+    // `/metrics` and `/healthz` while this future lives (stopped when `_serving` is dropped)
+    let _serving =
+        crate::metrics::serve_while_held(config.metrics_bind_address, &config.metrics).await?;
     // Read tolerantly (issue 38, `vcp_crds::tolerant`): a status the API server accepted but our
     // types cannot read (a condition's `lastTransitionTime` such as `2024-01-01T10:00:00Zt`,
     // which anyone who may patch the status can write) must not stop the runtime; it needs only
