@@ -13,7 +13,8 @@
 //!
 //! Shared by both binaries besides the types: [`hooks`], the pure application of declared
 //! hooks, and, with the `test-faults` feature only, `fault`, their test-only fault point
-//! (absent from release builds).
+//! (absent from release builds); with the `http` feature, `http`, the small server of their
+//! `/metrics` and probes.
 
 pub mod admission;
 pub mod built_in;
@@ -23,6 +24,8 @@ pub mod fault;
 pub mod fold;
 pub mod free_form;
 pub mod hooks;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod patch_path;
 pub mod plugin;
 pub mod reason;

@@ -480,10 +480,7 @@ impl Telemetry {
 
     /// The metrics in the Prometheus text exposition format.
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
+        vcp_crds::http::encode(&self.registry)
     }
 }
 

@@ -8,7 +8,8 @@
 //!   (`Ready=False, reason=NotAVCluster`);
 //! - no `image`: the embedded-runtime sidecar (a container named after the plugin, running
 //!   `vcluster-plugin-syncer`, the plugin's name in env [`PLUGIN_NAME_ENV`], the command line,
-//!   arguments and environment sources the operator's alone); it reaches the virtual cluster
+//!   arguments and environment sources the operator's alone, `/metrics` on its own port from
+//!   [`RUNTIME_METRICS_BASE_PORT`]); it reaches the virtual cluster
 //!   with the kubeconfig vCluster keeps in the host Secret `vc-<vcluster>` (key `config`,
 //!   server `https://localhost:8443`, the vCluster API server in the same pod), mounted
 //!   read-only from one shared volume [`VCLUSTER_KUBECONFIG_VOLUME`] at
@@ -78,10 +79,10 @@ mod merge;
 
 pub use containers::{
     PLUGIN_ADDRESS_ENV, PLUGIN_NAME_ENV, PLUGINS_MOUNT_PATH, PLUGINS_VOLUME, PluginKind,
-    RESERVED_ENV_PREFIXES, RUNTIME_BINARY, V1_BASE_PORT, VCLUSTER_KUBECONFIG_DIR,
-    VCLUSTER_KUBECONFIG_KEY, VCLUSTER_KUBECONFIG_VOLUME, embedded_container,
-    embedded_v2_init_container, is_reserved_env, plugin_kind, v1_container, v2_init_container,
-    vcluster_kubeconfig_volume,
+    RESERVED_ENV_PREFIXES, RUNTIME_BINARY, RUNTIME_METRICS_BASE_PORT, V1_BASE_PORT,
+    VCLUSTER_KUBECONFIG_DIR, VCLUSTER_KUBECONFIG_KEY, VCLUSTER_KUBECONFIG_VOLUME,
+    embedded_container, embedded_v2_init_container, is_reserved_env, plugin_kind, v1_container,
+    v2_init_container, vcluster_kubeconfig_volume,
 };
 pub use converge::{field_set, is_converged, is_subset, owned_entries};
 pub use identity::{

@@ -26,8 +26,9 @@
 //! - each watch reads tolerantly (`vcp_crds::tolerant`, issue 38): an object that cannot be
 //!   decoded (a free-form field nested deeper than serde_json's limit of 128) fails alone, never
 //!   the list or the watch. It is skipped and named (a warning log line with the kind, cluster,
-//!   namespace, name and the error's path; the process-wide counter
-//!   [`crate::stats::undecodable_skipped`]; a `Warning` Event `Undecodable` on the plugin, once
+//!   namespace, name and the error's path; one count of the runtime's
+//!   `vcp_runtime_undecodable_objects_total` ([`crate::metrics`]) per event or listed item that
+//!   did not decode; a `Warning` Event `Undecodable` on the plugin, once
 //!   per object; the type's count in [`TypeStats`], which `RuntimeHealthy` reports), leaves its
 //!   side's cache, and its key is kept in that cache's set of undecodable keys
 //!   ([`Cache::skip`]). A reconcile that would read such an object does nothing
@@ -422,7 +423,7 @@ fn skip<R: Reconcile>(reconciler: &R, side: Side, skipped: &Skipped, queue: &Wor
             stats.forget_warnings_about(uid);
         }
     } else {
-        let total = crate::stats::count_undecodable_skipped();
+        let total = stats.count_undecodable(side.cluster());
         warn!(
             kind = %stats.kind(),
             cluster = side.label(),

@@ -49,6 +49,23 @@ pub enum Error {
         error: String,
     },
 
+    /// `/metrics` cannot be served: the listening socket of
+    /// [`Config::metrics_bind_address`](crate::Config::metrics_bind_address) could not be
+    /// opened (`vcp_crds::http::BindError`: the address and the OS error).
+    #[error("cannot serve /metrics and /healthz: {0}")]
+    Bind(#[source] vcp_crds::http::BindError),
+
+    /// `$VCLUSTER_PLUGIN_METRICS_BIND_ADDRESS` of a v2 plugin is not an `ip:port`.
+    #[error(
+        "$VCLUSTER_PLUGIN_METRICS_BIND_ADDRESS={value:?} is not an address to listen on ({message}): write ip:port, such as 0.0.0.0:9460"
+    )]
+    InvalidMetricsAddress {
+        /// The value read.
+        value: String,
+        /// Why it does not parse.
+        message: String,
+    },
+
     /// The `VClusterPlugin` has no usable vCluster name.
     #[error(
         "VClusterPlugin {namespace}/{name} has an empty spec.vcluster.name and no --vcluster was given"

@@ -17,6 +17,8 @@
 //!   manager, write count and own-write tracking;
 //! - [`v2`]: vCluster's v2 plugin protocol (go-plugin + gRPC `pluginv2.Plugin`), spoken by
 //!   [`sdk::Plugin`] and the runtime binary when vCluster starts them from `/plugins`;
+//! - [`metrics`]: the runtime's counters, served on `/metrics` with `/healthz` when
+//!   [`Config::metrics_bind_address`] is set;
 //! - [`runtime`]: the declarative runtime ([`runtime::run`]) that reads its `VClusterPlugin`
 //!   and runs the syncers and hooks it declares, reporting into its status ([`status`], pure).
 //!
@@ -30,6 +32,7 @@ mod driver;
 pub mod error;
 pub mod from_host;
 pub mod hooks;
+pub mod metrics;
 mod own_writes;
 pub mod patch;
 pub mod patches;

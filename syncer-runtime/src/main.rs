@@ -89,7 +89,16 @@ struct Args {
     /// that is not served (the delay starts at 0.5 s and doubles).
     #[arg(long, env = "VCLUSTER_PLUGIN_RETRY_MAX_SECONDS", default_value_t = vcp_syncer_runtime::retry::DEFAULT_RETRY_MAX.as_secs())]
     retry_max_seconds: u64,
+    /// Where to serve `/metrics` (Prometheus text) and `/healthz`, such as `0.0.0.0:9460`;
+    /// unset (the default): no listener. The operator sets it in each sidecar it adds, one
+    /// port per sidecar of the pod.
+    #[arg(long, env = METRICS_BIND_ADDRESS_ENV)]
+    metrics_bind_address: Option<std::net::SocketAddr>,
 }
+
+/// The environment variable of `--metrics-bind-address`, also read by a v2 plugin (which gets
+/// no arguments).
+const METRICS_BIND_ADDRESS_ENV: &str = "VCLUSTER_PLUGIN_METRICS_BIND_ADDRESS";
 
 /// `vcluster-plugin-syncer install-plugin DIR`.
 #[derive(Parser, Debug)]
@@ -254,6 +263,7 @@ async fn main_inner(args: Args) -> Result<(), Error> {
     config.workers = args.workers.max(1);
     config.resync_period = std::time::Duration::from_secs(args.resync_seconds.max(1));
     config.retry_max = std::time::Duration::from_secs(args.retry_max_seconds.max(1));
+    config.metrics_bind_address = args.metrics_bind_address;
     config.pod_sync = match args.pod_sync {
         PodSyncArg::Hooks => PodSync::Hooks,
         PodSyncArg::Full => PodSync::Full,
@@ -297,6 +307,16 @@ async fn prepare_v2(session: &Session) -> Result<(Config, HookTable), Error> {
         .and_then(|w| w.parse::<usize>().ok())
     {
         config.workers = workers.max(1);
+    }
+    if let Some(value) = std::env::var(METRICS_BIND_ADDRESS_ENV)
+        .ok()
+        .filter(|v| !v.is_empty())
+    {
+        config.metrics_bind_address =
+            Some(value.parse().map_err(|e| Error::InvalidMetricsAddress {
+                value,
+                message: format!("{e}"),
+            })?);
     }
     let declared = declarative_hooks(&object.spec.hooks);
     let table = match HookGate::default().observe(&object) {
@@ -467,5 +487,25 @@ mod tests {
     fn cli_is_well_formed() {
         use clap::CommandFactory as _;
         Args::command().debug_assert();
+    }
+
+    #[test]
+    fn metrics_are_served_only_where_asked() {
+        let base = ["vcluster-plugin-syncer", "--virtual-kubeconfig", "/k"];
+        let plain = Args::try_parse_from(base).unwrap();
+        assert_eq!(plain.metrics_bind_address, None, "no listener by default");
+        let asked = Args::try_parse_from(
+            base.into_iter()
+                .chain(["--metrics-bind-address", "0.0.0.0:9460"]),
+        )
+        .unwrap();
+        assert_eq!(
+            asked.metrics_bind_address,
+            Some("0.0.0.0:9460".parse().unwrap())
+        );
+        assert!(
+            Args::try_parse_from(base.into_iter().chain(["--metrics-bind-address", "9460"]))
+                .is_err()
+        );
     }
 }

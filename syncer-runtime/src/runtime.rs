@@ -108,6 +108,12 @@ pub struct Config {
     /// `reconcile-log`.
     #[cfg(feature = "reconcile-log")]
     pub reconciles: Arc<crate::stats::ReconcileLog>,
+    /// Where [`run`] serves `/metrics` and `/healthz` ([`crate::metrics`]) while it runs;
+    /// `None` (the default): no listener.
+    pub metrics_bind_address: Option<std::net::SocketAddr>,
+    /// The counters of `/metrics`, over every spec generation of this runtime (default: fresh;
+    /// a caller may keep a clone to read them).
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl Config {
@@ -134,12 +140,15 @@ impl Config {
             hook_table: None,
             #[cfg(feature = "reconcile-log")]
             reconciles: Arc::default(),
+            metrics_bind_address: None,
+            metrics: Arc::default(),
         }
     }
 
-    /// `stats`, counting its reconciles in [`Config::reconciles`] with the test feature
-    /// `reconcile-log` (as they are otherwise).
+    /// `stats`, counting into [`Config::metrics`], and its reconciles in
+    /// [`Config::reconciles`] with the test feature `reconcile-log`.
     fn logged(&self, stats: TypeStats) -> TypeStats {
+        let stats = stats.with_metrics(self.metrics.clone());
         #[cfg(feature = "reconcile-log")]
         return stats.with_log(self.reconciles.clone());
         #[cfg(not(feature = "reconcile-log"))]
@@ -171,9 +180,13 @@ pub const DELETING: &str =
 ///
 /// # Errors
 /// [`Error::ReadPlugin`] / [`Error::PluginNotFound`] when the plugin cannot be read at start,
-/// [`Error::NoVCluster`] when no vCluster name is known. Later failures are logged, retried
+/// [`Error::NoVCluster`] when no vCluster name is known, [`Error::Bind`] when
+/// [`Config::metrics_bind_address`] cannot be listened on. Later failures are logged, retried
 /// and reported in the status instead.
 pub async fn run(config: Config) -> Result<(), Error> {
+    // `/metrics` and `/healthz` while this future lives (stopped when `_serving` is dropped)
+    let _serving =
+        crate::metrics::serve_while_held(config.metrics_bind_address, &config.metrics).await?;
     // Read tolerantly (issue 38, `vcp_crds::tolerant`): a status the API server accepted but our
     // types cannot read (a condition's `lastTransitionTime` such as `2024-01-01T10:00:00Zt`,
     // which anyone who may patch the status can write) must not stop the runtime; it needs only
@@ -253,6 +266,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
     let events = {
         let plugin = config.plugin.clone();
         let skipped_in_init = skipped_in_init.clone();
+        let metrics = config.metrics.clone();
         vcp_crds::tolerant::watcher(
             api,
             watcher::Config::default().fields(&format!("metadata.name={}", config.plugin)),
@@ -263,6 +277,11 @@ pub async fn run(config: Config) -> Result<(), Error> {
                     warn!(%plugin, error = %skipped.error, "the VClusterPlugin's status cannot be decoded; its spec is read without it");
                 } else if !skipped.deleted {
                     skipped_in_init.store(true, std::sync::atomic::Ordering::Relaxed);
+                    metrics.count_undecodable(
+                        &VClusterPlugin::api_version(&()),
+                        &VClusterPlugin::kind(&()),
+                        "host",
+                    );
                     warn!(%plugin, error = %skipped.error, "the VClusterPlugin cannot be decoded; the syncers run on with its spec as last read until it decodes again");
                 }
             },

@@ -155,24 +155,6 @@ impl ReconcileLog {
     }
 }
 
-/// Undecodable objects skipped by the runtime's watches since the process started: one per
-/// watch event or listed item that did not decode (issue 38, `vcp_crds::tolerant`), over every
-/// synced type. Read with [`undecodable_skipped`].
-static UNDECODABLE_SKIPPED: AtomicU64 = AtomicU64::new(0);
-
-/// Counts one skipped undecodable object ([`undecodable_skipped`]); returns the count so far.
-pub fn count_undecodable_skipped() -> u64 {
-    UNDECODABLE_SKIPPED.fetch_add(1, Ordering::Relaxed) + 1
-}
-
-/// How many undecodable objects the runtime's watches skipped since the process started, over
-/// every synced type and plugin spec (each watch event or listed item counts once). The runtime
-/// serves no HTTP endpoint: this is the counter a library user exports, and the runtime's
-/// warning log line `skipped an object that cannot be decoded` carries it as `skipped_total`.
-pub fn undecodable_skipped() -> u64 {
-    UNDECODABLE_SKIPPED.load(Ordering::Relaxed)
-}
-
 /// Type of an Event sent to an [`EventSink`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Severity {
@@ -201,6 +183,7 @@ pub struct TypeStats {
     #[cfg(feature = "reconcile-log")]
     log: Option<std::sync::Arc<ReconcileLog>>,
     warnings: Option<EventSink>,
+    metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
     deselected: AtomicU64,
     warned: WarnedKeys,
     outcomes: Mutex<HashMap<String, Outcome>>,
@@ -237,6 +220,23 @@ impl TypeStats {
     pub fn with_log(mut self, log: std::sync::Arc<ReconcileLog>) -> Self {
         self.log = Some(log);
         self
+    }
+
+    /// These statistics, also counting reconciles, writes and skipped undecodable objects in
+    /// `metrics` (the runtime's `/metrics`, [`crate::metrics`]).
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: std::sync::Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Counts one object of this type that `side` (`virtual` or `host`) sent and that cannot
+    /// be decoded (`vcp_runtime_undecodable_objects_total`, [`crate::metrics`]); returns that
+    /// count so far (0 without metrics).
+    pub fn count_undecodable(&self, side: &'static str) -> u64 {
+        self.metrics.as_ref().map_or(0, |m| {
+            m.count_undecodable(&self.api_version, &self.kind, side)
+        })
     }
 
     /// These statistics, sending [`TypeStats::warn_once`]'s and [`TypeStats::notice`]'s
@@ -336,9 +336,13 @@ impl TypeStats {
         self.warned.lock().map(|w| w.len()).unwrap_or(0)
     }
 
-    /// Counts one finished reconcile of `key` in the `ReconcileLog`, if any (only with the
-    /// test feature `reconcile-log`; otherwise nothing).
+    /// Counts one finished reconcile of `key` in the metrics, if any
+    /// (`vcp_runtime_reconciles_total`), and in the `ReconcileLog`, if any (only with the test
+    /// feature `reconcile-log`).
     pub fn count_reconcile(&self, key: &str) {
+        if let Some(metrics) = &self.metrics {
+            metrics.count_reconcile(&self.api_version, &self.kind);
+        }
         #[cfg(feature = "reconcile-log")]
         if let Some(log) = &self.log {
             log.count(&self.kind, key);
@@ -415,9 +419,13 @@ impl TypeStats {
         self.ready.store(true, Ordering::Relaxed);
     }
 
-    /// Counts one write request (create, patch or delete) sent by the syncer.
+    /// Counts one write request (create, patch or delete) sent by the syncer (also in the
+    /// metrics, if any: `vcp_runtime_writes_total`).
     pub fn count_write(&self) {
         self.writes.fetch_add(1, Ordering::Relaxed);
+        if let Some(metrics) = &self.metrics {
+            metrics.count_write(&self.api_version, &self.kind);
+        }
     }
 
     /// Write requests sent so far.
@@ -526,8 +534,20 @@ mod tests {
             (summary.undecodable, summary.undecodable_example),
             (0, None)
         );
-        let before = undecodable_skipped();
-        assert!(count_undecodable_skipped() > before);
+        // without metrics nothing is counted; with them, each skip on its own line
+        assert_eq!(stats.count_undecodable("virtual"), 0);
+        let metrics = std::sync::Arc::new(crate::metrics::Metrics::default());
+        let stats = TypeStats::new("e2e.vcp.test/v1", "Blob").with_metrics(metrics.clone());
+        assert_eq!(stats.count_undecodable("virtual"), 1);
+        assert_eq!(stats.count_undecodable("virtual"), 2);
+        assert_eq!(stats.count_undecodable("host"), 1);
+        stats.count_write();
+        assert_eq!(metrics.undecodable("e2e.vcp.test/v1", "Blob", "virtual"), 2);
+        assert!(
+            metrics.encode().contains(
+                "vcp_runtime_writes_total{api_version=\"e2e.vcp.test/v1\",kind=\"Blob\"} 1"
+            )
+        );
     }
 
     #[test]

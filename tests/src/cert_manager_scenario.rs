@@ -129,6 +129,7 @@ async fn install(test: &str, spec: Value) -> Installed {
     let Runtime {
         task: runtime,
         reconciles,
+        metrics,
     } = start_story_runtime(cp, runtime_host.clone(), &host_ns).await;
     Installed {
         world: World {
@@ -139,6 +140,7 @@ async fn install(test: &str, spec: Value) -> Installed {
             selector: test.to_string(),
             runtime,
             reconciles,
+            metrics,
         },
         runtime_host,
         runtime_user: format!("system:serviceaccount:{host_ns}:{account}"),

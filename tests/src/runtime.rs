@@ -3,6 +3,7 @@
 //! runtime running under that identity), shared by the `runtime_sync_*` binaries.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
@@ -46,6 +47,16 @@ pub struct Runtime {
     pub task: tokio::task::JoinHandle<Result<(), vcp_syncer_runtime::Error>>,
     /// Its count of finished reconciles per object ([`Config::reconciles`]).
     pub reconciles: std::sync::Arc<vcp_syncer_runtime::stats::ReconcileLog>,
+    /// Where it serves `/metrics` and `/healthz` ([`Config::metrics_bind_address`]: a free
+    /// local port).
+    pub metrics: SocketAddr,
+}
+
+/// A free port of `127.0.0.1` (bound, read and released: the runtime binds it again).
+pub fn free_local_addr() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free local port")
 }
 
 /// Spawns the runtime on the current tokio runtime for plugin `plugin` in host namespace
@@ -59,11 +70,14 @@ pub fn start_runtime(
     tune: impl FnOnce(&mut Config),
 ) -> Runtime {
     let mut config = Config::new(host, virtual_, host_ns, plugin);
+    let metrics = free_local_addr();
+    config.metrics_bind_address = Some(metrics);
     tune(&mut config);
     let reconciles = config.reconciles.clone();
     Runtime {
         task: tokio::spawn(vcp_syncer_runtime::run(config)),
         reconciles,
+        metrics,
     }
 }
 
@@ -123,6 +137,8 @@ pub struct World {
     pub runtime: tokio::task::JoinHandle<Result<(), vcp_syncer_runtime::Error>>,
     /// The runtime's count of finished reconciles per object ([`Config::reconciles`]).
     pub reconciles: std::sync::Arc<vcp_syncer_runtime::stats::ReconcileLog>,
+    /// Where the runtime serves `/metrics` ([`Runtime::metrics`]).
+    pub metrics: SocketAddr,
 }
 
 impl Drop for World {
@@ -249,6 +265,7 @@ pub async fn world_with(
     let Runtime {
         task: runtime,
         reconciles,
+        metrics,
     } = start_runtime(
         cp.client(Cluster::Host, Identity::Syncer).await,
         cp.client(Cluster::Virtual, Identity::Syncer).await,
@@ -267,6 +284,7 @@ pub async fn world_with(
         selector: test.to_string(),
         runtime,
         reconciles,
+        metrics,
     }
 }
 

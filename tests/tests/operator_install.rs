@@ -140,6 +140,9 @@ async fn embedded_plugin_install_converge_and_clean_removal() {
                 "my-vcluster",
                 "--virtual-kubeconfig",
                 "/var/run/vcp/vcluster/config",
+                // its own `/metrics` port (the first sidecar of the pod)
+                "--metrics-bind-address",
+                "0.0.0.0:9460",
             ]
             .map(String::from)
             .to_vec()

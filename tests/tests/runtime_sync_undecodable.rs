@@ -10,10 +10,14 @@
 //!
 //! Here: ordinary Blobs in three namespaces sync (create, update, delete) beside deep ones,
 //! live and after a restart of the runtime; each deep one is skipped and named (a `Warning`
-//! Event `Undecodable`, `RuntimeHealthy=False Undecodable` naming it, the runtime's counter of
-//! skipped objects); a synced Blob made deep keeps its host copy (it is not "missing"); made
-//! shallow again, it syncs with no restart.
+//! Event `Undecodable`, `RuntimeHealthy=False Undecodable` naming it, and the runtime's
+//! `vcp_runtime_undecodable_objects_total` on its `/metrics`, scraped over HTTP: exactly one
+//! count per deep object the test stored (each is sent once by the API server, on its create or
+//! its one change, or once by the list of a restarted runtime), none for the reconciles and
+//! resyncs that find it still undecodable, none for its delete); a synced Blob made deep keeps
+//! its host copy (it is not "missing"); made shallow again, it syncs with no restart.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use kube::api::{
@@ -23,9 +27,8 @@ use serde_json::{Value, json};
 use vcp_crds::tolerant::Tolerant;
 use vcp_crds::{Reason, VClusterPlugin};
 use vcp_syncer_runtime::PodSync;
-use vcp_syncer_runtime::stats::undecodable_skipped;
 use vcp_tests::runtime::{TIMEOUT, apply_dynamic as apply, start_runtime, world_with};
-use vcp_tests::{Cluster, ControlPlane, Identity, poll_event_where, wait_for};
+use vcp_tests::{Cluster, ControlPlane, Identity, http_get, metric, poll_event_where, wait_for};
 
 const TEST: &str = "undecodable";
 const VCLUSTER: &str = "vc-undecodable";
@@ -53,6 +56,24 @@ fn blob_crd() -> Value {
                 "schema": {"openAPIV3Schema": {"type": "object", "properties": {
                     "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}
     })
+}
+
+/// The line of the runtime's counter of skipped virtual Blobs.
+const SKIPPED_BLOBS: &str = r#"vcp_runtime_undecodable_objects_total{api_version="e2e.vcp.test/v1",kind="Blob",side="virtual"}"#;
+
+/// The runtime's `/metrics` at `addr` (it answers `200`).
+async fn scrape(addr: SocketAddr) -> String {
+    let (code, body) = http_get(addr, "/metrics")
+        .await
+        .unwrap_or_else(|| panic!("the runtime serves /metrics on {addr}"));
+    assert_eq!(code, 200, "{body}");
+    body
+}
+
+/// The value of `line` on the runtime's `/metrics` at `addr` (0 when the line is absent: a
+/// counter has no line before its first count).
+async fn counted(addr: SocketAddr, line: &str) -> u64 {
+    metric(&scrape(addr).await, line).map_or(0, |v| v as u64)
 }
 
 /// `{"a": {"a": ... "leaf" ...}}`, `depth` objects deep.
@@ -206,7 +227,18 @@ async fn a_deep_virtual_object_is_skipped_and_named_and_the_others_sync() {
     host_where(host_name("a1", NS_A), spec_is(json!({"size": 1}))).await;
     host_where(host_name("b1", NS_B), spec_is(json!({"size": 2}))).await;
     host_where(host_name("victim", NS_C), spec_is(json!({"size": 3}))).await;
-    let skipped_before = undecodable_skipped();
+    // the runtime served its counters before any deep object: nothing skipped yet
+    let (code, _) = http_get(w.metrics, "/healthz")
+        .await
+        .expect("/healthz answers");
+    assert_eq!(code, 200);
+    assert_eq!(counted(w.metrics, SKIPPED_BLOBS).await, 0);
+    let writes = r#"vcp_runtime_writes_total{api_version="e2e.vcp.test/v1",kind="Blob"}"#;
+    assert!(
+        counted(w.metrics, writes).await >= 3,
+        "a create per synced Blob: {}",
+        scrape(w.metrics).await
+    );
 
     // 2. live: a deep Blob appears, and `victim` is made deep
     put(&v, NS_A, "deep", json!({"values": nested(DEEP)})).await;
@@ -229,12 +261,6 @@ async fn a_deep_virtual_object_is_skipped_and_named_and_the_others_sync() {
         );
         println!("event: {note}");
     }
-    assert!(
-        undecodable_skipped() >= skipped_before + 2,
-        "the counter of skipped objects counts both: {} then {}",
-        skipped_before,
-        undecodable_skipped()
-    );
     let (_, message) = runtime_healthy_where(&plugins, |reason, message| {
         reason == "Undecodable" && message.starts_with("2 object(s) cannot be decoded")
     })
@@ -247,6 +273,18 @@ async fn a_deep_virtual_object_is_skipped_and_named_and_the_others_sync() {
     // the runtime looked at victim's key after it turned deep, and its host copy stays
     w.wait_reconciled("Blob", &format!("{NS_C}/victim"), victim_looked)
         .await;
+    // the two deep Blobs stored, each skipped once (its reconciles count nothing)
+    assert_eq!(
+        counted(w.metrics, SKIPPED_BLOBS).await,
+        2,
+        "{}",
+        scrape(w.metrics).await
+    );
+    assert_eq!(
+        counted(w.metrics, &SKIPPED_BLOBS.replace("virtual", "host")).await,
+        0,
+        "no host Blob was deep"
+    );
     // 3. the others sync meanwhile: update, create, delete
     put(&v, NS_A, "a1", json!({"size": 10})).await;
     put(&v, NS_B, "b2", json!({"size": 20})).await;
@@ -283,11 +321,12 @@ async fn a_deep_virtual_object_is_skipped_and_named_and_the_others_sync() {
             .is_none(),
         "nothing is created for an undecodable object"
     );
+    // the others' syncing (and the reconciles it caused) skipped nothing more
+    assert_eq!(counted(w.metrics, SKIPPED_BLOBS).await, 2);
 
     // 4. a restart on the poisoned state: the list does not fail
     w.runtime.abort();
     let _ = (&mut w.runtime).await;
-    let skipped_before_restart = undecodable_skipped();
     put(&v, NS_B, "b3", json!({"size": 40})).await;
     let cp = ControlPlane::shared();
     let restarted = start_runtime(
@@ -299,6 +338,7 @@ async fn a_deep_virtual_object_is_skipped_and_named_and_the_others_sync() {
     );
     w.runtime = restarted.task;
     w.reconciles = restarted.reconciles;
+    w.metrics = restarted.metrics;
     host_where(host_name("b3", NS_B), spec_is(json!({"size": 40}))).await;
     put(&v, NS_A, "a1", json!({"size": 11})).await;
     host_where(host_name("a1", NS_A), spec_is(json!({"size": 11}))).await;
@@ -311,9 +351,10 @@ async fn a_deep_virtual_object_is_skipped_and_named_and_the_others_sync() {
         message.starts_with("2 object(s) cannot be decoded"),
         "{message}"
     );
-    assert!(
-        undecodable_skipped() >= skipped_before_restart + 2,
-        "the restarted list skipped both"
+    assert_eq!(
+        counted(w.metrics, SKIPPED_BLOBS).await,
+        2,
+        "the restarted runtime's list skipped both, once each"
     );
     let victim_copy = host_blobs
         .get_opt(&host_name("victim", NS_C))
@@ -332,10 +373,20 @@ async fn a_deep_virtual_object_is_skipped_and_named_and_the_others_sync() {
     // poisoned again, then deleted while undecodable: its host copy goes with it
     put(&v, NS_A, "deep", json!({"values": nested(DEEP)})).await;
     runtime_healthy_where(&plugins, |reason, _| reason == "Undecodable").await;
+    assert_eq!(
+        counted(w.metrics, SKIPPED_BLOBS).await,
+        3,
+        "poisoned again: one more skip"
+    );
     Api::<Tolerant<DynamicObject>>::namespaced_with(v.clone(), NS_A, &blobs())
         .delete("deep", &DeleteParams::default())
         .await
         .expect("delete deep");
     gone(host_name("deep", NS_A)).await;
     runtime_healthy_where(&plugins, |reason, _| reason == "Syncing").await;
+    assert_eq!(
+        counted(w.metrics, SKIPPED_BLOBS).await,
+        3,
+        "its delete is not a skip"
+    );
 }

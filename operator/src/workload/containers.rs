@@ -60,6 +60,18 @@ pub const PLUGIN_ADDRESS_ENV: &str = "VCLUSTER_PLUGIN_ADDRESS";
 /// gets `14000 + i`; beside `n` of them, `14000 + n + i`.
 pub const V1_BASE_PORT: u32 = 14000;
 
+/// Lowest port on which an embedded-runtime sidecar serves `/metrics` and `/healthz`
+/// (`--metrics-bind-address 0.0.0.0:<port>`). The containers of a pod share one network
+/// namespace, so each sidecar of the pod gets its own port: in install order, the lowest from
+/// this base that no container the operator did not add declares (`ports[].containerPort`) and
+/// no earlier sidecar of the operator took ([`plan`](super::plan)); without such a container
+/// the i-th (0-based) embedded plugin gets `9460 + i`. The base is clear of what vCluster
+/// v0.30.0's pod listens on: the syncer's `8443` (its probes' port too), the virtual
+/// kube-apiserver's `6443`, embedded etcd's `2379`-`2381`, konnectivity's `8132`, the Istio
+/// integration's `9090`, the Kubernetes components' `10250`-`10259`, and the v1 sidecars from
+/// [`V1_BASE_PORT`]. The port is not declared as a `containerPort` (a scrape config names it).
+pub const RUNTIME_METRICS_BASE_PORT: u32 = 9460;
+
 /// How a plugin runs inside the vCluster pod.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PluginKind {
@@ -206,12 +218,18 @@ fn runtime_base_container(plugin: &VClusterPlugin, runtime_image: &str) -> Conta
 }
 
 /// The embedded-runtime sidecar: `/usr/local/bin/vcluster-plugin-syncer --namespace <ns>
-/// --vcluster <vcluster> --virtual-kubeconfig /var/run/vcp/vcluster/config` with env
+/// --vcluster <vcluster> --virtual-kubeconfig /var/run/vcp/vcluster/config
+/// --metrics-bind-address 0.0.0.0:<metrics_port>` with env
 /// `VCLUSTER_PLUGIN_NAME=<name>` first (the one place the plugin's name is written: the
 /// runtime refuses to run any other), then the spec's `RUST_LOG` ([`runtime_base_container`]);
 /// with the vCluster's kubeconfig Secret mounted read-only at [`VCLUSTER_KUBECONFIG_DIR`], its
-/// only mount.
-pub fn embedded_container(plugin: &VClusterPlugin, runtime_image: &str) -> Container {
+/// only mount; `/metrics` served on `0.0.0.0:<metrics_port>` (`--metrics-bind-address`,
+/// [`RUNTIME_METRICS_BASE_PORT`]).
+pub fn embedded_container(
+    plugin: &VClusterPlugin,
+    runtime_image: &str,
+    metrics_port: u32,
+) -> Container {
     let mut c = runtime_base_container(plugin, runtime_image);
     mount_first(&mut c, vcluster_kubeconfig_mount());
     c.command = Some(vec![RUNTIME_BINARY.to_string()]);
@@ -222,6 +240,8 @@ pub fn embedded_container(plugin: &VClusterPlugin, runtime_image: &str) -> Conta
         plugin.spec.vcluster.name.clone(),
         "--virtual-kubeconfig".into(),
         format!("{VCLUSTER_KUBECONFIG_DIR}/{VCLUSTER_KUBECONFIG_KEY}"),
+        "--metrics-bind-address".into(),
+        format!("0.0.0.0:{metrics_port}"),
     ]);
     let mut env = vec![EnvVar {
         name: PLUGIN_NAME_ENV.into(),

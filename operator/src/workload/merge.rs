@@ -15,9 +15,9 @@ use serde_json::{Map, Value, json};
 use vcp_crds::{FINALIZER, VClusterPlugin};
 
 use super::containers::{
-    PLUGIN_ADDRESS_ENV, PLUGINS_VOLUME, PluginKind, V1_BASE_PORT, embedded_container,
-    embedded_v2_init_container, plugin_kind, plugins_mount, v1_container, v2_init_container,
-    vcluster_kubeconfig_volume,
+    PLUGIN_ADDRESS_ENV, PLUGINS_VOLUME, PluginKind, RUNTIME_METRICS_BASE_PORT, V1_BASE_PORT,
+    embedded_container, embedded_v2_init_container, plugin_kind, plugins_mount, v1_container,
+    v2_init_container, vcluster_kubeconfig_volume,
 };
 use super::converge::{item_key, owned_entries, to_value};
 use super::identity::{Refusal, SYNCER_CONTAINER, Workload, vcluster_identity};
@@ -61,7 +61,9 @@ pub fn install_order<'a>(plugins: &[&'a VClusterPlugin]) -> Vec<&'a VClusterPlug
 /// A v1 plugin's port is the lowest from [`V1_BASE_PORT`] that no container the operator did
 /// not add names in its `VCLUSTER_PLUGIN_ADDRESS` (such as a v1 sidecar vCluster's chart
 /// renders from its own `plugin:` values, numbered from 14000 too) and no earlier v1 plugin of
-/// this plan took.
+/// this plan took. An embedded-runtime sidecar's `/metrics` port is, likewise, the lowest from
+/// [`RUNTIME_METRICS_BASE_PORT`] that no container the operator did not add declares and no
+/// earlier sidecar of this plan took.
 ///
 /// `runtime_image` is the image of the embedded runtime (the operator's `--runtime-image`).
 pub fn plan(workload: &Workload, plugins: &[&VClusterPlugin], runtime_image: &str) -> WorkloadPlan {
@@ -79,6 +81,9 @@ pub fn plan(workload: &Workload, plugins: &[&VClusterPlugin], runtime_image: &st
     // Ports a v1 sidecar must not take: those of the containers the operator did not add,
     // then those of the operator's v1 sidecars as they are placed.
     let mut taken_ports = foreign_plugin_ports(workload, &owned);
+    // Ports an embedded sidecar's `/metrics` must not take: those the containers the operator
+    // did not add declare, then those of the operator's sidecars as they are placed.
+    let mut taken_metrics_ports = foreign_declared_ports(workload, &owned);
     // Whether an embedded-runtime sidecar is installed: the only container that gets the
     // vCluster's kubeconfig volume (whatever other containers ask for).
     let mut runtime_sidecar = false;
@@ -102,10 +107,12 @@ pub fn plan(workload: &Workload, plugins: &[&VClusterPlugin], runtime_image: &st
         match plugin_kind(plugin) {
             PluginKind::Embedded => {
                 runtime_sidecar = true;
-                containers.push(embedded_container(plugin, runtime_image));
+                let port = lowest_free_port(RUNTIME_METRICS_BASE_PORT, &taken_metrics_ports);
+                taken_metrics_ports.insert(port);
+                containers.push(embedded_container(plugin, runtime_image, port));
             }
             PluginKind::V1 => {
-                let port = lowest_free_port(&taken_ports);
+                let port = lowest_free_port(V1_BASE_PORT, &taken_ports);
                 match v1_container(plugin, port) {
                     Ok(c) => {
                         taken_ports.insert(port);
@@ -210,9 +217,19 @@ fn foreign_plugin_ports(workload: &Workload, owned: &Value) -> BTreeSet<u32> {
         .collect()
 }
 
-/// The lowest port from [`V1_BASE_PORT`] not in `taken`.
-fn lowest_free_port(taken: &BTreeSet<u32>) -> u32 {
-    let mut port = V1_BASE_PORT;
+/// The `ports[].containerPort`s declared by the containers and init containers of `workload`
+/// that the operator did not add (such as the syncer's `8443`).
+fn foreign_declared_ports(workload: &Workload, owned: &Value) -> BTreeSet<u32> {
+    live_containers(workload)
+        .filter(|(list, c)| !is_operators(owned, list, &c.name))
+        .flat_map(|(_, c)| c.ports.iter().flatten())
+        .filter_map(|p| u32::try_from(p.container_port).ok())
+        .collect()
+}
+
+/// The lowest port from `base` not in `taken`.
+fn lowest_free_port(base: u32, taken: &BTreeSet<u32>) -> u32 {
+    let mut port = base;
     while taken.contains(&port) {
         port += 1;
     }

@@ -163,7 +163,8 @@ fn embedded_plugin_adds_only_its_sidecar() {
                     "image": RUNTIME,
                     "command": ["/usr/local/bin/vcluster-plugin-syncer"],
                     "args": ["--namespace", "team-a", "--vcluster", "my-vcluster",
-                             "--virtual-kubeconfig", "/var/run/vcp/vcluster/config"],
+                             "--virtual-kubeconfig", "/var/run/vcp/vcluster/config",
+                             "--metrics-bind-address", "0.0.0.0:9460"],
                     "env": [{ "name": "VCLUSTER_PLUGIN_NAME", "value": "car-syncer" }],
                     "volumeMounts": [{ "name": "vcp-vcluster-kubeconfig", "mountPath": "/var/run/vcp/vcluster", "readOnly": true }],
                 }],
@@ -221,9 +222,34 @@ fn embedded_sidecars_share_one_kubeconfig_volume_that_goes_with_the_last() {
     assert_eq!(cs[2].name, "b");
     assert_eq!(mounts(&cs[2]), [kubeconfig]);
     assert_eq!(
-        cs[2].args.as_ref().unwrap()[4..],
+        cs[2].args.as_ref().unwrap()[4..6],
         ["--virtual-kubeconfig", "/var/run/vcp/vcluster/config"]
     );
+    // One `/metrics` port per sidecar of the pod, in install order.
+    assert_eq!(
+        cs[1].args.as_ref().unwrap()[6..],
+        ["--metrics-bind-address", "0.0.0.0:9460"]
+    );
+    assert_eq!(
+        cs[2].args.as_ref().unwrap()[6..],
+        ["--metrics-bind-address", "0.0.0.0:9461"]
+    );
+    // A port a container the operator did not add declares is never taken.
+    let mut busy = workload();
+    busy.pod_spec.containers.push(Container {
+        name: "exporter".into(),
+        ports: Some(vec![k8s_openapi::api::core::v1::ContainerPort {
+            container_port: 9460,
+            ..Default::default()
+        }]),
+        ..Default::default()
+    });
+    let beside = plan(&busy, &[&b, &a], RUNTIME);
+    let ports: Vec<String> = containers(&beside.patch)
+        .iter()
+        .map(|c| c.args.as_ref().unwrap()[7].clone())
+        .collect();
+    assert_eq!(ports, ["0.0.0.0:9461", "0.0.0.0:9462"]);
     // The v2 init container does not get the kubeconfig.
     assert_eq!(
         init_containers(&both.patch)[0]
@@ -277,7 +303,7 @@ fn nothing_in_a_spec_points_the_embedded_runtime_at_another_plugin() {
         env("VCP_FAULT_STOP_AFTER_WRITES", "1"),
         env("RUST_LOG", "debug"),
     ]);
-    let c = embedded_container(&p, RUNTIME);
+    let c = embedded_container(&p, RUNTIME, 9460);
     assert_eq!(
         serde_json::to_value(&c).unwrap(),
         json!({
@@ -285,7 +311,8 @@ fn nothing_in_a_spec_points_the_embedded_runtime_at_another_plugin() {
             "image": RUNTIME,
             "command": ["/usr/local/bin/vcluster-plugin-syncer"],
             "args": ["--namespace", "team-a", "--vcluster", "my-vcluster",
-                     "--virtual-kubeconfig", "/var/run/vcp/vcluster/config"],
+                     "--virtual-kubeconfig", "/var/run/vcp/vcluster/config",
+                     "--metrics-bind-address", "0.0.0.0:9460"],
             "env": [
                 { "name": "VCLUSTER_PLUGIN_NAME", "value": "mine" },
                 { "name": "RUST_LOG", "value": "debug" },
@@ -337,7 +364,7 @@ fn the_embedded_runtime_takes_no_mount_and_no_variable_of_a_spec_but_rust_log() 
         env("HOST_KUBECONFIG", "/plugins/kubeconfig"),
         env("RUST_LOG", "debug"),
     ]);
-    let c = embedded_container(&p, RUNTIME);
+    let c = embedded_container(&p, RUNTIME, 9460);
     assert_eq!(
         serde_json::to_value(&c).unwrap(),
         json!({
@@ -345,7 +372,8 @@ fn the_embedded_runtime_takes_no_mount_and_no_variable_of_a_spec_but_rust_log() 
             "image": RUNTIME,
             "command": ["/usr/local/bin/vcluster-plugin-syncer"],
             "args": ["--namespace", "team-a", "--vcluster", "my-vcluster",
-                     "--virtual-kubeconfig", "/var/run/vcp/vcluster/config"],
+                     "--virtual-kubeconfig", "/var/run/vcp/vcluster/config",
+                     "--metrics-bind-address", "0.0.0.0:9460"],
             "env": [
                 { "name": "VCLUSTER_PLUGIN_NAME", "value": "victim-runtime" },
                 { "name": "RUST_LOG", "value": "debug" },

@@ -1,0 +1,257 @@
+//! What the runtime tells about itself on `/metrics` (Prometheus text format, like the
+//! operator's), served with `/healthz` on [`Config::metrics_bind_address`](crate::Config)
+//! (`--metrics-bind-address` / `$VCLUSTER_PLUGIN_METRICS_BIND_ADDRESS` of the binary; no
+//! listener when unset) by the HTTP server both binaries share ([`vcp_crds::http`]).
+//!
+//! | path | answer |
+//! | --- | --- |
+//! | `/metrics` | [`Metrics::encode`] |
+//! | `/healthz` | `200 ok` while the process serves requests (liveness) |
+//!
+//! Metrics, each since the [`Metrics`] was made (one per [`Config`](crate::Config), so one per
+//! process for the binary), over every spec generation of the plugin:
+//! - `vcp_runtime_undecodable_objects_total{api_version, kind, side}`: objects skipped because
+//!   they cannot be decoded (issue 38, `vcp_crds::tolerant`): one per watch event or listed item
+//!   of an object that did not decode (the unit of the operator's
+//!   `vcp_operator_undecodable_objects_total`, which counts a delete event of one too), as the
+//!   runtime's warning log line `skipped an object that cannot be decoded` is written. `api_version` and `kind` are the object's type (a synced type, a produced type,
+//!   or `vcp.dev/v1alpha1` `VClusterPlugin` for the runtime's own plugin), `side` the cluster
+//!   it was read from (`virtual` or `host`). A delete event of an undecodable object is not
+//!   counted (nothing is skipped: it is gone), nor is a reconcile or resync of a key whose
+//!   object stays undecodable: the count grows only when an API server sends the object again
+//!   (it was changed, or a watch listed again after a restart or a `410 Gone`);
+//! - `vcp_runtime_reconciles_total{api_version, kind}`: reconciles finished, whatever their
+//!   result (for pod hooks `v1` `Pod`);
+//! - `vcp_runtime_writes_total{api_version, kind}`: write requests (create, patch, delete) the
+//!   syncers of the type sent, to either cluster ([`crate::stats::TypeStats::count_write`]).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use vcp_crds::http::Answer;
+
+/// Labels of `vcp_runtime_undecodable_objects_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UndecodableLabels {
+    api_version: String,
+    kind: String,
+    side: &'static str,
+}
+
+/// Labels of the per-type counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TypeLabels {
+    api_version: String,
+    kind: String,
+}
+
+/// The runtime's counters (module docs); share it between the syncers (through
+/// [`crate::stats::TypeStats::with_metrics`]) and the HTTP server ([`Metrics::answer`]).
+pub struct Metrics {
+    registry: Registry,
+    undecodable: Family<UndecodableLabels, Counter>,
+    reconciles: Family<TypeLabels, Counter>,
+    writes: Family<TypeLabels, Counter>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+/// `M` registered in `registry` as `name` with `help`.
+fn registered<M>(registry: &mut Registry, name: &str, help: &str) -> M
+where
+    M: prometheus_client::registry::Metric + Clone + Default,
+{
+    let metric = M::default();
+    registry.register(name, help, metric.clone());
+    metric
+}
+
+/// Fresh counters (none has a line before its first count).
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        Metrics {
+            undecodable: registered(
+                &mut registry,
+                "vcp_runtime_undecodable_objects",
+                "Objects the runtime skipped because they cannot be decoded, by type and the cluster read (one per watch event or listed item)",
+            ),
+            reconciles: registered(
+                &mut registry,
+                "vcp_runtime_reconciles",
+                "Reconciles the runtime finished, by type, whatever their result",
+            ),
+            writes: registered(
+                &mut registry,
+                "vcp_runtime_writes",
+                "Write requests (create, patch, delete) the runtime's syncers sent, by type",
+            ),
+            registry,
+        }
+    }
+}
+
+impl Metrics {
+    /// Counts one skipped undecodable object of `api_version` / `kind` read from `side`
+    /// (`virtual` or `host`); returns that line's count so far.
+    pub fn count_undecodable(&self, api_version: &str, kind: &str, side: &'static str) -> u64 {
+        self.undecodable
+            .get_or_create(&UndecodableLabels {
+                api_version: api_version.into(),
+                kind: kind.into(),
+                side,
+            })
+            .inc()
+            + 1
+    }
+
+    /// Undecodable objects of `api_version` / `kind` skipped on `side` so far.
+    pub fn undecodable(&self, api_version: &str, kind: &str, side: &'static str) -> u64 {
+        self.undecodable
+            .get(&UndecodableLabels {
+                api_version: api_version.into(),
+                kind: kind.into(),
+                side,
+            })
+            .map_or(0, |c| c.get())
+    }
+
+    /// Counts one finished reconcile of the type `api_version` / `kind`.
+    pub fn count_reconcile(&self, api_version: &str, kind: &str) {
+        self.reconciles
+            .get_or_create(&type_labels(api_version, kind))
+            .inc();
+    }
+
+    /// Counts one write request of the syncers of `api_version` / `kind`.
+    pub fn count_write(&self, api_version: &str, kind: &str) {
+        self.writes
+            .get_or_create(&type_labels(api_version, kind))
+            .inc();
+    }
+
+    /// The metrics in the Prometheus text exposition format.
+    pub fn encode(&self) -> String {
+        vcp_crds::http::encode(&self.registry)
+    }
+
+    /// The answer to a request of `path` (module docs: `/metrics`, `/healthz`, else `404`).
+    pub fn answer(&self, path: &str) -> Answer {
+        match path {
+            "/metrics" => vcp_crds::http::metrics(&self.registry),
+            "/healthz" => Answer::healthy(),
+            _ => Answer::not_found(),
+        }
+    }
+}
+
+fn type_labels(api_version: &str, kind: &str) -> TypeLabels {
+    TypeLabels {
+        api_version: api_version.into(),
+        kind: kind.into(),
+    }
+}
+
+/// While the returned guard is held: `/metrics` and `/healthz` of `metrics` served on `addr`
+/// (nothing when `addr` is `None`). Dropping the guard stops the server and frees the port.
+///
+/// # Errors
+/// [`Error::Bind`](crate::Error::Bind) when `addr` cannot be listened on.
+pub(crate) async fn serve_while_held(
+    addr: Option<SocketAddr>,
+    metrics: &Arc<Metrics>,
+) -> Result<Option<tokio::sync::oneshot::Sender<()>>, crate::Error> {
+    let Some(addr) = addr else {
+        return Ok(None);
+    };
+    let listener = vcp_crds::http::bind(addr)
+        .await
+        .map_err(crate::Error::Bind)?;
+    let (held, dropped) = tokio::sync::oneshot::channel::<()>();
+    let metrics = metrics.clone();
+    tokio::spawn(vcp_crds::http::serve(
+        listener,
+        "/metrics and /healthz",
+        move |path: &str| metrics.answer(path),
+        async move {
+            let _ = dropped.await;
+        },
+    ));
+    Ok(Some(held))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn served_while_the_guard_is_held_and_a_taken_port_is_an_error() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let metrics = Arc::new(Metrics::default());
+        assert!(serve_while_held(None, &metrics).await.unwrap().is_none());
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap();
+        let guard = serve_while_held(Some(addr), &metrics).await.unwrap();
+        assert!(matches!(
+            serve_while_held(Some(addr), &metrics).await,
+            Err(crate::Error::Bind(e)) if e.addr == addr
+        ));
+        metrics.count_undecodable("v1", "ConfigMap", "host");
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut raw = String::new();
+        s.read_to_string(&mut raw).await.unwrap();
+        assert!(
+            raw.contains(r#"vcp_runtime_undecodable_objects_total{api_version="v1",kind="ConfigMap",side="host"} 1"#),
+            "{raw}"
+        );
+        drop(guard);
+        // the server stops: the port can be bound again
+        let mut freed = false;
+        for _ in 0..100 {
+            if std::net::TcpListener::bind(addr).is_ok() {
+                freed = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(freed, "the port is freed once the guard is dropped");
+    }
+
+    #[test]
+    fn each_skip_is_one_count_on_its_own_line() {
+        let m = Metrics::default();
+        assert_eq!(m.undecodable("e2e.vcp.test/v1", "Blob", "virtual"), 0);
+        assert_eq!(m.count_undecodable("e2e.vcp.test/v1", "Blob", "virtual"), 1);
+        assert_eq!(m.count_undecodable("e2e.vcp.test/v1", "Blob", "virtual"), 2);
+        assert_eq!(m.count_undecodable("e2e.vcp.test/v1", "Blob", "host"), 1);
+        m.count_reconcile("v1", "Pod");
+        m.count_write("v1", "Pod");
+        m.count_write("v1", "Pod");
+        let text = m.answer("/metrics").body;
+        for line in [
+            r#"vcp_runtime_undecodable_objects_total{api_version="e2e.vcp.test/v1",kind="Blob",side="virtual"} 2"#,
+            r#"vcp_runtime_undecodable_objects_total{api_version="e2e.vcp.test/v1",kind="Blob",side="host"} 1"#,
+            r#"vcp_runtime_reconciles_total{api_version="v1",kind="Pod"} 1"#,
+            r#"vcp_runtime_writes_total{api_version="v1",kind="Pod"} 2"#,
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert_eq!(m.answer("/healthz"), Answer::healthy());
+        assert_eq!(m.answer("/state"), Answer::not_found());
+    }
+}
