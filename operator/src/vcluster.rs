@@ -66,7 +66,6 @@ pub async fn install(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
         // written for it; the sweep (`crate::sweep`) removes what it had.
         return Ok(Action::await_change());
     };
-    let latest = (*latest).clone();
     if latest.metadata.deletion_timestamp.is_some() {
         // Deleted since this reconcile started: the deletion's own trigger runs the cleanup.
         return Ok(Action::await_change());
@@ -82,7 +81,7 @@ pub async fn install(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
     )
     .await?;
     let fresher = with_finalizers(ctx, &latest, wl.is_some()).await?;
-    let plugin = &fresher[0];
+    let plugin = &*fresher[0];
     let observed = match wl {
         Some(wl) => Some(observe::vcluster(ctx, wl, &fresher, None).await?),
         None => None,
@@ -175,15 +174,16 @@ pub async fn reapply(ctx: &Context, wl: crate::workload::Workload) -> Result<boo
 /// `plugin` (first) and, when `siblings`, the other plugins of its vCluster that are not being
 /// deleted, each carrying the finalizer (added now to those that lack it, [`with_finalizer`]):
 /// the copies newer than the plugins' watch cache. The patches are sent at once, not one
-/// after the other (issue 24: one round trip instead of one per plugin).
+/// after the other (issue 24: one round trip instead of one per plugin). A plugin that carries
+/// the finalizer already is the cache's copy itself, shared (`plugin`, from the cache, too).
 ///
 /// # Errors
 /// The finalizer patches.
 async fn with_finalizers(
     ctx: &Context,
-    plugin: &VClusterPlugin,
+    plugin: &Arc<VClusterPlugin>,
     siblings: bool,
-) -> Result<Vec<VClusterPlugin>> {
+) -> Result<Vec<Arc<VClusterPlugin>>> {
     let namespace = plugin.namespace().unwrap_or_default();
     let vcluster = &plugin.spec.vcluster.name;
     let unfinalized: Vec<Arc<VClusterPlugin>> = if siblings {
@@ -201,19 +201,22 @@ async fn with_finalizers(
     } else {
         Vec::new()
     };
-    // Each answer is slimmed as it arrives ([`crate::slim`]), as the watch stream slims the
-    // cache's copies: a tenant's flood of plugins too large for certain is never held in full,
-    // 64 answers at a time, by each reconcile of its vCluster (issue 38, hole 5).
-    futures::future::try_join_all(
-        std::iter::once(plugin)
-            .chain(unfinalized.iter().map(|p| &**p))
-            .map(|p| async move {
-                let mut answer = with_finalizer(ctx, p).await?;
-                answer.metadata.managed_fields = None;
-                crate::slim::slim(&mut answer, &ctx.runtime_image);
-                Ok::<_, crate::error::Error>(answer)
-            }),
-    )
+    // The patches' answers are metadata only ([`crate::finalizer`]): each copy is the cache's,
+    // slimmed, with its new finalizers. One read again in full (its spec changed meanwhile) is
+    // slimmed as it arrives ([`crate::slim`]), as the watch stream slims the cache's copies: a
+    // tenant's flood of plugins too large for certain is never held in full, 64 answers at a
+    // time, by each reconcile of its vCluster (issue 38, hole 5).
+    futures::future::try_join_all(std::iter::once(plugin).chain(unfinalized.iter()).map(
+        |p| async move {
+            if p.finalizers().iter().any(|f| f == FINALIZER) {
+                return Ok(Arc::clone(p));
+            }
+            let mut answer = with_finalizer(ctx, p).await?;
+            answer.metadata.managed_fields = None;
+            crate::slim::slim(&mut answer, &ctx.runtime_image);
+            Ok::<_, crate::error::Error>(Arc::new(answer))
+        },
+    ))
     .await
 }
 
