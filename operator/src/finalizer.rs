@@ -44,8 +44,9 @@ use crate::error::{Error, Result};
 /// `plugin` carrying [`FINALIZER`]: as it is when it does, else `plugin` with the finalizers
 /// and `resourceVersion` of the answer to [`add_finalizer`] (module docs: the answer is
 /// metadata only), when that answer shows the same object (`uid`) at the same `generation`,
-/// not being deleted. Otherwise, or when the patch failed (its `test` found other finalizers
-/// than the copy read: the copy was stale, or someone else changed them), the plugin is read
+/// not being deleted. When the patch failed (its `test` found other finalizers than the copy
+/// read: the copy was stale, or someone else changed them), the plugin's metadata are read
+/// again, and `plugin` is returned with them in the same case. Otherwise the plugin is read
 /// again in full and returned when it carries the finalizer by now.
 ///
 /// # Errors
@@ -63,15 +64,24 @@ pub async fn with_finalizer(ctx: &Context, plugin: &VClusterPlugin) -> Result<VC
             Some(copy) => return Ok(copy),
             None => None,
         },
-        Err(e @ Error::Finalizer { .. }) => Some(e),
+        Err(e @ Error::Finalizer { .. }) => {
+            // Most often the copy was stale because the watch cache had not yet shown the
+            // finalizer another reconcile added: the metadata tell, without the spec.
+            let read = get_metadata(&api, plugin).await?;
+            if let Some(copy) = read.as_ref().and_then(|m| m.applied_to(plugin)) {
+                return Ok(copy);
+            }
+            Some(e)
+        }
         Err(e) => return Err(e),
     };
-    let fresh = api.get_opt(&plugin.name_any()).await.map_err(|g| {
+    let get_error = |g| {
         Error::kube(
             format!("get VClusterPlugin {namespace}/{}", plugin.name_any()),
             g,
         )
-    })?;
+    };
+    let fresh = api.get_opt(&plugin.name_any()).await.map_err(get_error)?;
     let fresh = fresh
         .map(|f| crate::tolerant::decoded(f, "get"))
         .transpose()?;
@@ -81,6 +91,35 @@ pub async fn with_finalizer(ctx: &Context, plugin: &VClusterPlugin) -> Result<VC
         (_, None) => Err(Error::FinalizerLost {
             object: format!("{namespace}/{}", plugin.name_any()),
         }),
+    }
+}
+
+/// The metadata of `plugin` as the API server has it now ([`Metadata`], read without its
+/// spec); `None` when it is gone.
+///
+/// # Errors
+/// [`Error::Kube`]: the API server's answer, other than 404.
+async fn get_metadata(
+    api: &Api<Tolerant<VClusterPlugin>>,
+    plugin: &VClusterPlugin,
+) -> Result<Option<Metadata>> {
+    let name = plugin.name_any();
+    let error = |e| {
+        Error::kube(
+            format!(
+                "get the metadata of VClusterPlugin {}/{name}",
+                plugin.namespace().unwrap_or_default()
+            ),
+            e,
+        )
+    };
+    let request = kube::core::Request::new(api.resource_url())
+        .get_metadata(&name, &kube::api::GetParams::default())
+        .map_err(|e| error(kube::Error::BuildRequest(e)))?;
+    match api.clone().into_client().request::<Metadata>(request).await {
+        Ok(m) => Ok(Some(m)),
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(None),
+        Err(e) => Err(error(e)),
     }
 }
 

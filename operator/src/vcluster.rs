@@ -80,13 +80,16 @@ pub async fn install(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
         &vcluster,
     )
     .await?;
-    let fresher = with_finalizers(ctx, &latest, wl.is_some()).await?;
-    let plugin = &*fresher[0];
+    let mut fresher = with_finalizers(ctx, &latest, wl.is_some()).await?;
     let observed = match wl {
         Some(wl) => Some(observe::vcluster(ctx, wl, &fresher, None).await?),
         None => None,
     };
-    let plan = decide_and_act(ctx, plugin, &observed, Intent::Install(plugin), guard).await?;
+    // Only the reconciled plugin's copy is used from here: the siblings' copies go with
+    // `observed`'s plugins, before the lock is released (issue 38, hole 5).
+    fresher.truncate(1);
+    let plugin = &*fresher[0];
+    let plan = decide_and_act(ctx, plugin, observed, Intent::Install(plugin), guard).await?;
     if let Some(outcome) = &plan.status {
         act::report(ctx, plugin, outcome).await?;
     }
@@ -126,29 +129,35 @@ pub async fn delete(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
         Some(wl) => Some(observe::vcluster(ctx, wl, &[], Some(&name)).await?),
         None => None,
     };
-    let plan = decide_and_act(ctx, plugin, &observed, Intent::Delete(plugin), guard).await?;
+    let plan = decide_and_act(ctx, plugin, observed, Intent::Delete(plugin), guard).await?;
     Ok(requeue(&plan))
 }
 
 /// The decide and act steps of [`install`] and [`delete`] for `plugin`: the plan for `intent`
 /// from `observed`, the workload applied while `guard` (the vCluster's workload lock) is held,
 /// then the lock released and the plugin's RBAC converged. Returns the plan (its status and
-/// requeue are the caller's).
+/// requeue are the caller's). `observed`'s plugins are dropped with the lock: the RBAC step
+/// reads only its facts, and a reconcile waiting for the RBAC writes and its status write
+/// holds no copy of the vCluster's plugins (issue 38, hole 5: those waits overlap across up to
+/// 16 reconciles).
 ///
 /// # Errors
 /// The workload's apply and the RBAC writes.
 async fn decide_and_act(
     ctx: &Context,
     plugin: &VClusterPlugin,
-    observed: &Option<Observed>,
+    observed: Option<Observed>,
     intent: Intent<'_>,
     guard: tokio::sync::MutexGuard<'_, ()>,
 ) -> Result<Plan> {
-    let observed = observed.as_ref();
-    let plan = decide(observed, intent, &ctx.policy, &ctx.runtime_image);
-    act::workload(ctx, observed, &plan).await?;
+    let plan = decide(observed.as_ref(), intent, &ctx.policy, &ctx.runtime_image);
+    act::workload(ctx, observed.as_ref(), &plan).await?;
+    let facts = observed.map(|o| Observed {
+        plugins: Vec::new(),
+        ..o
+    });
     drop(guard);
-    act::rbac(ctx, plugin, observed, &plan.rbac).await?;
+    act::rbac(ctx, plugin, facts.as_ref(), &plan.rbac).await?;
     Ok(plan)
 }
 
