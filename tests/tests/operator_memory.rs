@@ -49,7 +49,7 @@ const MAX_RSS_MIB: f64 = 96.0;
 /// plugin comes back in its status, the cache holds it in full (1.33 MB of parsed config for
 /// 700 KB of text), and each of up to 16 reconciles keeps the version it started from (kube's
 /// controller holds it for its error policy); glibc's resident set runs at 1.5 to 2 times
-/// that live heap during the burst. Measured: 308 to 1,018 MiB before the fix, 148.7 to
+/// that live heap during the burst. Measured: 308 to 1,018 MiB before the fix, 144.3 to
 /// 152.0 MiB with it (docs/BENCHMARKS.md, "Issue 38, hole 5").
 const MAX_PEAK_MIB: f64 = 192.0;
 /// The bound on the growth of the operator's live heap over the `PolicyDenied` plugins, in
