@@ -33,6 +33,18 @@ pub enum Error {
         source: kube::Error,
     },
 
+    /// The finalizer `vcp.dev/cleanup` was added to a VClusterPlugin whose spec had changed
+    /// since it was read, and the plugin read again no longer carried it (someone removed it
+    /// meanwhile) or was gone ([`crate::finalizer::with_finalizer`]).
+    #[error(
+        "the finalizer vcp.dev/cleanup added to VClusterPlugin {object} was gone when the \
+         plugin was read again; the reconcile is retried"
+    )]
+    FinalizerLost {
+        /// `namespace/name` of the plugin.
+        object: String,
+    },
+
     /// The API server's answer to a write of a VClusterPlugin could not be read, not even
     /// without its status ([`vcp_crds::tolerant`]): the write was made, but its result is
     /// unknown to the operator.
@@ -106,6 +118,7 @@ impl Error {
         match self {
             Error::Kube { source, .. } => kube_reason(source),
             Error::Finalizer { source, .. } => kube_reason(source),
+            Error::FinalizerLost { .. } => "FinalizerLost".into(),
             Error::Undecodable { .. } => "Undecodable".into(),
             Error::CacheClosed => "CacheClosed".into(),
             Error::MissingField(_) => "MissingField".into(),

@@ -38,6 +38,7 @@
 //!
 //! Tests and the binary start the operator with [`run`] (or [`run_until`]) and a [`Config`].
 
+pub mod answer;
 pub mod cache;
 mod config;
 pub mod context;

@@ -248,6 +248,8 @@ fn write_stdout(text: &str) -> ExitCode {
 
 /// The controller: builds a client, runs until SIGTERM / Ctrl-C.
 fn run(args: RunArgs) -> ExitCode {
+    // Before any allocation of the runtime's threads (`trim::fix_mmap_threshold`).
+    vcluster_plugin_operator::trim::fix_mmap_threshold();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -66,7 +66,6 @@ pub async fn install(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
         // written for it; the sweep (`crate::sweep`) removes what it had.
         return Ok(Action::await_change());
     };
-    let latest = (*latest).clone();
     if latest.metadata.deletion_timestamp.is_some() {
         // Deleted since this reconcile started: the deletion's own trigger runs the cleanup.
         return Ok(Action::await_change());
@@ -81,13 +80,16 @@ pub async fn install(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
         &vcluster,
     )
     .await?;
-    let fresher = with_finalizers(ctx, &latest, wl.is_some()).await?;
-    let plugin = &fresher[0];
+    let mut fresher = with_finalizers(ctx, &latest, wl.is_some()).await?;
     let observed = match wl {
         Some(wl) => Some(observe::vcluster(ctx, wl, &fresher, None).await?),
         None => None,
     };
-    let plan = decide_and_act(ctx, plugin, &observed, Intent::Install(plugin), guard).await?;
+    // Only the reconciled plugin's copy is used from here: the siblings' copies go with
+    // `observed`'s plugins, before the lock is released (issue 38, hole 5).
+    fresher.truncate(1);
+    let plugin = &*fresher[0];
+    let plan = decide_and_act(ctx, plugin, observed, Intent::Install(plugin), guard).await?;
     if let Some(outcome) = &plan.status {
         act::report(ctx, plugin, outcome).await?;
     }
@@ -127,29 +129,35 @@ pub async fn delete(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
         Some(wl) => Some(observe::vcluster(ctx, wl, &[], Some(&name)).await?),
         None => None,
     };
-    let plan = decide_and_act(ctx, plugin, &observed, Intent::Delete(plugin), guard).await?;
+    let plan = decide_and_act(ctx, plugin, observed, Intent::Delete(plugin), guard).await?;
     Ok(requeue(&plan))
 }
 
 /// The decide and act steps of [`install`] and [`delete`] for `plugin`: the plan for `intent`
 /// from `observed`, the workload applied while `guard` (the vCluster's workload lock) is held,
 /// then the lock released and the plugin's RBAC converged. Returns the plan (its status and
-/// requeue are the caller's).
+/// requeue are the caller's). `observed`'s plugins are dropped with the lock: the RBAC step
+/// reads only its facts, and a reconcile waiting for the RBAC writes and its status write
+/// holds no copy of the vCluster's plugins (issue 38, hole 5: those waits overlap across up to
+/// 16 reconciles).
 ///
 /// # Errors
 /// The workload's apply and the RBAC writes.
 async fn decide_and_act(
     ctx: &Context,
     plugin: &VClusterPlugin,
-    observed: &Option<Observed>,
+    observed: Option<Observed>,
     intent: Intent<'_>,
     guard: tokio::sync::MutexGuard<'_, ()>,
 ) -> Result<Plan> {
-    let observed = observed.as_ref();
-    let plan = decide(observed, intent, &ctx.policy, &ctx.runtime_image);
-    act::workload(ctx, observed, &plan).await?;
+    let plan = decide(observed.as_ref(), intent, &ctx.policy, &ctx.runtime_image);
+    act::workload(ctx, observed.as_ref(), &plan).await?;
+    let facts = observed.map(|o| Observed {
+        plugins: Vec::new(),
+        ..o
+    });
     drop(guard);
-    act::rbac(ctx, plugin, observed, &plan.rbac).await?;
+    act::rbac(ctx, plugin, facts.as_ref(), &plan.rbac).await?;
     Ok(plan)
 }
 
@@ -175,15 +183,16 @@ pub async fn reapply(ctx: &Context, wl: crate::workload::Workload) -> Result<boo
 /// `plugin` (first) and, when `siblings`, the other plugins of its vCluster that are not being
 /// deleted, each carrying the finalizer (added now to those that lack it, [`with_finalizer`]):
 /// the copies newer than the plugins' watch cache. The patches are sent at once, not one
-/// after the other (issue 24: one round trip instead of one per plugin).
+/// after the other (issue 24: one round trip instead of one per plugin). A plugin that carries
+/// the finalizer already is the cache's copy itself, shared (`plugin`, from the cache, too).
 ///
 /// # Errors
 /// The finalizer patches.
 async fn with_finalizers(
     ctx: &Context,
-    plugin: &VClusterPlugin,
+    plugin: &Arc<VClusterPlugin>,
     siblings: bool,
-) -> Result<Vec<VClusterPlugin>> {
+) -> Result<Vec<Arc<VClusterPlugin>>> {
     let namespace = plugin.namespace().unwrap_or_default();
     let vcluster = &plugin.spec.vcluster.name;
     let unfinalized: Vec<Arc<VClusterPlugin>> = if siblings {
@@ -201,19 +210,22 @@ async fn with_finalizers(
     } else {
         Vec::new()
     };
-    // Each answer is slimmed as it arrives ([`crate::slim`]), as the watch stream slims the
-    // cache's copies: a tenant's flood of plugins too large for certain is never held in full,
-    // 64 answers at a time, by each reconcile of its vCluster (issue 38, hole 5).
-    futures::future::try_join_all(
-        std::iter::once(plugin)
-            .chain(unfinalized.iter().map(|p| &**p))
-            .map(|p| async move {
-                let mut answer = with_finalizer(ctx, p).await?;
-                answer.metadata.managed_fields = None;
-                crate::slim::slim(&mut answer, &ctx.runtime_image);
-                Ok::<_, crate::error::Error>(answer)
-            }),
-    )
+    // The patches' answers are metadata only ([`crate::finalizer`]): each copy is the cache's,
+    // slimmed, with its new finalizers. One read again in full (its spec changed meanwhile) is
+    // slimmed as it arrives ([`crate::slim`]), as the watch stream slims the cache's copies: a
+    // tenant's flood of plugins too large for certain is never held in full, 64 answers at a
+    // time, by each reconcile of its vCluster (issue 38, hole 5).
+    futures::future::try_join_all(std::iter::once(plugin).chain(unfinalized.iter()).map(
+        |p| async move {
+            if p.finalizers().iter().any(|f| f == FINALIZER) {
+                return Ok(Arc::clone(p));
+            }
+            let mut answer = with_finalizer(ctx, p).await?;
+            answer.metadata.managed_fields = None;
+            crate::slim::slim(&mut answer, &ctx.runtime_image);
+            Ok::<_, crate::error::Error>(Arc::new(answer))
+        },
+    ))
     .await
 }
 

@@ -28,7 +28,6 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tracing::{info, instrument, warn};
-use vcp_crds::tolerant::Tolerant;
 use vcp_crds::{OPERATOR_FIELD_MANAGER, VClusterPlugin};
 
 use crate::context::Context;
@@ -191,21 +190,25 @@ pub async fn write_status(plugin: &VClusterPlugin, outcome: &Outcome, ctx: &Cont
     }
     let namespace = plugin.namespace().unwrap_or_default();
     let name = plugin.name_any();
-    // The answer is read tolerantly: a status the operator's types cannot read (issue 38) must
-    // not turn a write that was made into a failed reconcile.
-    Api::<Tolerant<VClusterPlugin>>::namespaced(ctx.client.clone(), &namespace)
-        .patch_status(
-            &name,
-            &PatchParams::apply(OPERATOR_FIELD_MANAGER).force(),
-            &Patch::Apply(status::apply_body(plugin, &desired)),
-        )
+    // The answer is not read: it is asked for as metadata only and skipped while parsed
+    // ([`crate::answer`]), for a plugin's whole answer is its spec, up to the request limit
+    // (issue 38, hole 5), and one whose status the operator's types cannot read must not turn
+    // a write that was made into a failed reconcile.
+    let action = || format!("apply status of VClusterPlugin {namespace}/{name}");
+    let request = kube::core::Request::new(
+        Api::<VClusterPlugin>::namespaced(ctx.client.clone(), &namespace).resource_url(),
+    )
+    .patch_subresource(
+        "status",
+        &name,
+        &PatchParams::apply(OPERATOR_FIELD_MANAGER).force(),
+        &Patch::Apply(status::apply_body(plugin, &desired)),
+    )
+    .map_err(|e| Error::kube(action(), kube::Error::BuildRequest(e)))?;
+    ctx.client
+        .request::<serde::de::IgnoredAny>(crate::answer::metadata_only(request))
         .await
-        .map_err(|e| {
-            Error::kube(
-                format!("apply status of VClusterPlugin {namespace}/{name}"),
-                e,
-            )
-        })?;
+        .map_err(|e| Error::kube(action(), e))?;
     ctx.written_statuses.remember(read, &desired);
 
     let ready = desired.conditions.iter().find(|c| c.type_ == status::READY);

@@ -20,6 +20,7 @@
 //! and one bad plugin never keeps the others out.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 use vcp_crds::Reason;
 
@@ -68,8 +69,10 @@ pub struct Observed {
     /// a delete and the sweep).
     pub workload: Workload,
     /// The plugins installed into the workload ([`crate::workload::contributes`]), less the
-    /// one being deleted.
-    pub plugins: Vec<VClusterPlugin>,
+    /// one being deleted: the watch cache's copies themselves, shared, not copies of them
+    /// (issue 38, hole 5: up to 16 reconciles at once each held a copy of every plugin of a
+    /// tenant's vCluster, 900 MiB for 32 plugins of 700 KB of config, until they returned).
+    pub plugins: Vec<Arc<VClusterPlugin>>,
     /// The cluster state the refusals depend on.
     pub facts: ClusterFacts,
     /// The refusals, by plugin name, of the hooks' judging ([`crate::judge::hooks`]) and of
@@ -138,7 +141,7 @@ pub fn decide(
     };
     let wl = &observed.workload;
     let facts = &observed.facts;
-    let refs: Vec<&VClusterPlugin> = observed.plugins.iter().collect();
+    let refs: Vec<&VClusterPlugin> = observed.plugins.iter().map(|p| &**p).collect();
     let (sized, too_large) = admitted(wl, facts, policy, &refs, runtime_image);
     let installed: Vec<&VClusterPlugin> = sized
         .into_iter()
@@ -161,7 +164,7 @@ pub fn decide(
     let verdicts = observed
         .plugins
         .iter()
-        .map(|p| (p.name_any(), verdict(p)))
+        .map(|p| (p.name_any(), verdict(p.as_ref())))
         .collect();
     let (rbac, status, requeue) = match intent {
         Intent::Install(plugin) => {

@@ -6,6 +6,7 @@
 //! [`crate::cache::workload`] (install) or [`crate::cache::fetch_workload`] (delete, sweep).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, ListParams};
@@ -36,12 +37,12 @@ use crate::writes::ApiDryRun;
 pub async fn vcluster(
     ctx: &Context,
     wl: Workload,
-    fresher: &[VClusterPlugin],
+    fresher: &[Arc<VClusterPlugin>],
     without: Option<&str>,
 ) -> Result<Observed> {
     let mut plugins = candidates(ctx, &wl.namespace, &wl.name, fresher, without);
     loop {
-        let refs: Vec<&VClusterPlugin> = plugins.iter().collect();
+        let refs: Vec<&VClusterPlugin> = plugins.iter().map(|p| &**p).collect();
         let facts = cluster_facts(ctx, &wl, &refs).await?;
         let (sized, _) = admitted(&wl, &facts, &ctx.policy, &refs, &ctx.runtime_image);
         let slimmed: Vec<String> = sized
@@ -71,9 +72,9 @@ pub async fn vcluster(
 /// The API server's answers to the reads.
 pub async fn in_full(
     ctx: &Context,
-    plugins: Vec<VClusterPlugin>,
+    plugins: Vec<Arc<VClusterPlugin>>,
     slimmed: &[String],
-) -> Result<Vec<VClusterPlugin>> {
+) -> Result<Vec<Arc<VClusterPlugin>>> {
     let mut out = Vec::with_capacity(plugins.len());
     for p in plugins {
         let name = p.name_any();
@@ -90,7 +91,7 @@ pub async fn in_full(
         if let Some(mut full) = fresh {
             full.metadata.managed_fields = None;
             if workload::contributes(&full, &namespace, &p.spec.vcluster.name) {
-                out.push(full);
+                out.push(Arc::new(full));
             }
         }
     }
@@ -100,14 +101,15 @@ pub async fn in_full(
 /// The plugins installed into `vcluster` of `namespace` according to the watch cache
 /// ([`workload::contributes`]), except `without`, with the copies in `fresher` (newer than the
 /// cache, such as the answers to the finalizer patches) in place of their cached ones. Which of
-/// them are refused is decided by [`super::decide`].
+/// them are refused is decided by [`super::decide`]. The copies are the cache's (and
+/// `fresher`'s), shared: a reconcile holds no copy of its vCluster's plugins of its own.
 pub fn candidates(
     ctx: &Context,
     namespace: &str,
     vcluster: &str,
-    fresher: &[VClusterPlugin],
+    fresher: &[Arc<VClusterPlugin>],
     without: Option<&str>,
-) -> Vec<VClusterPlugin> {
+) -> Vec<Arc<VClusterPlugin>> {
     let is_fresher = |p: &VClusterPlugin| {
         fresher
             .iter()
@@ -118,7 +120,7 @@ pub fn candidates(
         .iter()
         .filter(|p| workload::contributes(p, namespace, vcluster))
         .filter(|p| !is_fresher(p))
-        .map(|p| (**p).clone())
+        .cloned()
         .chain(
             fresher
                 .iter()

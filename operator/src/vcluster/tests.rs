@@ -97,7 +97,7 @@ fn facts() -> ClusterFacts {
 fn observed(plugins: Vec<VClusterPlugin>) -> Observed {
     Observed {
         workload: workload(),
-        plugins,
+        plugins: plugins.into_iter().map(std::sync::Arc::new).collect(),
         facts: facts(),
         judged: BTreeMap::new(),
     }
