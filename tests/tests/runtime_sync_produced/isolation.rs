@@ -9,7 +9,7 @@
 //!    user of the virtual cluster, then any restart of the runtime) never lists, and before the
 //!    fix every other type's `produced` objects then stayed on the host
 //!    (`ProducedNotSettled`, retried forever). Here the plugin syncs the test CRD `Cert`
-//!    (`produced` Secret, as `tests/tests/runtime_sync_produced.rs`) and a kind `Ghost` of the
+//!    (`produced` Secret, as the tests of `main.rs`) and a kind `Ghost` of the
 //!    same group that no cluster serves, with a `produced` entry too: the Cert's Secret comes
 //!    back within the usual timeout. A type not served has no virtual object, so it declares no
 //!    host name and nothing is lost by not waiting for it.
@@ -20,81 +20,17 @@
 //!    type (every Cert of the vCluster stopped syncing, none came back).
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
-use serde_json::{Value, json};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use serde_json::json;
 use vcp_syncer_runtime::PodSync;
-use vcp_tests::runtime::{TIMEOUT, apply_dynamic as apply, world_with};
-use vcp_tests::{Cluster, ControlPlane, Identity, create_namespace, poll_for};
+use vcp_tests::poll_for;
+use vcp_tests::runtime::{TIMEOUT, world_with};
+
+use crate::support::{certs, prepare};
 
 const TEST: &str = "pblock";
 const VCLUSTER: &str = "vc-pblock";
 const NS: &str = "pblock-a";
-
-fn certs() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("e2e.vcp.test", "v1", "Cert"),
-        "certs",
-    )
-}
-fn cert_crd() -> Value {
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "certs.e2e.vcp.test"},
-        "spec": {"group": "e2e.vcp.test", "scope": "Namespaced",
-            "names": {"plural": "certs", "singular": "cert", "kind": "Cert"},
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "properties": {"secretName": {"type": "string"}}},
-                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}
-    })
-}
-async fn prepare(host_ns: &str) {
-    let cp = ControlPlane::shared();
-    let host = cp.client(Cluster::Host, Identity::Admin).await;
-    let virtual_ = cp.client(Cluster::Virtual, Identity::Admin).await;
-    let crds = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("apiextensions.k8s.io", "v1", "CustomResourceDefinition"),
-        "customresourcedefinitions",
-    );
-    apply(&host, &crds, None, cert_crd()).await;
-    apply(&virtual_, &crds, None, cert_crd()).await;
-    create_namespace(&host, host_ns).await;
-    let rbac = |kind: &str, plural: &str| {
-        ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", kind),
-            plural,
-        )
-    };
-    apply(&host, &rbac("Role", "roles"), Some(host_ns), json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": "vcp-syncer-produced", "namespace": host_ns},
-        "rules": [
-            {"apiGroups": ["e2e.vcp.test"], "resources": ["certs"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
-            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"]}
-        ]
-    })).await;
-    apply(&host, &rbac("RoleBinding", "rolebindings"), Some(host_ns), json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "vcp-syncer-produced", "namespace": host_ns},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "vcp-syncer-produced"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": Identity::Syncer.user()}]
-    })).await;
-    apply(&virtual_, &rbac("ClusterRole", "clusterroles"), None, json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-        "metadata": {"name": "vcp-e2e-syncer-produced"},
-        "rules": [
-            {"apiGroups": ["e2e.vcp.test"], "resources": ["certs"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch", "create", "patch", "delete"]}
-        ]
-    })).await;
-    apply(&virtual_, &rbac("ClusterRoleBinding", "clusterrolebindings"), None, json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": "vcp-e2e-syncer-produced"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "vcp-e2e-syncer-produced"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": Identity::Syncer.user()}]
-    })).await;
-}
 
 #[tokio::test]
 async fn an_unserved_type_does_not_hold_back_what_another_type_brings_back() {
