@@ -260,8 +260,19 @@ impl OperatorProcess {
         http_get(self.metrics, path).await
     }
 
-    /// Its peak resident set size in bytes so far (`VmHWM` of `/proc/<pid>/status`); `None`
-    /// when it cannot be read (the process is gone).
+    /// Starts its peak resident set ([`Self::peak_rss_bytes`]) again from its current resident
+    /// set: `5` written to `/proc/<pid>/clear_refs` (Linux `proc(5)`: "reset the peak resident
+    /// set size"), so that the peak of one phase of a test can be read apart from the others.
+    ///
+    /// # Panics
+    /// When the file cannot be written (the process is gone, or not the caller's to reset).
+    pub fn reset_peak_rss(&self) {
+        std::fs::write(format!("/proc/{}/clear_refs", self.pid()), "5")
+            .unwrap_or_else(|e| panic!("reset the peak resident set of {}: {e}", self.pid()));
+    }
+
+    /// Its peak resident set size in bytes so far, or since [`Self::reset_peak_rss`] (`VmHWM` of
+    /// `/proc/<pid>/status`); `None` when it cannot be read (the process is gone).
     pub fn peak_rss_bytes(&self) -> Option<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
         let kib: u64 = status
