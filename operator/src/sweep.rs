@@ -73,6 +73,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 use tracing::{Instrument, debug, info, info_span, instrument, warn};
+use vcp_crds::tolerant::Tolerant;
 use vcp_crds::{OPERATOR_FIELD_MANAGER, PLUGIN_NAME_LABEL, PLUGIN_NAMESPACE_LABEL, VClusterPlugin};
 
 use crate::context::Context;
@@ -354,27 +355,27 @@ async fn sweep_in(ctx: &Context, scope: &Scope, also: &BTreeSet<String>) -> Swep
 
     // Bindings before roles: the grant goes first.
     let result = delete_orphans(
-        Api::<ClusterRoleBinding>::all(client.clone()),
+        Api::<Tolerant<ClusterRoleBinding>>::all(client.clone()),
         |_| Api::all(client.clone()),
         &labelled,
-        &ctx.plugins,
+        ctx,
         &mut swept,
     )
     .await;
     swept.note(result);
     let result = delete_orphans(
-        Api::<ClusterRole>::all(client.clone()),
+        Api::<Tolerant<ClusterRole>>::all(client.clone()),
         |_| Api::all(client.clone()),
         &labelled,
-        &ctx.plugins,
+        ctx,
         &mut swept,
     )
     .await;
     swept.note(result);
     let (bindings, roles) = match namespace {
         Some(ns) => (
-            Api::<RoleBinding>::namespaced(client.clone(), ns),
-            Api::<Role>::namespaced(client.clone(), ns),
+            Api::<Tolerant<RoleBinding>>::namespaced(client.clone(), ns),
+            Api::<Tolerant<Role>>::namespaced(client.clone(), ns),
         ),
         None => (Api::all(client.clone()), Api::all(client.clone())),
     };
@@ -382,7 +383,7 @@ async fn sweep_in(ctx: &Context, scope: &Scope, also: &BTreeSet<String>) -> Swep
         bindings,
         |ns| Api::namespaced(client.clone(), ns),
         &labelled,
-        &ctx.plugins,
+        ctx,
         &mut swept,
     )
     .await;
@@ -391,7 +392,7 @@ async fn sweep_in(ctx: &Context, scope: &Scope, also: &BTreeSet<String>) -> Swep
         roles,
         |ns| Api::namespaced(client.clone(), ns),
         &labelled,
-        &ctx.plugins,
+        ctx,
         &mut swept,
     )
     .await;
@@ -511,11 +512,13 @@ fn prune_gone_workloads(ctx: &Context) {
 /// of `namespace`, recording each Role in `swept`.
 async fn restore_orphan_records(ctx: &Context, namespace: &str, swept: &mut Swept) -> Result<()> {
     let api = Api::<Role>::namespaced(ctx.client.clone(), namespace);
-    let roles = api
+    let roles = Api::<Tolerant<Role>>::namespaced(ctx.client.clone(), namespace)
         .list(&ListParams::default())
         .await
         .map_err(|e| Error::kube(format!("list Roles in {namespace}"), e))?
         .items;
+    // one Role that cannot be read is named and left out, never the sweep of the others
+    let roles = crate::tolerant::readable("Role", roles, &ctx.telemetry);
     let existing = &Existing::now(&ctx.plugins);
     let pp = PatchParams {
         field_manager: Some(OPERATOR_FIELD_MANAGER.into()),
@@ -558,10 +561,10 @@ async fn restore_orphan_records(ctx: &Context, namespace: &str, swept: &mut Swep
 /// each in `swept`. Which plugins exist is read from `plugins` (their watch cache) once the
 /// list has answered ([`Existing::now`], module docs).
 async fn delete_orphans<K>(
-    api: Api<K>,
+    list: Api<Tolerant<K>>,
     api_of: impl Fn(&str) -> Api<K>,
     params: &ListParams,
-    plugins: &Store<VClusterPlugin>,
+    ctx: &Context,
     swept: &mut Swept,
 ) -> Result<()>
 where
@@ -569,20 +572,21 @@ where
     K::DynamicType: Default,
 {
     let kind = K::kind(&Default::default()).to_string();
-    let items = api
+    let plugins = &ctx.plugins;
+    // each listed object decoded alone: one that cannot be read is named and left out
+    let items = list
         .list(params)
         .await
         .map_err(|e| Error::kube(format!("list labelled {kind}s"), e))?
         .items;
+    let items = crate::tolerant::readable(&kind, items, &ctx.telemetry);
     let existing = &Existing::now(plugins);
     for obj in items {
         if !labelled_orphan(obj.meta(), existing) {
             continue;
         }
-        let api = match obj.meta().namespace.as_deref() {
-            Some(ns) => api_of(ns),
-            None => api.clone(),
-        };
+        // a cluster-scoped object's API is the same for any namespace given
+        let api = api_of(obj.meta().namespace.as_deref().unwrap_or_default());
         let deleted = match delete(&api, obj.meta()).await {
             Ok(deleted) => deleted,
             Err(e) => {

@@ -7,6 +7,7 @@
 //! | `VClusterPlugin` ([`crate::controller`]) | `PassWithout` | the operator writes its own part of the status and never needs another writer's conditions to decide; a plugin whose status alone is unreadable (a condition whose `lastTransitionTime` the API server's `date-time` check accepted, `k8s_openapi`'s `Time` does not) is reconciled as usual: installed, its status written, its deletion cleaned up |
 //! | StatefulSets, Deployments ([`crate::cache`]) | `PassWithout` | the operator reads a workload's metadata and pod template, never its status ([`crate::workload::Workload`]) |
 //! | Roles, RoleBindings, ClusterRoles, ClusterRoleBindings ([`crate::cache`], [`crate::patched_roles`]) | `PassWithout` | they have no status |
+//! | lists of RBAC objects from the API server (the sweep, [`crate::sweep`]; the finalizer path and `PatchVClusterRoles`, `vcluster::observe`) | [`readable`] | the same, per listed item |
 //!
 //! What happens to an object that is skipped ([`on_skipped`]): a warning log naming its kind,
 //! namespace, name and the error with its JSON path, and one count of
@@ -58,6 +59,42 @@ pub fn on_skipped(
     telemetry: Arc<Telemetry>,
 ) -> impl FnMut(&Skipped) + Send + 'static {
     move |s: &Skipped| log_skipped(kind, s, &telemetry)
+}
+
+/// The objects of a list read tolerantly (`items` of an `Api<Tolerant<K>>` list, such as the
+/// sweep's and the finalizer path's lists of RBAC objects): each that decodes, whole or without
+/// its status (RBAC objects have none), in the list's order; each other one is logged and
+/// counted as a watch's ([`log_skipped`]) and left out, so that one object the operator cannot
+/// read never fails the list, and the loop it feeds goes on with the others (issue 38).
+pub fn readable<K: Resource>(kind: &str, items: Vec<Tolerant<K>>, telemetry: &Telemetry) -> Vec<K> {
+    items
+        .into_iter()
+        .filter_map(|item| {
+            let (object, skipped) = match item {
+                Tolerant::Whole(object) => return Some(object),
+                Tolerant::WithoutStatus { object, error } => {
+                    let skipped = Skipped {
+                        metadata: object.meta().clone(),
+                        error,
+                        deleted: false,
+                        passed_without_status: true,
+                    };
+                    (Some(object), skipped)
+                }
+                Tolerant::Undecodable(u) => (
+                    None,
+                    Skipped {
+                        metadata: u.metadata,
+                        error: u.error,
+                        deleted: false,
+                        passed_without_status: false,
+                    },
+                ),
+            };
+            log_skipped(kind, &skipped, telemetry);
+            object
+        })
+        .collect()
 }
 
 /// What [`on_skipped`] does for one object.
@@ -317,6 +354,32 @@ mod tests {
             deleted,
             passed_without_status: without,
         }
+    }
+
+    #[test]
+    fn a_list_keeps_every_readable_object_and_counts_the_other() {
+        use k8s_openapi::api::rbac::v1::Role;
+        let role = |name: &str, rules: &str| {
+            vcp_crds::tolerant::decode::<Role>(&format!(
+                r#"{{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"Role","metadata":{{"name":"{name}","namespace":"team-a"}},"rules":{rules}}}"#
+            ))
+        };
+        let telemetry = Telemetry::new();
+        let listed = vec![
+            role("first", "[]"),
+            role("bad", r#""not a list""#),
+            role(
+                "last",
+                r#"[{"apiGroups":[""],"resources":["pods"],"verbs":["get"]}]"#,
+            ),
+        ];
+        let names: Vec<String> = readable("Role", listed, &telemetry)
+            .iter()
+            .map(|r| r.metadata.name.clone().unwrap_or_default())
+            .collect();
+        assert_eq!(names, ["first", "last"]);
+        assert_eq!(telemetry.undecodable("Role", false), 1);
+        assert_eq!(telemetry.undecodable("Role", true), 0);
     }
 
     #[test]

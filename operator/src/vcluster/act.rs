@@ -86,7 +86,7 @@ pub async fn report(ctx: &Context, plugin: &VClusterPlugin, outcome: &Outcome) -
 async fn remove_all(ctx: &Context, plugin: &VClusterPlugin) -> Result<()> {
     let namespace = plugin.namespace().unwrap_or_default();
     let name = plugin.name_any();
-    let roles = observe::list_roles(&ctx.client, &namespace).await?;
+    let roles = observe::list_roles(ctx, &namespace).await?;
     sync_vcluster_roles(ctx, plugin, None, roles).await?;
 
     let role = rbac::role_name(&name);

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::ResourceExt;
 use kube::api::{Api, ListParams};
-use kube::{Client, ResourceExt};
 use vcp_crds::VClusterPlugin;
 
 use super::decide::{ClusterFacts, Observed, admitted, find_vcluster_role};
@@ -154,8 +154,8 @@ pub async fn cluster_facts(
     };
     let plurals = ctx.discovery.plurals_of(&ctx.client, plugins).await?;
     let (vcluster_role, roles) = if plugins.iter().any(|p| rbac::patches_vcluster_roles(p)) {
-        let roles = list_roles(&ctx.client, &wl.namespace).await?;
-        let bindings = list_role_bindings(&ctx.client, &wl.namespace).await?;
+        let roles = list_roles(ctx, &wl.namespace).await?;
+        let bindings = list_role_bindings(ctx, &wl.namespace).await?;
         let found = find_vcluster_role(&bindings, &roles, &wl.namespace, &wl.name, sa);
         (Some(found), Some(roles))
     } else {
@@ -221,39 +221,44 @@ pub async fn roles_to_sync(
     }
     let observed = plugin.status.as_ref().and_then(|s| s.observed_generation);
     if rbac::patches_vcluster_roles(plugin) || observed != plugin.metadata.generation {
-        return list_roles(&ctx.client, &namespace).await;
+        return list_roles(ctx, &namespace).await;
     }
     Ok(ctx.caches.roles_in(&namespace))
 }
 
-/// Every Role of `namespace`, read from the API server (the finalizer path, and
-/// `rbac.mode: PatchVClusterRoles`: [`cluster_facts`], [`roles_to_sync`]).
+/// Every Role of `namespace` that can be read, from the API server (the finalizer path, and
+/// `rbac.mode: PatchVClusterRoles`: [`cluster_facts`], [`roles_to_sync`]); one that cannot is
+/// left out, named and counted ([`crate::tolerant::readable`]).
 ///
 /// # Errors
 /// The API server's answer to the list.
-pub async fn list_roles(client: &Client, namespace: &str) -> Result<Vec<Role>> {
-    list_in(client, namespace, "Roles").await
+pub async fn list_roles(ctx: &Context, namespace: &str) -> Result<Vec<Role>> {
+    list_in(ctx, namespace).await
 }
 
-/// Every RoleBinding of `namespace`, read from the API server ([`cluster_facts`]).
+/// Every RoleBinding of `namespace` that can be read, from the API server ([`cluster_facts`]),
+/// as [`list_roles`].
 ///
 /// # Errors
 /// The API server's answer to the list.
-pub async fn list_role_bindings(client: &Client, namespace: &str) -> Result<Vec<RoleBinding>> {
-    list_in(client, namespace, "RoleBindings").await
+pub async fn list_role_bindings(ctx: &Context, namespace: &str) -> Result<Vec<RoleBinding>> {
+    list_in(ctx, namespace).await
 }
 
-/// Every object of kind `K` (called `kinds` in an error) in `namespace`, from the API server.
-async fn list_in<K>(client: &Client, namespace: &str, kinds: &str) -> Result<Vec<K>>
+/// Every object of kind `K` in `namespace` that can be read, from the API server, each decoded
+/// alone ([`crate::tolerant::readable`]).
+async fn list_in<K>(ctx: &Context, namespace: &str) -> Result<Vec<K>>
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
         + Clone
         + serde::de::DeserializeOwned
         + std::fmt::Debug,
 {
-    Ok(Api::<K>::namespaced(client.clone(), namespace)
+    let kind = K::kind(&());
+    let items = Api::<vcp_crds::tolerant::Tolerant<K>>::namespaced(ctx.client.clone(), namespace)
         .list(&ListParams::default())
         .await
-        .map_err(|e| Error::kube(format!("list {kinds} in {namespace}"), e))?
-        .items)
+        .map_err(|e| Error::kube(format!("list {kind}s in {namespace}"), e))?
+        .items;
+    Ok(crate::tolerant::readable(&kind, items, &ctx.telemetry))
 }
