@@ -124,18 +124,15 @@ impl Metrics {
             .map_or(0, |c| c.get())
     }
 
-    /// Counts one finished reconcile of the type `api_version` / `kind`.
-    pub fn count_reconcile(&self, api_version: &str, kind: &str) {
-        self.reconciles
-            .get_or_create(&type_labels(api_version, kind))
-            .inc();
-    }
-
-    /// Counts one write request of the syncers of `api_version` / `kind`.
-    pub fn count_write(&self, api_version: &str, kind: &str) {
-        self.writes
-            .get_or_create(&type_labels(api_version, kind))
-            .inc();
+    /// The reconcile and write counters of the type `api_version` / `kind`, looked up once
+    /// (a [`TypeStats`](crate::stats::TypeStats) keeps them: no label is built on the reconcile
+    /// and write paths).
+    pub fn of_type(&self, api_version: &str, kind: &str) -> TypeCounters {
+        let labels = type_labels(api_version, kind);
+        TypeCounters {
+            reconciles: self.reconciles.get_or_create(&labels).clone(),
+            writes: self.writes.get_or_create(&labels).clone(),
+        }
     }
 
     /// The metrics in the Prometheus text exposition format.
@@ -151,6 +148,16 @@ impl Metrics {
             _ => Answer::not_found(),
         }
     }
+}
+
+/// `vcp_runtime_reconciles_total` and `vcp_runtime_writes_total` of one type
+/// ([`Metrics::of_type`]); each count is one atomic increment.
+#[derive(Clone, Debug, Default)]
+pub struct TypeCounters {
+    /// Finished reconciles of the type.
+    pub reconciles: Counter,
+    /// Write requests of the type's syncers.
+    pub writes: Counter,
 }
 
 fn type_labels(api_version: &str, kind: &str) -> TypeLabels {
@@ -236,9 +243,10 @@ mod tests {
         assert_eq!(m.count_undecodable("e2e.vcp.test/v1", "Blob", "virtual"), 1);
         assert_eq!(m.count_undecodable("e2e.vcp.test/v1", "Blob", "virtual"), 2);
         assert_eq!(m.count_undecodable("e2e.vcp.test/v1", "Blob", "host"), 1);
-        m.count_reconcile("v1", "Pod");
-        m.count_write("v1", "Pod");
-        m.count_write("v1", "Pod");
+        let pods = m.of_type("v1", "Pod");
+        pods.reconciles.inc();
+        pods.writes.inc();
+        m.of_type("v1", "Pod").writes.inc(); // the same line
         let text = m.answer("/metrics").body;
         for line in [
             r#"vcp_runtime_undecodable_objects_total{api_version="e2e.vcp.test/v1",kind="Blob",side="virtual"} 2"#,

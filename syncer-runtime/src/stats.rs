@@ -184,6 +184,8 @@ pub struct TypeStats {
     log: Option<std::sync::Arc<ReconcileLog>>,
     warnings: Option<EventSink>,
     metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
+    /// This type's lines of `metrics` (none without).
+    counters: Option<crate::metrics::TypeCounters>,
     deselected: AtomicU64,
     warned: WarnedKeys,
     outcomes: Mutex<HashMap<String, Outcome>>,
@@ -226,6 +228,7 @@ impl TypeStats {
     /// `metrics` (the runtime's `/metrics`, [`crate::metrics`]).
     #[must_use]
     pub fn with_metrics(mut self, metrics: std::sync::Arc<crate::metrics::Metrics>) -> Self {
+        self.counters = Some(metrics.of_type(&self.api_version, &self.kind));
         self.metrics = Some(metrics);
         self
     }
@@ -340,8 +343,8 @@ impl TypeStats {
     /// (`vcp_runtime_reconciles_total`), and in the `ReconcileLog`, if any (only with the test
     /// feature `reconcile-log`).
     pub fn count_reconcile(&self, key: &str) {
-        if let Some(metrics) = &self.metrics {
-            metrics.count_reconcile(&self.api_version, &self.kind);
+        if let Some(counters) = &self.counters {
+            counters.reconciles.inc();
         }
         #[cfg(feature = "reconcile-log")]
         if let Some(log) = &self.log {
@@ -423,8 +426,8 @@ impl TypeStats {
     /// metrics, if any: `vcp_runtime_writes_total`).
     pub fn count_write(&self) {
         self.writes.fetch_add(1, Ordering::Relaxed);
-        if let Some(metrics) = &self.metrics {
-            metrics.count_write(&self.api_version, &self.kind);
+        if let Some(counters) = &self.counters {
+            counters.writes.inc();
         }
     }
 
