@@ -131,6 +131,17 @@ impl Claims {
         format!("{}{name_path}", produced_for(api_version, kind, ""))
     }
 
+    /// The entries of the `produced[]` of `synced` ([`Claims::entry`]); none for a `FromHost`
+    /// type (its `produced` declares no host name).
+    pub fn entries_of(synced: &vcp_crds::SyncedType) -> Vec<String> {
+        synced
+            .produced
+            .iter()
+            .filter(|_| synced.direction.is_to_host())
+            .map(|p| Self::entry(&synced.api_version, &synced.kind, &p.name_path))
+            .collect()
+    }
+
     /// Waits for `entry` (see [`Claims::entry`]) to list its objects before anything is
     /// brought back (an entry already listed stays so).
     pub fn expect(&self, entry: String) {

@@ -474,14 +474,11 @@ impl Generation {
         // the host names every `produced` entry declares, shared by all synced types; nothing
         // is brought back before each entry has listed
         let claims = Arc::new(crate::produced::Claims::default());
-        for t in synced_types.iter().filter(|t| t.direction.is_to_host()) {
-            for p in &t.produced {
-                claims.expect(crate::produced::Claims::entry(
-                    &t.api_version,
-                    &t.kind,
-                    &p.name_path,
-                ));
-            }
+        for entry in synced_types
+            .iter()
+            .flat_map(crate::produced::Claims::entries_of)
+        {
+            claims.expect(entry);
         }
         for synced in synced_types {
             if held(&synced.api_version, &synced.kind)
@@ -492,12 +489,8 @@ impl Generation {
             {
                 info!(plugin = %config.plugin, kind = %synced.kind, "not synced until the operator accepts the hooks of this type");
                 // not synced: it declares no host name, the other types do not wait for it
-                for p in &synced.produced {
-                    claims.unexpect(&crate::produced::Claims::entry(
-                        &synced.api_version,
-                        &synced.kind,
-                        &p.name_path,
-                    ));
+                for entry in crate::produced::Claims::entries_of(&synced) {
+                    claims.unexpect(&entry);
                 }
                 continue;
             }
@@ -606,12 +599,7 @@ async fn run_type(
     // it has no object there, so it declares no host name, and the other types' entries must
     // not wait for it to list ([`crate::produced::Claims`]); once served, they wait again until
     // it has listed. A type that never runs (refused below) declares nothing either.
-    let entries: Vec<String> = synced
-        .produced
-        .iter()
-        .filter(|_| synced.direction.is_to_host())
-        .map(|p| crate::produced::Claims::entry(&synced.api_version, &synced.kind, &p.name_path))
-        .collect();
+    let entries = crate::produced::Claims::entries_of(&synced);
     let declares_nothing = || {
         for entry in &entries {
             claims.unexpect(entry);
