@@ -86,8 +86,16 @@ async fn unserved_types_of_one_tenant_do_not_stall_another() {
     })
     .await;
     assert!(judged.is_some(), "A's last plugin refused UnknownType");
-    // Into A's recheck rounds.
+    // Into A's recheck rounds: one recheck period after the last refusal, every plugin of A
+    // has been requeued; the operator's count of finished reconciles shows it is at work on
+    // them when B's plugin comes.
+    let at_judged = operator.reconciles();
     tokio::time::sleep(vcp_operator_recheck()).await;
+    let rechecked = operator.reconciles() - at_judged;
+    assert!(
+        rechecked > 0,
+        "no reconcile finished in the recheck period after A's plugins were refused"
+    );
 
     let started = Instant::now();
     vcp_tests::create_plugin(&admin, B, "b-during", image("b-during")).await;
@@ -99,7 +107,8 @@ async fn unserved_types_of_one_tenant_do_not_stall_another() {
         operator.reconciles()
     );
     eprintln!(
-        "B's plugin Ready {:?} after its creation, beside A's {PLUGINS} plugins",
+        "B's plugin Ready {:?} after its creation, beside A's {PLUGINS} plugins \
+         ({rechecked} reconciles finished in the recheck period before it)",
         started.elapsed()
     );
     operator.stop().await;
