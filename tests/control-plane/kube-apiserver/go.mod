@@ -1,5 +1,5 @@
-// Pins kube-apiserver, kubectl and kube-controller-manager (run with only its garbage collector)
-// for the local test control plane. Built by scripts/control-plane build.
+// Pins kube-apiserver, kubectl, kube-controller-manager, and the node's kube-scheduler, kubelet and
+// kube-proxy for the local test control plane and node. Built by scripts/control-plane build.
 module vcp.dev/control-plane/kube-apiserver
 
 go 1.24.0
