@@ -36,6 +36,9 @@
 //! plots; [`bench`] repeats a bench (`BENCH_RUNS`) and prints the medians of its figures.
 //!
 //! [`image`] builds the container image without a container engine: it replays the Dockerfile.
+//!
+//! [`node`] is a real one-node cluster (`scripts/node`: kubelet, containerd, kube-proxy), where
+//! pods run from images built locally with buildah: the `cluster` tests.
 
 pub mod admission;
 pub mod argocd;
@@ -48,6 +51,7 @@ pub mod cpu;
 pub mod fixtures;
 pub mod image;
 pub mod logs;
+pub mod node;
 pub mod oracle;
 pub mod plot;
 pub mod plugins;

@@ -1,0 +1,20 @@
+//! End to end on a real node (issue 39): the product as users run it. One test binary, one
+//! node ([`vcp_tests::node::Node::shared`]: `scripts/node`, kubelet + containerd + kube-proxy
+//! in a network namespace), images built locally with buildah and imported, never pulled.
+//!
+//! - [`operator`]: `kubectl apply -k config/default` runs the operator from its image.
+
+mod operator;
+
+use std::sync::OnceLock;
+
+use vcp_tests::node::{Node, operator_image};
+
+/// The product's image in the shared node's containerd (built once per test binary), and
+/// its reference.
+fn operator_image_in_node() -> &'static str {
+    static IMAGE: OnceLock<String> = OnceLock::new();
+    IMAGE.get_or_init(|| {
+        operator_image(Node::shared()).expect("build and import the product's image")
+    })
+}
