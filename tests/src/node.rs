@@ -5,7 +5,7 @@
 //! [`Node::shared`] starts the node of a test binary on first use, with `scripts/node up --dir
 //! <tmp>/vcp-node-<pid> --watch-pid <pid>`: the watchdog runs `scripts/node down` once the
 //! binary has exited, however it ended. Only one node runs per machine (containerd 1.6 and the
-//! kubelet hard-code host paths), so `start` first waits, up to 90 s, for the node of an
+//! kubelet hard-code host paths), so `start` first waits, up to 600 s, for the node of an
 //! earlier test binary to go.
 //!
 //! Nothing is pulled: images are built locally and imported into the node's containerd
@@ -33,6 +33,8 @@ const STATE_DIR_PREFIX: &str = "vcp-node-";
 #[derive(Debug)]
 pub struct Node {
     dir: PathBuf,
+    /// Whether this value started the node (and so stops it on drop).
+    owned: bool,
 }
 
 impl Node {
@@ -41,14 +43,14 @@ impl Node {
     /// any, has gone. Returns once the node is `Ready` (typically 5–10 s).
     ///
     /// # Errors
-    /// When the network namespace stays taken for 90 s, or the script fails (its output, with
+    /// When the network namespace stays taken for 600 s, or the script fails (its output, with
     /// the tail of the failing process's log, is in the error).
     pub fn start() -> anyhow::Result<Node> {
-        let deadline = Instant::now() + Duration::from_secs(90);
+        let deadline = Instant::now() + Duration::from_secs(600);
         while Path::new("/run/netns").join(NETNS).exists() {
             ensure!(
                 Instant::now() < deadline,
-                "network namespace {NETNS} still exists after 90 s: another node runs on this \
+                "network namespace {NETNS} still exists after 600 s: another node runs on this \
                  machine (stop it with `scripts/node down --dir <its folder>`)"
             );
             std::thread::sleep(Duration::from_millis(500));
@@ -58,7 +60,25 @@ impl Node {
         std::fs::create_dir_all(&dir)?;
         let pid = std::process::id().to_string();
         node_script(&["up", "--watch-pid", &pid], &dir)?;
-        Ok(Node { dir })
+        Ok(Node { dir, owned: true })
+    }
+
+    /// The node `scripts/node up --dir <dir>` started earlier (for a tool run beside it, such
+    /// as the demo's image build); dropping it leaves the node running.
+    ///
+    /// # Errors
+    /// When `<dir>` holds no running node (no `env` file).
+    pub fn attach(dir: &Path) -> anyhow::Result<Node> {
+        ensure!(
+            dir.join("env").exists(),
+            "no node in {}: run scripts/node up --dir {}",
+            dir.display(),
+            dir.display()
+        );
+        Ok(Node {
+            dir: dir.to_path_buf(),
+            owned: false,
+        })
     }
 
     /// The node of this test binary, started on first use; it stops when the binary exits.
@@ -228,7 +248,9 @@ impl Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
-        let _ = node_script(&["down"], &self.dir);
+        if self.owned {
+            let _ = node_script(&["down"], &self.dir);
+        }
     }
 }
 

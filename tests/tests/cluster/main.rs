@@ -3,8 +3,10 @@
 //! in a network namespace), images built locally with buildah and imported, never pulled.
 //!
 //! - [`operator`]: `kubectl apply -k config/default` runs the operator from its image.
+//! - [`vcluster`]: vCluster's own chart as a pod, and the tutorial's plugin installed into it.
 
 mod operator;
+mod vcluster;
 
 use std::sync::OnceLock;
 

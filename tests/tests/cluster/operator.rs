@@ -96,12 +96,19 @@ async fn config_default_runs_the_operator_from_its_image_on_the_node() {
         Some("/readyz")
     );
 
-    // The Deployment is Available: its one replica is ready.
+    // The Deployment is Available: its one replica is ready (its status follows the pod's).
     let deployments: Api<Deployment> = Api::namespaced(node.client().await.unwrap(), NAMESPACE);
-    let deployment = deployments.get(NAME).await.unwrap();
-    assert_eq!(
-        deployment.status.as_ref().and_then(|s| s.ready_replicas),
-        Some(1)
+    let available = poll_for(Duration::from_secs(30), || {
+        let deployments = deployments.clone();
+        async move {
+            let d = deployments.get(NAME).await.ok()?;
+            (d.status?.ready_replicas == Some(1)).then_some(())
+        }
+    })
+    .await;
+    assert!(
+        available.is_some(),
+        "Deployment {NAMESPACE}/{NAME} did not report 1 ready replica within 30 s"
     );
 
     // It holds the Lease: written by the pod with its ServiceAccount's token (the only
