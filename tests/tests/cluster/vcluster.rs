@@ -127,7 +127,7 @@ pub async fn installed_vcluster() -> &'static VCluster {
     let node = Node::shared();
     let dir = node.dir().to_string_lossy().into_owned();
     let images = values(&script("images", &["import", "--dir", &dir]));
-    let tools = values(&script("oracles", &["build"]));
+    let tools = values(&script("oracles", &["build", "--only", "HELM"]));
     let bins = values(&script("control-plane", &["build"]));
     let helm = tools["HELM"].clone();
     let kubectl = PathBuf::from(&bins["KUBECTL"]);
