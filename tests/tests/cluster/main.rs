@@ -4,7 +4,9 @@
 //!
 //! - [`operator`]: `kubectl apply -k config/default` runs the operator from its image.
 //! - [`vcluster`]: vCluster's own chart as a pod, and the tutorial's plugin installed into it.
+//! - [`fault`]: the vCluster pod killed while a plugin install rolls it; nothing lost.
 
+mod fault;
 mod operator;
 mod vcluster;
 
