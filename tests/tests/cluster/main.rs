@@ -4,8 +4,14 @@
 //!
 //! - [`operator`]: `kubectl apply -k config/default` runs the operator from its image.
 //! - [`vcluster`]: vCluster's own chart as a pod, and the tutorial's plugin installed into it.
+//! - [`fault`]: the vCluster pod killed while a plugin install rolls it; nothing lost.
+//! - [`install_time`]: plugin install to Ready, by the operator and by `helm upgrade` (the figure).
+//! - [`v2_image`]: a Go v2 plugin image copied into `/plugins` and loaded by vCluster's syncer.
 
+mod fault;
+mod install_time;
 mod operator;
+mod v2_image;
 mod vcluster;
 
 use std::sync::OnceLock;

@@ -93,8 +93,13 @@ fn run(mut cmd: Command, stdin: Option<&str>) -> Result<String, String> {
     }
 }
 
-/// The vCluster of this test binary: installed once.
+/// One vCluster of this test binary, installed by [`installed_vcluster`] in a host namespace
+/// of its own.
 pub struct VCluster {
+    /// The host namespace it runs in.
+    pub namespace: String,
+    /// The helm release, also the StatefulSet's name and the vCluster's name.
+    pub release: String,
     /// kubectl of the machine (as `scripts/control-plane build` printed it).
     kubectl: PathBuf,
     /// The virtual cluster's kubeconfig, its server the vCluster Service's ClusterIP (reached
@@ -113,52 +118,105 @@ impl VCluster {
             .args(args);
         run(cmd, stdin)
     }
+
+    /// The name of the vCluster's only pod (`<release>-0`).
+    pub fn pod_name(&self) -> String {
+        format!("{}-0", self.release)
+    }
 }
 
-/// vCluster v0.30.0's own chart installed by helm on the node (`scripts/images` builds and
-/// imports its images; values: the local registry, the syncer's OSS image and tag, the distro
-/// tag, telemetry off; a static volume for its claim), its pod Ready and its virtual API
-/// server answering through its Service. Once per test binary.
-pub async fn installed_vcluster() -> &'static VCluster {
-    static VCLUSTER: OnceLock<VCluster> = OnceLock::new();
-    if let Some(v) = VCLUSTER.get() {
+/// Serializes the heavy scenarios of this binary (each rolls a vCluster's StatefulSet and
+/// starts pods): on a 2-core machine, parallel rolls make each other's timeouts flaky. A test
+/// holds it for its whole run.
+pub fn scenario_lock() -> &'static tokio::sync::Mutex<()> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    &LOCK
+}
+
+/// What `scripts/images import`, `scripts/oracles build` and `scripts/control-plane build`
+/// printed, merged (`NAME=VALUE`); the imports run once per test binary.
+pub fn tool_values() -> &'static BTreeMap<String, String> {
+    static VALUES: OnceLock<BTreeMap<String, String>> = OnceLock::new();
+    VALUES.get_or_init(|| {
+        let dir = Node::shared().dir().to_string_lossy().into_owned();
+        let mut all = values(&script("oracles", &["build"]));
+        all.extend(values(&script("control-plane", &["build"])));
+        // last, so its chart and values (VCLUSTER_CHART, VCLUSTER_VALUES) are the ones used
+        all.extend(values(&script("images", &["import", "--dir", &dir])));
+        all
+    })
+}
+
+/// vCluster v0.30.0's own chart installed by helm on the node as release `release` in host
+/// namespace `namespace` (`scripts/images` builds and imports its images; values: the local
+/// registry, the syncer's OSS image and tag, the distro tag, telemetry off; a static volume for
+/// its claim), its pod Ready and its virtual API server answering through its Service. Once per
+/// namespace and test binary; later calls get the same vCluster.
+pub async fn installed_vcluster(namespace: &str, release: &str) -> &'static VCluster {
+    static INSTALLED: std::sync::Mutex<BTreeMap<String, &'static VCluster>> =
+        std::sync::Mutex::new(BTreeMap::new());
+    static INSTALLING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let key = format!("{namespace}/{release}");
+    let _installing = INSTALLING.lock().await;
+    if let Some(v) = INSTALLED.lock().unwrap().get(&key) {
         return v;
     }
-    let node = Node::shared();
-    let dir = node.dir().to_string_lossy().into_owned();
-    let images = values(&script("images", &["import", "--dir", &dir]));
-    let tools = values(&script("oracles", &["build", "--only", "HELM"]));
-    let bins = values(&script("control-plane", &["build"]));
-    let helm = tools["HELM"].clone();
-    let kubectl = PathBuf::from(&bins["KUBECTL"]);
-    let kubeconfig = node.kubeconfig().to_string_lossy().into_owned();
+    let vcluster: &'static VCluster = Box::leak(Box::new(install(namespace, release).await));
+    INSTALLED.lock().unwrap().insert(key, vcluster);
+    vcluster
+}
 
-    node.kubectl(&["create", "namespace", NAMESPACE]).unwrap();
-    let data = node.dir().join(format!("run/pv/{NAMESPACE}-{RELEASE}"));
-    let pv = std::fs::read_to_string(&images["VCLUSTER_PV"])
+/// `helm <verb> <release> <chart> -n <namespace> -f <values> [-f <extra>]` (verb `install` or
+/// `upgrade`) of vCluster v0.30.0's chart with the node's values (`scripts/images`), as the
+/// node's admin, from inside the node's network namespace; `extra_values` is a values file
+/// layered on top. Returns helm's stdout, or the error with its output.
+pub fn helm_chart(
+    verb: &str,
+    namespace: &str,
+    release: &str,
+    extra_values: Option<&std::path::Path>,
+) -> Result<String, String> {
+    let node = Node::shared();
+    let tools = tool_values();
+    let helm_home = node.dir().join("run/helm");
+    let mut cmd = in_netns(&tools["HELM"]);
+    cmd.arg("--kubeconfig")
+        .arg(node.kubeconfig())
+        .args([verb, release])
+        .arg(&tools["VCLUSTER_CHART"])
+        .args(["-n", namespace, "-f", &tools["VCLUSTER_VALUES"]])
+        .env("HELM_CACHE_HOME", helm_home.join("cache"))
+        .env("HELM_CONFIG_HOME", helm_home.join("config"))
+        .env("HELM_DATA_HOME", helm_home.join("data"));
+    if let Some(extra) = extra_values {
+        cmd.arg("-f").arg(extra);
+    }
+    run(cmd, None)
+}
+
+/// `helm install` of the chart and the waits of [`installed_vcluster`].
+async fn install(namespace: &str, release: &str) -> VCluster {
+    let node = Node::shared();
+    let tools = tool_values();
+    let kubectl = PathBuf::from(&tools["KUBECTL"]);
+
+    node.kubectl(&["create", "namespace", namespace]).unwrap();
+    let data = node.dir().join(format!("run/pv/{namespace}-{release}"));
+    let pv = std::fs::read_to_string(&tools["VCLUSTER_PV"])
         .unwrap()
-        .replace("@NAME@", &format!("{NAMESPACE}-{RELEASE}-data"))
-        .replace("@NAMESPACE@", NAMESPACE)
-        .replace("@CLAIM@", &format!("data-{RELEASE}-0"))
+        .replace("@NAME@", &format!("{namespace}-{release}-data"))
+        .replace("@NAMESPACE@", namespace)
+        .replace("@CLAIM@", &format!("data-{release}-0"))
         .replace("@PATH@", &data.to_string_lossy());
     let out = node.kubectl_output(&["apply", "-f", "-"], Some(&pv));
     assert!(out.status.success(), "apply the static volume: {out:?}");
 
-    let helm_home = node.dir().join("run/helm");
-    let mut install = in_netns(&helm);
-    install
-        .args(["--kubeconfig", &kubeconfig, "install", RELEASE])
-        .arg(&images["VCLUSTER_CHART"])
-        .args(["-n", NAMESPACE, "-f", &images["VCLUSTER_VALUES"]])
-        .env("HELM_CACHE_HOME", helm_home.join("cache"))
-        .env("HELM_CONFIG_HOME", helm_home.join("config"))
-        .env("HELM_DATA_HOME", helm_home.join("data"));
     let started = Instant::now();
-    run(install, None).expect("helm install vCluster's chart");
+    helm_chart("install", namespace, release, None).expect("helm install vCluster's chart");
 
     let client = node.client().await.unwrap();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
-    let pod_name = format!("{RELEASE}-0");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let pod_name = format!("{release}-0");
     if poll_for(Duration::from_secs(300), || {
         let pods = pods.clone();
         let pod_name = pod_name.clone();
@@ -168,17 +226,17 @@ pub async fn installed_vcluster() -> &'static VCluster {
     .is_none()
     {
         panic!(
-            "{pod_name} not Ready within 300 s of helm install:\n{}\n{}",
-            node.kubectl(&["-n", NAMESPACE, "describe", "pod", &pod_name])
+            "{namespace}/{pod_name} not Ready within 300 s of helm install:\n{}\n{}",
+            node.kubectl(&["-n", namespace, "describe", "pod", &pod_name])
                 .unwrap_or_else(|e| e.to_string()),
             node.kubectl(&[
-                "-n", NAMESPACE, "logs", &pod_name, "-c", "syncer", "--tail", "30"
+                "-n", namespace, "logs", &pod_name, "-c", "syncer", "--tail", "30"
             ])
             .unwrap_or_else(|e| e.to_string())
         );
     }
     eprintln!(
-        "vcluster: helm install -> {pod_name} Ready in {:.1} s",
+        "vcluster: helm install -> {namespace}/{pod_name} Ready in {:.1} s",
         started.elapsed().as_secs_f64()
     );
 
@@ -187,19 +245,19 @@ pub async fn installed_vcluster() -> &'static VCluster {
     let ip = node
         .kubectl(&[
             "-n",
-            NAMESPACE,
+            namespace,
             "get",
             "svc",
-            RELEASE,
+            release,
             "-o",
             "jsonpath={.spec.clusterIP}",
         ])
         .unwrap();
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let config = poll_for(Duration::from_secs(60), || {
         let secrets = secrets.clone();
         async move {
-            let secret = secrets.get_opt(&format!("vc-{RELEASE}")).await.ok()??;
+            let secret = secrets.get_opt(&format!("vc-{release}")).await.ok()??;
             let bytes = secret.data?.remove("config")?;
             String::from_utf8(bytes.0).ok()
         }
@@ -217,13 +275,17 @@ pub async fn installed_vcluster() -> &'static VCluster {
         })
         .collect::<Vec<_>>()
         .join("\n");
-    let virtual_kubeconfig = node.dir().join(format!("vcluster-{RELEASE}.kubeconfig"));
+    let virtual_kubeconfig = node
+        .dir()
+        .join(format!("vcluster-{namespace}-{release}.kubeconfig"));
     std::fs::write(&virtual_kubeconfig, config).unwrap();
 
-    let sts: Api<StatefulSet> = Api::namespaced(client, NAMESPACE);
+    let sts: Api<StatefulSet> = Api::namespaced(client, namespace);
     let chart_template =
-        serde_json::to_value(sts.get(RELEASE).await.unwrap().spec.unwrap().template).unwrap();
+        serde_json::to_value(sts.get(release).await.unwrap().spec.unwrap().template).unwrap();
     let vcluster = VCluster {
+        namespace: namespace.to_string(),
+        release: release.to_string(),
         kubectl,
         virtual_kubeconfig,
         chart_template,
@@ -239,11 +301,11 @@ pub async fn installed_vcluster() -> &'static VCluster {
         answered.is_some(),
         "the virtual API server did not answer through https://{ip}:443 within 120 s"
     );
-    VCLUSTER.get_or_init(|| vcluster)
+    vcluster
 }
 
 /// Whether the pod is Running with its `Ready` condition `True`.
-fn pod_ready(pod: &Pod) -> bool {
+pub fn pod_ready(pod: &Pod) -> bool {
     let status = pod.status.as_ref();
     status.and_then(|s| s.phase.as_deref()) == Some("Running")
         && status
@@ -252,7 +314,7 @@ fn pod_ready(pod: &Pod) -> bool {
 }
 
 /// The names of the pod's containers, as its status reports them running and ready.
-fn ready_containers(pod: &Pod) -> Vec<String> {
+pub fn ready_containers(pod: &Pod) -> Vec<String> {
     let mut names: Vec<String> = pod
         .status
         .as_ref()
@@ -270,9 +332,10 @@ fn ready_containers(pod: &Pod) -> Vec<String> {
 
 #[tokio::test]
 async fn the_tutorial_plugin_runs_in_a_vcluster_of_the_chart_and_its_pod_runs_on_the_node() {
+    let _scenario = scenario_lock().lock().await;
     let node = Node::shared();
     installed_operator().await;
-    let vcluster = installed_vcluster().await;
+    let vcluster = installed_vcluster(NAMESPACE, RELEASE).await;
     let client = node.client().await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     let sts: Api<StatefulSet> = Api::namespaced(client.clone(), NAMESPACE);

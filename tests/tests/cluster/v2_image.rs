@@ -1,0 +1,280 @@
+//! A v2 image plugin on the node: the Go pod hook built against vCluster's own module
+//! (`scripts/oracles build`'s `go-pod-hook`, speaking vCluster's v2 plugin protocol) in an image
+//! built here by buildah, installed by a VClusterPlugin with `image` and `version: v2`. Its init
+//! container's copy (`sh -c 'cp -r /plugin /plugins/<name>'`, the operator's
+//! `v2_init_container`) lands where vCluster's syncer looks (`/plugins/<name>/plugin`), the
+//! syncer loads it (its log), and its hook is applied: a virtual pod created after the install
+//! reaches the node with the hook's label, one created before it has none.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use vcp_tests::node::Node;
+use vcp_tests::poll_for;
+
+use crate::operator::installed_operator;
+use crate::operator_image_in_node;
+use crate::vcluster::{
+    VCluster, installed_vcluster, pod_ready, ready_containers, scenario_lock, tool_values,
+};
+
+/// The host namespace of this test's vCluster (the release keeps the samples' name).
+const NAMESPACE: &str = "vc-v2";
+const RELEASE: &str = "my-vcluster";
+/// The plugin's name (its init container's and its folder's under `/plugins`).
+const PLUGIN: &str = "go-hook";
+/// The test plugin image's reference.
+pub const IMAGE: &str = "localhost/vcp/go-pod-hook:v0.30.0";
+
+/// Builds the test plugin image in the node's buildah storage and imports it: the node's
+/// busybox image (Debian's busybox-static: the `sh` and `cp` the operator's init container
+/// runs) plus the Go plugin at `/plugin/plugin`, where a vcluster-sdk image keeps it. The
+/// binary is the oracle as built (cgo on, so it links glibc): it runs inside vCluster's syncer
+/// container, whose local image carries the host's glibc (`scripts/images`).
+pub fn build_plugin_image(node: &Node) {
+    let binary = &tool_values()["GO_POD_HOOK"];
+    let container = node
+        .run_buildah(&["from", "--pull=never", "localhost/vcp/busybox:1.35"])
+        .expect("buildah from the node's busybox image");
+    node.run_buildah(&[
+        "copy",
+        "--chmod",
+        "0755",
+        &container,
+        binary,
+        "/plugin/plugin",
+    ])
+    .unwrap();
+    node.run_buildah(&["commit", "-q", &container, IMAGE])
+        .unwrap();
+    node.run_buildah(&["rm", &container]).unwrap();
+    let archive = node.dir().join("go-pod-hook.docker.tar");
+    let _ = std::fs::remove_file(&archive);
+    node.run_buildah(&[
+        "push",
+        "-q",
+        IMAGE,
+        &format!("docker-archive:{}:{IMAGE}", archive.display()),
+    ])
+    .unwrap();
+    node.import(&archive).unwrap();
+}
+
+/// Creates virtual pod `team-a/<name>` (busybox, sleeping) and returns its host copy once it is
+/// Running on the node.
+async fn running_host_pod(vcluster: &VCluster, pods: &Api<Pod>, name: &str) -> Pod {
+    // Retried: right after a roll the Service's ClusterIP may still lead to the old pod for a
+    // moment (endpoints and kube-proxy catching up: "connection refused").
+    let mut error = String::new();
+    let created = poll_for(Duration::from_secs(60), || {
+        let done = match vcluster.virtual_kubectl(
+            &[
+                "-n",
+                "team-a",
+                "run",
+                name,
+                "--image=localhost/vcp/busybox:1.35",
+                "--image-pull-policy=Never",
+                "--restart=Never",
+                "--",
+                "sleep",
+                "3600",
+            ],
+            None,
+        ) {
+            Ok(_) => true,
+            Err(e) => {
+                error = e;
+                vcluster
+                    .virtual_kubectl(&["-n", "team-a", "get", "pod", name], None)
+                    .is_ok()
+            }
+        };
+        async move { done.then_some(()) }
+    })
+    .await;
+    assert!(
+        created.is_some(),
+        "virtual pod team-a/{name} not created within 60 s: {error}"
+    );
+    let host = format!("{name}-x-team-a-x-{RELEASE}");
+    poll_for(Duration::from_secs(120), || {
+        let pods = pods.clone();
+        let host = host.clone();
+        async move {
+            let pod = pods.get_opt(&host).await.ok()??;
+            (pod.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(pod)
+        }
+    })
+    .await
+    .unwrap_or_else(|| panic!("the host pod {host} not Running within 120 s"))
+}
+
+/// The value of label `key` of the pod.
+fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+/// Installs the v2 plugin `plugin` (its VClusterPlugin in `manifest`) into a vCluster of its
+/// own in host namespace `namespace`, and checks what the module's header says: a virtual pod
+/// created before reaches the node without label `key`; after the install the rolled pod's init
+/// container `plugin` (from `init_image`) exited 0, vCluster's syncer logs `Successfully loaded
+/// plugin` for `/plugins/<plugin>/plugin`, and a virtual pod created then reaches the node
+/// labelled `key=value` by the plugin's hook.
+async fn v2_plugin_is_loaded(
+    namespace: &str,
+    plugin: &str,
+    manifest: &str,
+    init_image: &str,
+    (key, value): (&str, &str),
+) {
+    let node = Node::shared();
+    let vcluster = installed_vcluster(namespace, RELEASE).await;
+    let client = node.client().await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client, &vcluster.namespace);
+    let vcluster_pod = vcluster.pod_name();
+
+    // Before the plugin: a virtual pod reaches the node without the hook's label.
+    let ready_ns = poll_for(Duration::from_secs(60), || {
+        let _ = vcluster.virtual_kubectl(&["create", "namespace", "team-a"], None);
+        let sa = vcluster
+            .virtual_kubectl(&["get", "serviceaccount", "-n", "team-a", "default"], None)
+            .is_ok();
+        async move { sa.then_some(()) }
+    })
+    .await;
+    assert!(
+        ready_ns.is_some(),
+        "virtual namespace team-a and its ServiceAccount"
+    );
+    let before = running_host_pod(vcluster, &pods, "before").await;
+    assert_eq!(label(&before, key), None);
+
+    let uid0 = pods.get(&vcluster_pod).await.unwrap().metadata.uid.unwrap();
+    let applied = node.kubectl_output(&["apply", "-f", "-"], Some(manifest));
+    assert!(applied.status.success(), "apply the plugin: {applied:?}");
+    let ready = node.kubectl(&[
+        "-n",
+        namespace,
+        "wait",
+        "--for=condition=Ready=True",
+        &format!("vclusterplugin/{plugin}"),
+        "--timeout=180s",
+    ]);
+    assert!(
+        ready.is_ok(),
+        "{plugin} not Ready: {ready:?}\n{}",
+        node.kubectl(&["-n", namespace, "get", "vcp", plugin, "-o", "yaml"])
+            .unwrap_or_default()
+    );
+
+    // The rolled pod: Ready, its init container from the plugin's image exited 0, vCluster's
+    // syncer its only container.
+    let rolled = poll_for(Duration::from_secs(300), || {
+        let pods = pods.clone();
+        let (name, uid0) = (vcluster_pod.clone(), uid0.clone());
+        async move {
+            let pod = pods.get_opt(&name).await.ok()??;
+            (pod.metadata.uid.as_deref() != Some(&uid0) && pod_ready(&pod)).then_some(pod)
+        }
+    })
+    .await;
+    let Some(rolled) = rolled else {
+        panic!(
+            "{vcluster_pod} not rolled and Ready within 300 s:\n{}",
+            node.kubectl(&["-n", namespace, "describe", "pod", &vcluster_pod])
+                .unwrap_or_else(|e| e.to_string())
+        );
+    };
+    assert_eq!(ready_containers(&rolled), ["syncer"]);
+    let init = rolled
+        .status
+        .as_ref()
+        .and_then(|s| s.init_container_statuses.as_ref())
+        .and_then(|s| s.iter().find(|s| s.name == plugin))
+        .unwrap_or_else(|| panic!("no init container {plugin} in {:?}", rolled.status));
+    assert_eq!(init.image, init_image);
+    let exit = init
+        .state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .map(|t| t.exit_code);
+    assert_eq!(exit, Some(0), "the init container's copy: {init:?}");
+
+    // vCluster's syncer loaded it from where the copy put it.
+    let path = format!("/plugins/{plugin}/plugin");
+    let mut log = String::new();
+    let loaded = poll_for(Duration::from_secs(60), || {
+        log = node
+            .kubectl(&["-n", namespace, "logs", &vcluster_pod, "-c", "syncer"])
+            .unwrap_or_default();
+        let found = log
+            .lines()
+            .any(|l| l.contains("Successfully loaded plugin") && l.contains(&path));
+        async move { found.then_some(()) }
+    })
+    .await;
+    assert!(
+        loaded.is_some(),
+        "vCluster's syncer did not log `Successfully loaded plugin` for {path}:\n{}",
+        log.lines().rev().take(40).collect::<Vec<_>>().join("\n")
+    );
+
+    // Its hook: a virtual pod created now reaches the node labelled at create.
+    let after = running_host_pod(vcluster, &pods, "after").await;
+    assert_eq!(
+        label(&after, key),
+        Some(value),
+        "labels of the host pod: {:?}",
+        after.metadata.labels
+    );
+    assert_eq!(
+        after.spec.as_ref().unwrap().node_name.as_deref(),
+        Some("vcp-node")
+    );
+}
+
+#[tokio::test]
+async fn a_go_v2_plugin_image_is_copied_to_plugins_and_loaded_by_vclusters_syncer() {
+    let _scenario = scenario_lock().lock().await;
+    installed_operator().await;
+    build_plugin_image(Node::shared());
+    let manifest = format!(
+        "apiVersion: vcp.dev/v1alpha1\nkind: VClusterPlugin\nmetadata: {{name: {PLUGIN}, \
+         namespace: {NAMESPACE}}}\nspec:\n  vcluster: {{name: {RELEASE}}}\n  image: {IMAGE}\n  \
+         version: v2\n  imagePullPolicy: Never\n"
+    );
+    v2_plugin_is_loaded(
+        NAMESPACE,
+        PLUGIN,
+        &manifest,
+        IMAGE,
+        ("created-by-go-plugin", "go-hook"),
+    )
+    .await;
+}
+
+/// The embedded Rust runtime as a v2 plugin (no `image`, `version: v2`, a pod hook): the
+/// operator's init container from the product's image runs `vcluster-plugin-syncer
+/// install-plugin /plugins/<name>`, and vCluster's syncer loads the runtime like a Go plugin.
+#[tokio::test]
+async fn the_rust_runtime_as_a_v2_plugin_is_loaded_by_vclusters_syncer() {
+    let _scenario = scenario_lock().lock().await;
+    installed_operator().await;
+    let namespace = "vc-v2-rust";
+    let manifest = format!(
+        "apiVersion: vcp.dev/v1alpha1\nkind: VClusterPlugin\nmetadata: {{name: rust-hook, \
+         namespace: {namespace}}}\nspec:\n  vcluster: {{name: {RELEASE}}}\n  version: v2\n  \
+         hooks:\n  - name: pod-hook\n    apiVersion: v1\n    kind: Pod\n    events: \
+         [CreatePhysical]\n    labels:\n      created-by-plugin: rust-hook\n"
+    );
+    v2_plugin_is_loaded(
+        namespace,
+        "rust-hook",
+        &manifest,
+        operator_image_in_node(),
+        ("created-by-plugin", "rust-hook"),
+    )
+    .await;
+}
