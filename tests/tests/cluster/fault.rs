@@ -15,7 +15,9 @@ use vcp_tests::node::Node;
 use vcp_tests::{poll_for, repo_root};
 
 use crate::operator::installed_operator;
-use crate::vcluster::{installed_vcluster, pod_ready, ready_containers, scenario_lock};
+use crate::vcluster::{
+    assert_plugin_ready, installed_vcluster, pod_ready, ready_containers, scenario_lock,
+};
 
 /// The host namespace of this test's vCluster; the release keeps the sample's name, so the
 /// sample's `spec.vcluster.name` applies unchanged.
@@ -191,20 +193,7 @@ async fn killing_the_vcluster_pod_while_a_plugin_install_rolls_it_loses_nothing(
     assert_ne!(update, current, "the kill came during the roll");
 
     // Convergence: the plugin Ready, a third pod Running and Ready with the sidecar.
-    let ready = node.kubectl(&[
-        "-n",
-        NAMESPACE,
-        "wait",
-        "--for=condition=Ready=True",
-        "vclusterplugin/car-sync",
-        "--timeout=180s",
-    ]);
-    assert!(
-        ready.is_ok(),
-        "car-sync not Ready after the kill: {ready:?}\n{}",
-        node.kubectl(&["-n", NAMESPACE, "get", "vcp", "car-sync", "-o", "yaml"])
-            .unwrap_or_default()
-    );
+    assert_plugin_ready(node, NAMESPACE, "car-sync", 180, " after the kill");
     let back = poll_for(Duration::from_secs(300), || {
         let pods = pods.clone();
         let (name, uid0, uid1) = (vcluster_pod.clone(), uid0.clone(), uid1.clone());

@@ -16,7 +16,8 @@ use vcp_tests::poll_for;
 use crate::operator::installed_operator;
 use crate::operator_image_in_node;
 use crate::vcluster::{
-    VCluster, installed_vcluster, pod_ready, ready_containers, scenario_lock, tool_values,
+    VCluster, assert_plugin_ready, installed_vcluster, pod_ready, ready_containers, scenario_lock,
+    tool_values,
 };
 
 /// The host namespace of this test's vCluster (the release keeps the samples' name).
@@ -154,20 +155,7 @@ async fn v2_plugin_is_loaded(
     let uid0 = pods.get(&vcluster_pod).await.unwrap().metadata.uid.unwrap();
     let applied = node.kubectl_output(&["apply", "-f", "-"], Some(manifest));
     assert!(applied.status.success(), "apply the plugin: {applied:?}");
-    let ready = node.kubectl(&[
-        "-n",
-        namespace,
-        "wait",
-        "--for=condition=Ready=True",
-        &format!("vclusterplugin/{plugin}"),
-        "--timeout=180s",
-    ]);
-    assert!(
-        ready.is_ok(),
-        "{plugin} not Ready: {ready:?}\n{}",
-        node.kubectl(&["-n", namespace, "get", "vcp", plugin, "-o", "yaml"])
-            .unwrap_or_default()
-    );
+    assert_plugin_ready(node, namespace, plugin, 180, "");
 
     // The rolled pod: Ready, its init container from the plugin's image exited 0, vCluster's
     // syncer its only container.

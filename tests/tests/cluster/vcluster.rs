@@ -304,6 +304,31 @@ async fn install(namespace: &str, release: &str) -> VCluster {
     vcluster
 }
 
+/// Waits (`kubectl wait`, up to `timeout_s` seconds) until the VClusterPlugin
+/// `namespace/plugin` is `Ready=True`; panics with the plugin's YAML and `context` otherwise.
+pub fn assert_plugin_ready(
+    node: &Node,
+    namespace: &str,
+    plugin: &str,
+    timeout_s: u32,
+    context: &str,
+) {
+    let ready = node.kubectl(&[
+        "-n",
+        namespace,
+        "wait",
+        "--for=condition=Ready=True",
+        &format!("vclusterplugin/{plugin}"),
+        &format!("--timeout={timeout_s}s"),
+    ]);
+    assert!(
+        ready.is_ok(),
+        "{plugin} not Ready{context}: {ready:?}\n{}",
+        node.kubectl(&["-n", namespace, "get", "vcp", plugin, "-o", "yaml"])
+            .unwrap_or_default()
+    );
+}
+
 /// Whether the pod is Running with its `Ready` condition `True`.
 pub fn pod_ready(pod: &Pod) -> bool {
     let status = pod.status.as_ref();
@@ -357,20 +382,7 @@ async fn the_tutorial_plugin_runs_in_a_vcluster_of_the_chart_and_its_pod_runs_on
     let started = Instant::now();
     node.kubectl(&["apply", "-f", "config/samples/car-plugin.yaml"])
         .unwrap();
-    let ready = node.kubectl(&[
-        "-n",
-        NAMESPACE,
-        "wait",
-        "--for=condition=Ready=True",
-        "vclusterplugin/car-sync",
-        "--timeout=120s",
-    ]);
-    assert!(
-        ready.is_ok(),
-        "car-sync not Ready: {ready:?}\n{}",
-        node.kubectl(&["-n", NAMESPACE, "get", "vcp", "car-sync", "-o", "yaml"])
-            .unwrap_or_default()
-    );
+    assert_plugin_ready(node, NAMESPACE, "car-sync", 120, "");
 
     // The StatefulSet rolls: a new pod (another uid) Running and Ready with vCluster's syncer
     // and the runtime sidecar.
