@@ -16,7 +16,7 @@ use vcp_tests::{poll_for, repo_root};
 
 use crate::operator::installed_operator;
 use crate::vcluster::{
-    assert_plugin_ready, installed_vcluster, pod_ready, ready_containers, scenario_lock,
+    assert_plugin_ready, installed_vcluster, log_tail, pod_ready, ready_containers, scenario_lock,
 };
 
 /// The host namespace of this test's vCluster; the release keeps the sample's name, so the
@@ -102,23 +102,7 @@ async fn killing_the_vcluster_pod_while_a_plugin_install_rolls_it_loses_nothing(
             None,
         )
         .unwrap();
-    vcluster
-        .virtual_kubectl(
-            &[
-                "-n",
-                "team-a",
-                "run",
-                "keeper",
-                "--image=localhost/vcp/busybox:1.35",
-                "--image-pull-policy=Never",
-                "--restart=Never",
-                "--",
-                "sleep",
-                "3600",
-            ],
-            None,
-        )
-        .unwrap();
+    vcluster.run_sleeping_pod("team-a", "keeper").unwrap();
     let virtual_pod_uid = vcluster
         .virtual_kubectl(
             &[
@@ -323,16 +307,6 @@ async fn killing_the_vcluster_pod_while_a_plugin_install_rolls_it_loses_nothing(
         Some("Audi"),
         "the Car of before the kill did not reach the host as {NAMESPACE}/{host_car}; the \
          runtime's log:\n{}",
-        node.kubectl(&[
-            "-n",
-            NAMESPACE,
-            "logs",
-            &vcluster_pod,
-            "-c",
-            "car-sync",
-            "--tail",
-            "30"
-        ])
-        .unwrap_or_else(|e| e.to_string())
+        log_tail(node, NAMESPACE, &vcluster_pod, "car-sync")
     );
 }

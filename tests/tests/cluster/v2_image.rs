@@ -69,21 +69,7 @@ async fn running_host_pod(vcluster: &VCluster, pods: &Api<Pod>, name: &str) -> P
     // moment (endpoints and kube-proxy catching up: "connection refused").
     let mut error = String::new();
     let created = poll_for(Duration::from_secs(60), || {
-        let done = match vcluster.virtual_kubectl(
-            &[
-                "-n",
-                "team-a",
-                "run",
-                name,
-                "--image=localhost/vcp/busybox:1.35",
-                "--image-pull-policy=Never",
-                "--restart=Never",
-                "--",
-                "sleep",
-                "3600",
-            ],
-            None,
-        ) {
+        let done = match vcluster.run_sleeping_pod("team-a", name) {
             Ok(_) => true,
             Err(e) => {
                 error = e;

@@ -110,6 +110,26 @@ pub struct VCluster {
 }
 
 impl VCluster {
+    /// Creates the virtual pod `namespace/name`: the node's busybox, never pulled, sleeping an
+    /// hour (`kubectl run`), for a test that watches its host copy.
+    pub fn run_sleeping_pod(&self, namespace: &str, name: &str) -> Result<String, String> {
+        self.virtual_kubectl(
+            &[
+                "-n",
+                namespace,
+                "run",
+                name,
+                "--image=localhost/vcp/busybox:1.35",
+                "--image-pull-policy=Never",
+                "--restart=Never",
+                "--",
+                "sleep",
+                "3600",
+            ],
+            None,
+        )
+    }
+
     /// kubectl against the virtual cluster, from inside the node's network namespace.
     pub fn virtual_kubectl(&self, args: &[&str], stdin: Option<&str>) -> Result<String, String> {
         let mut cmd = in_netns(&self.kubectl.to_string_lossy());
@@ -229,10 +249,7 @@ async fn install(namespace: &str, release: &str) -> VCluster {
             "{namespace}/{pod_name} not Ready within 300 s of helm install:\n{}\n{}",
             node.kubectl(&["-n", namespace, "describe", "pod", &pod_name])
                 .unwrap_or_else(|e| e.to_string()),
-            node.kubectl(&[
-                "-n", namespace, "logs", &pod_name, "-c", "syncer", "--tail", "30"
-            ])
-            .unwrap_or_else(|e| e.to_string())
+            log_tail(node, namespace, &pod_name, "syncer")
         );
     }
     eprintln!(
@@ -327,6 +344,15 @@ pub fn assert_plugin_ready(
         node.kubectl(&["-n", namespace, "get", "vcp", plugin, "-o", "yaml"])
             .unwrap_or_default()
     );
+}
+
+/// The last 30 lines of container `container` of the host pod `namespace/pod`, or the error,
+/// for a failure message.
+pub fn log_tail(node: &Node, namespace: &str, pod: &str, container: &str) -> String {
+    node.kubectl(&[
+        "-n", namespace, "logs", pod, "-c", container, "--tail", "30",
+    ])
+    .unwrap_or_else(|e| e.to_string())
 }
 
 /// Whether the pod is Running with its `Ready` condition `True`.
@@ -448,17 +474,7 @@ async fn the_tutorial_plugin_runs_in_a_vcluster_of_the_chart_and_its_pod_runs_on
         synced.is_some(),
         "the virtual Car team-a/my-bmw did not reach the host as {NAMESPACE}/{host_car} within \
          120 s; the runtime's log:\n{}",
-        node.kubectl(&[
-            "-n",
-            NAMESPACE,
-            "logs",
-            &vcluster_pod,
-            "-c",
-            "car-sync",
-            "--tail",
-            "30"
-        ])
-        .unwrap_or_else(|e| e.to_string())
+        log_tail(node, NAMESPACE, &vcluster_pod, "car-sync")
     );
 
     // A pod of the virtual cluster, synced by vCluster's own pod syncer, runs on the node with
@@ -475,23 +491,7 @@ async fn the_tutorial_plugin_runs_in_a_vcluster_of_the_chart_and_its_pod_runs_on
         account.is_some(),
         "no ServiceAccount team-a/default in the virtual cluster"
     );
-    vcluster
-        .virtual_kubectl(
-            &[
-                "-n",
-                "team-a",
-                "run",
-                "nginx",
-                "--image=localhost/vcp/busybox:1.35",
-                "--image-pull-policy=Never",
-                "--restart=Never",
-                "--",
-                "sleep",
-                "3600",
-            ],
-            None,
-        )
-        .unwrap();
+    vcluster.run_sleeping_pod("team-a", "nginx").unwrap();
     let host_pod = "nginx-x-team-a-x-my-vcluster";
     let running = poll_for(Duration::from_secs(120), || {
         let pods = pods.clone();
