@@ -55,6 +55,7 @@ impl Node {
             );
             std::thread::sleep(Duration::from_millis(500));
         }
+        remove_stale_state_dirs(&std::env::temp_dir());
         let dir = std::env::temp_dir().join(format!("{STATE_DIR_PREFIX}{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
@@ -236,6 +237,48 @@ impl Node {
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
     }
 
+    /// Imports image `reference` of the node's buildah storage into its containerd: `buildah
+    /// push` to a docker archive `<dir>/<file_name>`, then [`Node::import`].
+    ///
+    /// # Errors
+    /// When buildah or `ctr` fails.
+    pub fn import_built(&self, reference: &str, file_name: &str) -> anyhow::Result<()> {
+        let archive = self.dir.join(file_name);
+        let _ = std::fs::remove_file(&archive);
+        self.run_buildah(&[
+            "push",
+            "-q",
+            reference,
+            &format!("docker-archive:{}:{reference}", archive.display()),
+        ])?;
+        self.import(&archive)
+    }
+
+    /// Builds image `reference` in the node's buildah storage, `base` (already in that storage:
+    /// never pulled) plus the executable `binary` at `path` (mode 0755), with `entrypoint` (a
+    /// JSON array, such as `["/plugin"]`) when given, and imports it ([`Node::import_built`]).
+    ///
+    /// # Errors
+    /// When buildah or `ctr` fails.
+    pub fn build_binary_image(
+        &self,
+        base: &str,
+        binary: &str,
+        path: &str,
+        entrypoint: Option<&str>,
+        reference: &str,
+    ) -> anyhow::Result<()> {
+        let container = self.run_buildah(&["from", "--pull=never", base])?;
+        self.run_buildah(&["copy", "--chmod", "0755", &container, binary, path])?;
+        if let Some(entrypoint) = entrypoint {
+            self.run_buildah(&["config", "--entrypoint", entrypoint, &container])?;
+        }
+        self.run_buildah(&["commit", "-q", &container, reference])?;
+        self.run_buildah(&["rm", &container])?;
+        let file = reference.rsplit('/').next().unwrap_or(reference);
+        self.import_built(reference, &format!("{}.docker.tar", file.replace(':', "-")))
+    }
+
     /// The tail (last `lines` lines) of one of the node's process logs (`kubelet`,
     /// `kube-apiserver`, `containerd`, ...), for failure messages.
     pub fn log_tail(&self, process: &str, lines: usize) -> String {
@@ -250,6 +293,37 @@ impl Drop for Node {
     fn drop(&mut self) {
         if self.owned {
             let _ = node_script(&["down"], &self.dir);
+        }
+    }
+}
+
+/// Removes the state folders `<tmp>/vcp-node-<pid>` that earlier test binaries left (100–200 MB
+/// each: logs, PKI, containerd's root; the watchdog's `scripts/node down` stops their node but
+/// keeps the folder, so a failure's logs can be read after the run). A folder is removed only
+/// when its process `<pid>` is gone and nothing is mounted under it (`/proc/mounts`): a running
+/// node's folder, or one whose `down` did not finish, is left alone. Called once no node runs
+/// on the machine, so at most the last run's folder stays between runs.
+fn remove_stale_state_dirs(tmp: &Path) {
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix(STATE_DIR_PREFIX) else {
+            continue;
+        };
+        if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let path = entry.path();
+        let prefix = format!("{}/", path.display());
+        let mounted = mounts
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(1))
+            .any(|m| m.starts_with(&prefix) || m == path.to_string_lossy());
+        if !mounted && !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(&path);
         }
     }
 }
@@ -452,14 +526,45 @@ pub fn operator_image(node: &Node) -> anyhow::Result<String> {
         &reference,
         &work.to_string_lossy(),
     ])?;
-    let archive = work.join("operator.docker.tar");
-    let _ = std::fs::remove_file(&archive);
-    node.run_buildah(&[
-        "push",
-        "-q",
-        &reference,
-        &format!("docker-archive:{}:{reference}", archive.display()),
-    ])?;
-    node.import(&archive)?;
+    node.import_built(&reference, "operator.docker.tar")?;
     Ok(reference)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_folders_of_exited_processes_with_nothing_mounted_are_removed() {
+        let tmp = std::env::temp_dir().join(format!("vcp-node-stale-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        // No process has this pid (above the kernel's largest pid_max, 2^22).
+        let gone = tmp.join(format!("{STATE_DIR_PREFIX}99999999"));
+        let alive = tmp.join(format!("{STATE_DIR_PREFIX}{}", std::process::id()));
+        let not_ours = tmp.join(format!("{STATE_DIR_PREFIX}demo"));
+        // Gone too, but its `down` left a mount under it (as a kubelet's bind mount would be).
+        let mounted = tmp.join(format!("{STATE_DIR_PREFIX}99999998"));
+        for dir in [&gone, &alive, &not_ours, &mounted] {
+            std::fs::create_dir_all(dir.join("run")).unwrap();
+        }
+        let source = tmp.join("source");
+        std::fs::create_dir_all(&source).unwrap();
+        // What is mounted there must not be reached by the removal.
+        std::fs::write(source.join("kept"), "").unwrap();
+        let target = mounted.join("run");
+        let bind = Command::new("mount")
+            .arg("--bind")
+            .args([&source, &target])
+            .status()
+            .unwrap();
+        assert!(bind.success(), "mount --bind (the tests run as root)");
+        remove_stale_state_dirs(&tmp);
+        let left = [&gone, &alive, &not_ours, &mounted].map(|d| d.exists());
+        let kept = source.join("kept").exists();
+        let unmounted = Command::new("umount").arg(&target).status().unwrap();
+        std::fs::remove_dir_all(&tmp).unwrap();
+        assert!(unmounted.success());
+        assert_eq!(left, [false, true, true, true]);
+        assert!(kept, "a file under a mount of a stale folder was removed");
+    }
 }
