@@ -7,10 +7,13 @@
 //! - [`fault`]: the vCluster pod killed while a plugin install rolls it; nothing lost.
 //! - [`install_time`]: plugin install to Ready, by the operator and by `helm upgrade` (the figure).
 //! - [`v2_image`]: a Go v2 plugin image copied into `/plugins` and loaded by vCluster's syncer.
+//! - [`v1_image`]: a Go v1 sidecar image registered with vCluster's syncer; its hook beside a v2
+//!   plugin.
 
 mod fault;
 mod install_time;
 mod operator;
+mod v1_image;
 mod v2_image;
 mod vcluster;
 

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
+use kube::{Api, ResourceExt};
 use vcp_tests::node::Node;
 use vcp_tests::poll_for;
 
@@ -34,37 +34,19 @@ pub const IMAGE: &str = "localhost/vcp/go-pod-hook:v0.30.0";
 /// binary is the oracle as built (cgo on, so it links glibc): it runs inside vCluster's syncer
 /// container, whose local image carries the host's glibc (`scripts/images`).
 pub fn build_plugin_image(node: &Node) {
-    let binary = &tool_values()["GO_POD_HOOK"];
-    let container = node
-        .run_buildah(&["from", "--pull=never", "localhost/vcp/busybox:1.35"])
-        .expect("buildah from the node's busybox image");
-    node.run_buildah(&[
-        "copy",
-        "--chmod",
-        "0755",
-        &container,
-        binary,
+    node.build_binary_image(
+        "localhost/vcp/busybox:1.35",
+        &tool_values()["GO_POD_HOOK"],
         "/plugin/plugin",
-    ])
-    .unwrap();
-    node.run_buildah(&["commit", "-q", &container, IMAGE])
-        .unwrap();
-    node.run_buildah(&["rm", &container]).unwrap();
-    let archive = node.dir().join("go-pod-hook.docker.tar");
-    let _ = std::fs::remove_file(&archive);
-    node.run_buildah(&[
-        "push",
-        "-q",
+        None,
         IMAGE,
-        &format!("docker-archive:{}:{IMAGE}", archive.display()),
-    ])
-    .unwrap();
-    node.import(&archive).unwrap();
+    )
+    .expect("build and import the Go v2 plugin image");
 }
 
 /// Creates virtual pod `team-a/<name>` (busybox, sleeping) and returns its host copy once it is
 /// Running on the node.
-async fn running_host_pod(vcluster: &VCluster, pods: &Api<Pod>, name: &str) -> Pod {
+pub async fn running_host_pod(vcluster: &VCluster, pods: &Api<Pod>, name: &str) -> Pod {
     // Retried: right after a roll the Service's ClusterIP may still lead to the old pod for a
     // moment (endpoints and kube-proxy catching up: "connection refused").
     let mut error = String::new();
@@ -99,7 +81,7 @@ async fn running_host_pod(vcluster: &VCluster, pods: &Api<Pod>, name: &str) -> P
 }
 
 /// The value of label `key` of the pod.
-fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+pub fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
     pod.metadata.labels.as_ref()?.get(key).map(String::as_str)
 }
 
@@ -123,18 +105,7 @@ async fn v2_plugin_is_loaded(
     let vcluster_pod = vcluster.pod_name();
 
     // Before the plugin: a virtual pod reaches the node without the hook's label.
-    let ready_ns = poll_for(Duration::from_secs(60), || {
-        let _ = vcluster.virtual_kubectl(&["create", "namespace", "team-a"], None);
-        let sa = vcluster
-            .virtual_kubectl(&["get", "serviceaccount", "-n", "team-a", "default"], None)
-            .is_ok();
-        async move { sa.then_some(()) }
-    })
-    .await;
-    assert!(
-        ready_ns.is_some(),
-        "virtual namespace team-a and its ServiceAccount"
-    );
+    team_a_ready(vcluster).await;
     let before = running_host_pod(vcluster, &pods, "before").await;
     assert_eq!(label(&before, key), None);
 
@@ -145,55 +116,9 @@ async fn v2_plugin_is_loaded(
 
     // The rolled pod: Ready, its init container from the plugin's image exited 0, vCluster's
     // syncer its only container.
-    let rolled = poll_for(Duration::from_secs(300), || {
-        let pods = pods.clone();
-        let (name, uid0) = (vcluster_pod.clone(), uid0.clone());
-        async move {
-            let pod = pods.get_opt(&name).await.ok()??;
-            (pod.metadata.uid.as_deref() != Some(&uid0) && pod_ready(&pod)).then_some(pod)
-        }
-    })
-    .await;
-    let Some(rolled) = rolled else {
-        panic!(
-            "{vcluster_pod} not rolled and Ready within 300 s:\n{}",
-            node.kubectl(&["-n", namespace, "describe", "pod", &vcluster_pod])
-                .unwrap_or_else(|e| e.to_string())
-        );
-    };
+    let rolled = rolled_pod(vcluster, &pods, &uid0).await;
     assert_eq!(ready_containers(&rolled), ["syncer"]);
-    let init = rolled
-        .status
-        .as_ref()
-        .and_then(|s| s.init_container_statuses.as_ref())
-        .and_then(|s| s.iter().find(|s| s.name == plugin))
-        .unwrap_or_else(|| panic!("no init container {plugin} in {:?}", rolled.status));
-    assert_eq!(init.image, init_image);
-    let exit = init
-        .state
-        .as_ref()
-        .and_then(|s| s.terminated.as_ref())
-        .map(|t| t.exit_code);
-    assert_eq!(exit, Some(0), "the init container's copy: {init:?}");
-
-    // vCluster's syncer loaded it from where the copy put it.
-    let path = format!("/plugins/{plugin}/plugin");
-    let mut log = String::new();
-    let loaded = poll_for(Duration::from_secs(60), || {
-        log = node
-            .kubectl(&["-n", namespace, "logs", &vcluster_pod, "-c", "syncer"])
-            .unwrap_or_default();
-        let found = log
-            .lines()
-            .any(|l| l.contains("Successfully loaded plugin") && l.contains(&path));
-        async move { found.then_some(()) }
-    })
-    .await;
-    assert!(
-        loaded.is_some(),
-        "vCluster's syncer did not log `Successfully loaded plugin` for {path}:\n{}",
-        log.lines().rev().take(40).collect::<Vec<_>>().join("\n")
-    );
+    assert_v2_plugin_loaded(vcluster, &rolled, plugin, init_image).await;
 
     // Its hook: a virtual pod created now reaches the node labelled at create.
     let after = running_host_pod(vcluster, &pods, "after").await;
@@ -207,6 +132,101 @@ async fn v2_plugin_is_loaded(
         after.spec.as_ref().unwrap().node_name.as_deref(),
         Some("vcp-node")
     );
+}
+
+/// Creates the virtual namespace `team-a` (if missing) and waits up to 60 s for its
+/// ServiceAccount `default` (made by the virtual cluster's kube-controller-manager moments
+/// later), without which no pod can be created there.
+pub async fn team_a_ready(vcluster: &VCluster) {
+    let ready_ns = poll_for(Duration::from_secs(60), || {
+        let _ = vcluster.virtual_kubectl(&["create", "namespace", "team-a"], None);
+        let sa = vcluster
+            .virtual_kubectl(&["get", "serviceaccount", "-n", "team-a", "default"], None)
+            .is_ok();
+        async move { sa.then_some(()) }
+    })
+    .await;
+    assert!(
+        ready_ns.is_some(),
+        "virtual namespace team-a and its ServiceAccount"
+    );
+}
+
+/// Waits up to 300 s for the vCluster's pod to be a new one (its uid not `old_uid`: the
+/// StatefulSet rolled) that is Running and Ready, and returns it; panics with `kubectl describe`
+/// of the pod otherwise.
+pub async fn rolled_pod(vcluster: &VCluster, pods: &Api<Pod>, old_uid: &str) -> Pod {
+    let name = vcluster.pod_name();
+    let rolled = poll_for(Duration::from_secs(300), || {
+        let pods = pods.clone();
+        let name = name.clone();
+        async move {
+            let pod = pods.get_opt(&name).await.ok()??;
+            (pod.metadata.uid.as_deref() != Some(old_uid) && pod_ready(&pod)).then_some(pod)
+        }
+    })
+    .await;
+    rolled.unwrap_or_else(|| {
+        panic!(
+            "{name} not rolled and Ready within 300 s:\n{}",
+            Node::shared()
+                .kubectl(&["-n", &vcluster.namespace, "describe", "pod", &name])
+                .unwrap_or_else(|e| e.to_string())
+        )
+    })
+}
+
+/// Asserts that v2 plugin `plugin` is in the vCluster's pod `pod`: its init container ran
+/// `init_image` and exited 0 (the operator's copy into `/plugins/<plugin>`), and vCluster's
+/// syncer logged `Successfully loaded plugin` for `/plugins/<plugin>/plugin` (waited up to 60 s).
+pub async fn assert_v2_plugin_loaded(
+    vcluster: &VCluster,
+    pod: &Pod,
+    plugin: &str,
+    init_image: &str,
+) {
+    let init = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.init_container_statuses.as_ref())
+        .and_then(|s| s.iter().find(|s| s.name == plugin))
+        .unwrap_or_else(|| panic!("no init container {plugin} in {:?}", pod.status));
+    assert_eq!(init.image, init_image);
+    let exit = init
+        .state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .map(|t| t.exit_code);
+    assert_eq!(exit, Some(0), "the init container's copy: {init:?}");
+    let path = format!("/plugins/{plugin}/plugin");
+    let log = syncer_log_with(vcluster, &pod.name_any(), |l| {
+        l.contains("Successfully loaded plugin") && l.contains(&path)
+    })
+    .await;
+    assert!(
+        log.is_ok(),
+        "vCluster's syncer did not log `Successfully loaded plugin` for {path}:\n{}",
+        log.unwrap_err()
+    );
+}
+
+/// Polls (up to 60 s) the log of container `syncer` of the vCluster's pod `pod` until a line
+/// satisfies `wanted`; returns the whole log, or its last 40 lines as the error.
+pub async fn syncer_log_with(
+    vcluster: &VCluster,
+    pod: &str,
+    wanted: impl Fn(&str) -> bool,
+) -> Result<String, String> {
+    let mut log = String::new();
+    let found = poll_for(Duration::from_secs(60), || {
+        log = Node::shared()
+            .kubectl(&["-n", &vcluster.namespace, "logs", pod, "-c", "syncer"])
+            .unwrap_or_default();
+        let found = log.lines().any(&wanted).then(|| log.clone());
+        async move { found }
+    })
+    .await;
+    found.ok_or_else(|| log.lines().rev().take(40).collect::<Vec<_>>().join("\n"))
 }
 
 #[tokio::test]
