@@ -16,7 +16,6 @@ import (
 	appcontroller "github.com/argoproj/argo-cd/v3/cmd/argocd-application-controller/commands"
 	reposerver "github.com/argoproj/argo-cd/v3/cmd/argocd-repo-server/commands"
 	"github.com/argoproj/argo-cd/v3/common"
-	"github.com/argoproj/argo-cd/v3/util/grpc"
 	"github.com/argoproj/argo-cd/v3/util/log"
 )
 
@@ -26,8 +25,10 @@ func init() {
 }
 
 func main() {
-	// As Argo CD's main: the workaround for gRPC's SRV lookups.
-	grpc.DisableSRVLookups()
+	// Argo CD's main calls util/grpc.DisableSRVLookups here, which turns off gRPC's DNS SRV
+	// (grpclb) lookups and panics if they were not on. Only google.golang.org/grpc/balancer/grpclb
+	// turns them on (in its init), and this binary does not link it (Argo CD's full binary does,
+	// through a component left out here), so they are off already and the call would panic.
 
 	name := filepath.Base(os.Args[0])
 	if v := os.Getenv("ARGOCD_BINARY_NAME"); v != "" {
