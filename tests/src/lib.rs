@@ -16,6 +16,8 @@
 //!
 //! Modules: [`admission`] (the trust model's admission policies and tenant identities),
 //! [`argocd`] (Argo CD's health of a VClusterPlugin, in the engine Argo CD embeds),
+//! [`argocd_local`] (Argo CD's controller and repo server as local processes, with Redis, a Git
+//! remote and a Helm repository on loopback),
 //! [`control_plane`] (the processes and clients), [`audit`] (who wrote what, from the
 //! audit logs), [`fixtures`] (vCluster's chart rendered by helm, CRDs, namespaces, YAML), [`plugins`] (the
 //! shared operator and `VClusterPlugin` helpers), [`process`] (the workspace's binaries as
@@ -42,6 +44,7 @@
 
 pub mod admission;
 pub mod argocd;
+pub mod argocd_local;
 pub mod audit;
 pub mod bench;
 pub mod cert_manager;

@@ -9,8 +9,11 @@
 //! - [`v2_image`]: a Go v2 plugin image copied into `/plugins` and loaded by vCluster's syncer.
 //! - [`v1_image`]: a Go v1 sidecar image registered with vCluster's syncer; its hook beside a v2
 //!   plugin.
+//! - [`gitops`]: Argo CD itself syncs the sample Application (the chart and a plugin from Git);
+//!   Synced and Healthy, and no fight with the operator over the StatefulSet.
 
 mod fault;
+mod gitops;
 mod install_time;
 mod operator;
 mod v1_image;

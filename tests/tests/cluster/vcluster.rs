@@ -23,7 +23,7 @@ const RELEASE: &str = "my-vcluster";
 const NAMESPACE: &str = "my-vcluster";
 
 /// `NAME=VALUE` lines of a script's output, as a map.
-fn values(output: &str) -> BTreeMap<String, String> {
+pub fn values(output: &str) -> BTreeMap<String, String> {
     output
         .lines()
         .filter_map(|l| l.split_once('='))
@@ -33,7 +33,7 @@ fn values(output: &str) -> BTreeMap<String, String> {
 
 /// Runs a repository script with `args` and returns its stdout; panics with its output when it
 /// fails.
-fn script(name: &str, args: &[&str]) -> String {
+pub fn script(name: &str, args: &[&str]) -> String {
     let out = Command::new(repo_root().join("scripts").join(name))
         .args(args)
         .env("VCP_NODE_DIR", Node::shared().dir())
