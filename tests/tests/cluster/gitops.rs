@@ -404,13 +404,13 @@ fn dry_run(write: &(String, String, String, i64)) -> bool {
     write.2.contains("dryRun=All")
 }
 
-#[tokio::test]
-async fn gitops_no_fight_selfheal_writes_nothing_to_the_statefulset_the_operator_patched() {
-    let _scenario = scenario_lock().lock().await;
-    synced_application().await;
-    let node = Node::shared();
-    let argocd = argocd();
-
+/// The no-fight window, in the Application's current compare mode (`mode` names it in
+/// messages): three reconciles (`status.reconciledAt` advancing, the StatefulSet among the
+/// compared resources), one forced hard refresh and one reconcile after it; then asserts, from
+/// the node's audit log, that Argo CD's controller wrote nothing to the StatefulSet (dry runs
+/// are no writes), and that the Application is still Synced and Healthy. Returns the number of
+/// Argo CD's dry-run requests on the StatefulSet in the window (server-side diff makes them).
+async fn assert_no_fight(node: &Node, argocd: &ArgoCd, mode: &str) -> usize {
     // The window starts once every write so far is in the audit log.
     audit_caught_up(node).await;
     let before = audit_events(node).len();
@@ -548,13 +548,39 @@ async fn gitops_no_fight_selfheal_writes_nothing_to_the_statefulset_the_operator
         .collect();
     assert!(
         argocd_writes.is_empty(),
-        "Argo CD wrote to the StatefulSet {NAMESPACE}/{RELEASE} (self-heal against the \
+        "Argo CD wrote to the StatefulSet {NAMESPACE}/{RELEASE} ({mode}; self-heal against the \
          operator): {argocd_writes:#?}\nall writes to it in the window: {window:#?}\nthe \
          Application's last operation: {}",
         settled["status"]["operationState"]
     );
     let (sync, health, _) = app_state(&settled);
-    assert_eq!((sync.as_str(), health.as_str()), ("Synced", "Healthy"));
+    assert_eq!(
+        (sync.as_str(), health.as_str()),
+        ("Synced", "Healthy"),
+        "{mode}"
+    );
+    window.iter().filter(|w| by_argocd(w) && dry_run(w)).count()
+}
+
+#[tokio::test]
+async fn gitops_no_fight_selfheal_writes_nothing_to_the_statefulset_the_operator_patched() {
+    let _scenario = scenario_lock().lock().await;
+    synced_application().await;
+    let node = Node::shared();
+    let argocd = argocd();
+    let app = live_application(argocd);
+    assert_eq!(
+        app["spec"]["ignoreDifferences"][0]["managedFieldsManagers"],
+        json!(["vcluster-plugin-operator"]),
+        "the sample's ignoreDifferences"
+    );
+    assert_eq!(app["spec"]["syncPolicy"]["automated"]["selfHeal"], true);
+    assert_no_fight(
+        node,
+        argocd,
+        "the sample's ignoreDifferences, client-side diff",
+    )
+    .await;
 
     // The control: real drift on a field the chart owns (the StatefulSet's `heritage` label,
     // which rolls nothing) is healed, and the same count sees Argo CD's write.
@@ -600,4 +626,98 @@ async fn gitops_no_fight_selfheal_writes_nothing_to_the_statefulset_the_operator
         heal.iter().any(|w| w.1 == "patch" && w.3 == 200),
         "the audit log does not show Argo CD's self-heal patch of the StatefulSet: {heal:?}"
     );
+    // Its self-heal left the operator's container in place.
+    assert_eq!(statefulset_containers(node).await, [PLUGIN, "syncer"]);
+}
+
+/// The container names of the live StatefulSet's pod template, sorted.
+async fn statefulset_containers(node: &Node) -> Vec<String> {
+    let sts: Api<StatefulSet> = Api::namespaced(node.client().await.unwrap(), NAMESPACE);
+    let mut names: Vec<String> = sts
+        .get(RELEASE)
+        .await
+        .unwrap()
+        .spec
+        .and_then(|s| s.template.spec)
+        .map(|s| s.containers.into_iter().map(|c| c.name).collect())
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// Restores the Application's spec and annotations (as [`application`] makes them) when
+/// dropped, so that a failed server-side diff test leaves the shared Application as the others
+/// expect it.
+struct RestoreApplication(&'static ArgoCd);
+
+impl Drop for RestoreApplication {
+    fn drop(&mut self) {
+        let argocd = self.0;
+        let _ = argocd.kubectl(
+            &[
+                "-n",
+                argocd_local::NAMESPACE,
+                "annotate",
+                "application",
+                RELEASE,
+                "argocd.argoproj.io/compare-options-",
+            ],
+            None,
+        );
+        let _ = argocd.kubectl(
+            &["apply", "-f", "-"],
+            Some(&application(argocd).to_string()),
+        );
+    }
+}
+
+#[tokio::test]
+async fn gitops_server_side_diff_without_ignore_differences_does_not_fight_either() {
+    let _scenario = scenario_lock().lock().await;
+    synced_application().await;
+    let node = Node::shared();
+    let argocd = argocd();
+    let _restore = RestoreApplication(argocd);
+
+    // The Application without its ignoreDifferences, compared by Argo CD's server-side diff.
+    let mut app = application(argocd);
+    app["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("ignoreDifferences");
+    app["metadata"]["annotations"] =
+        json!({"argocd.argoproj.io/compare-options": "ServerSideDiff=true"});
+    audit_caught_up(node).await;
+    let before = audit_events(node).len();
+    argocd
+        .kubectl(&["apply", "-f", "-"], Some(&app.to_string()))
+        .unwrap();
+    let live = live_application(argocd);
+    assert!(
+        live["spec"]["ignoreDifferences"].is_null(),
+        "{}",
+        live["spec"]
+    );
+    // Server-side diff shows itself in the audit log: Argo CD's dry-run apply of the
+    // StatefulSet (`dryRun=All`, under its field manager).
+    let compared = poll_for(Duration::from_secs(60), || {
+        let dry = statefulset_writes(&audit_events(node)[before..])
+            .into_iter()
+            .filter(|w| by_argocd(w) && dry_run(w))
+            .count();
+        async move { (dry > 0).then_some(dry) }
+    })
+    .await;
+    assert!(
+        compared.is_some(),
+        "no dry-run apply of the StatefulSet by Argo CD within 60 s of ServerSideDiff=true:\n{}",
+        argocd.log_tail("application-controller", 20)
+    );
+    let dry_runs = assert_no_fight(node, argocd, "server-side diff, no ignoreDifferences").await;
+    eprintln!(
+        "gitops: server-side diff: {} dry-run applies of the StatefulSet when switched on, {dry_runs} \
+         in the no-fight window",
+        compared.unwrap()
+    );
+    assert_eq!(statefulset_containers(node).await, [PLUGIN, "syncer"]);
 }
