@@ -137,7 +137,9 @@ impl ArgoCd {
     /// `argocd_cm` (a ConfigMap manifest named `argocd-cm` labelled
     /// `app.kubernetes.io/part-of: argocd`, such as `config/argocd/argocd-cm.yaml`) and the
     /// AppProject `default` (every source, destination and cluster-scoped kind). Both
-    /// components poll every 5 s (`ARGOCD_RECONCILIATION_TIMEOUT=5s`, no jitter). Returns once
+    /// components poll every 5 s (`ARGOCD_RECONCILIATION_TIMEOUT=5s`, no jitter); the
+    /// controller keeps each resource's health in `status.resources`
+    /// (`--persist-resource-health`). Returns once
     /// the repo server answers `/healthz` and the controller `/metrics`; `watch_pid` is the
     /// process whose exit stops everything (the test binary).
     ///
@@ -322,7 +324,11 @@ impl ArgoCd {
             .args(["--repo-server", &format!("127.0.0.1:{repo_port}")])
             .arg("--repo-server-plaintext")
             .args(["--metrics-port", &argocd.controller_metrics.to_string()])
-            .args(["--status-processors", "2", "--operation-processors", "2"]);
+            .args(["--status-processors", "2", "--operation-processors", "2"])
+            // Each resource's health in the Application's `status.resources` (the default
+            // before Argo CD 3.0; since, only in Redis's resource tree, which argocd-server
+            // serves), so that a test reads Argo CD's health of one resource from the API.
+            .arg("--persist-resource-health");
         argocd.spawn("application-controller", cmd)?;
         let metrics = argocd.controller_metrics;
         argocd.wait_alive("application-controller", Duration::from_secs(60), || {

@@ -71,11 +71,16 @@ fn argocd() -> &'static ArgoCd {
     })
 }
 
-/// The plugin's manifest as committed to Git.
+/// The plugin's manifest as committed to Git, in sync wave 1: Argo CD applies it once the
+/// chart's resources (wave 0) are Healthy, the vCluster's pod Running. In the same wave as the
+/// chart, the operator patches the new StatefulSet before its first pod starts, and that pod
+/// never starts: the plugin's container mounts the vCluster's kubeconfig Secret
+/// `vc-<release>`, which vCluster's syncer writes on its first start (seen on the node:
+/// `FailedMount ... secret "vc-my-vcluster" not found`, the pod in `Init:0/1` for minutes).
 fn plugin_manifest() -> String {
     format!(
         "apiVersion: vcp.dev/v1alpha1\nkind: VClusterPlugin\nmetadata:\n  name: {PLUGIN}\n  \
-         namespace: {NAMESPACE}\nspec:\n  vcluster:\n    name: {RELEASE}\n  hooks:\n  - name: \
+         namespace: {NAMESPACE}\n  annotations:\n    argocd.argoproj.io/sync-wave: \"1\"\nspec:\n  vcluster:\n    name: {RELEASE}\n  hooks:\n  - name: \
          pod-hook\n    apiVersion: v1\n    kind: Pod\n    events: [CreatePhysical, \
          UpdatePhysical]\n    labels:\n      created-by-plugin: pod-hook\n"
     )
@@ -287,11 +292,13 @@ async fn gitops_install_the_sample_application_syncs_the_chart_and_a_plugin_from
     let pod = pods.get(&format!("{RELEASE}-0")).await.unwrap();
     assert!(pod_ready(&pod), "the vCluster pod: {:?}", pod.status);
     assert_eq!(ready_containers(&pod), [PLUGIN, "syncer"]);
+    let sts_health = resource_health(&app, "StatefulSet");
     assert_eq!(
-        resource_health(&app, "StatefulSet"),
-        Some(("Healthy".to_string(), String::new())),
-        "Argo CD's health of the StatefulSet"
+        sts_health.as_ref().map(|(status, _)| status.as_str()),
+        Some("Healthy"),
+        "Argo CD's health of the StatefulSet: {sts_health:?}"
     );
+    eprintln!("gitops: Argo CD's health of the StatefulSet: {sts_health:?}");
 
     // The plugin is Ready, and Argo CD's health of it is the shipped Lua's: Healthy with the
     // Ready condition's `reason: message` (Argo CD has no built-in health for vcp.dev kinds:
@@ -309,10 +316,17 @@ async fn gitops_install_the_sample_application_syncs_the_chart_and_a_plugin_from
         .iter()
         .find(|c| c["type"] == "Ready")
         .unwrap();
+    // `reason: message`, the message `Installed` when the condition has none (the README's
+    // table, "Argo CD": Healthy, "Installed").
+    let message = ready["message"].as_str().unwrap_or_default();
     let expected = format!(
         "{}: {}",
         ready["reason"].as_str().unwrap(),
-        ready["message"].as_str().unwrap()
+        if message.is_empty() {
+            "Installed"
+        } else {
+            message
+        }
     );
     assert_eq!(
         resource_health(&app, "VClusterPlugin"),
@@ -404,6 +418,18 @@ fn dry_run(write: &(String, String, String, i64)) -> bool {
     write.2.contains("dryRun=All")
 }
 
+/// The controller's log lines of the Application's hard refreshes (`Refreshing app status
+/// (hard refresh requested), level (3)`: compared with the latest manifests, regenerated).
+fn hard_refreshes(argocd: &ArgoCd) -> Vec<String> {
+    argocd.log_lines(
+        "application-controller",
+        &[
+            "Refreshing app status (hard refresh requested)",
+            &format!("application={RELEASE}"),
+        ],
+    )
+}
+
 /// The no-fight window, in the Application's current compare mode (`mode` names it in
 /// messages): three reconciles (`status.reconciledAt` advancing, the StatefulSet among the
 /// compared resources), one forced hard refresh and one reconcile after it; then asserts, from
@@ -469,6 +495,7 @@ async fn assert_no_fight(node: &Node, argocd: &ArgoCd, mode: &str) -> usize {
         reconciled.push(app_state(&next).2);
     }
 
+    let hard_before = hard_refreshes(argocd).len();
     // A forced hard refresh (manifests regenerated, the repo server's cache bypassed): the
     // controller takes the annotation off once it has compared again.
     argocd
@@ -502,9 +529,10 @@ async fn assert_no_fight(node: &Node, argocd: &ArgoCd, mode: &str) -> usize {
         )
     });
     reconciled.push(app_state(&refreshed).2);
-    let hard = argocd.log_lines(
-        "application-controller",
-        &["Refreshing app status", &format!("application={RELEASE}")],
+    let hard = hard_refreshes(argocd);
+    assert!(
+        hard.len() > hard_before,
+        "{mode}: the controller logged no hard refresh of {RELEASE}"
     );
     eprintln!(
         "gitops: hard refresh done at {}; controller: {}",
