@@ -50,13 +50,24 @@ pub const AUDIT_CATCH_UP_TIMEOUT: Duration = Duration::from_secs(30);
 /// When the dry run is refused, or its audit event does not appear within
 /// [`AUDIT_CATCH_UP_TIMEOUT`].
 pub async fn audit_caught_up(cp: &ControlPlane, cluster: Cluster) -> String {
+    let admin = cp.client(cluster, Identity::Admin).await;
+    let path = cp.dir().join(format!("audit-{}.log", cluster.as_str()));
+    audit_caught_up_in(admin, &path).await
+}
+
+/// [`audit_caught_up`] for any API server: the marker is created through `admin` (a client
+/// allowed to create ConfigMaps in `default`) and looked for in the JSON audit log at `path`
+/// (the real node's `<dir>/audit.log`, for example). Returns the marker's name.
+///
+/// # Panics
+/// As [`audit_caught_up`].
+pub async fn audit_caught_up_in(admin: kube::Client, path: &std::path::Path) -> String {
     static MARKERS: AtomicU64 = AtomicU64::new(0);
     let name = format!(
         "audit-marker-{}-{}",
         std::process::id(),
         MARKERS.fetch_add(1, Ordering::Relaxed)
     );
-    let admin = cp.client(cluster, Identity::Admin).await;
     let marker: ConfigMap = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": name, "namespace": "default"},
@@ -72,10 +83,9 @@ pub async fn audit_caught_up(cp: &ControlPlane, cluster: Cluster) -> String {
         )
         .await
         .unwrap_or_else(|e| panic!("audit marker {name}: {e}"));
-    let path = cp.dir().join(format!("audit-{}.log", cluster.as_str()));
     let quoted = format!("\"{name}\"");
     crate::wait::poll_for(AUDIT_CATCH_UP_TIMEOUT, || {
-        let (path, quoted) = (&path, &quoted);
+        let quoted = &quoted;
         async move {
             let text = std::fs::read_to_string(path).ok()?;
             let complete = &text[..text.rfind('\n')?];

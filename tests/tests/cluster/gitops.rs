@@ -19,9 +19,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::PostParams;
 use serde_json::{Value, json};
 use vcp_tests::argocd_local::{self, ArgoCd, ArgoCdTools, CHART_VERSION};
 use vcp_tests::node::Node;
@@ -345,40 +344,12 @@ fn audit_events(node: &Node) -> Vec<Value> {
         .collect()
 }
 
-/// Waits until the node's audit log holds every request answered before this call: a dry-run
-/// create of a ConfigMap (admitted, never stored) is sent after them, and its event is written
-/// after theirs (as `vcp_tests::audit_caught_up` does for the local control plane).
+/// Waits until the node's audit log holds every request answered before this call
+/// ([`vcp_tests::audit_caught_up_in`]: a dry-run marker sent after them, whose event is written
+/// after theirs).
 async fn audit_caught_up(node: &Node) {
-    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let name = format!(
-        "audit-marker-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    );
-    let marker: ConfigMap = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": "default"},
-    }))
-    .unwrap();
-    Api::<ConfigMap>::namespaced(node.client().await.unwrap(), "default")
-        .create(
-            &PostParams {
-                dry_run: true,
-                ..PostParams::default()
-            },
-            &marker,
-        )
-        .await
-        .unwrap();
-    let quoted = format!("\"{name}\"");
-    let seen = poll_for(Duration::from_secs(30), || {
-        let found = audit_events(node)
-            .iter()
-            .any(|e| e["objectRef"]["name"] == name);
-        async move { found.then_some(()) }
-    })
-    .await;
-    assert!(seen.is_some(), "audit marker {quoted} not logged in 30 s");
+    vcp_tests::audit_caught_up_in(node.client().await.unwrap(), &node.dir().join("audit.log"))
+        .await;
 }
 
 /// The writes to the StatefulSet `NAMESPACE/RELEASE` among `events`: `(user agent, verb,
