@@ -149,6 +149,25 @@ async fn prepare(admin: &Client, ns: &str) {
     .await;
 }
 
+/// Waits until the audit log holds the last writes of the leader's install of the plugin in
+/// `ns`: its status patch and its Event, which follow the StatefulSet's apply (the
+/// reconcile's order: finalizer, workload, status, Event). The leader is then idle, so a write
+/// after this moment is a decision made after it, not one still in flight.
+async fn idle_after_install(cp: &ControlPlane, ns: &str) {
+    wait_for(TIMEOUT, || async {
+        vcp_tests::audit_caught_up(cp, Cluster::Host).await;
+        let all = writes(ns);
+        let status = all
+            .iter()
+            .any(|w| w.verb == "patch" && w.uri.contains("/status"));
+        let event = all
+            .iter()
+            .any(|w| w.verb == "create" && w.uri.contains("/events"));
+        (status && event).then_some(())
+    })
+    .await;
+}
+
 /// Sets the plugin's image to `example.com/plugin:<tag>`.
 async fn change(admin: &Client, ns: &str, tag: u32) {
     Api::<VClusterPlugin>::namespaced(admin.clone(), ns)
@@ -203,6 +222,7 @@ async fn a_stolen_lease_stops_the_old_leader_and_one_replica_leads_again() {
     let (a, b) = leader_and_standby(lease, kubeconfig.clone(), kubeconfig).await;
     prepare(&admin, ns).await;
     converged(&admin, ns, 1, TIMEOUT).await;
+    idle_after_install(cp, ns).await;
 
     // The theft: a third identity takes the Lease, freshly renewed, for LEASE seconds.
     let stolen_at = SystemTime::now();
@@ -259,7 +279,16 @@ async fn a_stolen_lease_stops_the_old_leader_and_one_replica_leads_again() {
     assert!(
         first_after.is_some_and(|t| t >= Duration::from_secs(LEASE)),
         "nobody writes while the thief's Lease is valid: first write {first_after:?} after \
-         the theft"
+         the theft: {:?}",
+        after_theft
+            .iter()
+            .map(|w| (
+                &w.user_agent,
+                &w.verb,
+                &w.uri,
+                w.received_at.duration_since(stolen_at)
+            ))
+            .collect::<Vec<_>>()
     );
     assert!(
         after_theft
