@@ -252,6 +252,18 @@ async fn sidecar_clients(args: &Args) -> Result<((kube::Client, String), kube::C
 async fn main_inner(args: Args) -> Result<(), Error> {
     // Before any client: a container made for another plugin stops here.
     let plugin = plugin_name(args.plugin.clone(), plugin_name_env())?;
+    // The kubeconfig's volume is optional (the operator adds it before vCluster's first start
+    // may have written the Secret): wait for the file, or for a signal.
+    tokio::select! {
+        _ = vcp_syncer_runtime::sdk::wait_for_kubeconfig(
+            &args.virtual_kubeconfig,
+            std::time::Duration::from_secs(1),
+        ) => {}
+        () = shutdown_signal() => {
+            info!("signal received before the virtual cluster's kubeconfig, exiting");
+            return Ok(());
+        }
+    }
     let ((host, host_namespace), virtual_) = sidecar_clients(&args).await?;
     let mut config = Config::new(
         host,

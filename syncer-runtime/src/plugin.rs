@@ -8,6 +8,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use kube::Client;
@@ -250,6 +251,40 @@ impl Plugin {
     }
 }
 
+/// Waits until the kubeconfig file at `path` exists and is not empty, checking every `poll`,
+/// and logs that it waits (at once, then every 30 s).
+///
+/// The operator mounts the vCluster's kubeconfig Secret `vc-<vcluster>` into the runtime
+/// sidecar as an optional volume: vCluster's syncer writes that Secret on its first start, in
+/// the same pod, so a sidecar added before that start finds the folder empty, and the kubelet
+/// fills it once the Secret exists (a Secret volume is written whole, through one symlink
+/// swap, so a file that is there is complete). Returns how long it waited. It never times
+/// out: the sidecar has nothing to do without the virtual cluster, and a signal still stops
+/// the process (the caller selects on it).
+pub async fn wait_for_kubeconfig(path: &std::path::Path, poll: Duration) -> Duration {
+    let began = tokio::time::Instant::now();
+    let mut logged: Option<tokio::time::Instant> = None;
+    loop {
+        if tokio::fs::metadata(path)
+            .await
+            .is_ok_and(|m| m.is_file() && m.len() > 0)
+        {
+            if logged.is_some() {
+                info!(path = %path.display(), waited_seconds = began.elapsed().as_secs(), "the virtual cluster's kubeconfig is there");
+            }
+            return began.elapsed();
+        }
+        if logged.is_none_or(|at| at.elapsed() >= Duration::from_secs(30)) {
+            info!(
+                path = %path.display(),
+                "waiting for the virtual cluster's kubeconfig: vCluster writes its Secret on its first start, and the kubelet then fills this optional volume"
+            );
+            logged = Some(tokio::time::Instant::now());
+        }
+        tokio::time::sleep(poll).await;
+    }
+}
+
 /// A client and its default namespace from a kubeconfig file, or the in-cluster / default
 /// configuration for `None`.
 ///
@@ -312,4 +347,34 @@ async fn client_config(
             .map_err(|e| failed(e.to_string()))?,
     };
     Ok((config, failed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Absent, then empty, the file is waited for; once written, the wait ends.
+    #[tokio::test]
+    async fn the_wait_ends_when_the_kubeconfig_is_written() {
+        let dir = std::env::temp_dir().join(format!("vcp-wait-kubeconfig-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("config");
+        let _ = std::fs::remove_file(&path);
+        let waiting = tokio::spawn({
+            let path = path.clone();
+            async move { wait_for_kubeconfig(&path, Duration::from_millis(10)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!waiting.is_finished(), "no file: still waiting");
+        std::fs::write(&path, "").unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!waiting.is_finished(), "an empty file: still waiting");
+        std::fs::write(&path, "apiVersion: v1\n").unwrap();
+        let waited = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("the wait ends once the file has content")
+            .unwrap();
+        assert!(waited >= Duration::from_millis(200), "waited {waited:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -40,6 +40,6 @@ pub use crate::error::HookError;
 pub use crate::hooks::{ClientHook, HookPoint, Hooks};
 #[cfg(feature = "test-faults")]
 pub use crate::plugin::client_with_fault;
-pub use crate::plugin::{Plugin, client_from};
+pub use crate::plugin::{Plugin, client_from, wait_for_kubeconfig};
 pub use crate::syncer::Syncer;
 pub use crate::translate::{MetadataUpdate, NamespacedTranslator};

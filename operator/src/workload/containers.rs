@@ -107,11 +107,20 @@ pub fn plugin_kind(plugin: &VClusterPlugin) -> PluginKind {
 
 /// The Secret volume holding the vCluster's kubeconfig: vCluster writes it to the host Secret
 /// `vc-<vcluster>` (key [`VCLUSTER_KUBECONFIG_KEY`]).
+///
+/// `optional: true`: vCluster's syncer writes that Secret only on its first start, in the very
+/// pod this volume is part of. A plugin applied together with its vCluster (one `kubectl
+/// apply`, one Argo CD sync wave) patches the StatefulSet before that first start, and a
+/// required Secret volume would keep the whole pod, `syncer` included, in `ContainerCreating`
+/// (`FailedMount`) for ever, a deadlock seen on the real node. Optional, the pod starts with the
+/// folder empty, the kubelet fills it once the Secret exists, and the runtime sidecar waits for
+/// the file (`vcp_syncer_runtime::sdk::wait_for_kubeconfig`).
 pub fn vcluster_kubeconfig_volume(vcluster: &str) -> Volume {
     Volume {
         name: VCLUSTER_KUBECONFIG_VOLUME.into(),
         secret: Some(SecretVolumeSource {
             secret_name: Some(format!("vc-{vcluster}")),
+            optional: Some(true),
             ..Default::default()
         }),
         ..Default::default()

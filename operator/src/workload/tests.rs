@@ -168,7 +168,7 @@ fn embedded_plugin_adds_only_its_sidecar() {
                     "env": [{ "name": "VCLUSTER_PLUGIN_NAME", "value": "car-syncer" }],
                     "volumeMounts": [{ "name": "vcp-vcluster-kubeconfig", "mountPath": "/var/run/vcp/vcluster", "readOnly": true }],
                 }],
-                "volumes": [{ "name": "vcp-vcluster-kubeconfig", "secret": { "secretName": "vc-my-vcluster" } }],
+                "volumes": [{ "name": "vcp-vcluster-kubeconfig", "secret": { "secretName": "vc-my-vcluster", "optional": true } }],
             }}}
         })
     );
@@ -200,7 +200,7 @@ fn embedded_sidecars_share_one_kubeconfig_volume_that_goes_with_the_last() {
     assert_eq!(
         spec["volumes"],
         json!([
-            { "name": "vcp-vcluster-kubeconfig", "secret": { "secretName": "vc-my-vcluster" } },
+            { "name": "vcp-vcluster-kubeconfig", "secret": { "secretName": "vc-my-vcluster", "optional": true } },
             { "name": "plugins", "emptyDir": {} },
         ])
     );

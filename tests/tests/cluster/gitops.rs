@@ -70,16 +70,16 @@ fn argocd() -> &'static ArgoCd {
     })
 }
 
-/// The plugin's manifest as committed to Git, in sync wave 1: Argo CD applies it once the
-/// chart's resources (wave 0) are Healthy, the vCluster's pod Running. In the same wave as the
-/// chart, the operator patches the new StatefulSet before its first pod starts, and that pod
-/// never starts: the plugin's container mounts the vCluster's kubeconfig Secret
-/// `vc-<release>`, which vCluster's syncer writes on its first start (seen on the node:
-/// `FailedMount ... secret "vc-my-vcluster" not found`, the pod in `Init:0/1` for minutes).
+/// The plugin's manifest as committed to Git, in the chart's sync wave (no
+/// `argocd.argoproj.io/sync-wave`): Argo CD applies it with the chart's StatefulSet, so the
+/// operator patches that StatefulSet before vCluster's first start has written the kubeconfig
+/// Secret `vc-<release>` its runtime container mounts. The volume is optional and the runtime
+/// waits for the file; before it was, the pod stayed in `Init:0/1` with `FailedMount ...
+/// secret "vc-my-vcluster" not found` (seen on the node), and a sync wave was needed.
 fn plugin_manifest() -> String {
     format!(
         "apiVersion: vcp.dev/v1alpha1\nkind: VClusterPlugin\nmetadata:\n  name: {PLUGIN}\n  \
-         namespace: {NAMESPACE}\n  annotations:\n    argocd.argoproj.io/sync-wave: \"1\"\nspec:\n  vcluster:\n    name: {RELEASE}\n  hooks:\n  - name: \
+         namespace: {NAMESPACE}\nspec:\n  vcluster:\n    name: {RELEASE}\n  hooks:\n  - name: \
          pod-hook\n    apiVersion: v1\n    kind: Pod\n    events: [CreatePhysical, \
          UpdatePhysical]\n    labels:\n      created-by-plugin: pod-hook\n"
     )
@@ -291,6 +291,32 @@ async fn gitops_install_the_sample_application_syncs_the_chart_and_a_plugin_from
     let pod = pods.get(&format!("{RELEASE}-0")).await.unwrap();
     assert!(pod_ready(&pod), "the vCluster pod: {:?}", pod.status);
     assert_eq!(ready_containers(&pod), [PLUGIN, "syncer"]);
+    // Applied with the chart, the runtime container started before vCluster wrote its
+    // kubeconfig Secret, or after: either way it waited for the file and never restarted.
+    let restarts: Vec<(String, i32)> = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| (c.name, c.restart_count))
+        .collect();
+    assert!(
+        restarts.iter().all(|(_, n)| *n == 0),
+        "restarts in the vCluster pod: {restarts:?}"
+    );
+    let waited = node
+        .kubectl(&[
+            "-n",
+            NAMESPACE,
+            "logs",
+            &format!("{RELEASE}-0"),
+            "-c",
+            PLUGIN,
+        ])
+        .unwrap_or_default()
+        .contains("waiting for the virtual cluster's kubeconfig");
+    eprintln!("gitops: the runtime container waited for vCluster's kubeconfig Secret: {waited}");
     let sts_health = resource_health(&app, "StatefulSet");
     assert_eq!(
         sts_health.as_ref().map(|(status, _)| status.as_str()),
