@@ -373,6 +373,23 @@ impl ArgoCd {
             .to_string())
     }
 
+    /// Removes `paths` (relative to the repository's root) from the work tree, commits that and
+    /// pushes to `main`; returns the commit's SHA.
+    ///
+    /// # Errors
+    /// When git fails (a path not in the repository included).
+    pub fn remove(&self, paths: &[&str], message: &str) -> anyhow::Result<String> {
+        let work = self.work_tree();
+        for path in paths {
+            run(git(Some(&work), &["rm", "-q", path]))?;
+        }
+        run(git(Some(&work), &["commit", "-q", "-m", message]))?;
+        run(git(Some(&work), &["push", "-q", "origin", "main"]))?;
+        Ok(run(git(Some(&work), &["rev-parse", "HEAD"]))?
+            .trim()
+            .to_string())
+    }
+
     /// The last `lines` lines of process `name`'s log (`repo-server`,
     /// `application-controller`, `redis`, `git-daemon`, `helm-repo`), for failure messages.
     pub fn log_tail(&self, name: &str, lines: usize) -> String {

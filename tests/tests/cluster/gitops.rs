@@ -33,19 +33,19 @@ use crate::vcluster::{
 
 /// The vCluster's host namespace (the Application's destination namespace; the sample's
 /// `my-vcluster` is the tutorial test's).
-const NAMESPACE: &str = "gitops-vc";
+pub const NAMESPACE: &str = "gitops-vc";
 /// The sample's Application name and chart release (also the StatefulSet's name).
-const RELEASE: &str = "my-vcluster";
+pub const RELEASE: &str = "my-vcluster";
 /// The plugin committed to Git: the tutorial's pod hook (config/samples/car-plugin.yaml's
 /// `hooks`), alone, so that it is Ready without the Car CRD in the virtual cluster.
-const PLUGIN: &str = "pod-hook";
+pub const PLUGIN: &str = "pod-hook";
 /// The field manager of Argo CD's application controller's writes (client-side apply) and the
 /// prefix of its user agent.
 const ARGOCD_FIELD_MANAGER: &str = "argocd-controller";
 const ARGOCD_USER_AGENT: &str = "argocd-application-controller";
 
 /// Argo CD of this test binary, started once against the node, its folder `<node>/argocd`.
-fn argocd() -> &'static ArgoCd {
+pub fn argocd() -> &'static ArgoCd {
     static ARGOCD: OnceLock<ArgoCd> = OnceLock::new();
     ARGOCD.get_or_init(|| {
         let node = Node::shared();
@@ -76,13 +76,19 @@ fn argocd() -> &'static ArgoCd {
 /// Secret `vc-<release>` its runtime container mounts. The volume is optional and the runtime
 /// waits for the file; before it was, the pod stayed in `Init:0/1` with `FailedMount ...
 /// secret "vc-my-vcluster" not found` (seen on the node), and a sync wave was needed.
-fn plugin_manifest() -> String {
+pub fn plugin_manifest() -> String {
     format!(
         "apiVersion: vcp.dev/v1alpha1\nkind: VClusterPlugin\nmetadata:\n  name: {PLUGIN}\n  \
          namespace: {NAMESPACE}\nspec:\n  vcluster:\n    name: {RELEASE}\n  hooks:\n  - name: \
          pod-hook\n    apiVersion: v1\n    kind: Pod\n    events: [CreatePhysical, \
          UpdatePhysical]\n    labels:\n      created-by-plugin: pod-hook\n"
     )
+}
+
+/// Where plugin `name`'s manifest is in Git: under the sample Application's path
+/// `vclusters/<release>/plugins`.
+pub fn plugin_path(name: &str) -> String {
+    format!("vclusters/{RELEASE}/plugins/{name}.yaml")
 }
 
 /// `config/argocd/application.yaml` with this machine's sources and namespace: the Helm
@@ -117,7 +123,7 @@ fn application(argocd: &ArgoCd) -> Value {
 }
 
 /// The Application's live object.
-fn live_application(argocd: &ArgoCd) -> Value {
+pub fn live_application(argocd: &ArgoCd) -> Value {
     let text = argocd
         .kubectl(
             &[
@@ -137,7 +143,7 @@ fn live_application(argocd: &ArgoCd) -> Value {
 
 /// The Application's sync and health status, and its resource `kind`'s health (status,
 /// message) as Argo CD reports it in `status.resources`.
-fn resource_health(app: &Value, kind: &str) -> Option<(String, String)> {
+pub fn resource_health(app: &Value, kind: &str) -> Option<(String, String)> {
     let r = app["status"]["resources"]
         .as_array()?
         .iter()
@@ -152,7 +158,7 @@ fn resource_health(app: &Value, kind: &str) -> Option<(String, String)> {
 }
 
 /// The Application's `status.sync.status`, `status.health.status` and `status.reconciledAt`.
-fn app_state(app: &Value) -> (String, String, String) {
+pub fn app_state(app: &Value) -> (String, String, String) {
     let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
     (
         s(&app["status"]["sync"]["status"]),
@@ -162,15 +168,16 @@ fn app_state(app: &Value) -> (String, String, String) {
 }
 
 /// What [`synced_application`] returns: the commit the plugin is in.
-struct Synced {
-    commit: String,
+pub struct Synced {
+    /// The commit.
+    pub commit: String,
 }
 
 /// Once per test binary: the operator installed (`kubectl apply -k config/default`), the static
 /// volume of the chart's claim, the plugin committed to Git, the Application created; returns
 /// once it is `Synced` and `Healthy` at that commit and the vCluster's pod runs with the
 /// plugin's container (the operator rolled the StatefulSet).
-async fn synced_application() -> &'static Synced {
+pub async fn synced_application() -> &'static Synced {
     static SYNCED: tokio::sync::OnceCell<Synced> = tokio::sync::OnceCell::const_new();
     SYNCED
         .get_or_init(|| async {
@@ -188,10 +195,7 @@ async fn synced_application() -> &'static Synced {
             argocd.kubectl(&["apply", "-f", "-"], Some(&pv)).unwrap();
             let commit = argocd
                 .commit(
-                    &[(
-                        &format!("vclusters/{RELEASE}/plugins/{PLUGIN}.yaml"),
-                        &plugin_manifest(),
-                    )],
+                    &[(&plugin_path(PLUGIN), &plugin_manifest())],
                     "the pod hook plugin",
                 )
                 .unwrap();
@@ -656,7 +660,7 @@ async fn gitops_no_fight_selfheal_writes_nothing_to_the_statefulset_the_operator
 }
 
 /// The container names of the live StatefulSet's pod template, sorted.
-async fn statefulset_containers(node: &Node) -> Vec<String> {
+pub async fn statefulset_containers(node: &Node) -> Vec<String> {
     let sts: Api<StatefulSet> = Api::namespaced(node.client().await.unwrap(), NAMESPACE);
     let mut names: Vec<String> = sts
         .get(RELEASE)

@@ -11,9 +11,12 @@
 //!   plugin.
 //! - [`gitops`]: Argo CD itself syncs the sample Application (the chart and a plugin from Git);
 //!   Synced and Healthy, and no fight with the operator over the StatefulSet.
+//! - [`gitops_lifecycle`]: after that sync, a plugin changed in Git, one pruned (the chart's
+//!   template again), one refused (the Application `Degraded` with its message).
 
 mod fault;
 mod gitops;
+mod gitops_lifecycle;
 mod install_time;
 mod operator;
 mod v1_image;

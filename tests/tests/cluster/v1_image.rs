@@ -32,11 +32,11 @@ use vcp_tests::poll_for;
 use crate::operator::installed_operator;
 use crate::operator_image_in_node;
 use crate::v2_image::{
-    assert_v2_plugin_loaded, label, rolled_pod, running_host_pod, syncer_log_with, team_a_ready,
+    assert_v2_plugin_loaded, label, latest_revision_pod, rolled_pod, running_host_pod,
+    syncer_log_with, team_a_ready,
 };
 use crate::vcluster::{
-    assert_plugin_ready, installed_vcluster, log_tail, pod_ready, ready_containers, scenario_lock,
-    tool_values,
+    assert_plugin_ready, installed_vcluster, log_tail, ready_containers, scenario_lock, tool_values,
 };
 
 /// The host namespace of this test's vCluster (the release keeps the samples' name).
@@ -210,24 +210,6 @@ async fn a_go_v1_sidecar_image_registers_with_vclusters_syncer_and_hooks_beside_
         "the StatefulSet's pod template after both plugins' removal differs from the chart's"
     );
     // Two removals may roll twice: wait for the pod of the StatefulSet's latest revision.
-    let back = poll_for(Duration::from_secs(300), || {
-        let (pods, statefulsets) = (pods.clone(), statefulsets.clone());
-        let (name, uid2) = (vcluster_pod.clone(), uid2.clone());
-        async move {
-            let sts = statefulsets.get(RELEASE).await.ok()?;
-            let revision = sts.status?.update_revision?;
-            let pod = pods.get_opt(&name).await.ok()??;
-            let current = pod
-                .metadata
-                .labels
-                .as_ref()?
-                .get("controller-revision-hash")
-                == Some(&revision);
-            (pod.metadata.uid.as_deref() != Some(&uid2) && current && pod_ready(&pod))
-                .then_some(pod)
-        }
-    })
-    .await
-    .expect("the vCluster pod of the chart's template Running and Ready within 300 s");
+    let back = latest_revision_pod(&pods, &statefulsets, RELEASE, &uid2).await;
     assert_eq!(ready_containers(&back), ["syncer"]);
 }

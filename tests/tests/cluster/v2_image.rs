@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, ResourceExt};
 use vcp_tests::node::Node;
@@ -172,6 +173,40 @@ pub async fn rolled_pod(vcluster: &VCluster, pods: &Api<Pod>, old_uid: &str) -> 
             Node::shared()
                 .kubectl(&["-n", &vcluster.namespace, "describe", "pod", &name])
                 .unwrap_or_else(|e| e.to_string())
+        )
+    })
+}
+
+/// Waits up to 300 s for the pod `<release>-0` of the StatefulSet `release`'s latest revision
+/// (its `controller-revision-hash` the StatefulSet's `status.updateRevision`), a new one (its
+/// uid not `old_uid`), Running and Ready, and returns it: after changes that may roll twice.
+pub async fn latest_revision_pod(
+    pods: &Api<Pod>,
+    statefulsets: &Api<StatefulSet>,
+    release: &str,
+    old_uid: &str,
+) -> Pod {
+    let name = format!("{release}-0");
+    poll_for(Duration::from_secs(300), || {
+        let (pods, statefulsets, name) = (pods.clone(), statefulsets.clone(), name.clone());
+        async move {
+            let sts = statefulsets.get(release).await.ok()?;
+            let revision = sts.status?.update_revision?;
+            let pod = pods.get_opt(&name).await.ok()??;
+            let current = pod
+                .metadata
+                .labels
+                .as_ref()?
+                .get("controller-revision-hash")
+                == Some(&revision);
+            (pod.metadata.uid.as_deref() != Some(old_uid) && current && pod_ready(&pod))
+                .then_some(pod)
+        }
+    })
+    .await
+    .unwrap_or_else(|| {
+        panic!(
+            "the pod {name} of the StatefulSet's latest revision not Running and Ready within 300 s"
         )
     })
 }

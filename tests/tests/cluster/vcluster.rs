@@ -218,7 +218,6 @@ pub fn helm_chart(
 async fn install(namespace: &str, release: &str) -> VCluster {
     let node = Node::shared();
     let tools = tool_values();
-    let kubectl = PathBuf::from(&tools["KUBECTL"]);
 
     node.kubectl(&["create", "namespace", namespace]).unwrap();
     let data = node.dir().join(format!("run/pv/{namespace}-{release}"));
@@ -257,6 +256,20 @@ async fn install(namespace: &str, release: &str) -> VCluster {
         started.elapsed().as_secs_f64()
     );
 
+    let sts: Api<StatefulSet> = Api::namespaced(client, namespace);
+    let chart_template =
+        serde_json::to_value(sts.get(release).await.unwrap().spec.unwrap().template).unwrap();
+    attach(namespace, release, chart_template).await
+}
+
+/// The running vCluster `namespace/release` (its pod Ready) as a [`VCluster`] of this test
+/// binary, `chart_template` its StatefulSet's pod template as the chart made it: its virtual
+/// kubeconfig written, and its virtual API server answering through its Service (waited up to
+/// 120 s).
+pub async fn attach(namespace: &str, release: &str, chart_template: serde_json::Value) -> VCluster {
+    let node = Node::shared();
+    let kubectl = PathBuf::from(&tool_values()["KUBECTL"]);
+    let client = node.client().await.unwrap();
     // The virtual cluster's kubeconfig: Secret vc-<release> (server https://localhost:8443),
     // its server replaced by the Service's ClusterIP, which the syncer's certificate names.
     let ip = node
@@ -297,9 +310,6 @@ async fn install(namespace: &str, release: &str) -> VCluster {
         .join(format!("vcluster-{namespace}-{release}.kubeconfig"));
     std::fs::write(&virtual_kubeconfig, config).unwrap();
 
-    let sts: Api<StatefulSet> = Api::namespaced(client, namespace);
-    let chart_template =
-        serde_json::to_value(sts.get(release).await.unwrap().spec.unwrap().template).unwrap();
     let vcluster = VCluster {
         namespace: namespace.to_string(),
         release: release.to_string(),
