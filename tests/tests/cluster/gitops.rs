@@ -419,6 +419,26 @@ fn dry_run(write: &(String, String, String, i64)) -> bool {
     write.2.contains("dryRun=All")
 }
 
+/// Asks Argo CD's controller for a hard refresh of the Application (manifests regenerated, the
+/// repo server's cache bypassed, Git's branch resolved again): the annotation
+/// `argocd.argoproj.io/refresh=hard`, which the controller takes off once it has compared again.
+pub fn request_hard_refresh(argocd: &ArgoCd) {
+    argocd
+        .kubectl(
+            &[
+                "-n",
+                argocd_local::NAMESPACE,
+                "annotate",
+                "--overwrite",
+                "application",
+                RELEASE,
+                "argocd.argoproj.io/refresh=hard",
+            ],
+            None,
+        )
+        .unwrap();
+}
+
 /// The controller's log lines of the Application's hard refreshes (`Refreshing app status
 /// (hard refresh requested), level (3)`: compared with the latest manifests, regenerated).
 fn hard_refreshes(argocd: &ArgoCd) -> Vec<String> {
@@ -497,22 +517,7 @@ async fn assert_no_fight(node: &Node, argocd: &ArgoCd, mode: &str) -> usize {
     }
 
     let hard_before = hard_refreshes(argocd).len();
-    // A forced hard refresh (manifests regenerated, the repo server's cache bypassed): the
-    // controller takes the annotation off once it has compared again.
-    argocd
-        .kubectl(
-            &[
-                "-n",
-                argocd_local::NAMESPACE,
-                "annotate",
-                "--overwrite",
-                "application",
-                RELEASE,
-                "argocd.argoproj.io/refresh=hard",
-            ],
-            None,
-        )
-        .unwrap();
+    request_hard_refresh(argocd);
     let last = reconciled.last().unwrap().clone();
     let refreshed = poll_for(Duration::from_secs(120), || {
         let app = live_application(argocd);

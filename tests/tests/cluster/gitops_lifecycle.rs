@@ -23,13 +23,13 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use serde_json::{Value, json};
 use vcp_crds::VClusterPlugin;
-use vcp_tests::argocd_local::{self, ArgoCd, CHART_VERSION};
+use vcp_tests::argocd_local::{ArgoCd, CHART_VERSION};
 use vcp_tests::node::Node;
 use vcp_tests::poll_for;
 
 use crate::gitops::{
     NAMESPACE, PLUGIN, RELEASE, app_state, argocd, live_application, plugin_manifest, plugin_path,
-    statefulset_containers, synced_application,
+    request_hard_refresh, statefulset_containers, synced_application,
 };
 use crate::v2_image::{label, latest_revision_pod, running_host_pod, team_a_ready};
 use crate::vcluster::{assert_plugin_ready, attach, ready_containers, scenario_lock};
@@ -66,20 +66,7 @@ fn keep_path() -> String {
 /// the chart's version and `commit`, with health `health`; returns it, or panics with its
 /// status and the controller's log.
 async fn synced_at(argocd: &ArgoCd, commit: &str, health: &str, timeout: Duration) -> Value {
-    argocd
-        .kubectl(
-            &[
-                "-n",
-                argocd_local::NAMESPACE,
-                "annotate",
-                "--overwrite",
-                "application",
-                RELEASE,
-                "argocd.argoproj.io/refresh=hard",
-            ],
-            None,
-        )
-        .unwrap();
+    request_hard_refresh(argocd);
     let want = json!([CHART_VERSION, commit]);
     let found = poll_for(timeout, || {
         let app = live_application(argocd);
