@@ -13,10 +13,13 @@
 //!   Synced and Healthy, and no fight with the operator over the StatefulSet.
 //! - [`gitops_lifecycle`]: after that sync, a plugin changed in Git, one pruned (the chart's
 //!   template again), one refused (the Application `Degraded` with its message).
+//! - [`gitops_order`]: the CRD and the plugins in one Application on a fresh (nodeless)
+//!   cluster sync at the first attempt, with no sync wave.
 
 mod fault;
 mod gitops;
 mod gitops_lifecycle;
+mod gitops_order;
 mod install_time;
 mod operator;
 mod v1_image;
