@@ -141,13 +141,13 @@ pub fn live_application(argocd: &ArgoCd) -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
-/// The Application's sync and health status, and its resource `kind`'s health (status,
-/// message) as Argo CD reports it in `status.resources`.
-pub fn resource_health(app: &Value, kind: &str) -> Option<(String, String)> {
+/// Argo CD's health (status, message) of the Application's resource of `kind`, as it reports it
+/// in `status.resources`: the one named `name`, or the first of that kind when `name` is `None`.
+pub fn resource_health(app: &Value, kind: &str, name: Option<&str>) -> Option<(String, String)> {
     let r = app["status"]["resources"]
         .as_array()?
         .iter()
-        .find(|r| r["kind"] == kind)?;
+        .find(|r| r["kind"] == kind && name.is_none_or(|n| r["name"] == n))?;
     Some((
         r["health"]["status"].as_str()?.to_string(),
         r["health"]["message"]
@@ -321,7 +321,7 @@ async fn gitops_install_the_sample_application_syncs_the_chart_and_a_plugin_from
         .unwrap_or_default()
         .contains("waiting for the virtual cluster's kubeconfig");
     eprintln!("gitops: the runtime container waited for vCluster's kubeconfig Secret: {waited}");
-    let sts_health = resource_health(&app, "StatefulSet");
+    let sts_health = resource_health(&app, "StatefulSet", None);
     assert_eq!(
         sts_health.as_ref().map(|(status, _)| status.as_str()),
         Some("Healthy"),
@@ -358,7 +358,7 @@ async fn gitops_install_the_sample_application_syncs_the_chart_and_a_plugin_from
         }
     );
     assert_eq!(
-        resource_health(&app, "VClusterPlugin"),
+        resource_health(&app, "VClusterPlugin", None),
         Some(("Healthy".to_string(), expected)),
         "Argo CD's health of the VClusterPlugin"
     );

@@ -29,7 +29,7 @@ use vcp_tests::poll_for;
 
 use crate::gitops::{
     NAMESPACE, PLUGIN, RELEASE, app_state, argocd, live_application, plugin_manifest, plugin_path,
-    request_hard_refresh, statefulset_containers, synced_application,
+    request_hard_refresh, resource_health, statefulset_containers, synced_application,
 };
 use crate::v2_image::{label, latest_revision_pod, running_host_pod, team_a_ready};
 use crate::vcluster::{assert_plugin_ready, attach, ready_containers, scenario_lock};
@@ -86,21 +86,6 @@ async fn synced_at(argocd: &ArgoCd, commit: &str, health: &str, timeout: Duratio
             argocd.log_tail("application-controller", 30)
         )
     })
-}
-
-/// Argo CD's health (status, message) of the resource `kind/name` in the Application.
-fn health_of(app: &Value, kind: &str, name: &str) -> Option<(String, String)> {
-    let r = app["status"]["resources"]
-        .as_array()?
-        .iter()
-        .find(|r| r["kind"] == kind && r["name"] == name)?;
-    Some((
-        r["health"]["status"].as_str()?.to_string(),
-        r["health"]["message"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-    ))
 }
 
 /// `value` without what `fields` (a `managedFields` entry's `fieldsV1` set) holds: a field
@@ -360,7 +345,7 @@ async fn gitops_a_refused_plugin_makes_the_application_degraded_with_its_message
     );
     // Argo CD's health of it, from the shipped Lua: Degraded, `reason: message`.
     assert_eq!(
-        health_of(&app, "VClusterPlugin", REFUSED),
+        resource_health(&app, "VClusterPlugin", Some(REFUSED)),
         Some((
             "Degraded".to_string(),
             format!("PolicyDenied: {}", ready.message)
@@ -368,14 +353,14 @@ async fn gitops_a_refused_plugin_makes_the_application_degraded_with_its_message
         "Argo CD's health of the refused plugin"
     );
     assert_eq!(
-        health_of(&app, "VClusterPlugin", PLUGIN).map(|(status, _)| status),
+        resource_health(&app, "VClusterPlugin", Some(PLUGIN)).map(|(status, _)| status),
         Some("Healthy".to_string()),
         "the other plugin stays Healthy"
     );
     eprintln!(
         "gitops: refused plugin: Application {:?}, its health {:?}",
         app_state(&app),
-        health_of(&app, "VClusterPlugin", REFUSED)
+        resource_health(&app, "VClusterPlugin", Some(REFUSED))
     );
     // The refusal changed nothing in the StatefulSet.
     let (now, _) = template_and_operator_fields(&statefulsets).await;

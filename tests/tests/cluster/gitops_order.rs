@@ -407,7 +407,7 @@ async fn gitops_order_the_crd_and_its_plugins_in_one_application_sync_at_the_fir
     .await
     .expect("the Application Synced after its first sync");
     assert_eq!(
-        resource_health(&settled, "VClusterPlugin"),
+        resource_health(&settled, "VClusterPlugin", None),
         Some((
             "Progressing".to_string(),
             "Waiting for vcluster-plugin-operator to act on this plugin".to_string()
