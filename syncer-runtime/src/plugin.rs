@@ -262,6 +262,16 @@ impl Plugin {
 /// out: the sidecar has nothing to do without the virtual cluster, and a signal still stops
 /// the process (the caller selects on it).
 pub async fn wait_for_kubeconfig(path: &std::path::Path, poll: Duration) -> Duration {
+    wait_for_kubeconfig_looking(path, poll, || {}).await
+}
+
+/// [`wait_for_kubeconfig`], calling `looked` after each look at the file that found it absent
+/// or empty (so that a test can show the wait looked before it says it still waits).
+async fn wait_for_kubeconfig_looking(
+    path: &std::path::Path,
+    poll: Duration,
+    mut looked: impl FnMut(),
+) -> Duration {
     let began = tokio::time::Instant::now();
     let mut logged: Option<tokio::time::Instant> = None;
     loop {
@@ -281,6 +291,7 @@ pub async fn wait_for_kubeconfig(path: &std::path::Path, poll: Duration) -> Dura
             );
             logged = Some(tokio::time::Instant::now());
         }
+        looked();
         tokio::time::sleep(poll).await;
     }
 }
@@ -353,28 +364,52 @@ async fn client_config(
 mod tests {
     use super::*;
 
-    /// Absent, then empty, the file is waited for; once written, the wait ends.
+    /// Returns once `looks` has moved by two: the second look certainly saw the file as it was
+    /// when this was called.
+    async fn two_more_looks(looks: &std::sync::atomic::AtomicUsize) {
+        let from = looks.load(std::sync::atomic::Ordering::SeqCst);
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while looks.load(std::sync::atomic::Ordering::SeqCst) < from + 2 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await
+        .expect("the wait looks at the file every 10 ms");
+    }
+
+    /// Absent, then empty, the file is waited for (each shown looked at); once written, the
+    /// wait ends.
     #[tokio::test]
     async fn the_wait_ends_when_the_kubeconfig_is_written() {
         let dir = std::env::temp_dir().join(format!("vcp-wait-kubeconfig-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("config");
         let _ = std::fs::remove_file(&path);
+        let looks = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let waiting = tokio::spawn({
-            let path = path.clone();
-            async move { wait_for_kubeconfig(&path, Duration::from_millis(10)).await }
+            let (path, looks) = (path.clone(), looks.clone());
+            async move {
+                wait_for_kubeconfig_looking(&path, Duration::from_millis(10), move || {
+                    looks.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                })
+                .await
+            }
         });
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        two_more_looks(&looks).await;
         assert!(!waiting.is_finished(), "no file: still waiting");
         std::fs::write(&path, "").unwrap();
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        two_more_looks(&looks).await;
         assert!(!waiting.is_finished(), "an empty file: still waiting");
+        let looked = looks.load(std::sync::atomic::Ordering::SeqCst);
         std::fs::write(&path, "apiVersion: v1\n").unwrap();
         let waited = tokio::time::timeout(Duration::from_secs(5), waiting)
             .await
             .expect("the wait ends once the file has content")
             .unwrap();
-        assert!(waited >= Duration::from_millis(200), "waited {waited:?}");
+        assert!(
+            waited >= Duration::from_millis(10 * (looked as u64 - 1)),
+            "waited {waited:?} across {looked} looks 10 ms apart"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
