@@ -409,6 +409,18 @@ impl ArgoCd {
             .collect()
     }
 
+    /// Application `name` in [`NAMESPACE`] as the API server has it (`kubectl get -o json`).
+    ///
+    /// # Errors
+    /// When kubectl fails (no such Application included) or its output is not JSON.
+    pub fn application(&self, name: &str) -> anyhow::Result<serde_json::Value> {
+        let text = self.kubectl(
+            &["-n", NAMESPACE, "get", "application", name, "-o", "json"],
+            None,
+        )?;
+        serde_json::from_str(&text).with_context(|| format!("Application {name}: {text}"))
+    }
+
     /// kubectl with the kubeconfig Argo CD is given, `stdin` piped in; its stdout.
     ///
     /// # Errors

@@ -124,21 +124,7 @@ fn application(argocd: &ArgoCd) -> Value {
 
 /// The Application's live object.
 pub fn live_application(argocd: &ArgoCd) -> Value {
-    let text = argocd
-        .kubectl(
-            &[
-                "-n",
-                argocd_local::NAMESPACE,
-                "get",
-                "application",
-                RELEASE,
-                "-o",
-                "json",
-            ],
-            None,
-        )
-        .unwrap();
-    serde_json::from_str(&text).unwrap()
+    argocd.application(RELEASE).unwrap()
 }
 
 /// Argo CD's health (status, message) of the Application's resource of `kind`, as it reports it
