@@ -156,6 +156,31 @@ impl Node {
         Ok(stdout)
     }
 
+    /// For failure messages about a pod that did not start: each node's taints and conditions
+    /// (`DiskPressure=True` with a `node.kubernetes.io/disk-pressure` taint when the disk holding
+    /// the node's folder is within `scripts/node`'s `evictionHard` threshold, 2 % of that
+    /// filesystem), and that filesystem's free space (`df -h`).
+    pub fn health_summary(&self) -> String {
+        let nodes = self
+            .kubectl(&[
+                "get",
+                "nodes",
+                "-o",
+                "jsonpath={range .items[*]}{.metadata.name}: taints {.spec.taints}; conditions \
+                 {range .status.conditions[*]}{.type}={.status} {end}{\"\\n\"}{end}",
+            ])
+            .unwrap_or_else(|e| e.to_string());
+        let df = Command::new("df")
+            .arg("-h")
+            .arg(&self.dir)
+            .output()
+            .map_or_else(
+                |e| e.to_string(),
+                |o| String::from_utf8_lossy(&o.stdout).into_owned(),
+            );
+        format!("node: {nodes}disk: {df}")
+    }
+
     /// Imports a docker archive into the node's containerd (namespace `k8s.io`, where the
     /// kubelet finds images), as `ctr images import` does.
     ///

@@ -57,9 +57,10 @@ pub async fn installed_operator() -> Pod {
         }
         None => panic!(
             "the operator's pod was not Running and Ready within 180 s after `kubectl apply -k \
-             config/default`:\n{}\nkubelet:\n{}",
+             config/default`:\n{}\n{}\nkubelet:\n{}",
             node.kubectl(&["-n", NAMESPACE, "describe", "pods"])
                 .unwrap_or_else(|e| e.to_string()),
+            node.health_summary(),
             node.log_tail("kubelet", 30)
         ),
     }

@@ -245,9 +245,10 @@ async fn install(namespace: &str, release: &str) -> VCluster {
     .is_none()
     {
         panic!(
-            "{namespace}/{pod_name} not Ready within 300 s of helm install:\n{}\n{}",
+            "{namespace}/{pod_name} not Ready within 300 s of helm install:\n{}\n{}\n{}",
             node.kubectl(&["-n", namespace, "describe", "pod", &pod_name])
                 .unwrap_or_else(|e| e.to_string()),
+            node.health_summary(),
             log_tail(node, namespace, &pod_name, "syncer")
         );
     }
