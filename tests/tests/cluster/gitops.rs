@@ -42,7 +42,7 @@ pub const PLUGIN: &str = "pod-hook";
 /// The field manager of Argo CD's application controller's writes (client-side apply) and the
 /// prefix of its user agent.
 const ARGOCD_FIELD_MANAGER: &str = "argocd-controller";
-const ARGOCD_USER_AGENT: &str = "argocd-application-controller";
+pub const ARGOCD_USER_AGENT: &str = "argocd-application-controller";
 
 /// Argo CD of this test binary, started once against the node, its folder `<node>/argocd`.
 pub fn argocd() -> &'static ArgoCd {

@@ -34,7 +34,6 @@
 //! written once (`metadata.generation` 1).
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -43,11 +42,9 @@ use vcp_tests::audit::Writes;
 use vcp_tests::control_plane::{Cluster, ControlPlane, Identity};
 use vcp_tests::{poll_for, repo_root};
 
-use crate::gitops::resource_health;
-use crate::vcluster::{scenario_lock, values};
+use crate::gitops::{ARGOCD_USER_AGENT, resource_health};
+use crate::vcluster::{scenario_lock, script_without_node, values};
 
-/// Argo CD's user agent (its application controller's requests).
-const ARGOCD_USER_AGENT: &str = "argocd-application-controller";
 /// The sample plugin's name and namespace, as shipped.
 const PLUGIN: &str = "car-sync";
 const PLUGIN_NAMESPACE: &str = "my-vcluster";
@@ -62,18 +59,8 @@ const CRD: &str = "vclusterplugins.vcp.dev";
 /// needed, so this test does not start the node.
 fn tools() -> ArgoCdTools {
     let mut all = BTreeMap::new();
-    for script in ["oracles", "control-plane", "argocd"] {
-        let out = Command::new(repo_root().join("scripts").join(script))
-            .arg("build")
-            .output()
-            .unwrap_or_else(|e| panic!("run scripts/{script}: {e}"));
-        assert!(
-            out.status.success(),
-            "scripts/{script} build failed ({}):\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        all.extend(values(&String::from_utf8_lossy(&out.stdout)));
+    for name in ["oracles", "control-plane", "argocd"] {
+        all.extend(values(&script_without_node(name, &["build"])));
     }
     ArgoCdTools::from_values(&all).expect("the tools Argo CD needs")
 }

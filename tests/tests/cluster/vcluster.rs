@@ -31,12 +31,25 @@ pub fn values(output: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Runs a repository script with `args` and returns its stdout; panics with its output when it
-/// fails.
+/// Runs a repository script with `args` for the shared node (`VCP_NODE_DIR`, the node started
+/// first) and returns its stdout; panics with its output when it fails.
 pub fn script(name: &str, args: &[&str]) -> String {
-    let out = Command::new(repo_root().join("scripts").join(name))
-        .args(args)
-        .env("VCP_NODE_DIR", Node::shared().dir())
+    run_script(name, args, Some(Node::shared().dir()))
+}
+
+/// [`script`] for a test that needs no node (a build that only prints cached paths): the node
+/// is not started.
+pub fn script_without_node(name: &str, args: &[&str]) -> String {
+    run_script(name, args, None)
+}
+
+fn run_script(name: &str, args: &[&str], node_dir: Option<&std::path::Path>) -> String {
+    let mut cmd = Command::new(repo_root().join("scripts").join(name));
+    cmd.args(args);
+    if let Some(dir) = node_dir {
+        cmd.env("VCP_NODE_DIR", dir);
+    }
+    let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("run scripts/{name}: {e}"));
     assert!(
