@@ -26,7 +26,7 @@
 //! default (5 s, doubling: about 2.5 minutes in all), and after that only a new commit or a
 //! manual sync tries again.
 //!
-//! Seen in 3 of 5 runs: right after the sync, Argo CD's cluster cache starts to watch the new
+//! Seen in 4 of 6 runs: right after the sync, Argo CD's cluster cache starts to watch the new
 //! kind, a comparison in between finds the plugin missing and starts one self-heal, which
 //! applies the same manifest again without a request reaching the API server (client-side
 //! apply, empty patch). The test allows that one and asserts that across the next three
