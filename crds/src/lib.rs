@@ -12,17 +12,21 @@
 //! [`crd_yaml`]'s output (run it with `VCP_BLESS=1` to rewrite the files).
 //!
 //! Shared by both binaries besides the types: [`hooks`], the pure application of declared
-//! hooks, and, with the `test-faults` feature only, `fault`, their test-only fault point
-//! (absent from release builds); with the `http` feature, `http`, the small server of their
-//! `/metrics` and probes.
+//! hooks; [`bursts`], when each gives its heap's freed pages back to the kernel; with the
+//! `test-faults` feature only, `fault`, their test-only fault point, and with `heap-count` only,
+//! `heap`, the live-heap counter of their test endpoint (both absent from release builds); with
+//! the `http` feature, `http`, the small server of their `/metrics` and probes.
 
 pub mod admission;
 pub mod built_in;
+pub mod bursts;
 pub mod car;
 #[cfg(feature = "test-faults")]
 pub mod fault;
 pub mod fold;
 pub mod free_form;
+#[cfg(feature = "heap-count")]
+pub mod heap;
 pub mod hooks;
 #[cfg(feature = "http")]
 pub mod http;

@@ -33,7 +33,7 @@
 //! | leader election on a Lease | [`leader`] |
 //! | metrics, health and readiness | [`telemetry`], served by [`http`] |
 //! | giving freed heap pages back to the kernel after a burst of reconciles | [`trim`] |
-//! | test-only: the sizes of the per-object state and the live heap bytes, served on `/state` (feature `reconcile-log` only) | [`telemetry`], `heap` |
+//! | test-only: the sizes of the per-object state and the live heap bytes, served on `/state` (feature `reconcile-log` only) | [`telemetry`], `vcp_crds::heap` |
 //! | test-only fault point: abort after the n-th write (`VCP_FAULT_ABORT_AFTER_WRITES`; feature `test-faults` only) | `fault` |
 //!
 //! Tests and the binary start the operator with [`run`] (or [`run_until`]) and a [`Config`].
@@ -45,8 +45,6 @@ pub mod context;
 pub mod controller;
 pub mod error;
 pub mod finalizer;
-#[cfg(feature = "reconcile-log")]
-pub mod heap;
 pub mod http;
 pub mod import;
 pub mod judge;

@@ -19,8 +19,8 @@ use clap::{Parser, Subcommand};
 /// Test machinery (feature `reconcile-log` only): the heap's live bytes counted for `/state`.
 #[cfg(feature = "reconcile-log")]
 #[global_allocator]
-static ALLOCATOR: vcluster_plugin_operator::heap::Counting =
-    vcluster_plugin_operator::heap::Counting;
+static ALLOCATOR: vcp_crds::heap::Counting<std::alloc::System> =
+    vcp_crds::heap::Counting(std::alloc::System);
 
 use futures::FutureExt;
 use tracing_subscriber::EnvFilter;

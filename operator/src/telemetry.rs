@@ -28,7 +28,7 @@
 //!
 //! Also with `reconcile-log` only: [`Telemetry::state`], the sizes of the operator's
 //! per-object state (each map of its [`crate::context::Context`], the plugins' watch cache, the
-//! sweeper's backlog), its live tasks and its heap's live bytes ([`crate::heap`]), served on
+//! sweeper's backlog), its live tasks and its heap's live bytes ([`vcp_crds::heap`]), served on
 //! `/state` so a test can show that the state of gone objects went with them.
 //!
 //! Readiness: the replica is ready once it knows its leader state (it joined the election, or
@@ -359,8 +359,8 @@ impl Telemetry {
     }
 
     /// The test endpoint `/state`: one `name value` line per figure, in this order:
-    /// - `heap_live_bytes`: bytes the process holds on its heap ([`crate::heap::live_bytes`];
-    ///   0 when the binary does not install [`crate::heap::Counting`]);
+    /// - `heap_live_bytes`: bytes the process holds on its heap ([`vcp_crds::heap::live_bytes`];
+    ///   0 when the binary does not install [`vcp_crds::heap::Counting`]);
     /// - `tasks_alive`: tokio tasks alive in the runtime serving the request;
     /// - `reconciled_live`, `reconciled_gone`: entries of [`Telemetry::reconciled`]'s table;
     /// - then the controller's figures (its [`StateProbe`], see
@@ -369,7 +369,7 @@ impl Telemetry {
     pub fn state(&self) -> String {
         let (live, gone) = self.reconciled_len();
         let mut figures: Vec<(&'static str, i64)> = vec![
-            ("heap_live_bytes", crate::heap::live_bytes()),
+            ("heap_live_bytes", vcp_crds::heap::live_bytes()),
             (
                 "tasks_alive",
                 tokio::runtime::Handle::try_current()

@@ -9,8 +9,9 @@
 //! 10,000 plugins came and went while the live heap had grown by 1 MiB. (mimalloc, the
 //! runtime's allocator, kept 20 % on the same test.)
 //!
-//! [`after_bursts`] watches the count of finished reconciles: once it has moved and then stood
-//! still for [`IDLE`], it calls glibc's `malloc_trim(0)` once, which returns every free page of
+//! [`after_bursts`] watches the count of finished reconciles ([`vcp_crds::bursts`] holds the
+//! rule, shared with the runtime): once it has moved and then stood still for [`IDLE`], it
+//! calls glibc's `malloc_trim(0)` once, which returns every free page of
 //! every arena (`madvise(MADV_DONTNEED)`, not only the arenas' tops; glibc ≥ 2.8); during a long
 //! busy stretch that never leaves the count still that long, it also trims every
 //! [`BUSY_INTERVALS`] intervals. A trim walks the arenas (milliseconds) on a blocking thread.
@@ -20,6 +21,8 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+
+use vcp_crds::bursts::{Bursts, Release};
 
 use crate::telemetry::Telemetry;
 
@@ -82,52 +85,31 @@ pub fn fix_mmap_threshold() -> bool {
 /// seconds after the last one.
 pub const SETTLE_INTERVALS: u32 = 60;
 
-/// Runs until dropped (aborted): every `idle` (the operator passes [`IDLE`]), when
-/// `telemetry`'s count of finished reconciles moved since the last trim and either has not
-/// moved during the last interval or has kept moving for `busy` intervals (the operator passes
-/// [`BUSY_INTERVALS`]), [`trim`]s once and counts it ([`Telemetry::trimmed`]); when it then
-/// stays still for `settle` more intervals ([`SETTLE_INTERVALS`]), trims once more
-/// ([`Telemetry::settled`]).
+/// Runs until dropped (aborted): every `idle` (the operator passes [`IDLE`]), looks at
+/// `telemetry`'s count of finished reconciles and follows [`vcp_crds::bursts`]'s rule, with
+/// `busy` ([`BUSY_INTERVALS`]) and `settle` ([`SETTLE_INTERVALS`]): on a burst's release it
+/// [`trim`]s once and counts it ([`Telemetry::trimmed`]), on the settled release it trims once
+/// more ([`Telemetry::settled`]).
 pub async fn after_bursts(telemetry: Arc<Telemetry>, idle: Duration, busy: u32, settle: u32) {
     let mut tick = tokio::time::interval(idle);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut seen = telemetry.reconciles();
-    // intervals in a row in which the count moved (`None`: it has not moved since the last trim)
-    let mut moving: Option<u32> = None;
-    // still intervals since the last burst's trim (`None`: no trim to settle)
-    let mut settling: Option<u32> = None;
+    let mut bursts = Bursts::new(telemetry.reconciles(), busy, settle);
     loop {
         tick.tick().await;
         let now = telemetry.reconciles();
-        let moved = now != seen;
-        seen = now;
-        if moved {
-            settling = None;
-        } else if let Some(n) = settling {
-            if n + 1 >= settle {
-                settling = None;
-                let released = tokio::task::spawn_blocking(trim).await.unwrap_or(false);
+        let Some(release) = bursts.look(now) else {
+            continue;
+        };
+        let released = tokio::task::spawn_blocking(trim).await.unwrap_or(false);
+        match release {
+            Release::Burst => {
+                telemetry.trimmed(now);
+                tracing::debug!(released, "heap trimmed after a burst of reconciles");
+            }
+            Release::Settled => {
                 telemetry.settled(now);
                 tracing::debug!(released, "heap trimmed once more, settled after a burst");
-            } else {
-                settling = Some(n + 1);
             }
-        }
-        let due = match (moved, moving) {
-            (true, n) => {
-                let n = n.unwrap_or(0) + 1;
-                moving = Some(n);
-                n >= busy
-            }
-            (false, Some(_)) => true,
-            (false, None) => false,
-        };
-        if due {
-            moving = None;
-            settling = Some(0);
-            let released = tokio::task::spawn_blocking(trim).await.unwrap_or(false);
-            telemetry.trimmed(now);
-            tracing::debug!(released, moved, "heap trimmed after a burst of reconciles");
         }
     }
 }
