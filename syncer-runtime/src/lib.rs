@@ -17,6 +17,7 @@
 //!   manager, write count and own-write tracking;
 //! - [`v2`]: vCluster's v2 plugin protocol (go-plugin + gRPC `pluginv2.Plugin`), spoken by
 //!   [`sdk::Plugin`] and the runtime binary when vCluster starts them from `/plugins`;
+//! - [`heap`]: the binary's heap given back to the kernel after a burst of reconciles;
 //! - [`metrics`]: the runtime's counters, served on `/metrics` with `/healthz` when
 //!   [`Config::metrics_bind_address`] is set;
 //! - [`runtime`]: the declarative runtime ([`runtime::run`]) that reads its `VClusterPlugin`
@@ -31,6 +32,7 @@ pub mod controller;
 mod driver;
 pub mod error;
 pub mod from_host;
+pub mod heap;
 pub mod hooks;
 pub mod metrics;
 mod own_writes;

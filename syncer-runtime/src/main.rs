@@ -30,7 +30,13 @@
 //! Allocator: mimalloc. The runtime allocates and frees many small objects (watch events,
 //! JSON values) across the tokio worker threads; glibc's per-thread arenas fragment under that
 //! pattern and keep freed memory resident, which made the peak RSS of the sync benchmark
-//! (`docs/BENCHMARKS.md`, "Sync runtime") grow well past what the caches hold.
+//! (`docs/BENCHMARKS.md`, "Sync runtime") grow well past what the caches hold. mimalloc too
+//! keeps a burst's freed pages while the process is idle, so both modes run
+//! [`vcp_syncer_runtime::heap::after_bursts`] beside the runtime, and it asks for transparent
+//! huge pages, which the binary turns off first
+//! ([`vcp_syncer_runtime::heap::disable_huge_pages`]). With the test feature
+//! `reconcile-log`, mimalloc is wrapped in `vcp_crds::heap::Counting` (the live heap bytes of
+//! `/state`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -47,8 +53,16 @@ use vcp_syncer_runtime::runtime::{DEFAULT_RESYNC_PERIOD, DEFAULT_WORKERS};
 use vcp_syncer_runtime::v2::{self, HookTable, Session};
 use vcp_syncer_runtime::{Config, Error, PodSync, run};
 
+#[cfg(not(feature = "reconcile-log"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Test machinery (feature `reconcile-log` only): mimalloc, its live bytes counted for
+/// `/state`.
+#[cfg(feature = "reconcile-log")]
+#[global_allocator]
+static GLOBAL: vcp_crds::heap::Counting<mimalloc::MiMalloc> =
+    vcp_crds::heap::Counting(mimalloc::MiMalloc);
 
 /// Command-line flags.
 #[derive(Parser, Debug)]
@@ -281,6 +295,7 @@ async fn main_inner(args: Args) -> Result<(), Error> {
         PodSyncArg::Full => PodSync::Full,
     };
     info!(namespace = %config.namespace, plugin = %config.plugin, "vcluster-plugin-syncer starting");
+    let _collector = collector(&config);
     tokio::select! {
         result = run(config) => result,
         () = shutdown_signal() => {
@@ -361,6 +376,7 @@ async fn main_v2() -> Result<(), Error> {
         session.shutdown().await;
         return Ok(());
     }
+    let _collector = collector(&config);
     let result = tokio::select! {
         result = run(config) => result,
         reason = session.stopped() => {
@@ -370,6 +386,27 @@ async fn main_v2() -> Result<(), Error> {
     };
     session.shutdown().await;
     result
+}
+
+/// [`vcp_syncer_runtime::heap::after_bursts`] on `config`'s metrics, on the async workers
+/// (where the syncers allocate), until the returned guard is dropped.
+fn collector(config: &Config) -> AbortOnDrop {
+    use vcp_syncer_runtime::heap;
+    AbortOnDrop(tokio::spawn(heap::after_bursts(
+        config.metrics.clone(),
+        heap::IDLE,
+        heap::BUSY_INTERVALS,
+        heap::SETTLE_INTERVALS,
+    )))
+}
+
+/// A spawned task, aborted when this is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// How long the exit waits, after the runtime stopped, for work still running on its threads:
@@ -387,6 +424,21 @@ const EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 /// a long native call holds up neither the other tasks nor its own type's watches and workers. When the variable is set, tokio reads it itself: a count ≥ 1 sets the workers,
 /// and tokio refuses anything else with a panic at start that names the variable.
 const WORKER_THREADS: usize = 1;
+
+/// Transparent huge pages off before the program's first allocation
+/// ([`vcp_syncer_runtime::heap::disable_huge_pages`]): Rust's start-up code allocates before
+/// `main` runs, and mimalloc's first arena then already held two 2 MiB pages for about
+/// 100 KiB in use. An ELF initializer (`.init_array`, default priority) runs after mimalloc's
+/// own (priority 101), which makes no allocation, and before Rust's `main` wrapper.
+#[cfg(target_os = "linux")]
+#[used]
+#[unsafe(link_section = ".init_array")]
+static HUGE_PAGES_OFF: extern "C" fn() = {
+    extern "C" fn huge_pages_off() {
+        vcp_syncer_runtime::heap::disable_huge_pages();
+    }
+    huge_pages_off
+};
 
 fn main() -> ExitCode {
     let mut builder = tokio::runtime::Builder::new_multi_thread();

@@ -23,7 +23,16 @@
 //! - `vcp_runtime_reconciles_total{api_version, kind}`: reconciles finished, whatever their
 //!   result (for pod hooks `v1` `Pod`);
 //! - `vcp_runtime_writes_total{api_version, kind}`: write requests (create, patch, delete) the
-//!   syncers of the type sent, to either cluster ([`crate::stats::TypeStats::count_write`]).
+//!   syncers of the type sent, to either cluster ([`crate::stats::TypeStats::count_write`]);
+//! - `vcp_runtime_heap_collects_total`: times the binary gave its heap's freed pages back to
+//!   the kernel after a burst of reconciles ([`crate::heap`]), and
+//!   `vcp_runtime_heap_collected_at_reconciles`: the count of finished reconciles (every
+//!   type's) when it last did.
+//!
+//! With the test feature `reconcile-log` only, `/state` answers too (test machinery, one
+//! `name value` line per figure): `heap_live_bytes`, the bytes the process holds on its heap
+//! (`vcp_crds::heap::live_bytes`, counted by the allocator the binary installs with that
+//! feature; 0 otherwise).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -31,6 +40,7 @@ use std::sync::Arc;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use vcp_crds::http::Answer;
 
@@ -56,6 +66,11 @@ pub struct Metrics {
     undecodable: Family<UndecodableLabels, Counter>,
     reconciles: Family<TypeLabels, Counter>,
     writes: Family<TypeLabels, Counter>,
+    /// Finished reconciles of every type (not served: the sum of `reconciles`' lines), read by
+    /// [`crate::heap::after_bursts`].
+    reconciles_total: Counter,
+    collects: Counter,
+    collected_at: Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -93,6 +108,17 @@ impl Default for Metrics {
                 &mut registry,
                 "vcp_runtime_writes",
                 "Write requests (create, patch, delete) the runtime's syncers sent, by type",
+            ),
+            reconciles_total: Counter::default(),
+            collects: registered(
+                &mut registry,
+                "vcp_runtime_heap_collects",
+                "Times the runtime gave its heap's freed pages back to the kernel after a burst of reconciles",
+            ),
+            collected_at: registered(
+                &mut registry,
+                "vcp_runtime_heap_collected_at_reconciles",
+                "The count of finished reconciles, of every type, when the runtime last gave its heap's freed pages back",
             ),
             registry,
         }
@@ -132,7 +158,27 @@ impl Metrics {
         TypeCounters {
             reconciles: self.reconciles.get_or_create(&labels).clone(),
             writes: self.writes.get_or_create(&labels).clone(),
+            reconciles_total: self.reconciles_total.clone(),
         }
+    }
+
+    /// Reconciles finished so far, of every type ([`TypeCounters::count_reconcile`]).
+    pub fn reconciles_total(&self) -> u64 {
+        self.reconciles_total.get()
+    }
+
+    /// Counts one collect of the heap (`vcp_runtime_heap_collects_total`, [`crate::heap`]),
+    /// made when `reconciles` reconciles had finished
+    /// (`vcp_runtime_heap_collected_at_reconciles`).
+    pub fn collected(&self, reconciles: u64) {
+        self.collects.inc();
+        self.collected_at
+            .set(i64::try_from(reconciles).unwrap_or(i64::MAX));
+    }
+
+    /// Collects of the heap so far ([`Metrics::collected`]).
+    pub fn collects(&self) -> u64 {
+        self.collects.get()
     }
 
     /// The metrics in the Prometheus text exposition format.
@@ -145,6 +191,11 @@ impl Metrics {
         match path {
             "/metrics" => vcp_crds::http::metrics(&self.registry),
             "/healthz" => Answer::healthy(),
+            #[cfg(feature = "reconcile-log")]
+            "/state" => Answer::ok(
+                "text/plain; charset=utf-8",
+                format!("heap_live_bytes {}\n", vcp_crds::heap::live_bytes()),
+            ),
             _ => Answer::not_found(),
         }
     }
@@ -154,10 +205,20 @@ impl Metrics {
 /// ([`Metrics::of_type`]); each count is one atomic increment.
 #[derive(Clone, Debug, Default)]
 pub struct TypeCounters {
-    /// Finished reconciles of the type.
+    /// Finished reconciles of the type (count them with [`TypeCounters::count_reconcile`]).
     pub reconciles: Counter,
     /// Write requests of the type's syncers.
     pub writes: Counter,
+    /// Finished reconciles of every type ([`Metrics::reconciles_total`]).
+    reconciles_total: Counter,
+}
+
+impl TypeCounters {
+    /// Counts one finished reconcile of the type, in its line and in the total of every type.
+    pub fn count_reconcile(&self) {
+        self.reconciles.inc();
+        self.reconciles_total.inc();
+    }
 }
 
 fn type_labels(api_version: &str, kind: &str) -> TypeLabels {
@@ -244,7 +305,10 @@ mod tests {
         assert_eq!(m.count_undecodable("e2e.vcp.test/v1", "Blob", "virtual"), 2);
         assert_eq!(m.count_undecodable("e2e.vcp.test/v1", "Blob", "host"), 1);
         let pods = m.of_type("v1", "Pod");
-        pods.reconciles.inc();
+        pods.count_reconcile();
+        m.of_type("example.loft.sh/v1", "Car").count_reconcile();
+        assert_eq!(m.reconciles_total(), 2, "one of each type");
+        m.collected(m.reconciles_total());
         pods.writes.inc();
         m.of_type("v1", "Pod").writes.inc(); // the same line
         let text = m.answer("/metrics").body;
@@ -253,6 +317,8 @@ mod tests {
             r#"vcp_runtime_undecodable_objects_total{api_version="e2e.vcp.test/v1",kind="Blob",side="host"} 1"#,
             r#"vcp_runtime_reconciles_total{api_version="v1",kind="Pod"} 1"#,
             r#"vcp_runtime_writes_total{api_version="v1",kind="Pod"} 2"#,
+            "vcp_runtime_heap_collects_total 1",
+            "vcp_runtime_heap_collected_at_reconciles 2",
         ] {
             assert!(
                 text.lines().any(|l| l == line),
@@ -260,6 +326,13 @@ mod tests {
             );
         }
         assert_eq!(m.answer("/healthz"), Answer::healthy());
-        assert_eq!(m.answer("/state"), Answer::not_found());
+        // the test endpoint exists only with the test feature (the workspace's tests have it,
+        // through the test crate; `cargo test -p vcp-syncer-runtime` alone does not)
+        let state = m.answer("/state");
+        if cfg!(feature = "reconcile-log") {
+            assert!(state.body.starts_with("heap_live_bytes "), "{state:?}");
+        } else {
+            assert_eq!(state, Answer::not_found());
+        }
     }
 }

@@ -344,7 +344,7 @@ impl TypeStats {
     /// feature `reconcile-log`).
     pub fn count_reconcile(&self, key: &str) {
         if let Some(counters) = &self.counters {
-            counters.reconciles.inc();
+            counters.count_reconcile();
         }
         #[cfg(feature = "reconcile-log")]
         if let Some(log) = &self.log {
