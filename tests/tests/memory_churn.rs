@@ -53,6 +53,30 @@ fn rss_kib(pid: u32) -> u64 {
         .expect("VmRSS")
 }
 
+/// Field `field` (in KiB) of `/proc/<pid>/smaps_rollup` (the sum over the process's
+/// mappings), such as `Rss`, `Anonymous` or `AnonHugePages`; panics when it is not there.
+fn smaps_kib(pid: u32, field: &str) -> u64 {
+    let rollup =
+        std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).expect("smaps_rollup");
+    rollup
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("{field} in smaps_rollup:\n{rollup}"))
+}
+
+/// What `pid`'s resident set is made of: anonymous memory, of it in transparent huge pages,
+/// and file-backed (the binary's code), as `anon X MiB (huge pages Y MiB), file Z MiB`.
+fn rss_parts(pid: u32) -> String {
+    let mib = |field: &str| smaps_kib(pid, field) as f64 / 1024.0;
+    format!(
+        "anon {:.1} MiB (huge pages {:.1} MiB), file {:.1} MiB",
+        mib("Anonymous"),
+        mib("AnonHugePages"),
+        mib("Rss") - mib("Anonymous")
+    )
+}
+
 /// The resident set of `pid` once it is idle again (its idle rate measured over 3 s first).
 async fn idle_rss_kib(pid: u32) -> u64 {
     let idle = cpu::idle_rate(pid, Duration::from_secs(3)).await;
@@ -159,6 +183,7 @@ async fn the_runtimes_resident_set_returns_after_10000_cars_came_and_went() {
         .await
         .expect("apply the plugin");
     let binary = vcp_tests::workspace_binary("vcp-syncer-runtime", "vcluster-plugin-syncer");
+    let metrics = vcp_tests::runtime::free_local_addr();
     let runtime = Runtime(
         Command::new(binary)
             .arg("--host-kubeconfig")
@@ -166,6 +191,8 @@ async fn the_runtimes_resident_set_returns_after_10000_cars_came_and_went() {
             .arg("--virtual-kubeconfig")
             .arg(cp.kubeconfig(Cluster::Virtual, Identity::Syncer))
             .args(["--namespace", host_ns, "--plugin", "cars"])
+            .arg("--metrics-bind-address")
+            .arg(metrics.to_string())
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -180,17 +207,83 @@ async fn the_runtimes_resident_set_returns_after_10000_cars_came_and_went() {
 
     let start = Instant::now();
     car_round(&virtual_cars, &host_cars, 0, ROUND).await;
-    let before = idle_rss_kib(pid).await;
+    let before = runtime_rss_after_burst(metrics, pid).await;
+    let heap_before = runtime_figure(metrics, "/state", "heap_live_bytes").await;
+    let parts_before = rss_parts(pid);
     for round in 1..=CHURN / ROUND {
         car_round(&virtual_cars, &host_cars, round, ROUND).await;
         eprintln!(
-            "runtime: round {round}: {ROUND} Cars synced and gone, resident set {:.1} MiB, {:.0} s",
+            "runtime: round {round}: {ROUND} Cars synced and gone, resident set {:.1} MiB ({}), live heap {:.1} MiB, {:.0} s",
             rss_kib(pid) as f64 / 1024.0,
+            rss_parts(pid),
+            runtime_figure(metrics, "/state", "heap_live_bytes").await / 1_048_576.0,
             start.elapsed().as_secs_f64()
         );
     }
-    let after = idle_rss_kib(pid).await;
-    assert_returned("runtime", before, after, "");
+    let after = runtime_rss_after_burst(metrics, pid).await;
+    let heap_after = runtime_figure(metrics, "/state", "heap_live_bytes").await;
+    let collects = runtime_figure(metrics, "/metrics", "vcp_runtime_heap_collects_total").await;
+    // the runtime turns transparent huge pages off (`syncer-runtime/src/heap.rs`): with them,
+    // mimalloc's arenas held 10 MiB of 2 MiB pages for a live heap of 2.3 MiB
+    assert_eq!(
+        smaps_kib(pid, "AnonHugePages"),
+        0,
+        "the runtime has transparent huge pages after the churn: {}",
+        rss_parts(pid)
+    );
+    assert_returned(
+        "runtime",
+        before,
+        after,
+        &format!(
+            "; live heap {:.1} MiB before, {:.1} MiB after; {collects} heap collects; before: {parts_before}; after: {}",
+            heap_before / 1_048_576.0,
+            heap_after / 1_048_576.0,
+            rss_parts(pid),
+        ),
+    );
+}
+
+/// The runtime's figure `name` (a line `name value`, without labels) from its `path`
+/// (`/metrics`, or the test endpoint `/state`); panics when it is not there.
+async fn runtime_figure(metrics: std::net::SocketAddr, path: &str, name: &str) -> f64 {
+    let (_, body) = vcp_tests::http_get(metrics, path)
+        .await
+        .unwrap_or_else(|| panic!("the runtime's {path} did not answer"));
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} in the runtime's {path}:\n{body}"))
+}
+
+/// The sum of the runtime's `vcp_runtime_reconciles_total` lines (every type's).
+async fn runtime_reconciles(metrics: std::net::SocketAddr) -> f64 {
+    let (_, body) = vcp_tests::http_get(metrics, "/metrics")
+        .await
+        .expect("the runtime's /metrics");
+    body.lines()
+        .filter(|l| l.starts_with("vcp_runtime_reconciles_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The runtime's resident set once its burst is over: it gave its heap's freed pages back
+/// after the last reconcile it finished (`vcp_runtime_heap_collected_at_reconciles` equals its
+/// count of finished reconciles: `syncer-runtime/src/heap.rs`), then is idle. Panics when that
+/// has not happened [`ROUND_TIMEOUT`] after the call.
+async fn runtime_rss_after_burst(metrics: std::net::SocketAddr, pid: u32) -> u64 {
+    wait_for(ROUND_TIMEOUT, || async move {
+        let reconciles = runtime_reconciles(metrics).await;
+        let at = runtime_figure(
+            metrics,
+            "/metrics",
+            "vcp_runtime_heap_collected_at_reconciles",
+        )
+        .await;
+        (reconciles > 0.0 && at == reconciles).then_some(())
+    })
+    .await;
+    idle_rss_kib(pid).await
 }
 
 /// Plugins each round of the operator's churn makes per vCluster.
