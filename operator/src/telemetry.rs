@@ -28,7 +28,7 @@
 //!
 //! Also with `reconcile-log` only: [`Telemetry::state`], the sizes of the operator's
 //! per-object state (each map of its [`crate::context::Context`], the plugins' watch cache, the
-//! sweeper's backlog), its live tasks and its heap's live bytes ([`vcp_crds::heap`]), served on
+//! sweeper's backlog), its live tasks and its heap's live bytes (`vcp_crds::heap`), served on
 //! `/state` so a test can show that the state of gone objects went with them.
 //!
 //! Readiness: the replica is ready once it knows its leader state (it joined the election, or

@@ -1,24 +1,25 @@
-//! Giving the heap's freed pages back to the kernel once a burst of reconciles is over.
+//! Giving the heap's freed pages back to the kernel once a burst of reconciles is over, and
+//! keeping them out of transparent huge pages.
 //!
 //! The runtime binary runs on mimalloc (`src/main.rs`). mimalloc gives freed pages back to
 //! the kernel (`madvise(MADV_DONTNEED)`) only when they have stood free for its purge delay
 //! (1 s in mimalloc 3.3, option `purge_delay`) *and* the allocator is called again on a path
 //! that looks at pending purges; pages still owned by a thread's heap wait until that thread
 //! collects. A process that goes idle right after a burst (2,000 Cars synced and deleted
-//! together) is never called again, so its resident set stays at the burst's high-water mark,
-//! however little it still holds: the churn test (`tests/tests/memory_churn.rs`) saw it stay
-//! up to 30 % above its level before the churn once (the cold CI of `2646bee`; other runs
-//! −1 %), and mimalloc kept 20 % where glibc was tried for the operator (`operator/src/trim.rs`).
+//! together) is not called again, so it keeps the burst's freed pages; mimalloc kept 20 %
+//! where it was tried for the operator (`operator/src/trim.rs`).
 //!
-//! Transparent huge pages are off for the whole process ([`disable_huge_pages`], the binary's
-//! first step): mimalloc asks for them on its arenas (`madvise(MADV_HUGEPAGE)` on each 1 GiB
-//! reservation, its option `allow_thp`), so on a kernel whose THP mode is `madvise` (Debian's
-//! and Ubuntu's default) or `always`, a fault or the kernel's `khugepaged` (which collapses a
-//! 2 MiB range with as few as one page in use, `max_ptes_none` 511 by default) makes 2 MiB of a
-//! few live kilobytes resident, at times the process does not choose. The churn test measured
-//! the runtime's anonymous memory at 17.5 MiB, 10 MiB of it in huge pages, for a live heap of
-//! 2.3 MiB; with THP off, 5.7 MiB and none (`docs/BENCHMARKS.md`, "Issue 39, the runtime's
-//! huge pages"). The red CI run's steps of 5 and 2 MiB between two rounds were such collapses.
+//! Transparent huge pages are off for the whole process ([`disable_huge_pages`], called from
+//! an ELF initializer before the binary's first allocation): mimalloc asks for them on its
+//! arenas (`madvise(MADV_HUGEPAGE)` on each 1 GiB reservation, its option `allow_thp`), so on
+//! a kernel whose THP mode is `madvise` (this machine's) or `always` (the kernel's built-in
+//! default), a fault or the kernel's `khugepaged` (which collapses a 2 MiB range with as few as
+//! one page in use, `max_ptes_none` 511 by default) makes 2 MiB of a few live kilobytes
+//! resident, at times the process does not choose. The churn test
+//! (`tests/tests/memory_churn.rs`) measured the runtime's anonymous memory at 17.5 MiB, 10 MiB
+//! of it in huge pages, for a live heap of 2.3 MiB; with THP off, 5.7 MiB and none
+//! (`docs/BENCHMARKS.md`, "Issue 39, the runtime's huge pages"). Such collapses are the likely
+//! cause of the one red run of that test (+29.5 %, in steps of 5 and 2 MiB).
 //!
 //! [`after_bursts`] follows the operator's rule ([`vcp_crds::bursts`]): once the count of
 //! finished reconciles has moved and then stood still for [`IDLE`] (or kept moving for
