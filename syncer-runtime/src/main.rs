@@ -390,23 +390,14 @@ async fn main_v2() -> Result<(), Error> {
 
 /// [`vcp_syncer_runtime::heap::after_bursts`] on `config`'s metrics, on the async workers
 /// (where the syncers allocate), until the returned guard is dropped.
-fn collector(config: &Config) -> AbortOnDrop {
+fn collector(config: &Config) -> tokio_util::task::AbortOnDropHandle<()> {
     use vcp_syncer_runtime::heap;
-    AbortOnDrop(tokio::spawn(heap::after_bursts(
+    tokio_util::task::AbortOnDropHandle::new(tokio::spawn(heap::after_bursts(
         config.metrics.clone(),
         heap::IDLE,
         heap::BUSY_INTERVALS,
         heap::SETTLE_INTERVALS,
     )))
-}
-
-/// A spawned task, aborted when this is dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 /// How long the exit waits, after the runtime stopped, for work still running on its threads:

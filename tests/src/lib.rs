@@ -95,7 +95,7 @@ pub use plugins::{
     start_shared_operator_with_policy, wait_event, wait_operator_reconciled, wait_ready,
 };
 pub use process::{
-    OperatorOptions, OperatorProcess, exit_signal, http_get, metric, tail_of_output,
+    OperatorOptions, OperatorProcess, exit_signal, http_get, metric, metric_sum, tail_of_output,
     workspace_binary, workspace_example,
 };
 pub use proxy::{TcpProxy, kubeconfig_server};

@@ -307,16 +307,7 @@ impl OperatorProcess {
     /// Its finished reconciles (`vcp_reconcile_total`, all results), from `/metrics`.
     pub async fn reconciles(&self) -> Option<u64> {
         let (_, body) = self.get("/metrics").await?;
-        let mut total = None;
-        for line in body.lines() {
-            if let Some(rest) = line.strip_prefix("vcp_reconcile_total{")
-                && let Some((_, value)) = rest.split_once("} ")
-            {
-                let v: f64 = value.trim().parse().ok()?;
-                *total.get_or_insert(0) += v as u64;
-            }
-        }
-        Some(total.unwrap_or(0))
+        metric_sum(&body, "vcp_reconcile_total").map(|v| v as u64)
     }
 }
 
@@ -324,6 +315,20 @@ impl OperatorProcess {
 pub fn metric(body: &str, name: &str) -> Option<f64> {
     body.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// The sum of every labelled line of the metric `family` (`family{...} value`) in a
+/// Prometheus text body: 0 without such a line, `None` when a value does not parse.
+pub fn metric_sum(body: &str, family: &str) -> Option<f64> {
+    let mut total = 0.0;
+    for line in body.lines() {
+        if let Some(rest) = line.strip_prefix(family).and_then(|r| r.strip_prefix('{'))
+            && let Some((_, value)) = rest.split_once("} ")
+        {
+            total += value.trim().parse::<f64>().ok()?;
+        }
+    }
+    Some(total)
 }
 
 /// The signal that ended a process, if a signal did (6 for SIGABRT, 9 for SIGKILL).

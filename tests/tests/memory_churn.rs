@@ -208,7 +208,7 @@ async fn the_runtimes_resident_set_returns_after_10000_cars_came_and_went() {
     let start = Instant::now();
     car_round(&virtual_cars, &host_cars, 0, ROUND).await;
     let before = runtime_rss_after_burst(metrics, pid).await;
-    let heap_before = runtime_figure(metrics, "/state", "heap_live_bytes").await;
+    let heap_before = figure(metrics, "/state", "heap_live_bytes").await;
     let parts_before = rss_parts(pid);
     for round in 1..=CHURN / ROUND {
         car_round(&virtual_cars, &host_cars, round, ROUND).await;
@@ -216,13 +216,13 @@ async fn the_runtimes_resident_set_returns_after_10000_cars_came_and_went() {
             "runtime: round {round}: {ROUND} Cars synced and gone, resident set {:.1} MiB ({}), live heap {:.1} MiB, {:.0} s",
             rss_kib(pid) as f64 / 1024.0,
             rss_parts(pid),
-            runtime_figure(metrics, "/state", "heap_live_bytes").await / 1_048_576.0,
+            figure(metrics, "/state", "heap_live_bytes").await / 1_048_576.0,
             start.elapsed().as_secs_f64()
         );
     }
     let after = runtime_rss_after_burst(metrics, pid).await;
-    let heap_after = runtime_figure(metrics, "/state", "heap_live_bytes").await;
-    let collects = runtime_figure(metrics, "/metrics", "vcp_runtime_heap_collects_total").await;
+    let heap_after = figure(metrics, "/state", "heap_live_bytes").await;
+    let collects = figure(metrics, "/metrics", "vcp_runtime_heap_collects_total").await;
     // the runtime turns transparent huge pages off (`syncer-runtime/src/heap.rs`): with them,
     // mimalloc's arenas held 10 MiB of 2 MiB pages for a live heap of 2.3 MiB
     assert_eq!(
@@ -244,16 +244,13 @@ async fn the_runtimes_resident_set_returns_after_10000_cars_came_and_went() {
     );
 }
 
-/// The runtime's figure `name` (a line `name value`, without labels) from its `path`
-/// (`/metrics`, or the test endpoint `/state`); panics when it is not there.
-async fn runtime_figure(metrics: std::net::SocketAddr, path: &str, name: &str) -> f64 {
-    let (_, body) = vcp_tests::http_get(metrics, path)
+/// The figure `name` (a line `name value`, without labels) from `path` of the process serving
+/// on `addr` (`/metrics`, or the test endpoint `/state`); panics when it is not there.
+async fn figure(addr: std::net::SocketAddr, path: &str, name: &str) -> f64 {
+    let (_, body) = vcp_tests::http_get(addr, path)
         .await
-        .unwrap_or_else(|| panic!("the runtime's {path} did not answer"));
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{name} in the runtime's {path}:\n{body}"))
+        .unwrap_or_else(|| panic!("{path} on {addr} did not answer"));
+    vcp_tests::metric(&body, name).unwrap_or_else(|| panic!("{name} in {path}:\n{body}"))
 }
 
 /// The sum of the runtime's `vcp_runtime_reconciles_total` lines (every type's).
@@ -261,10 +258,7 @@ async fn runtime_reconciles(metrics: std::net::SocketAddr) -> f64 {
     let (_, body) = vcp_tests::http_get(metrics, "/metrics")
         .await
         .expect("the runtime's /metrics");
-    body.lines()
-        .filter(|l| l.starts_with("vcp_runtime_reconciles_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    vcp_tests::metric_sum(&body, "vcp_runtime_reconciles_total").expect("reconcile counts")
 }
 
 /// The runtime's resident set once its burst is over: it gave its heap's freed pages back
@@ -274,7 +268,7 @@ async fn runtime_reconciles(metrics: std::net::SocketAddr) -> f64 {
 async fn runtime_rss_after_burst(metrics: std::net::SocketAddr, pid: u32) -> u64 {
     wait_for(ROUND_TIMEOUT, || async move {
         let reconciles = runtime_reconciles(metrics).await;
-        let at = runtime_figure(
+        let at = figure(
             metrics,
             "/metrics",
             "vcp_runtime_heap_collected_at_reconciles",
@@ -413,13 +407,7 @@ async fn operator_rss_after_burst(operator: &OperatorProcess) -> u64 {
 
 /// The operator's live heap bytes from its test endpoint `/state`.
 async fn heap_live_bytes(operator: &OperatorProcess) -> i64 {
-    let (_, body) = vcp_tests::http_get(operator.metrics, "/state")
-        .await
-        .expect("the operator's /state");
-    body.lines()
-        .find_map(|l| l.strip_prefix("heap_live_bytes "))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("heap_live_bytes in /state")
+    figure(operator.metrics, "/state", "heap_live_bytes").await as i64
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
