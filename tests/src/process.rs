@@ -62,9 +62,12 @@ fn build_once(package: &str, kind: &str, name: &str) -> PathBuf {
         // The test machinery release builds leave out, as tests/Cargo.toml enables it (so the
         // features match `cargo test --workspace`'s and nothing is rebuilt): the fault point
         // (`vcp_crds::fault`; faults_operator_kill.rs and faults_runtime_kill.rs drive it) and
-        // the reconcile logs; both binary packages have both features.
-        .args(["--features", "test-faults,reconcile-log"])
+        // the reconcile logs; both binary packages have both features. This package's own
+        // examples need none: it turns them on in its dependencies already.
         .env("CARGO_TARGET_DIR", profile.parent().expect("target folder"));
+    if package != env!("CARGO_PKG_NAME") {
+        build.args(["--features", "test-faults,reconcile-log"]);
+    }
     if profile.file_name().is_some_and(|n| n == "release") {
         build.arg("--release");
     }
