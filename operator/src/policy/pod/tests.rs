@@ -4,7 +4,8 @@
 //! restricted "Volume Types".
 
 use super::*;
-use serde_json::json;
+use k8s_openapi::api::core::v1::Volume;
+use serde_json::{Value, json};
 
 fn pod(spec: Value) -> Pod {
     serde_json::from_value(
