@@ -1,4 +1,5 @@
 use super::*;
+use crate::translate::{host_label, host_name};
 use serde_json::json;
 use std::time::Duration;
 use vcp_crds::{TranslatePatchLabels, TranslatePatchReference};
