@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use vcp_crds::http::{Answer, OPENMETRICS_TEXT, StatusCode};
+use vcp_crds::http::{Answer, Limits, OPENMETRICS_TEXT, Site, StatusCode};
 
 use crate::error::{Error, Result};
 use crate::telemetry::Telemetry;
@@ -31,7 +31,9 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener> {
     })
 }
 
-/// Serves `/metrics`, `/healthz` and `/readyz` on `listener` until `shutdown` completes.
+/// Serves `/metrics`, `/healthz` and `/readyz` on `listener` until `shutdown` completes, within
+/// [`Limits::operator`] (8 KiB heads, 5 s to send one, 128 connections, one render of
+/// `/metrics` per 100 ms; counted as `vcp_operator_http_*`).
 ///
 /// # Errors
 /// None today: a failed connection is only logged. The `Result` leaves room for TLS set-up.
@@ -40,9 +42,14 @@ pub async fn serve(
     telemetry: Arc<Telemetry>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<()> {
+    let site = Site {
+        paths: "/metrics, /healthz and /readyz",
+        limits: Limits::operator(),
+        stats: telemetry.http.clone(),
+    };
     vcp_crds::http::serve(
         listener,
-        "/metrics, /healthz and /readyz",
+        site,
         move |path: &str| answer(path, &telemetry),
         shutdown,
     )

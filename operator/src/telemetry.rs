@@ -78,6 +78,9 @@ struct UndecodableLabels {
 /// ([`crate::Config::telemetry`]) and the HTTP server ([`crate::http::serve`]).
 pub struct Telemetry {
     registry: Registry,
+    /// The counters of the operator's HTTP server (`vcp_operator_http_*`,
+    /// [`crate::http::serve`]).
+    pub http: vcp_crds::http::Stats,
     reconciles: Family<ResultLabel, Counter>,
     errors: Family<ReasonLabel, Counter>,
     duration: Histogram,
@@ -208,8 +211,11 @@ impl Telemetry {
             "The count of finished reconciles when the operator last trimmed its heap 2 minutes after a burst",
             settled_at.clone(),
         );
+        let http = vcp_crds::http::Stats::default();
+        http.register(&mut registry, "vcp_operator");
         Telemetry {
             registry,
+            http,
             reconciles,
             errors,
             duration,

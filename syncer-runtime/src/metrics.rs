@@ -71,6 +71,8 @@ pub struct Metrics {
     reconciles_total: Counter,
     collects: Counter,
     collected_at: Gauge,
+    /// The HTTP server's counters (`vcp_runtime_http_*`, [`vcp_crds::http::Stats`]).
+    http: vcp_crds::http::Stats,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -93,7 +95,10 @@ where
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::default();
+        let http = vcp_crds::http::Stats::default();
+        http.register(&mut registry, "vcp_runtime");
         Metrics {
+            http,
             undecodable: registered(
                 &mut registry,
                 "vcp_runtime_undecodable_objects",
@@ -245,9 +250,14 @@ pub(crate) async fn serve_while_held(
         .map_err(crate::Error::Bind)?;
     let (held, dropped) = tokio::sync::oneshot::channel::<()>();
     let metrics = metrics.clone();
+    let site = vcp_crds::http::Site {
+        paths: "/metrics and /healthz",
+        limits: vcp_crds::http::Limits::runtime(),
+        stats: metrics.http.clone(),
+    };
     tokio::spawn(vcp_crds::http::serve(
         listener,
-        "/metrics and /healthz",
+        site,
         move |path: &str| metrics.answer(path),
         async move {
             let _ = dropped.await;

@@ -118,6 +118,7 @@ async fn default_installs_crds_rbac_and_a_hardened_operator_deployment() {
         "clusterrolebinding.rbac.authorization.k8s.io/vcluster-plugin-operator",
         "service/vcluster-plugin-operator-metrics",
         "deployment.apps/vcluster-plugin-operator",
+        "networkpolicy.networking.k8s.io/vcluster-plugin-operator-allow-metrics",
     ] {
         assert!(
             printed
@@ -209,6 +210,64 @@ async fn default_installs_crds_rbac_and_a_hardened_operator_deployment() {
         .get(OPERATOR)
         .await
         .expect("the operator's Deployment in vcp-system");
+    // The NetworkPolicy selects the operator's pods (the Deployment's template labels) and
+    // lets in only port 8080 from namespaces labelled `metrics: enabled`.
+    let policy = Api::<k8s_openapi::api::networking::v1::NetworkPolicy>::namespaced(
+        client.clone(),
+        NAMESPACE,
+    )
+    .get("vcluster-plugin-operator-allow-metrics")
+    .await
+    .expect("the operator's NetworkPolicy");
+    let policy = policy.spec.expect("NetworkPolicy spec");
+    let template_labels = deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.metadata.as_ref())
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
+    let selected = policy
+        .pod_selector
+        .as_ref()
+        .and_then(|s| s.match_labels.clone())
+        .unwrap_or_default();
+    assert!(
+        !selected.is_empty()
+            && selected
+                .iter()
+                .all(|(k, v)| template_labels.get(k) == Some(v)),
+        "the NetworkPolicy's podSelector {selected:?} does not select the operator's pods {template_labels:?}"
+    );
+    assert_eq!(
+        policy.policy_types.as_deref(),
+        Some(&["Ingress".to_string()][..])
+    );
+    let ingress = policy.ingress.unwrap_or_default();
+    assert_eq!(ingress.len(), 1, "{ingress:?}");
+    let ports: Vec<_> = ingress[0]
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| p.port.clone())
+        .collect();
+    assert_eq!(
+        ports,
+        [Some(
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(8080)
+        )]
+    );
+    let from = ingress[0].from.clone().unwrap_or_default();
+    assert_eq!(from.len(), 1, "{from:?}");
+    assert_eq!(
+        from[0]
+            .namespace_selector
+            .as_ref()
+            .and_then(|n| n.match_labels.clone())
+            .unwrap_or_default()
+            .get("metrics")
+            .map(String::as_str),
+        Some("enabled")
+    );
     let pod = deployment
         .spec
         .expect("deployment spec")

@@ -15,7 +15,10 @@
 //!   template again), one refused (the Application `Degraded` with its message).
 //! - [`gitops_order`]: the CRD and the plugins in one Application on a fresh (nodeless)
 //!   cluster sync at the first attempt, with no sync wave.
+//! - [`attack_http`]: any pod floods the operator's and a runtime sidecar's HTTP ports; neither
+//!   restarts nor outgrows its memory, and plugins go on installing and hooking.
 
+mod attack_http;
 mod fault;
 mod gitops;
 mod gitops_lifecycle;
