@@ -34,6 +34,7 @@ pub mod patch_path;
 pub mod plugin;
 pub mod reason;
 mod schema;
+pub mod status_bounds;
 pub mod tolerant;
 
 pub use admission::admission_plural;

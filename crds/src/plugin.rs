@@ -33,7 +33,8 @@ pub const RUNTIME_HEALTHY: &str = "RuntimeHealthy";
 /// A condition of `type_` as the operator and the runtime write it: status `True` when `holds`,
 /// else `False`; `lastTransitionTime` kept from `previous` (the condition as last written) when
 /// its status is the same, `now` otherwise (Kubernetes API conventions: the last time the
-/// condition went from one status to another).
+/// condition went from one status to another). A `message` over the CRD's bound is cut to it
+/// ([`crate::status_bounds::bounded_message`]).
 pub fn condition(
     type_: &str,
     holds: bool,
@@ -52,7 +53,7 @@ pub fn condition(
         type_: type_.into(),
         status: status.into(),
         reason: reason.into(),
-        message: message.into(),
+        message: crate::status_bounds::bounded_message(message.into()),
         observed_generation,
         last_transition_time,
     }
@@ -808,7 +809,8 @@ pub struct RoleRules {
 
 /// Observed state, written by the operator (phase, conditions other than `RuntimeHealthy`,
 /// workload) and by the runtime (`syncedObjects`, `syncedTotal`, `RuntimeHealthy`), each with
-/// server-side apply under its own field manager.
+/// server-side apply under its own field manager. Every list and string of it is bounded
+/// (`maxItems`, `maxLength`), whoever writes it.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = crate::schema::paragraphs)]
@@ -821,17 +823,20 @@ pub struct VClusterPluginStatus {
     pub phase: Option<Phase>,
     /// The plugin image, or `embedded` (shown in the RUNTIME column).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
     pub runtime: Option<String>,
-    /// Conditions `Ready`, `WorkloadPatched`, `RBACReady`, `RuntimeHealthy`, keyed by type.
+    /// Conditions `Ready`, `WorkloadPatched`, `RBACReady`, `RuntimeHealthy`, keyed by type; at
+    /// most 8.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    #[schemars(transform = crate::status_bounds::bounded_conditions, extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
     /// The vCluster workload the plugin is installed into.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workload: Option<WorkloadRef>,
-    /// Objects in sync per type, reported by the runtime.
+    /// Objects in sync per type, reported by the runtime; at most 64 kinds (the runtime's
+    /// `RuntimeHealthy` message says how many more it left out).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["apiVersion", "kind"]))]
+    #[schemars(length(max = crate::status_bounds::MAX_SYNCED_OBJECTS), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["apiVersion", "kind"]))]
     pub synced_objects: Vec<SyncedObjects>,
     /// Sum of `syncedObjects[].count` (shown in the SYNCED column).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -859,8 +864,10 @@ pub enum Phase {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 pub struct WorkloadRef {
     /// `StatefulSet` or `Deployment`.
+    #[schemars(length(max = 63))]
     pub kind: String,
     /// Name of the workload.
+    #[schemars(length(max = 253))]
     pub name: String,
 }
 
@@ -869,13 +876,17 @@ pub struct WorkloadRef {
 #[serde(rename_all = "camelCase")]
 pub struct SyncedObjects {
     /// `group/version` of the type.
+    #[schemars(length(max = 317))]
     pub api_version: String,
     /// Kind of the type.
+    #[schemars(length(max = 63))]
     pub kind: String,
     /// Objects whose host copy matches the virtual object.
+    #[schemars(range(min = 0))]
     pub count: i64,
     /// Host objects of the same name that this vCluster does not manage (never touched).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
     pub conflicts: Option<i64>,
 }
 

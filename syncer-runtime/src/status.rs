@@ -23,6 +23,13 @@
 //! synced type (`produced`, [`crate::produced`]) count under their own kind, added to a synced
 //! type of the same `apiVersion` and `kind` if there is one (`syncedObjects` is a list map).
 //!
+//! The status stays within the CRD's bounds (`vcp_crds::status_bounds`), so that its write is
+//! never refused for its size: `syncedObjects` lists at most
+//! [`MAX_SYNCED_OBJECTS`] kinds, the first ones in the order of `spec.syncedTypes` (the kinds
+//! brought back after their type), and the `RuntimeHealthy` message then says how many kinds
+//! it left out; their objects stay counted in `syncedTotal` and in the reasons above. The
+//! message itself is cut to the bound by `vcp_crds::condition`.
+//!
 //! The status is written with server-side apply on the status subresource under the runtime's
 //! field manager, so [`apply_body`] holds only the runtime's fields; the operator's
 //! (`phase`, its conditions) are never sent and never removed.
@@ -31,6 +38,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::Resource;
 use serde_json::{Value, json};
 use vcp_crds::Reason;
+use vcp_crds::status_bounds::MAX_SYNCED_OBJECTS;
 use vcp_crds::{RUNTIME_HEALTHY, SyncedObjects, VClusterPlugin};
 
 use crate::patches::running::{MAX_OVERRUNNING, Overrun};
@@ -159,6 +167,17 @@ pub fn desired(
             }),
         }
     }
+    let listed = synced_objects.len();
+    let message = if listed > MAX_SYNCED_OBJECTS {
+        synced_objects.truncate(MAX_SYNCED_OBJECTS);
+        format!(
+            "{message}; syncedObjects lists {MAX_SYNCED_OBJECTS} of {listed} kinds, {} left \
+             out (their objects are counted in syncedTotal)",
+            listed - MAX_SYNCED_OBJECTS
+        )
+    } else {
+        message
+    };
     RuntimeStatus {
         synced_objects,
         synced_total,
@@ -293,6 +312,61 @@ mod tests {
             ])
         );
         assert_eq!(s.synced_total, 5);
+    }
+
+    /// More kinds than the CRD's `maxItems` of `syncedObjects`: the first ones are listed, the
+    /// message says how many are left out, and the total still counts every object.
+    #[test]
+    fn synced_objects_stay_within_the_crds_bound() {
+        let types: Vec<TypeSummary> = (0..MAX_SYNCED_OBJECTS + 6)
+            .map(|i| summary(&format!("Kind{i}"), 2))
+            .collect();
+        let s = desired(&types, None, Some(1));
+        assert_eq!(s.synced_objects.len(), 64);
+        assert_eq!(s.synced_objects[0].kind, "Kind0");
+        assert_eq!(s.synced_objects[63].kind, "Kind63");
+        assert_eq!(s.synced_total, 2 * 70);
+        assert!(s.healthy);
+        assert_eq!(
+            s.message,
+            "140 object(s) in sync across 70 type(s); syncedObjects lists 64 of 70 kinds, 6 \
+             left out (their objects are counted in syncedTotal)"
+        );
+        // an unhealthy reason keeps its words, and the note follows them
+        let mut failing = types.clone();
+        failing[69].failed = 1;
+        let s = desired(&failing, None, None);
+        assert_eq!(s.reason.as_str(), "SyncErrors");
+        assert!(
+            s.message.starts_with("1 object(s) failed to sync")
+                && s.message
+                    .ends_with("6 left out (their objects are counted in syncedTotal)"),
+            "{}",
+            s.message
+        );
+        // exactly the bound: nothing left out, no note
+        let s = desired(&types[..64], None, None);
+        assert_eq!(s.synced_objects.len(), 64);
+        assert_eq!(s.message, "128 object(s) in sync across 64 type(s)");
+    }
+
+    /// A message over the CRD's bound (here, the errors of many unavailable types joined) is
+    /// cut by the condition, so the report is still accepted.
+    #[test]
+    fn a_long_message_is_cut_to_the_crds_bound() {
+        let types: Vec<TypeSummary> = (0..32)
+            .map(|i| {
+                let mut t = summary(&format!("Kind{i}"), 0);
+                t.type_error = Some("x".repeat(2000));
+                t
+            })
+            .collect();
+        let s = desired(&types, None, None);
+        assert_eq!(s.reason.as_str(), "TypeUnavailable");
+        assert!(s.message.chars().count() > 32768);
+        let c = condition(&s, None, &t(1));
+        assert!(c.message.chars().count() <= 32768, "{}", c.message.len());
+        assert!(c.message.ends_with("characters left out)"));
     }
 
     #[test]
