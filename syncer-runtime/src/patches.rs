@@ -10,11 +10,12 @@
 //!   that would (both are written; read from the object's root, where `namespacePath` is when
 //!   the value at `path` is a string: issue 38, hole 4).
 //! - **reference** (`config.TranslatePatchReference`): on the way to the host the referenced
-//!   name becomes the referenced object's host name, vCluster's single-namespace
-//!   `HostName` ([`host_name`]`(name, namespace, vcluster)`, proven against vCluster's code by the
-//!   translate oracle). When the value at `path` is a map, `namePath`, `namespacePath`,
-//!   `kindPath` and `apiVersionPath` are relative to it (vCluster: "relative path ... within the
-//!   object"); when it is a string, it is the name, and those paths are relative to the object.
+//!   name becomes the referenced object's host name, vCluster's single-namespace `HostName`
+//!   ([`host_name`](crate::translate::host_name)`(name, namespace, vcluster)`, proven against
+//!   vCluster's code by the translate oracle). When the value at `path` is a map, `namePath`,
+//!   `namespacePath`, `kindPath` and `apiVersionPath` are relative to it (vCluster: "relative
+//!   path ... within the object"); when it is a string, it is the name, and those paths are
+//!   relative to the object.
 //!   The namespace is the value at `namespacePath` when found, else the object's own virtual
 //!   namespace (vCluster: "If omitted or not found, namespacePath equals to the
 //!   metadata.namespace path of the object"); a namespace found there becomes the host
@@ -31,10 +32,11 @@
 //!   hash) is recognised only when the virtual object names the same reference at that place.
 //! - **labels** (`config.TranslatePatchLabels`): the label selector at `path` (`matchLabels`,
 //!   `matchExpressions`) becomes vCluster's `translate.HostLabelSelector` of it, the selector of
-//!   the host copies (the keys vCluster translates on host copies become their [`host_label`]
-//!   keys; values and operators are kept), as vCluster's own PodDisruptionBudget syncer
-//!   translates its selector; proven against vCluster's function by the translate oracle. The
-//!   way back turns those keys into the virtual ones.
+//!   the host copies (the keys vCluster translates on host copies become their
+//!   [`host_label`](crate::translate::host_label) keys; values and operators are kept), as
+//!   vCluster's own PodDisruptionBudget syncer translates its selector; proven against
+//!   vCluster's function by the translate oracle. The way back turns those keys into the
+//!   virtual ones.
 //! - **expression** / **reverseExpression**: [`expression`] (JavaScript, sandboxed and
 //!   bounded).
 //!

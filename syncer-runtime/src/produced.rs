@@ -30,13 +30,17 @@
 //!   `vcluster.loft.sh/managed-by`: a host copy vCluster made of a virtual object is never
 //!   brought back) is copied to `ns/<virtual name>`: its labels and annotations but
 //!   `vcluster.loft.sh/` keys, every top-level field but `metadata` and `status`, and the marks
-//!   [`PRODUCED_FOR_ANNOTATION`](crate::translate::PRODUCED_FOR_ANNOTATION) (`<Kind>.<group>/<name>` of the synced object),
-//!   [`PRODUCED_PATH_ANNOTATION`](crate::translate::PRODUCED_PATH_ANNOTATION) (the `namePath`), [`HOST_NAME_ANNOTATION`](crate::translate::HOST_NAME_ANNOTATION) and
-//!   [`HOST_NAMESPACE_ANNOTATION`](crate::translate::HOST_NAMESPACE_ANNOTATION) (the host object, as vCluster marks what it imports), through
+//!   [`PRODUCED_FOR_ANNOTATION`](crate::translate::PRODUCED_FOR_ANNOTATION)
+//!   (`<Kind>.<group>/<name>` of the synced object),
+//!   [`PRODUCED_PATH_ANNOTATION`](crate::translate::PRODUCED_PATH_ANNOTATION) (the `namePath`),
+//!   [`HOST_NAME_ANNOTATION`](crate::translate::HOST_NAME_ANNOTATION) and
+//!   [`HOST_NAMESPACE_ANNOTATION`](crate::translate::HOST_NAMESPACE_ANNOTATION) (the host
+//!   object, as vCluster marks what it imports), through
 //!   the one write path (`write.rs`: the produced kind's `CreateVirtual` / `UpdateVirtual`
 //!   hooks, a guarded merge patch of what differs);
 //! - a virtual object at that place without the marks of this synced object and `namePath` is
-//!   never touched: a conflict (the driver's [`ConflictReporter`]: a `Warning` Event
+//!   never touched: a conflict (the driver's
+//!   [`ConflictReporter`](crate::driver::ConflictReporter): a `Warning` Event
 //!   `HostObjectConflict` on the `VClusterPlugin`, and `syncedObjects[].conflicts` of the
 //!   produced kind);
 //! - the runtime's copies for this synced object elsewhere (the virtual name changed), and all of

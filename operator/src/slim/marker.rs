@@ -45,8 +45,8 @@ pub fn dropped(plugin: &VClusterPlugin) -> Option<Dropped> {
     serde_json::from_str(value).ok()
 }
 
-/// Whether `plugin` is a slimmed copy ([`slim`](super::slim)). It must then not be installed or dry-run:
-/// read it in full first.
+/// Whether `plugin` is a slimmed copy ([`slim`](super::slim)). It must then not be installed or
+/// dry-run: read it in full first.
 pub fn is_slimmed(plugin: &VClusterPlugin) -> bool {
     plugin
         .metadata

@@ -1,7 +1,8 @@
 //! An `expression` / `reverseExpression` patch applied to every location of its path: one
 //! evaluation per location in the JavaScript sandbox ([`super::expression`]), all of them
-//! bounded together per object ([`super::OBJECT_BUDGET_FACTOR`], [`super::expression::MAX_RESULT_BYTES`]),
-//! and none started while too many of the runtime's evaluations overrun ([`super::running`]).
+//! bounded together per object ([`super::OBJECT_BUDGET_FACTOR`],
+//! [`super::expression::MAX_RESULT_BYTES`]), and none started while too many of the runtime's
+//! evaluations overrun ([`super::running`]).
 
 use std::time::Instant;
 

@@ -54,7 +54,8 @@ pub struct ProducedOptions {
 /// four watches, what they told ([`Index`]) and its writer.
 pub(super) struct Produced {
     pub(super) opts: ProducedOptions,
-    /// `<Kind>.<group>/` of the synced type, the prefix of [`PRODUCED_FOR_ANNOTATION`](crate::translate::PRODUCED_FOR_ANNOTATION).
+    /// `<Kind>.<group>/` of the synced type, the prefix of
+    /// [`PRODUCED_FOR_ANNOTATION`](crate::translate::PRODUCED_FOR_ANNOTATION).
     pub(super) for_prefix: String,
     /// This entry in [`Claims`]: `<Kind>.<group>/` of the synced type and the `namePath`
     /// ([`Claims::entry`]).

@@ -68,8 +68,8 @@ pub struct Config {
     /// `reconcile-log`.
     #[cfg(feature = "reconcile-log")]
     pub reconciles: Arc<crate::stats::ReconcileLog>,
-    /// Where [`run`](super::run) serves `/metrics` and `/healthz` ([`crate::metrics`]) while it runs;
-    /// `None` (the default): no listener.
+    /// Where [`run`](super::run) serves `/metrics` and `/healthz` ([`crate::metrics`]) while it
+    /// runs; `None` (the default): no listener.
     pub metrics_bind_address: Option<std::net::SocketAddr>,
     /// The counters of `/metrics`, over every spec generation of this runtime (default: fresh;
     /// a caller may keep a clone to read them).

@@ -21,7 +21,8 @@ use super::synced_type::run_type;
 /// The syncers started for one version of the plugin's spec; dropping it stops them.
 pub(super) struct Generation {
     pub(super) spec: VClusterPluginSpec,
-    /// The hooks applied: the spec's once the operator accepted them ([`HookGate`](crate::acceptance::HookGate)).
+    /// The hooks applied: the spec's once the operator accepted them
+    /// ([`HookGate`](crate::acceptance::HookGate)).
     pub(super) in_force: InForce,
     pub(super) observed_generation: Option<i64>,
     /// One per synced type (and `v1 Pod` with `--pod-sync=full`), reported in
