@@ -2,8 +2,8 @@
 //!
 //! The object lives in the host namespace of the vCluster it targets. The operator reads
 //! `spec` and installs the plugin into the vCluster's workload and RBAC; the embedded runtime
-//! reads `spec.syncedTypes` / `spec.hooks` and performs the syncing. The contract is
-//! `shared/DESIGN.md`, section "API".
+//! reads `spec.syncedTypes` / `spec.hooks` and performs the syncing. The README's "Concepts"
+//! and "Syncing real custom resources" explain the fields.
 //!
 //! The parts of the spec and status: `synced` (`syncedTypes[]`), `patch` (their `patches[]`),
 //! `hook` (`hooks[]`), `rbac` (`rbac`) and `status`; every type keeps its path here and at the
@@ -42,9 +42,10 @@ pub const FINALIZER: &str = "vcp.dev/cleanup";
 
 /// Whether the operator has accepted the plugin's current spec: `WorkloadPatched` is `True`
 /// for `metadata.generation` (its `observedGeneration`), and the plugin is not being deleted.
-/// The operator writes it so after judging that generation's hooks (DESIGN.md "Trust model";
-/// the operator's `vcluster::decide`: `WorkloadPatched` carries the plugin's verdict) and
-/// putting it into the workload; a refused generation gets `False` and leaves the workload.
+/// The operator writes it so after judging that generation's hooks (only hooks the operator
+/// judged ever run; the operator's `vcluster::decide`: `WorkloadPatched` carries the plugin's
+/// verdict) and putting it into the workload; a refused generation gets `False` and leaves the
+/// workload.
 /// A plugin being deleted is never accepted: the operator's `Terminating` status judges
 /// nothing, yet it says `WorkloadPatched=True` for the deleting generation (the seventh
 /// security review: hooks refused just before a `kubectl delete`, held by a finalizer of the
@@ -114,7 +115,7 @@ fn runtime_env_rule() -> String {
     )
 }
 
-/// Desired state of a plugin in one vCluster. See `shared/DESIGN.md`, "API".
+/// Desired state of a plugin in one vCluster.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "vcp.dev",

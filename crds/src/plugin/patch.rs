@@ -65,7 +65,7 @@ pub struct TranslatePatch {
 /// read as a path from the object's root. When the value at the patch's `path` is a string, the
 /// runtime reads `namespacePath` from the object's root (vCluster's meaning) and writes the
 /// host namespace there, so `namespacePath: metadata.labels["vcluster.loft.sh/managed-by"]`
-/// wrote the host copy's owner label (issue 38, hole 4); when the value is an object, the path
+/// wrote the host copy's owner label; when the value is an object, the path
 /// is below `path`, which the rule of `path` already keeps off the identity, so reading it
 /// from the root can only refuse more often. `kindPath` and `apiVersionPath` are only read
 /// (cert-manager's `issuerRef` has `kindPath: kind`), never written, and are not checked.
