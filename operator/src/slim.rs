@@ -1,4 +1,4 @@
-//! Memory bounded per tenant (issue 38, hole 5): a refused plugin does not stay in the
+//! Memory bounded per tenant: a refused plugin does not stay in the
 //! operator's plugins cache in full. [`slim`] drops its free-form parts from the operator's
 //! in-memory copy once they are judged, and keeps what judging and reporting still need.
 //!

@@ -1,6 +1,6 @@
 //! The pod policy: what a pod of the vCluster may carry after the plugins' hooks ran on it.
 //!
-//! Issue 21, hole 1: a `Pod` hook (`CreatePhysical` / `UpdatePhysical`) changes every pod the
+//! Why: a `Pod` hook (`CreatePhysical` / `UpdatePhysical`) changes every pod the
 //! vCluster runs on the host, so it has the power of whoever can write any pod spec of the
 //! namespace, and more: the tenant's own pods are checked by the host's Pod Security admission,
 //! a hook's change of them is not judged by anyone but the operator before the plugin is

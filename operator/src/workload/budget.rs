@@ -1,6 +1,6 @@
 //! Size budgets: each plugin's part of the pod template, and the whole workload, judged
 //! against a budget below what the API server can store, so that one big plugin never blocks
-//! the others (issue 21, hole 5).
+//! the others.
 //!
 //! Why: the API server's dry runs ([`crate::judge`]) accept a body of any size up to its
 //! request limit, but it stores objects in etcd, which refuses a write larger than its

@@ -26,8 +26,8 @@ pub const BASELINE_SAFE_SYSCTLS: [&str; 10] = [
 
 /// Prefixes of the annotation keys the API server turns into a pod's or a container's
 /// `securityContext` (or that older kubelets read as such): `…apparmor…/<container>: unconfined`
-/// became `appArmorProfile: {type: Unconfined}` on a v1.34 API server (issue 24's second
-/// attacker).
+/// became `appArmorProfile: {type: Unconfined}` on a v1.34 API server (an attacker's hook did
+/// so).
 pub const SECURITY_ANNOTATION_PREFIXES: [&str; 3] = [
     "container.apparmor.security.beta.kubernetes.io/",
     "seccomp.security.alpha.kubernetes.io/",
@@ -273,8 +273,8 @@ pub(super) fn pod_security_context(
 
 /// Refuses `imagePullSecrets` the hooks added that the container policy does not allow (a
 /// Secret reference, like an `env` one: `vc-<vcluster>` or another team's registry
-/// credential), and any change of `resourceClaims` (another workload's device claim). The
-/// third fresh attacker (issue 24).
+/// credential), and any change of `resourceClaims` (another workload's device claim), as an
+/// attacker's hooks tried.
 pub(super) fn pull_secrets_and_claims(
     policy: &ContainerPolicy,
     before: &PodSpec,

@@ -79,7 +79,7 @@ pub(super) fn volumes(
         }
         // a claim made for the pod from another claim or a snapshot is a copy of that data:
         // `dataSource: {kind: PersistentVolumeClaim, name: data-<vcluster>-0}` cloned the
-        // vCluster's own datastore into each pod (issue 24's second attacker)
+        // vCluster's own datastore into each pod (an attacker's hook did)
         let template = v
             .ephemeral
             .as_ref()
