@@ -8,7 +8,7 @@
 //!   A path that would write the object's identity is refused (the CRD's CEL rule, and again
 //!   here: [`PatchPath::is_protected`]), and so is a reference's `namePath` or `namespacePath`
 //!   that would (both are written; read from the object's root, where `namespacePath` is when
-//!   the value at `path` is a string: issue 38, hole 4).
+//!   the value at `path` is a string).
 //! - **reference** (`config.TranslatePatchReference`): on the way to the host the referenced
 //!   name becomes the referenced object's host name, vCluster's single-namespace `HostName`
 //!   ([`host_name`](crate::translate::host_name)`(name, namespace, vcluster)`, proven against

@@ -77,7 +77,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
     // `/metrics` and `/healthz` while this future lives (stopped when `_serving` is dropped)
     let _serving =
         crate::metrics::serve_while_held(config.metrics_bind_address, &config.metrics).await?;
-    // Read tolerantly (issue 38, `vcp_crds::tolerant`): a status the API server accepted but our
+    // Read tolerantly (`vcp_crds::tolerant`): a status the API server accepted but our
     // types cannot read (a condition's `lastTransitionTime` such as `2024-01-01T10:00:00Zt`,
     // which anyone who may patch the status can write) must not stop the runtime; it needs only
     // the spec, and writes only its own status fields.

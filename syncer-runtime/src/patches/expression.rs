@@ -76,7 +76,7 @@ use serde_json::Value;
 /// The bounds of one evaluation.
 ///
 /// The defaults were 50 ms and 32 MiB until `5ed73c4`, a commit of tests, set them to 100 ms and
-/// 16 MiB without a stated reason (found in issue 24's review): its memory test needed the
+/// 16 MiB without a stated reason (found in a review): its memory test needed the
 /// memory bound to stop an allocating script before the time bound did on a loaded machine. The
 /// tests that need one bound alone now set a far time bound themselves (`eval_within`), so the
 /// defaults answer to the product only: 100 ms is about 600 times one evaluation (0.15 ms,
@@ -117,7 +117,7 @@ type Intrinsics = (
 
 /// Defines `context.virtualObject` and `context.hostObject` as properties parsed from their
 /// JSON on first read (then plain data properties, as writable as before), so that an
-/// expression pays for an object, in time and in memory, only when it reads it. Issue 24: with
+/// expression pays for an object, in time and in memory, only when it reads it. Before: with
 /// both objects parsed into every evaluation, an object near the largest etcd stores (1.5 MB
 /// of JSON) did not fit the memory bound even for `value + "-x"` (a 1.5 MB array of numbers
 /// needs 48 MiB in QuickJS, 750,000 small keys 24 MiB: `tests::objects_are_parsed_when_read`).
@@ -206,7 +206,7 @@ const HELPERS: &str = r#"
   // Unicode normalization sorts each run of combining marks by insertion (QuickJS's
   // libunicode), one native call whose worst case is the square of the length:
   // `normalize()` of 400,000 alternating marks ran 58 s, and `localeCompare` normalizes both
-  // of its strings (a fresh attacker, issue 24's second round). Both check the squares of the
+  // of its strings (an attacker's expressions did). Both check the squares of the
   // lengths against MAX_SEARCH (3,162 characters of marks cost about 4 ms), with the
   // argument converted once, as for the searches.
   [['normalize', false], ['localeCompare', true]].forEach(function (entry) {
@@ -231,8 +231,8 @@ const HELPERS: &str = r#"
   });
   // Array methods loop natively over `length`, which an array-like sets at will:
   // `Array.prototype.join.call({length: 2 ** 53 - 1})` never ends, and `reverse`, `copyWithin`,
-  // `sort`, `splice`, `shift`, `unshift` and `flat` on `{length: 1e8}` took seconds (the third
-  // fresh attacker, issue 24). Each method that walks `length` works on arrays only, of at most
+  // `sort`, `splice`, `shift`, `unshift` and `flat` on `{length: 1e8}` took seconds (an
+  // attacker's expressions did). Each method that walks `length` works on arrays only, of at most
   // MAX_LENGTH elements (a real array that long cannot fit the memory bound; a sparse one is
   // the same trick).
   var MAX_LENGTH = 10000000;

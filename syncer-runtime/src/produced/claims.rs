@@ -9,10 +9,10 @@ use crate::driver::ObjectKey;
 use super::index::Declared;
 use super::names::produced_for;
 
-/// The host names that the `produced` entries of all synced types of one runtime declare,
-/// so that a claim is judged against every other place that declares the same host object,
-/// whatever its synced type. The third fresh attacker (issue 24) took another namespace's
-/// private key through a second synced type: each entry's own index saw no rival.
+/// The host names that the `produced` entries of all synced types of one runtime declare, so that a
+/// claim is judged against every other place that declares the same host object, whatever its
+/// synced type. An attacker took another namespace's private key through a second synced type: each
+/// entry's own index saw no rival.
 ///
 /// Nothing is brought back until every entry the runtime runs has listed its synced objects
 /// ([`Claims::expect`], [`Claims::waiting`]): after a restart, an entry that listed first

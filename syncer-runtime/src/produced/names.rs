@@ -54,7 +54,7 @@ pub(super) struct Claimant {
 /// from marks on virtual objects (`vcp.dev/produced-for`, ...), which any virtual user can
 /// write on an object of their own namespace, and a forged mark made the earlier rule ("the
 /// first holder keeps it") copy another namespace's Secret, private key included, to the
-/// forger (a fresh attacker, issue 24's second round). `holds_copy` only words the message.
+/// forger (an attacker did). `holds_copy` only words the message.
 ///
 /// # Errors
 /// The refusal's message, naming the other claims.
@@ -115,7 +115,7 @@ pub(super) fn claim(
 /// (a Secret with its private key) would be copied to the other; while the one it was made for
 /// exists the claims of one runtime see both ([`claim`]), but not another runtime's, nor a
 /// claim made after it was deleted and its host object left behind. So such a name is brought
-/// back nowhere (the fourth fresh attacker, issue 24).
+/// back nowhere.
 pub fn ambiguous_host_name(virtual_name: &str, namespace: &str, vcluster: &str) -> Option<String> {
     let full = [virtual_name, "x", namespace, "x", vcluster].join("-");
     // bytes, not `&full[i..]`: the virtual name is a virtual user's string at `namePath`, and a
