@@ -2,12 +2,12 @@
 //! serves itself, `ConfigMap` only.
 //!
 //! The runtime's generic syncer copies an object with its metadata translated and its content
-//! as written (DESIGN.md, "Runtime contract"). For a custom resource that is vCluster's own
+//! as written (the README, "Syncing real custom resources"). For a custom resource that is vCluster's own
 //! `sync.*.customResources` behaviour (its key is a CRD name). For a kind Kubernetes itself
 //! acts on by content, the copy bypasses what vCluster's own syncer for that kind does: a
 //! virtual `Pod` synced this way reached the host with the vCluster's own service account,
-//! `privileged`, `hostPath: /` and the vCluster's kubeconfig Secret mounted (a fresh
-//! attacker, issue 24's second round); a `Secret` of type `kubernetes.io/service-account-token`
+//! `privileged`, `hostPath: /` and the vCluster's kubeconfig Secret mounted (found by an
+//! attacker); a `Secret` of type `kubernetes.io/service-account-token`
 //! would have the host mint a token, a `PersistentVolumeClaim` clone another one's data, a
 //! `Deployment` or `Job` run pods, a `Role` grant. vCluster syncs those kinds itself, with its
 //! translation. So a synced type of a group Kubernetes serves ([`BUILT_IN_GROUPS`]) is refused,

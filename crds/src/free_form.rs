@@ -6,7 +6,7 @@
 //! API server stores deep nesting there (200 levels in the attack), but every client built on
 //! serde_json, the operator's own watch among them (kube-rs), stops decoding at 128 levels of
 //! the whole document: one plugin nested 200 levels deep made the operator's list and watch of
-//! VClusterPlugins fail for every plugin of every tenant (an independent attack of issue 21).
+//! VClusterPlugins fail for every plugin of every tenant (an attack found it).
 //! The policy refuses a value nested deeper than [`MAX_FREE_FORM_DEPTH`], which leaves room for
 //! what encloses it in a list response (list, `items`, the object, `spec`, `hooks`, a hook,
 //! `jsonPatch`, a patch: 8 levels) and for its copy in `metadata.managedFields`.

@@ -1,8 +1,8 @@
 #![warn(missing_docs)]
 //! API types of vcluster-plugin-operator.
 //!
-//! - [`VClusterPlugin`] (`vcp.dev/v1alpha1`): a vCluster plugin as a Kubernetes object
-//!   (`shared/DESIGN.md`, "API").
+//! - [`VClusterPlugin`] (`vcp.dev/v1alpha1`): a vCluster plugin as a Kubernetes object (the
+//!   README, "Concepts").
 //! - [`Car`] (`example.loft.sh/v1`): the vcluster-sdk tutorial's resource, synced by the
 //!   example plugin.
 //!

@@ -1,5 +1,5 @@
 //! The reasons of the conditions and Events the operator and the runtime write on a
-//! `VClusterPlugin` (DESIGN.md, "API", status; README, "Status and condition reasons"), as one
+//! `VClusterPlugin` (the README, "Status and condition reasons"), as one
 //! type: [`Reason`]. It serializes as the reason string the API carries (`"PolicyDenied"`), so
 //! the conditions and Events are unchanged; code compares reasons as values of this type, not
 //! as strings spread over the crates.
@@ -213,7 +213,7 @@ mod tests {
 
     #[test]
     fn reasons_serialize_as_the_strings_the_api_carries() {
-        // The strings of DESIGN.md and the README's table, written out independently.
+        // The strings of the README's table, written out independently.
         let expected = [
             "Installed",
             "Terminating",

@@ -1,5 +1,5 @@
-//! Tolerant reading: one object that cannot be decoded fails alone (issue 38, DESIGN.md "One
-//! synced object that cannot be decoded or evaluated fails alone").
+//! Tolerant reading: one object that cannot be decoded fails alone; the others are read,
+//! listed and watched as if it were not there.
 //!
 //! kube's watcher decodes a list response as one `ObjectList<K>` and each watch line as one
 //! `WatchEvent<K>`. With a plain `K`, a single object our types cannot read (a condition whose
@@ -358,7 +358,7 @@ mod tests {
         "spec":{"vcluster":{"name":"vc"}}}"#;
 
     fn poisoned_status() -> String {
-        // the value the API server's date-time check accepted (issue 38, hole 1)
+        // a value the API server's date-time check accepts and k8s_openapi's `Time` refuses
         r#"{"apiVersion":"vcp.dev/v1alpha1","kind":"VClusterPlugin",
         "metadata":{"name":"bad","namespace":"team-a","uid":"u-bad","resourceVersion":"8","generation":3},
         "spec":{"vcluster":{"name":"vc"}},

@@ -1,4 +1,4 @@
-//! Answers to the operator's writes to VClusterPlugins read as metadata only (issue 38, hole 5:
+//! Answers to the operator's writes to VClusterPlugins read as metadata only (the answers were
 //! the peak of the operator's memory during a tenant's flood).
 //!
 //! The API server answers a write with the whole object, and a plugin's whole object is its

@@ -31,7 +31,7 @@ pub struct Config {
     pub debounce: std::time::Duration,
     /// `reportingInstance` of the Events (such as the pod name); default: none.
     pub instance: Option<String>,
-    /// Which RBAC rules a plugin may grant; default [`Policy::default`] (DESIGN.md).
+    /// Which RBAC rules a plugin may grant; default [`Policy::default`].
     pub policy: Policy,
     /// Leader election: only the holder of the Lease reconciles; default: none (this replica
     /// always reconciles).
@@ -76,7 +76,8 @@ pub const DEBOUNCE_MS: u64 = 0;
 /// [`Config::debounce`] (`--debounce-ms`): none. A debounce lets the watch events of one
 /// reconcile's own writes coalesce into at most one more reconcile; without it a new plugin is
 /// `Ready` about 200 ms sooner (reaction p50 102 ms against 301 ms at 200 ms) with the same bulk
-/// time and writes (docs/BENCHMARKS.md, "Issue 24, second round"). The default was 200 ms
+/// time and writes (docs/BENCHMARKS.md, "a quiet machine, the shipped build, fewer round
+/// trips, no debounce"). The default was 200 ms
 /// while two races showed only at 0: the new leader's start-up sweep judging orphans against a
 /// stale copy of the plugins' cache (fixed in `crate::sweep`: the cache is read after each
 /// list), and the leader-partition test's write in flight, lost when a Lease read held the
@@ -90,10 +91,10 @@ pub const DEBOUNCE: Duration = Duration::from_millis(DEBOUNCE_MS);
 /// after the other), so the operator was latency-bound at 4: 1,000 vClusters with 2 plugins
 /// each took 1.99× the floor of the same writes at 4 (docs/BENCHMARKS.md, "Operator"), and 16
 /// was faster than 8 for the operator (30.7 s against 29.5 s and 28.6 s against 34.3 s in two
-/// pairs of runs). Against the fastest floor of three concurrencies (issue 24) the ratio is
+/// pairs of runs). Against the fastest floor of three concurrencies the ratio is
 /// 1.41 at 1,000 vClusters (one quiet run) and medians of 1.48 with no debounce (the default)
 /// and 1.52 at `--debounce-ms 200` at 200 vClusters (three quiet runs of the shipped build
-/// each): the ≤ 1.5 target (issue 15, item 3) is met as a median with no debounce only, where
+/// each): the target of at most 1.5 times the floor is met as a median with no debounce only, where
 /// both the operator and the floor keep the two cores busy and the operator's dry runs and
 /// reads are its extra work.
 pub const DEFAULT_CONCURRENCY: u16 = 16;

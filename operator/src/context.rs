@@ -24,7 +24,7 @@ pub struct Context {
     /// Who publishes the Events on VClusterPlugins: each Event is published through a
     /// [`kube::runtime::events::Recorder`] made for it ([`crate::writes::write_status`]), not
     /// one kept here, because a Recorder keeps every Event it published in a map for 6 minutes
-    /// and that map never shrinks back (issue 24, item 3).
+    /// and that map never shrinks back.
     pub reporter: Reporter,
     /// Which RBAC rules a plugin may grant (`--policy-file`).
     pub policy: Policy,
@@ -90,7 +90,7 @@ impl Context {
 /// One async lock per workload, keyed `namespace/vcluster`, created on first use and dropped
 /// once idle: a lock nobody holds or waits for (no clone of it outside the map) carries no
 /// state, so each [`WorkloadLocks::get`] drops the idle ones, and the map holds only the locks
-/// of reconciles in flight (no entry outlives its vCluster; issue 24, item 3).
+/// of reconciles in flight (no entry outlives its vCluster).
 #[derive(Default)]
 pub struct WorkloadLocks(Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
 

@@ -1,7 +1,7 @@
 //! The controller: watches, the mappers from watched objects to plugins, the reconcile of one
 //! `VClusterPlugin`, and the error policy.
 //!
-//! Where each rule of DESIGN.md ("Operator contract") lives:
+//! Where each rule of a reconcile lives:
 //!
 //! | step of a reconcile | module |
 //! | --- | --- |
@@ -278,7 +278,7 @@ pub async fn run_until(
 /// What the plugins' watch stream does to each object before the cache stores it: drops
 /// `managedFields` (nothing reads them; in memory they are larger than the rest of a plugin
 /// with its status), then slims a refused plugin ([`crate::slim`]: its free-form parts
-/// dropped, so that a tenant's refused plugins do not hold the operator's memory; issue 38).
+/// dropped, so that a tenant's refused plugins do not hold the operator's memory).
 /// Only the in-memory copy changes. `runtime_image` is the operator's `--runtime-image`.
 fn for_the_cache(runtime_image: String) -> impl FnMut(&mut VClusterPlugin) {
     move |p: &mut VClusterPlugin| {

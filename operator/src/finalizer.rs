@@ -1,5 +1,5 @@
-//! The finalizer `vcp.dev/cleanup` ([`vcp_crds::FINALIZER`]; DESIGN.md, "Operator contract":
-//! on delete, remove exactly what was added, then the finalizer).
+//! The finalizer `vcp.dev/cleanup` ([`vcp_crds::FINALIZER`]; the rule: on delete, remove
+//! exactly what was added, then the finalizer).
 //!
 //! Both changes are JSON patches (RFC 6902) whose `test` operation fails when
 //! `metadata.finalizers` changed since the plugin was read, so a concurrent change is never
@@ -14,7 +14,7 @@
 //! finds a stale copy, [`with_finalizer`] reads the plugin again. The patches themselves are
 //! the helper's (`test` + `add`, `test` + `remove` at the finalizer's index).
 //!
-//! **Answers are metadata only** (issue 38, hole 5: the peak of the operator's memory). The
+//! **Answers are metadata only** (they were the peak of the operator's memory). The
 //! patches ask for `PartialObjectMetadata` ([`crate::answer`]), and only `uid`,
 //! `resourceVersion`, `generation`, `finalizers` and whether a deletion started are decoded
 //! from it. A plugin's full answer was its whole spec, up to the API server's 1.5 MiB request
@@ -27,7 +27,7 @@
 //! patch's `test` fails.
 //!
 //! Full reads are tolerant ([`crate::tolerant::decoded`]): a plugin whose status the
-//! operator's types cannot read (issue 38) still gains and loses its finalizer, so its cleanup
+//! operator's types cannot read still gains and loses its finalizer, so its cleanup
 //! runs.
 
 use kube::ResourceExt;

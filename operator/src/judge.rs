@@ -1,8 +1,8 @@
 //! Judging each plugin's part of a vCluster's workload with the API server, before the real
 //! apply, so that one bad plugin never blocks the others.
 //!
-//! DESIGN.md ("Operator contract"): the operator "judges each plugin apart so one bad plugin
-//! never blocks another or a deletion", and respects "the namespace's Pod Security level".
+//! The rule: the operator judges each plugin apart so one bad plugin never blocks another or a
+//! deletion, and respects the namespace's Pod Security level.
 //! All plugins of a vCluster share one server-side apply of its workload ([`crate::workload`]),
 //! so a container field only the API server can judge (a mount of a volume the pod does not
 //! have, requests above limits, `value` beside `valueFrom`) would otherwise make it refuse the
@@ -616,7 +616,7 @@ impl Verdicts {
 
     /// Keeps the verdicts of the workloads for which `exists(kind, namespace, name)` holds
     /// only: the others are gone ([`crate::sweep`] prunes with the workloads' watch caches, so
-    /// no verdict outlives its workload by more than one full sweep; issue 24, item 3).
+    /// no verdict outlives its workload by more than one full sweep).
     pub fn retain(&self, exists: impl Fn(&str, &str, &str) -> bool) {
         // `kind/namespace/name`, as `key` writes it.
         let keep = |k: &String| {

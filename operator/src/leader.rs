@@ -1,4 +1,4 @@
-//! Leader election on a `coordination.k8s.io/v1` Lease (DESIGN.md, "Operator contract"), with
+//! Leader election on a `coordination.k8s.io/v1` Lease (one replica acts at a time), with
 //! [`kube_lease_manager`]: of all replicas started with the same Lease, only the holder runs the
 //! controller (and so reads caches and writes anything besides the Lease).
 //!

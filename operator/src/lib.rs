@@ -2,7 +2,7 @@
 //! vcluster-plugin-operator: the controller for `VClusterPlugin` (`vcp.dev/v1alpha1`).
 //!
 //! It installs each plugin into its vCluster's workload and RBAC, reports status, and removes
-//! it cleanly on delete. The contract is `shared/DESIGN.md` ("API", "Operator contract");
+//! it cleanly on delete (the README says what it does, ARCHITECTURE.md where each rule lives);
 //! each rule lives in one module:
 //!
 //! | rule | module |

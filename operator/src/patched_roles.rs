@@ -1,5 +1,5 @@
 //! The watches of the vCluster Roles that `rbac.mode: PatchVClusterRoles` plugins append to, so
-//! that someone's edit taking a plugin's rule out is seen and repaired at once (issue 24), not
+//! that someone's edit taking a plugin's rule out is seen and repaired at once, not
 //! at the next trigger of the plugin.
 //!
 //! Such a Role is the user's (the vCluster chart's `vc-<vcluster>`, managed by Helm or Argo CD):

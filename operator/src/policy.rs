@@ -1,7 +1,7 @@
 //! The operator policy: which RBAC rules a `VClusterPlugin` may grant to its vCluster, and
 //! what its container may ask for in the vCluster's pod ([`containers`]).
 //!
-//! DESIGN.md ("Operator contract", Policy): a namespaced object must not become a way to gain
+//! The rule: a namespaced object must not become a way to gain
 //! cluster power. By default the operator refuses
 //! - wildcards (`*`, also inside a name such as `pods/*`) in `apiGroups`, `resources`, `verbs`;
 //! - the verbs `escalate`, `bind`, `impersonate`, in any rule;

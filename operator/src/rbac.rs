@@ -1,6 +1,6 @@
 //! Pure translation: a `VClusterPlugin` → the RBAC objects of `rbac.mode: Dedicated`.
 //!
-//! DESIGN.md ("API", `rbac`): a Role / ClusterRole of the plugin's own, bound to the vCluster's
+//! The rule (`rbac`): a Role / ClusterRole of the plugin's own, bound to the vCluster's
 //! service account (the one its pod template runs as, `vc-<vcluster>` by the chart's default;
 //! see [`crate::workload::vcluster_identity`]); the namespaced ones owned by the VClusterPlugin (an
 //! ownerReference), the cluster-scoped ones labelled ([`vcp_crds::PLUGIN_NAME_LABEL`],

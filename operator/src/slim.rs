@@ -1,4 +1,4 @@
-//! Memory bounded per tenant (issue 38, hole 5): a refused plugin does not stay in the
+//! Memory bounded per tenant: a refused plugin does not stay in the
 //! operator's plugins cache in full. [`slim`] drops its free-form parts from the operator's
 //! in-memory copy once they are judged, and keeps what judging and reporting still need.
 //!
@@ -58,7 +58,6 @@
 
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use kube::ResourceExt;
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use vcp_crds::VClusterPlugin;
@@ -67,38 +66,12 @@ use crate::status::WORKLOAD_PATCHED;
 use crate::workload::budget::{PART_BUDGET, part_size};
 use crate::workload::{SYNCER_CONTAINER, Workload};
 
-/// The in-memory annotation of a slimmed copy. Its value is a [`Dropped`] as JSON. It is not a
-/// valid annotation key, so the API server never holds it (module docs).
-pub const MARKER: &str = "vcp.dev/dropped:in-memory-only";
+pub mod marker;
+pub use marker::{Dropped, MARKER, Why, dropped, is_slimmed};
 
 /// The least number of free-form bytes worth dropping (16 KiB of JSON). A smaller config
 /// costs less than its marker and its judging.
 pub const MIN_DROPPED: usize = 16 * 1024;
-
-/// What [`slim`] dropped from a copy, kept in its [`MARKER`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Dropped {
-    /// Bytes of JSON the dropped parts added to the plugin's part of its workload: the
-    /// `PLUGIN_CONFIG` env entry and its field set ([`crate::workload::budget`]). 0 when the
-    /// plugin's containers do not carry its config (not a v1 sidecar).
-    pub part_bytes: usize,
-    /// Bytes of JSON of the dropped parts.
-    pub bytes: usize,
-    /// SHA-256 of the dropped parts' JSON, hex.
-    pub sha256: String,
-    /// Why it was dropped.
-    pub why: Why,
-}
-
-/// Why [`slim`] dropped a copy's free-form parts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Why {
-    /// The plugin's status says the operator refused its current spec.
-    Refused,
-    /// Its config alone makes its part larger than the per-plugin budget: refused for certain.
-    TooLarge,
-}
 
 /// Slims `plugin`, a copy entering the operator's plugins cache (module docs). A copy already
 /// slimmed is left as it is. Otherwise, when the plugin is refused ([`Why`]) and has at least [`MIN_DROPPED`]
@@ -146,22 +119,6 @@ pub fn slim(plugin: &mut VClusterPlugin, runtime_image: &str) -> Option<Dropped>
         );
     *plugin = lean;
     Some(dropped)
-}
-
-/// What [`slim`] dropped from `plugin`: `None` for a full copy.
-pub fn dropped(plugin: &VClusterPlugin) -> Option<Dropped> {
-    let value = plugin.metadata.annotations.as_ref()?.get(MARKER)?;
-    serde_json::from_str(value).ok()
-}
-
-/// Whether `plugin` is a slimmed copy ([`slim`]). It must then not be installed or dry-run:
-/// read it in full first.
-pub fn is_slimmed(plugin: &VClusterPlugin) -> bool {
-    plugin
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(MARKER))
 }
 
 /// Whether the plugin's status says the operator refused its current spec: the condition

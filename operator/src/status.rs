@@ -1,7 +1,7 @@
 //! The operator's part of `VClusterPlugin.status`: `observedGeneration`, `phase`, `runtime`,
 //! `workload` and the conditions `Ready`, `WorkloadPatched`, `RBACReady`.
 //!
-//! DESIGN.md ("API", status): conditions carry `type/status/reason/message/lastTransitionTime/
+//! The rules: conditions carry `type/status/reason/message/lastTransitionTime/
 //! observedGeneration`; `lastTransitionTime` moves only when `status` changes. The runtime
 //! writes `RuntimeHealthy`, `syncedObjects` and `syncedTotal` under its own field manager;
 //! the status is written with server-side apply on the status subresource and `conditions` is a
@@ -302,7 +302,7 @@ pub fn overlay(
 }
 
 /// The operator-owned status this process last wrote to each plugin, kept until the watch cache
-/// moves past the version it was written from (issue 15, item 3).
+/// moves past the version it was written from.
 ///
 /// Under load a reconcile can start from a cached plugin that does not show the status the
 /// previous reconcile of the same plugin just wrote (the watch lags behind the write): it then
@@ -344,7 +344,7 @@ impl WrittenStatuses {
     /// has moved past is dropped).
     ///
     /// A cached plugin without any status, once this process has written one, is a plugin
-    /// whose status the operator's types cannot read (passed on without it, issue 38,
+    /// whose status the operator's types cannot read (passed on without it,
     /// [`crate::tolerant`]): the status last written stands for it, whatever the version, so
     /// that the echo of a write does not cause the next one (a write loop, as each would carry
     /// a new `lastTransitionTime`). The runtime's `RuntimeHealthy` is then unknown: such a
@@ -508,7 +508,7 @@ mod tests {
         ));
     }
 
-    /// Issue 38: a plugin passed on without its unreadable status (`status: None` at every
+    /// A plugin passed on without its unreadable status (`status: None` at every
     /// version) is written once, not on every echo of the write.
     #[test]
     fn a_plugin_whose_status_cannot_be_read_is_written_once() {

@@ -1,4 +1,4 @@
-//! The sweep: nothing the operator made for a plugin outlives the plugin (issue 21, hole 4).
+//! The sweep: nothing the operator made for a plugin outlives the plugin.
 //!
 //! The finalizer `vcp.dev/cleanup` ([`crate::vcluster::delete`]) removes what was added when a plugin is
 //! deleted, but a tenant may remove the finalizer by hand, and an operator stopped during a
@@ -478,7 +478,7 @@ async fn sweep_in(ctx: &Context, scope: &Scope, also: &BTreeSet<String>) -> Swep
 /// Drops the per-workload state of the workloads the watch caches no longer hold (deleted, or
 /// no longer a vCluster): the dry-run verdicts ([`crate::judge::Verdicts`]) and the written
 /// copies ([`crate::cache::WrittenWorkloads`]), which nothing else removes once their workload
-/// is gone (issue 24, item 3). Run with every sweep of [`Scope::All`].
+/// is gone (no per-object state outlives its object). Run with every sweep of [`Scope::All`].
 fn prune_gone_workloads(ctx: &Context) {
     let statefulsets: BTreeSet<(String, String)> = ctx
         .caches

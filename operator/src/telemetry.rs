@@ -1,5 +1,5 @@
 //! What the operator tells about itself: Prometheus metrics and the health / readiness state
-//! served by [`crate::http`] (DESIGN.md, "Operator contract": `/metrics`, `/healthz`, `/readyz`).
+//! served by [`crate::http`] (`/metrics`, `/healthz`, `/readyz`).
 //!
 //! Metrics (Prometheus text format):
 //! - `vcp_reconcile_total{result="success"|"error"}`: reconciles finished, by result;
@@ -11,7 +11,7 @@
 //!   (`kind` is the Kubernetes kind: `StatefulSet`, `Deployment`, `Role`, `RoleBinding`,
 //!   `ClusterRole`, `ClusterRoleBinding`; [`crate::cache`] says which objects each holds);
 //! - `vcp_operator_undecodable_objects_total{kind, part}`: watch events of objects the
-//!   operator's types could not read (issue 38, [`crate::tolerant`]): `part="object"` for one
+//!   operator's types could not read ([`crate::tolerant`]): `part="object"` for one
 //!   skipped (not even its metadata and spec decoded), `part="status"` for one passed on
 //!   without its status.
 //!

@@ -1,5 +1,5 @@
-//! Tolerant reading in the operator (issue 38; DESIGN.md, "judges each plugin apart so one bad
-//! plugin never blocks another"): every watch of the operator decodes object by object
+//! Tolerant reading in the operator (it judges each plugin apart, so one bad plugin never
+//! blocks another): every watch of the operator decodes object by object
 //! ([`vcp_crds::tolerant`]), so one object its types cannot read never fails a list or a watch.
 //!
 //! | watch | [`StatusPolicy`] | why |
@@ -65,7 +65,7 @@ pub fn on_skipped(
 /// sweep's and the finalizer path's lists of RBAC objects): each that decodes, whole or without
 /// its status (RBAC objects have none), in the list's order; each other one is logged and
 /// counted as a watch's ([`log_skipped`]) and left out, so that one object the operator cannot
-/// read never fails the list, and the loop it feeds goes on with the others (issue 38).
+/// read never fails the list, and the loop it feeds goes on with the others.
 pub fn readable<K: Resource>(kind: &str, items: Vec<Tolerant<K>>, telemetry: &Telemetry) -> Vec<K> {
     items
         .into_iter()
@@ -329,7 +329,8 @@ pub async fn report_undecodable(
             action: "Reconcile".into(),
             secondary: None,
         };
-        // One Recorder per Event, as `crate::writes::write_status` (issue 24, item 3).
+        // One Recorder per Event, as `crate::writes::write_status` (a Recorder keeps what it
+        // sent).
         let recorder = Recorder::new(client.clone(), reporter.clone());
         if let Err(error) = recorder.publish(&event, &regarding).await {
             warn!(namespace = %namespace, name = %name, %error, "cannot publish the Undecodable Event");

@@ -5,7 +5,7 @@
 //! dry-run results on every tokio worker thread; glibc keeps the pages those frees leave in
 //! its per-thread arenas for reuse and returns only what sits at the top of an arena. So the
 //! resident set stayed at the burst's high-water mark although the program held no more than
-//! before: the churn test (`tests/tests/memory_churn.rs`, issue 24) saw it 12.5 % up after
+//! before: the churn test (`tests/tests/memory_churn.rs`) saw it 12.5 % up after
 //! 10,000 plugins came and went while the live heap had grown by 1 MiB. (mimalloc, the
 //! runtime's allocator, kept 20 % on the same test.)
 //!
@@ -57,7 +57,7 @@ pub const MMAP_THRESHOLD: usize = 128 * 1024;
 /// Fixes glibc's mmap threshold at [`MMAP_THRESHOLD`] (`mallopt(M_MMAP_THRESHOLD)`); whether
 /// glibc took it. `false`, and nothing done, without glibc.
 ///
-/// Why (issue 38, hole 5): glibc raises the threshold to the size of every mapped block freed
+/// Why: glibc raises the threshold to the size of every mapped block freed
 /// (up to 32 MiB), so once the first large answer body was freed, every later body of a
 /// plugin (up to the API server's 1.5 MiB request limit, and the buffers doubling up to it
 /// while it is read) was carved from the arenas, between the small blocks of parsed JSON

@@ -1,7 +1,7 @@
-//! Converging one vCluster is the unit of the operator's work (DESIGN.md, "Operator contract";
-//! issue 25). A reconcile of a `VClusterPlugin` converges the vCluster the plugin targets, in
-//! four steps, whatever the reconcile is for ([`Intent`]: install a plugin, remove a deleted
-//! one, or re-apply the workload for the sweep):
+//! Converging one vCluster is the unit of the operator's work (ARCHITECTURE.md, "The operator:
+//! observe → decide → act → report, per vCluster"). A reconcile of a `VClusterPlugin` converges the
+//! vCluster the plugin targets, in four steps, whatever the reconcile is for ([`Intent`]: install a
+//! plugin, remove a deleted one, or re-apply the workload for the sweep):
 //! 1. *observe* ([`observe`]): read the workload, the plugins installed into it, the cluster
 //!    facts their refusals depend on and the verdicts of the hooks' judging and the dry runs;
 //! 2. *decide* ([`decide`], pure, unit-tested without an API server): compute the [`Plan`],
@@ -86,7 +86,8 @@ pub async fn install(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
         None => None,
     };
     // Only the reconciled plugin's copy is used from here: the siblings' copies go with
-    // `observed`'s plugins, before the lock is released (issue 38, hole 5).
+    // `observed`'s plugins, before the lock is released (so a waiting reconcile holds no copy
+    // of them).
     fresher.truncate(1);
     let plugin = &*fresher[0];
     let plan = decide_and_act(ctx, plugin, observed, Intent::Install(plugin), guard).await?;
@@ -97,7 +98,7 @@ pub async fn install(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
 }
 
 /// Converges the vCluster of `plugin`, which is being deleted and carries the finalizer, to
-/// remove exactly what was added for it (DESIGN.md, "Operator contract"): its `Terminating`
+/// remove exactly what was added for it (nothing else): its `Terminating`
 /// status first ([`decide::terminating`]; only informative, a failure is logged), then the
 /// workload applied from the *other* plugins installed into the vCluster, less those refused
 /// (judged as for an install, so a plugin too large or whose part the API server refuses never
@@ -138,8 +139,8 @@ pub async fn delete(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
 /// then the lock released and the plugin's RBAC converged. Returns the plan (its status and
 /// requeue are the caller's). `observed`'s plugins are dropped with the lock: the RBAC step
 /// reads only its facts, and a reconcile waiting for the RBAC writes and its status write
-/// holds no copy of the vCluster's plugins (issue 38, hole 5: those waits overlap across up to
-/// 16 reconciles).
+/// holds no copy of the vCluster's plugins (those waits overlap across up to 16 reconciles,
+/// and each copy held would multiply the operator's memory).
 ///
 /// # Errors
 /// The workload's apply and the RBAC writes.
@@ -183,7 +184,7 @@ pub async fn reapply(ctx: &Context, wl: crate::workload::Workload) -> Result<boo
 /// `plugin` (first) and, when `siblings`, the other plugins of its vCluster that are not being
 /// deleted, each carrying the finalizer (added now to those that lack it, [`with_finalizer`]):
 /// the copies newer than the plugins' watch cache. The patches are sent at once, not one
-/// after the other (issue 24: one round trip instead of one per plugin). A plugin that carries
+/// after the other (one round trip instead of one per plugin). A plugin that carries
 /// the finalizer already is the cache's copy itself, shared (`plugin`, from the cache, too).
 ///
 /// # Errors
@@ -214,7 +215,7 @@ async fn with_finalizers(
     // slimmed, with its new finalizers. One read again in full (its spec changed meanwhile) is
     // slimmed as it arrives ([`crate::slim`]), as the watch stream slims the cache's copies: a
     // tenant's flood of plugins too large for certain is never held in full, 64 answers at a
-    // time, by each reconcile of its vCluster (issue 38, hole 5).
+    // time, by each reconcile of its vCluster.
     futures::future::try_join_all(std::iter::once(plugin).chain(unfinalized.iter()).map(
         |p| async move {
             if p.finalizers().iter().any(|f| f == FINALIZER) {

@@ -1,7 +1,7 @@
 //! Pure translation: every `VClusterPlugin` of one vCluster + the vCluster's workload → the
 //! server-side-apply body the operator sends for that workload.
 //!
-//! DESIGN.md rules implemented here ("API" and "Operator contract"):
+//! The rules implemented here:
 //! - the workload is the StatefulSet, else the Deployment, named `spec.vcluster.name`, and it
 //!   must be a vCluster made by the vCluster chart ([`vcluster_identity`]: the chart's labels,
 //!   a `syncer` container, a service account); any other workload gets no plugin at all
@@ -29,7 +29,7 @@
 //!   `VCLUSTER_PLUGIN_NAME` and `PLUGIN_CONFIG`. The port ([`V1_BASE_PORT`]): vCluster's chart
 //!   numbers the v1 sidecars of its own values (`plugin:` entries without `version: v2`) from
 //!   `localhost:14000` too (`chart/templates/_plugin.tpl`, `vcluster.legacyPlugins.containers`),
-//!   and a pod's containers share one network namespace, so DESIGN.md's `14000+i` would put two
+//!   and a pod's containers share one network namespace, so a plain `14000+i` would put two
 //!   sidecars on one port. The operator's v1 plugins, in install order (creationTimestamp, then
 //!   name), each take the lowest port from 14000 that is neither in the
 //!   `VCLUSTER_PLUGIN_ADDRESS` (a literal `value`, its port after the last `:`) of a container
@@ -39,7 +39,7 @@
 //!   inputs on every reconcile, it is stable: a plugin created after the others takes a port
 //!   above theirs, and a plugin's port changes only when the foreign containers' addresses or
 //!   the set of older installed v1 plugins change, that is when the pod template changes
-//!   anyway. Without chart-rendered v1 sidecars it is DESIGN.md's `14000+i`;
+//!   anyway. Without chart-rendered v1 sidecars it is `14000+i`;
 //! - only the fields the operator owns are applied: a partial object (apiVersion, kind,
 //!   metadata.name/namespace, pod template containers / initContainers / volumes by name), so
 //!   Helm- or Argo CD-owned fields are never touched;
@@ -64,8 +64,8 @@
 //! through, and decides conflicts among them. A refused plugin therefore never appears in any
 //! reconcile's apply body, and the workload is not written for it.
 //!
-//! [`is_converged`] decides whether the apply can be skipped (DESIGN.md: a reconcile of a
-//! converged object performs zero writes).
+//! [`is_converged`] decides whether the apply can be skipped (a reconcile of a converged
+//! object performs zero writes).
 //!
 //! One concern a submodule, all re-exported here: the vCluster workload and its identity
 //! (`identity`), the containers of one plugin (`containers`), the merged apply body and its

@@ -1,7 +1,7 @@
 //! The operator's requests to the API server, made by converging a vCluster
 //! ([`crate::vcluster::act`]) and by the sweep ([`crate::sweep`]).
 //!
-//! DESIGN.md ("Operator contract"): every write is a server-side apply under one field manager,
+//! The rule: every write is a server-side apply under one field manager,
 //! [`vcp_crds::OPERATOR_FIELD_MANAGER`], so only the fields the operator owns change; an object
 //! that already matches is not written (zero writes once converged); an object is deleted only
 //! when labelled as made for the plugin ([`crate::rbac::labels`]). The reads are in
@@ -192,7 +192,8 @@ pub async fn write_status(plugin: &VClusterPlugin, outcome: &Outcome, ctx: &Cont
     let name = plugin.name_any();
     // The answer is not read: it is asked for as metadata only and skipped while parsed
     // ([`crate::answer`]), for a plugin's whole answer is its spec, up to the request limit
-    // (issue 38, hole 5), and one whose status the operator's types cannot read must not turn
+    // (a tenant's flood of large plugins must not pass through the operator's memory), and
+    // one whose status the operator's types cannot read must not turn
     // a write that was made into a failed reconcile.
     let action = || format!("apply status of VClusterPlugin {namespace}/{name}");
     let request = kube::core::Request::new(
@@ -237,11 +238,11 @@ pub async fn write_status(plugin: &VClusterPlugin, outcome: &Outcome, ctx: &Cont
             action: "Reconcile".into(),
             secondary: None,
         };
-        // A Recorder for this Event alone (`Context::reporter`): kube-runtime's Recorder keeps
-        // each Event it published for 6 minutes to fold a repeat into a series, in a map whose
-        // capacity stays at its largest, so one Recorder for the process held the Events of
-        // every plugin of the last 6 minutes and the memory of the busiest 6 minutes for ever
-        // (issue 24, item 3). An Event is published only when the `Ready` reason changes, so
+        // A Recorder for this Event alone (`Context::reporter`): kube-runtime's Recorder keeps each
+        // Event it published for 6 minutes to fold a repeat into a series, in a map whose capacity
+        // stays at its largest, so one Recorder for the process held the Events of every plugin of
+        // the last 6 minutes and the memory of the busiest 6 minutes for ever (no per-object state
+        // may outlive its object). An Event is published only when the `Ready` reason changes, so
         // there is no repeat to fold; a return to an earlier reason within 6 minutes is now an
         // Event of its own instead of a count on the earlier one.
         let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());

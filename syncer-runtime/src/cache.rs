@@ -22,7 +22,7 @@
 //! inserts or replaces, `Delete` removes.
 //!
 //! Beside the objects, the keys of the watch's objects that could not be decoded
-//! ([`Cache::skip`], issue 38: `vcp_crds::tolerant`) and why: such an object is not cached, and
+//! ([`Cache::skip`], `vcp_crds::tolerant`) and why: such an object is not cached, and
 //! its key is kept apart so that a reconcile can tell "undecodable" from "missing"
 //! ([`Cache::undecodable`]); a listing rebuilds that set like the objects, an object that decodes
 //! again or is deleted leaves it.
@@ -458,7 +458,7 @@ mod tests {
     }
 
     /// An object that turns undecodable is not "missing": it leaves the cache into the set of
-    /// undecodable keys (issue 38), and leaves that set when it decodes again or is deleted.
+    /// undecodable keys, and leaves that set when it decodes again or is deleted.
     #[test]
     fn an_undecodable_object_is_kept_apart_until_it_decodes_or_goes() {
         let cache = Cache::<DynamicObject>::new();

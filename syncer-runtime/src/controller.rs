@@ -1,6 +1,6 @@
-//! The controller that drives a [`Syncer`]: the lifecycle table of `shared/DESIGN.md` for
-//! virtual-to-host (`ToHost`) types, run by the runtime's one driver (`driver.rs`)
-//! (watches, compact caches, work queue, workers, retries, resyncs).
+//! The controller that drives a [`Syncer`]: the lifecycle table (create, update, replace, delete,
+//! never touch a foreign object) for virtual-to-host (`ToHost`) types, run by the runtime's one
+//! driver (`driver.rs`) (watches, compact caches, work queue, workers, retries, resyncs).
 //!
 //! Both sides are watched: the virtual cluster in all namespaces (filtered by
 //! [`Syncer::selector`]), the host only in the vCluster's namespace (a Role suffices). Every

@@ -18,12 +18,12 @@
 //!   on two workers at once ([`crate::queue`]); a key whose reconcile took
 //!   [`SLOW_RECONCILE`] or more (an object whose expressions run into their bound) goes to the
 //!   queue's slow lane, served by [`slow_workers`]`(workers)` workers of its own, until a
-//!   reconcile of it is fast again, so expensive objects never keep the cheap ones waiting
-//!   (issue 38); a failed reconcile is retried with per-key
+//!   reconcile of it is fast again, so expensive objects never keep the cheap ones waiting; a
+//!   failed reconcile is retried with per-key
 //!   exponential backoff (200 ms … 30 s), a 409 (stale cache) without a warning; a key whose
 //!   outcome is [`Outcome::Pending`] is looked at again after [`PENDING_DELAY`]; a conflict is
 //!   reported once, when it starts; every outcome is recorded in the type's [`TypeStats`];
-//! - each watch reads tolerantly (`vcp_crds::tolerant`, issue 38): an object that cannot be
+//! - each watch reads tolerantly (`vcp_crds::tolerant`): an object that cannot be
 //!   decoded (a free-form field nested deeper than serde_json's limit of 128) fails alone, never
 //!   the list or the watch. It is skipped and named (a warning log line with the kind, cluster,
 //!   namespace, name and the error's path; one count of the runtime's
@@ -652,7 +652,7 @@ mod tests {
     use super::*;
 
     /// A reconciler whose reconcile of `ns/boom` panics, as a bug met by one object's data
-    /// would (the multi-byte name of issue 38's attack 5 did, and ended the type's task).
+    /// would (an attacker's multi-byte name did, and ended the type's task).
     struct PanicsOnBoom {
         stats: TypeStats,
         cache: Cache<k8s_openapi::api::core::v1::ConfigMap>,

@@ -18,7 +18,7 @@
 //! resident, at times the process does not choose. The churn test
 //! (`tests/tests/memory_churn.rs`) measured the runtime's anonymous memory at 17.5 MiB, 10 MiB
 //! of it in huge pages, for a live heap of 2.3 MiB; with THP off, 5.7 MiB and none
-//! (`docs/BENCHMARKS.md`, "Issue 39, the runtime's huge pages"). Such collapses are the likely
+//! (`docs/BENCHMARKS.md`, "the runtime's huge pages"). Such collapses are the likely
 //! cause of the one red run of that test (+29.5 %, in steps of 5 and 2 MiB).
 //!
 //! [`after_bursts`] follows the operator's rule ([`vcp_crds::bursts`]): once the count of

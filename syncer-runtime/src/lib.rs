@@ -23,7 +23,8 @@
 //! - [`runtime`]: the declarative runtime ([`runtime::run`]) that reads its `VClusterPlugin`
 //!   and runs the syncers and hooks it declares, reporting into its status ([`status`], pure).
 //!
-//! The contract is `shared/DESIGN.md`, section "Runtime contract".
+//! What it does for a plugin author: the README, "Syncing real custom resources" and "Writing a
+//! plugin in Rust"; where each rule lives: ARCHITECTURE.md.
 
 pub mod acceptance;
 mod cache;

@@ -409,8 +409,8 @@ const EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 /// unset: one. The runtime's work is a chain of hand-offs between tasks (kube's request buffer,
 /// hyper's connection task, the watch streams, the type's queue), and with two workers each
 /// hand-off can wake the other thread through a futex; a profile of the sync bench put 30 % of
-/// the runtime's CPU in the kernel, half of it task switches (`docs/BENCHMARKS.md`, "Issue 24,
-/// one worker thread"). Expressions never run on it: each object's run on tokio's blocking
+/// the runtime's CPU in the kernel, half of it task switches (`docs/BENCHMARKS.md`, "one worker
+/// thread"). Expressions never run on it: each object's run on tokio's blocking
 /// pool (`patches::Patches::to_host_in_pool`, at most `patches::EVALUATION_SLOTS` at once), so
 /// a long native call holds up neither the other tasks nor its own type's watches and workers. When the variable is set, tokio reads it itself: a count ≥ 1 sets the workers,
 /// and tokio refuses anything else with a panic at start that names the variable.

@@ -2,10 +2,10 @@
 //! do not cause another reconcile.
 //!
 //! Each create or patch the runtime sends returns the object's new `resourceVersion`; the host
-//! watch delivers the same object at that version, before or after the response. That event
-//! tells the runtime nothing it does not learn from the response, yet it used to cost one more
-//! reconcile per synced object (decompress and parse both cached objects, translate, compare;
-//! issue 15, item 1). The idea is client-go's "expectations", kept per host name:
+//! watch delivers the same object at that version, before or after the response. That event tells
+//! the runtime nothing it does not learn from the response, yet it used to cost one more reconcile
+//! per synced object (decompress and parse both cached objects, translate, compare). The idea is
+//! client-go's "expectations", kept per host name:
 //!
 //! - [`OwnWrites::begin`] before a write is sent; a host watch event of that name while the
 //!   write is in flight is held ([`OwnWrites::is_echo`] says `true`, the event's object still

@@ -8,13 +8,14 @@
 //!   A path that would write the object's identity is refused (the CRD's CEL rule, and again
 //!   here: [`PatchPath::is_protected`]), and so is a reference's `namePath` or `namespacePath`
 //!   that would (both are written; read from the object's root, where `namespacePath` is when
-//!   the value at `path` is a string: issue 38, hole 4).
+//!   the value at `path` is a string).
 //! - **reference** (`config.TranslatePatchReference`): on the way to the host the referenced
-//!   name becomes the referenced object's host name, vCluster's single-namespace
-//!   `HostName` ([`host_name`]`(name, namespace, vcluster)`, proven against vCluster's code by the
-//!   translate oracle). When the value at `path` is a map, `namePath`, `namespacePath`,
-//!   `kindPath` and `apiVersionPath` are relative to it (vCluster: "relative path ... within the
-//!   object"); when it is a string, it is the name, and those paths are relative to the object.
+//!   name becomes the referenced object's host name, vCluster's single-namespace `HostName`
+//!   ([`host_name`](crate::translate::host_name)`(name, namespace, vcluster)`, proven against
+//!   vCluster's code by the translate oracle). When the value at `path` is a map, `namePath`,
+//!   `namespacePath`, `kindPath` and `apiVersionPath` are relative to it (vCluster: "relative
+//!   path ... within the object"); when it is a string, it is the name, and those paths are
+//!   relative to the object.
 //!   The namespace is the value at `namespacePath` when found, else the object's own virtual
 //!   namespace (vCluster: "If omitted or not found, namespacePath equals to the
 //!   metadata.namespace path of the object"); a namespace found there becomes the host
@@ -31,10 +32,11 @@
 //!   hash) is recognised only when the virtual object names the same reference at that place.
 //! - **labels** (`config.TranslatePatchLabels`): the label selector at `path` (`matchLabels`,
 //!   `matchExpressions`) becomes vCluster's `translate.HostLabelSelector` of it, the selector of
-//!   the host copies (the keys vCluster translates on host copies become their [`host_label`]
-//!   keys; values and operators are kept), as vCluster's own PodDisruptionBudget syncer
-//!   translates its selector; proven against vCluster's function by the translate oracle. The
-//!   way back turns those keys into the virtual ones.
+//!   the host copies (the keys vCluster translates on host copies become their
+//!   [`host_label`](crate::translate::host_label) keys; values and operators are kept), as
+//!   vCluster's own PodDisruptionBudget syncer translates its selector; proven against
+//!   vCluster's function by the translate oracle. The way back turns those keys into the
+//!   virtual ones.
 //! - **expression** / **reverseExpression**: [`expression`] (JavaScript, sandboxed and
 //!   bounded).
 //!
@@ -48,9 +50,16 @@
 //! A patch that fails (an expression that throws or runs past its bounds, a reference or
 //! selector of the wrong shape) fails the whole object ([`PatchError`]): nothing of it is
 //! written, and the runtime reports it (`PatchFailed`).
+//!
+//! The parts: this module parses the patches and applies them in order; `expression_patch`,
+//! `reference` and `labels` apply one patch of each kind; [`expression`] is the sandbox,
+//! [`running`] and `pool` bound the evaluations of the whole runtime.
 
 pub mod expression;
+mod expression_patch;
+mod labels;
 mod pool;
+mod reference;
 pub mod running;
 
 pub use pool::EVALUATION_SLOTS;
@@ -58,16 +67,13 @@ pub use pool::EVALUATION_SLOTS;
 use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
-use std::time::Instant;
 
 use serde_json::Value;
 use vcp_crds::TranslatePatch;
 use vcp_crds::patch_path::{Location, PatchPath};
 
-use crate::translate::{TRANSLATED_LABELS, host_label, host_name};
-use expression::{Bounds, ExpressionError, Input};
-use k8s_openapi::api::core::v1::ObjectReference;
-use running::{Evaluations, Refusal};
+use expression::Bounds;
+use running::Evaluations;
 
 /// How many times one evaluation's time bound all evaluations of one patch on one object may
 /// take together (100 ms × 10 = 1 s by default); their results together may hold at most
@@ -374,129 +380,6 @@ impl Patches {
         Ok(())
     }
 
-    /// Applies the expression patch `patch` to every location of its path in `target`, on the
-    /// calling thread (the runtime calls it on its blocking pool: [`Self::to_host_in_pool`]);
-    /// refused at once while too many of the runtime's evaluations run past their bound
-    /// ([`running`]).
-    fn expression(
-        &self,
-        patch: &Compiled,
-        what: &'static str,
-        source: &str,
-        target: &mut Value,
-        virtual_obj: Option<&Value>,
-        host_obj: Option<&Value>,
-    ) -> Result<(), PatchError> {
-        self.evaluations
-            .admit(Instant::now())
-            .map_err(|r| Self::refused(patch, what, &r))?;
-        self.expression_here(patch, what, source, target, virtual_obj, host_obj)
-    }
-
-    fn refused(patch: &Compiled, what: &'static str, refusal: &Refusal) -> PatchError {
-        PatchError {
-            path: patch.declared.clone(),
-            what,
-            message: refusal.to_string(),
-        }
-    }
-
-    fn expression_here(
-        &self,
-        patch: &Compiled,
-        what: &'static str,
-        source: &str,
-        target: &mut Value,
-        virtual_obj: Option<&Value>,
-        host_obj: Option<&Value>,
-    ) -> Result<(), PatchError> {
-        // The bounds of one object's evaluations of this patch, all locations together: a `[*]`
-        // path reaches as many locations as the object has elements, each evaluation is
-        // bounded on its own, and every one gets the whole object (a virtual user's Widget
-        // with 8,000 tags took 306 s), while the results live outside QuickJS's memory limit
-        // (150 results of 4 MB each took the runtime to 2.45 GB).
-        let budget = self.bounds.time * OBJECT_BUDGET_FACTOR;
-        let started = std::time::Instant::now();
-        let mut result_bytes = 0_usize;
-        for (done, location) in patch.path.locate(target).into_iter().enumerate() {
-            let Some(value) = location.get(target) else {
-                continue;
-            };
-            let value = value.clone();
-            let at = location.to_string();
-            if started.elapsed() > budget {
-                return Err(PatchError {
-                    path: patch.declared.clone(),
-                    what,
-                    message: format!(
-                        "at {at}: the {done} evaluations before it took longer than the object's bound of {budget:?} ({OBJECT_BUDGET_FACTOR} times one evaluation's) and it was stopped"
-                    ),
-                });
-            }
-            let host_snapshot;
-            let host_obj = match host_obj {
-                Some(host) => Some(host),
-                None => {
-                    host_snapshot = target.clone();
-                    Some(&host_snapshot)
-                }
-            };
-            let input = Input {
-                value: &value,
-                path: &at,
-                vcluster_name: &self.vcluster,
-                vcluster_namespace: &self.host_namespace,
-                virtual_object: virtual_obj,
-                host_object: host_obj,
-            };
-            let ticket = self
-                .evaluations
-                .start(
-                    || {
-                        let object = virtual_obj.unwrap_or(&*target);
-                        let related = object_reference(object);
-                        let named = related.as_ref().map_or_else(String::new, |r| {
-                            format!(
-                                "{} {} {}/{}: ",
-                                r.api_version.as_deref().unwrap_or_default(),
-                                r.kind.as_deref().unwrap_or_default(),
-                                r.namespace.as_deref().unwrap_or_default(),
-                                r.name.as_deref().unwrap_or_default()
-                            )
-                        });
-                        (
-                            format!("{named}patch {:?} ({what}) at {at}", patch.declared),
-                            related,
-                        )
-                    },
-                    self.bounds.time,
-                    Instant::now(),
-                )
-                .map_err(|r| Self::refused(patch, what, &r))?;
-            let result = expression::evaluate(source, &input, &self.bounds);
-            drop(ticket);
-            let result = result.map_err(|e: ExpressionError| PatchError {
-                path: patch.declared.clone(),
-                what,
-                message: format!("at {at}: {e}"),
-            })?;
-            result_bytes += result.json_bytes;
-            if result_bytes > expression::MAX_RESULT_BYTES {
-                return Err(PatchError {
-                    path: patch.declared.clone(),
-                    what,
-                    message: format!(
-                        "at {at}: the results of the {} evaluations so far hold {result_bytes} bytes of JSON, above the object's bound of {} bytes (3 MiB: no object that large can be written)",
-                        done + 1,
-                        expression::MAX_RESULT_BYTES
-                    ),
-                });
-            }
-            location.set(target, result.value);
-        }
-        Ok(())
-    }
-
     fn wrong_shape(
         patch: &Compiled,
         what: &'static str,
@@ -509,279 +392,6 @@ impl Patches {
             message: format!("at {at}: {message}"),
         }
     }
-
-    /// The referenced object at `location` of `target`: the locations of its name, and of its
-    /// namespace, kind and apiVersion when their paths are found.
-    fn reference_parts(
-        patch: &Compiled,
-        reference: &Reference,
-        location: &Location,
-        target: &Value,
-    ) -> Result<Option<Parts>, PatchError> {
-        let Some(value) = location.get(target) else {
-            return Ok(None);
-        };
-        let base = match value {
-            Value::Null => return Ok(None),
-            Value::String(_) => Location::default(),
-            Value::Object(_) => location.clone(),
-            _ => {
-                return Err(Self::wrong_shape(
-                    patch,
-                    "reference",
-                    location,
-                    "a reference is a name (a string) or an object holding one",
-                ));
-            }
-        };
-        let name = match (value, &reference.name_path) {
-            (Value::String(_), _) => Some(location.clone()),
-            (_, Some(name_path)) => base.join(name_path, target).into_iter().next(),
-            (_, None) => {
-                return Err(Self::wrong_shape(
-                    patch,
-                    "reference",
-                    location,
-                    "the value is an object: set reference.namePath to the name inside it",
-                ));
-            }
-        };
-        let Some(name) = name else {
-            return Ok(None);
-        };
-        let relative = |path: &Option<PatchPath>| {
-            path.as_ref()
-                .and_then(|p| base.join(p, target).into_iter().next())
-                .filter(|l| l.get(target).is_some_and(Value::is_string))
-        };
-        Ok(Some(Parts {
-            name,
-            namespace: relative(&reference.namespace_path),
-            kind: relative(&reference.kind_path),
-            api_version: relative(&reference.api_version_path),
-        }))
-    }
-
-    fn is_cluster_scoped(&self, reference: &Reference, parts: &Parts, target: &Value) -> bool {
-        let read = |l: &Option<Location>| {
-            l.as_ref()
-                .and_then(|l| l.get(target))
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        };
-        let kind = read(&parts.kind).unwrap_or_else(|| reference.kind.clone());
-        let api_version = read(&parts.api_version).unwrap_or_else(|| reference.api_version.clone());
-        let group = match api_version.split_once('/') {
-            Some((group, _)) => group.to_string(),
-            // a bare group (cert-manager's issuerRef.group) or a core version (`v1`)
-            None if api_version.contains('.') => api_version,
-            None => String::new(),
-        };
-        self.cluster_scoped.contains(&(group, kind))
-    }
-
-    fn reference_down(
-        &self,
-        patch: &Compiled,
-        reference: &Reference,
-        namespace: &str,
-        host: &mut Value,
-    ) -> Result<(), PatchError> {
-        for location in patch.path.locate(host) {
-            let Some(parts) = Self::reference_parts(patch, reference, &location, host)? else {
-                continue;
-            };
-            if self.is_cluster_scoped(reference, &parts, host) {
-                continue;
-            }
-            let Some(name) = parts.name.get(host).cloned() else {
-                continue;
-            };
-            let Value::String(name) = name else {
-                return Err(Self::wrong_shape(
-                    patch,
-                    "reference",
-                    &parts.name,
-                    "the referenced name is not a string",
-                ));
-            };
-            let referenced_namespace = parts
-                .namespace
-                .as_ref()
-                .and_then(|l| l.get(host))
-                .and_then(Value::as_str)
-                .unwrap_or(namespace)
-                .to_string();
-            let translated = host_name(&name, &referenced_namespace, &self.vcluster);
-            parts.name.set(host, Some(Value::String(translated)));
-            if let Some(ns) = &parts.namespace {
-                ns.set(host, Some(Value::String(self.host_namespace.clone())));
-            }
-        }
-        Ok(())
-    }
-
-    fn reference_up(
-        &self,
-        patch: &Compiled,
-        reference: &Reference,
-        namespace: &str,
-        virtual_obj: &Value,
-        target: &mut Value,
-    ) -> Result<(), PatchError> {
-        for location in patch.path.locate(target) {
-            let Some(parts) = Self::reference_parts(patch, reference, &location, target)? else {
-                continue;
-            };
-            if self.is_cluster_scoped(reference, &parts, target) {
-                continue;
-            }
-            let Some(Value::String(name)) = parts.name.get(target).cloned() else {
-                continue;
-            };
-            // the virtual object's own value at the same place, when it names this host object
-            let known = parts
-                .name
-                .get(virtual_obj)
-                .and_then(Value::as_str)
-                .filter(|candidate| {
-                    let ns = parts
-                        .namespace
-                        .as_ref()
-                        .and_then(|l| l.get(virtual_obj))
-                        .and_then(Value::as_str)
-                        .unwrap_or(namespace);
-                    host_name(candidate, ns, &self.vcluster) == name
-                })
-                .map(|candidate| {
-                    let ns = parts
-                        .namespace
-                        .as_ref()
-                        .and_then(|l| l.get(virtual_obj))
-                        .and_then(Value::as_str)
-                        .unwrap_or(namespace);
-                    (candidate.to_string(), ns.to_string())
-                });
-            let Some((virtual_name, virtual_namespace)) =
-                known.or_else(|| self.split_host_name(&name))
-            else {
-                continue; // not a host name of this vCluster: kept as it is
-            };
-            parts.name.set(target, Some(Value::String(virtual_name)));
-            if let Some(ns) = &parts.namespace {
-                ns.set(target, Some(Value::String(virtual_namespace)));
-            }
-        }
-        Ok(())
-    }
-
-    /// `<name>-x-<namespace>-x-<vcluster>` back to `(name, namespace)`, when `host` is exactly
-    /// [`host_name`] of them (not shortened).
-    fn split_host_name(&self, host: &str) -> Option<(String, String)> {
-        let rest = host.strip_suffix(&format!("-x-{}", self.vcluster))?;
-        let (name, namespace) = rest.rsplit_once("-x-")?;
-        (host_name(name, namespace, &self.vcluster) == host)
-            .then(|| (name.to_string(), namespace.to_string()))
-    }
-
-    fn labels(
-        &self,
-        patch: &Compiled,
-        target: &mut Value,
-        direction: Direction,
-    ) -> Result<(), PatchError> {
-        for location in patch.path.locate(target) {
-            let Some(selector) = location.get_mut(target) else {
-                continue;
-            };
-            match selector {
-                Value::Null => continue,
-                Value::Object(_) => {}
-                _ => {
-                    return Err(Self::wrong_shape(
-                        patch,
-                        "labels",
-                        &location,
-                        "a label selector is an object with matchLabels and/or matchExpressions",
-                    ));
-                }
-            }
-            let translated = self
-                .selector(selector, direction)
-                .map_err(|m| Self::wrong_shape(patch, "labels", &location, m))?;
-            *selector = translated;
-        }
-        Ok(())
-    }
-
-    /// vCluster's `HostLabelSelector` (down) or its inverse (up) of `selector`, in the shape
-    /// vCluster writes it: a `metav1.LabelSelector` serialized by Go, so only `matchLabels`
-    /// (keys translated) and `matchExpressions` (`key` translated, `operator` and `values`
-    /// kept) remain, and an empty map or list is left out (Go's `omitempty`).
-    fn selector(&self, selector: &Value, direction: Direction) -> Result<Value, &'static str> {
-        let key = |k: &str| match direction {
-            Direction::Down => host_label(k, &self.vcluster),
-            Direction::Up => TRANSLATED_LABELS
-                .iter()
-                .find(|t| host_label(t, &self.vcluster) == k)
-                .map_or_else(|| k.to_string(), |t| (*t).to_string()),
-        };
-        let map = selector.as_object().ok_or("not an object")?;
-        let mut out = serde_json::Map::new();
-        match map.get("matchLabels") {
-            None | Some(Value::Null) => {}
-            Some(Value::Object(entries)) => {
-                let mut labels = serde_json::Map::new();
-                for (k, v) in entries {
-                    if !v.is_string() {
-                        return Err("a matchLabels value is not a string");
-                    }
-                    labels.insert(key(k), v.clone());
-                }
-                if !labels.is_empty() {
-                    out.insert("matchLabels".into(), Value::Object(labels));
-                }
-            }
-            Some(_) => return Err("matchLabels is not a map"),
-        }
-        match map.get("matchExpressions") {
-            None | Some(Value::Null) => {}
-            Some(Value::Array(items)) => {
-                let mut expressions = Vec::with_capacity(items.len());
-                for item in items {
-                    let Some(k) = item.get("key").and_then(Value::as_str) else {
-                        return Err("a matchExpressions entry has no string key");
-                    };
-                    let mut expression = serde_json::Map::new();
-                    expression.insert("key".into(), Value::String(key(k)));
-                    match item.get("operator") {
-                        Some(Value::String(op)) => {
-                            expression.insert("operator".into(), Value::String(op.clone()));
-                        }
-                        None | Some(Value::Null) => {
-                            expression.insert("operator".into(), Value::String(String::new()));
-                        }
-                        Some(_) => return Err("a matchExpressions operator is not a string"),
-                    }
-                    match item.get("values") {
-                        None | Some(Value::Null) => {}
-                        Some(Value::Array(values)) if values.iter().all(Value::is_string) => {
-                            if !values.is_empty() {
-                                expression.insert("values".into(), Value::Array(values.clone()));
-                            }
-                        }
-                        Some(_) => return Err("matchExpressions values are not a list of strings"),
-                    }
-                    expressions.push(Value::Object(expression));
-                }
-                if !expressions.is_empty() {
-                    out.insert("matchExpressions".into(), Value::Array(expressions));
-                }
-            }
-            Some(_) => return Err("matchExpressions is not a list"),
-        }
-        Ok(Value::Object(out))
-    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -790,35 +400,11 @@ enum Direction {
     Up,
 }
 
-struct Parts {
-    name: Location,
-    namespace: Option<Location>,
-    kind: Option<Location>,
-    api_version: Option<Location>,
-}
-
 impl fmt::Display for Patches {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let paths: Vec<&str> = self.patches.iter().map(|p| p.declared.as_str()).collect();
         write!(f, "{}", paths.join(", "))
     }
-}
-
-/// The object reference of `obj` (an Event's related object), when it has a name.
-fn object_reference(obj: &Value) -> Option<ObjectReference> {
-    let field = |pointer: &str| {
-        obj.pointer(pointer)
-            .and_then(Value::as_str)
-            .map(str::to_string)
-    };
-    Some(ObjectReference {
-        name: Some(field("/metadata/name")?),
-        api_version: field("/apiVersion"),
-        kind: field("/kind"),
-        namespace: field("/metadata/namespace"),
-        uid: field("/metadata/uid"),
-        ..ObjectReference::default()
-    })
 }
 
 fn object_namespace(obj: &Value) -> String {

@@ -8,8 +8,8 @@
 //! Two lanes: a key marked slow ([`WorkQueue::set_slow`]: its last reconcile took
 //! [`SLOW_RECONCILE`] or more, such as an object whose expressions run into their bound) is
 //! handed only to the workers of the slow lane ([`WorkReceiver::next_slow`]), so that expensive
-//! objects wait behind each other and not in front of the cheap ones (issue 38: ten heavy
-//! objects held up a type's creates and deletes).
+//! objects wait behind each other and not in front of the cheap ones (ten heavy objects once
+//! held up a type's creates and deletes).
 
 use std::collections::{HashMap, HashSet};
 use std::hash::Hash;

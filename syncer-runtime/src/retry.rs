@@ -6,7 +6,7 @@
 //! without jitter, built with `backon`'s `ExponentialBuilder`. Only a real delivery resets it
 //! ([`Retry::reset`]): kube-runtime's `default_backoff()` resets on every item of the stream,
 //! and a watcher whose list keeps failing emits an `Init` event before each attempt, so it
-//! retried a vanished type every ~0.8 s forever (issue 12, item 5).
+//! retried a vanished type every ~0.8 s forever.
 
 use std::time::Duration;
 

@@ -3,8 +3,8 @@
 //! - [`Syncer`]: one namespaced type synced from the virtual cluster to the host namespace, with
 //!   the tutorial's three methods [`Syncer::sync_to_host`] (virtual object without host copy),
 //!   [`Syncer::sync`] (both exist) and [`Syncer::sync_to_virtual`] (host copy without virtual
-//!   object). The [`crate::controller`] that drives it owns the lifecycle table of
-//!   `shared/DESIGN.md` (object-uid mismatch → host replaced; a host object not managed by this
+//!   object). The [`crate::controller`] that drives it owns the lifecycle table (object-uid
+//!   mismatch → host replaced; a host object not managed by this
 //!   vCluster → never touched; terminating virtual objects → host copy deleted, never
 //!   recreated), so a syncer only says *what* the host copy looks like.
 //! - [`NamespacedTranslator`]: `translate_metadata` / `translate_metadata_update`, built by

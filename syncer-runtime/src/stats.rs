@@ -40,7 +40,7 @@ pub struct TypeSummary {
     pub patch_failed: i64,
     /// The message of one of them (the first in key order), for the condition's message.
     pub patch_error: Option<String>,
-    /// Objects of the type's watches that cannot be decoded (issue 38, `vcp_crds::tolerant`):
+    /// Objects of the type's watches that cannot be decoded (`vcp_crds::tolerant`):
     /// skipped, never acted on, until they decode again or are deleted.
     pub undecodable: i64,
     /// One of them (`<cluster> <Kind> namespace/name: error`), for the condition's message.

@@ -1,7 +1,7 @@
 //! The runtime's part of `VClusterPlugin.status` (pure): `syncedObjects`, `syncedTotal` and the
 //! `RuntimeHealthy` condition, from the statistics of the running syncers.
 //!
-//! `shared/DESIGN.md` ("API", status; "Runtime contract"): the runtime reports `syncedObjects`
+//! The rules: the runtime reports `syncedObjects`
 //! (per type) and `RuntimeHealthy` into the plugin's status; `syncedTotal` is what the SYNCED
 //! column shows; conditions carry `type/status/reason/message/lastTransitionTime/
 //! observedGeneration`, and `lastTransitionTime` moves only when `status` changes. The reasons
@@ -12,7 +12,7 @@
 //! | `TypeUnavailable` | `False` | a type cannot be discovered or watched (messages joined by `; `) |
 //! | `PatchFailed` | `False` | an expression's evaluation is still running past its time bound inside one native call ([`with_overrunning`], [`crate::patches::running`]): the message names the type, object and patch of the longest-running one |
 //! | `PatchFailed` | `False` | a declared patch failed on some objects (an expression threw or ran past its bounds, a reference or selector of the wrong shape): those objects are not written and are retried; the message gives the count and one failure |
-//! | `Undecodable` | `False` | objects of a synced type (virtual or host) cannot be decoded (a free-form field nested deeper than serde_json's limit of 128): each is skipped and never acted on (its host copy is kept), every other object syncs; the message gives the count and names one (`vcp_crds::tolerant`, issue 38). The type stays available |
+//! | `Undecodable` | `False` | objects of a synced type (virtual or host) cannot be decoded (a free-form field nested deeper than serde_json's limit of 128): each is skipped and never acted on (its host copy is kept), every other object syncs; the message gives the count and names one (`vcp_crds::tolerant`). The type stays available |
 //! | `SyncErrors` | `False` | objects failed to sync and are retried |
 //! | `HostObjectConflict` | `False` | a host object of a synced object's name is not managed by this vCluster: it is left untouched, so that object is not synced (counted in `syncedObjects[].conflicts`) |
 //! | `Starting` | `False` | a type is not listed yet |
@@ -406,7 +406,7 @@ mod tests {
         assert_eq!(s.message, "listing example.loft.sh/v1 Truck");
     }
 
-    /// Undecodable objects (issue 38): named, after a failing patch and before sync errors;
+    /// Undecodable objects: named, after a failing patch and before sync errors;
     /// the type stays available (not `TypeUnavailable`).
     #[test]
     fn undecodable_objects_are_named_and_leave_the_type_available() {

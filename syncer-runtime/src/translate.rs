@@ -1,9 +1,9 @@
 //! vCluster-compatible translation of virtual objects into host objects (pure functions).
 //!
-//! Host objects must look exactly as if vCluster's own syncer had made them (`shared/DESIGN.md`,
-//! "Runtime contract"). This module reproduces vCluster v0.30's single-namespace translation
-//! (`pkg/util/translate`: `HostMetadata`, `HostLabels`, `HostAnnotations`), and
-//! `tests/tests/oracle_translate.rs` proves it against that code on generated cases:
+//! Host objects must look exactly as if vCluster's own syncer had made them. This module reproduces
+//! vCluster v0.30's single-namespace translation (`pkg/util/translate`: `HostMetadata`,
+//! `HostLabels`, `HostAnnotations`), and `tests/tests/oracle_translate.rs` proves it against that
+//! code on generated cases:
 //!
 //! - name: [`host_name`] = [`safe_concat_name`] of `<name>`, `x`, `<namespace>`, `x`, `<vcluster>`;
 //! - labels: the virtual labels, except that the keys vCluster translates ([`TRANSLATED_LABELS`]:

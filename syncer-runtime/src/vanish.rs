@@ -1,7 +1,8 @@
-//! A synced type that disappears from the virtual cluster (issue 12, item 5).
+//! A synced type that disappears from the virtual cluster (the README, "When a synced type
+//! disappears").
 //!
 //! Deleting a CRD deletes every object of it: the virtual watch then reports each virtual
-//! object deleted, which the lifecycle table (`shared/DESIGN.md`, "Runtime contract") would
+//! object deleted, which the lifecycle table ([`crate::controller`]) would
 //! turn into a delete of every host copy. The runtime never mass-deletes host copies because a
 //! type vanished: before it deletes a host copy whose virtual object is missing, it asks the
 //! virtual API server whether the type is still there ([`TypeGuard::presence`]: its CRD

@@ -30,7 +30,7 @@
 //!     audit log).
 //! (b) latency from virtual create (request returned) to host visible (watch event) at a steady
 //!     50 objects/s, p50 / p99 over 250 objects.
-//! (b') reaction time on an idle runtime (issue 15, item 4): `BENCH_REACTION_TRIES` (default
+//! (b') reaction time on an idle runtime: `BENCH_REACTION_TRIES` (default
 //!     100) single virtual creates, one at a time, each timed from the start of its create
 //!     request until the bench's host watch sees the host copy; beside each, the floor: the
 //!     same single create sent directly to the host, timed until the same watch sees it.

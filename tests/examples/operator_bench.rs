@@ -24,7 +24,7 @@
 //!    vClusters and plugins `floor<c>` for each `c` of `BENCH_FLOOR_CONCURRENCIES` (default
 //!    4, 8 and 16); the floor's reads happen before its clock starts, which stops when the
 //!    same kind of watch has seen all of them `Ready=True`. The fastest of them is the floor
-//!    (issue 24: a floor run at the operator's concurrency only was slowed by it, 16 being
+//!    (a floor run at the operator's concurrency only was slowed by it, 16 being
 //!    slower than 8 on 2 cores), and the last line names its concurrency.
 //!
 //! Even runs take the operator's phases (1, 2) first and the floors after; odd runs the
@@ -45,7 +45,7 @@
 //! whole machine during phases 1 and 3 are printed (`cpu …` lines, stderr), to tell where the
 //! time goes.
 //!
-//! 4. **reaction time** (issue 15, item 4; `BENCH_REACTION_TRIES`, default 100, 0 leaves it
+//! 4. **reaction time** (`BENCH_REACTION_TRIES`, default 100, 0 leaves it
 //!    out): on fresh vClusters `bench-react-NNN`, one `kubectl apply -f -` (admin) of the `car`
 //!    plugin at a time, timed from the start of `kubectl` until a GET (every 5 ms) reads it
 //!    `Ready=True` for its generation, with an idle operator running (started on the converged
@@ -351,7 +351,7 @@ fn is_ready(p: &VClusterPlugin) -> bool {
 
 /// The bench's watch of the plugins of one set (label `vcp-bench/set`): when each was first
 /// seen `Ready=True` for its generation. The operator's clock and the floor's both stop on
-/// such a watch, so each run carries the same observer (until issue 15 the operator's clock
+/// such a watch, so each run carries the same observer (once, the operator's clock
 /// listed all plugins every 100 ms: at 1,000 vClusters that list cost the host API server more
 /// CPU than the floor's 11,000 writes, and the floor carried no observer at all).
 struct ReadyWatch {
@@ -422,8 +422,8 @@ struct Operator(OperatorProcess);
 
 impl Operator {
     /// Starts the operator binary `scripts/bench operator` built without the test features
-    /// (`VCP_BENCH_OPERATOR_BINARY`, its path), as the product ships (issue 24: the bench had
-    /// run the test-featured build); checked at start from its start-up line.
+    /// (`VCP_BENCH_OPERATOR_BINARY`, its path), as the product ships (the bench once ran the
+    /// test-featured build); checked at start from its start-up line.
     fn start(cp: &ControlPlane, name: &str, concurrency: u16) -> Operator {
         let binary = std::env::var_os("VCP_BENCH_OPERATOR_BINARY").expect(
             "VCP_BENCH_OPERATOR_BINARY: the operator binary without test features (scripts/bench operator builds it)",

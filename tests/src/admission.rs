@@ -157,7 +157,7 @@ subjects:
 ///   namespace admin has on Roles and RoleBindings (the built-in `admin`: every verb but
 ///   `escalate` and `bind`), which the operator writes for most plugins;
 /// - [`Identity::TenantNoRbac`]: `edit` alone, so no Role or RoleBinding: the author who may not
-///   make the RBAC objects a plugin would make (issue 21, hole 6);
+///   make the RBAC objects a plugin would make;
 /// - [`Identity::TenantNoSecrets`]: read-write pods, configmaps, services, StatefulSets and
 ///   Deployments, read serviceaccounts, the namespace admin's Roles and RoleBindings; nothing on
 ///   secrets;

@@ -1,9 +1,9 @@
-//! Argo CD itself, run as local processes for the `gitops_*` tests (issue 40; the
-//! configuration and its quirks are in docs/GITOPS.md): Debian's `redis-server`, a `git
-//! daemon` serving a repository the test commits to, a static Helm repository (vCluster's chart
-//! packaged by `helm package`, indexed by `helm repo index`, served by python3's `http.server`),
-//! and Argo CD's repo server and application controller as `scripts/argocd build` builds them.
-//! Everything listens on 127.0.0.1 on free ports.
+//! Argo CD itself, run as local processes for the `gitops_*` tests (the configuration and its
+//! quirks are in docs/GITOPS.md): Debian's `redis-server`, a `git daemon` serving a repository
+//! the test commits to, a static Helm repository (vCluster's chart packaged by `helm package`,
+//! indexed by `helm repo index`, served by python3's `http.server`), and Argo CD's repo server
+//! and application controller as `scripts/argocd build` builds them. Everything listens on
+//! 127.0.0.1 on free ports.
 //!
 //! The destination is the cluster of `kubeconfig`: with `ARGOCD_FAKE_IN_CLUSTER=true` and
 //! `KUBECONFIG`, Argo CD builds the client of `https://kubernetes.default.svc` from that

@@ -1,6 +1,6 @@
 //! Repeated benchmark runs and their last line: every bench figure is the median of
 //! `BENCH_RUNS` runs (default [`DEFAULT_RUNS`]), printed with its minimum and maximum
-//! (issue 24: a figure that meets its target in one run only does not meet it).
+//! (a figure that meets its target in one run only does not meet it).
 //!
 //! A run collects its figures in a [`Figures`] (name, value, decimals, in the order they are
 //! pushed); [`median_line`] turns the runs into the last line,

@@ -1,11 +1,11 @@
-//! The cert-manager story of issue 22, end to end, with the real cert-manager
-//! ([`crate::cert_manager`]) on the host, the plugin installed by the real operator
-//! ([`crate::plugins::start_shared_operator`]) into vCluster's chart-rendered StatefulSet, and
-//! the embedded runtime in-process ([`crate::runtime::start_runtime`]) with a token of the
-//! service account the operator bound: on the host it holds exactly the RBAC the operator
-//! derived from the plugin (the synced, referenced and produced kinds), nothing written by the
-//! test. Shared by `tests/tests/e2e_cert_manager.rs` (the plugin written by hand, as the README
-//! shows it) and `tests/tests/e2e_cert_manager_import.rs` (the plugin
+//! The cert-manager story (the README, "The cert-manager example"), end to end, with the real
+//! cert-manager ([`crate::cert_manager`]) on the host, the plugin installed by the real
+//! operator ([`crate::plugins::start_shared_operator`]) into vCluster's chart-rendered
+//! StatefulSet, and the embedded runtime in-process ([`crate::runtime::start_runtime`]) with a
+//! token of the service account the operator bound: on the host it holds exactly the RBAC the
+//! operator derived from the plugin (the synced, referenced and produced kinds), nothing
+//! written by the test. Shared by `tests/tests/e2e_cert_manager.rs` (the plugin written by
+//! hand, as the README shows it) and `tests/tests/e2e_cert_manager_import.rs` (the plugin
 //! `vcluster-plugin-operator import` makes of a `vcluster.yaml`), each in its own test binary
 //! and so its own virtual cluster and operator (a plugin without a selector syncs every
 //! Certificate of the virtual cluster).

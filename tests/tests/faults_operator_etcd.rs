@@ -1,4 +1,4 @@
-//! The operator through etcd faults (issue 24): etcd restarted (same port and data folder), then
+//! The operator through etcd faults: etcd restarted (same port and data folder), then
 //! etcd compacted at its current revision and the host API server restarted, so that every
 //! watch of the operator must resume from a revision etcd no longer holds (410 Gone) and list
 //! again. After each fault a VClusterPlugin created and one changed are installed correctly

@@ -1,4 +1,4 @@
-//! A killed operator at every write boundary (issue 12, item 2), end to end on the real host
+//! A killed operator at every write boundary, end to end on the real host
 //! API server with the operator binary as a process.
 //!
 //! An uninterrupted reference run installs a plugin (finalizer added → workload applied →

@@ -1,4 +1,4 @@
-//! A stolen or lost Lease (issue 12, item 3), with two replicas of the operator binary as
+//! A stolen or lost Lease, with two replicas of the operator binary as
 //! processes (`replica-a`, `replica-b`: distinct Lease identities, and distinct `User-Agent`s,
 //! which the audit log records) on one Lease of 4 s:
 //!

@@ -1,5 +1,5 @@
-//! The runtime killed between a host create and its status report (issue 12, item 2), end to
-//! end on real API servers with the runtime binary (`vcluster-plugin-syncer`) as a process.
+//! The runtime killed between a host create and its status report, end to end on real API
+//! servers with the runtime binary (`vcluster-plugin-syncer`) as a process.
 //!
 //! The test-only fault point (`vcp_crds::fault`) with `VCP_FAULT_WRITES_MATCHING=/apis/example.loft.sh/` ends
 //! the process right after its first successful host Car create, before the runtime has even

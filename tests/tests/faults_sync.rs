@@ -1,11 +1,11 @@
-//! Faults during syncing, end to end on real API servers (issue 4, item 7):
+//! Faults during syncing, end to end on real API servers:
 //!
 //! - either API server restarts (`scripts/control-plane restart`) while 1,000 Cars are
 //!   syncing, while Cars are deleted and updated: everything converges, with no duplicate host
 //!   object, no lost delete, and every host object created exactly once;
 //! - etcd restarts (same port and data folder), and, apart, etcd is compacted at its current
 //!   revision with etcd's own API and both API servers restarted, so that every watch must
-//!   resume from a revision etcd no longer holds (410 Gone, re-list) (issue 12, item 1); both
+//!   resume from a revision etcd no longer holds (410 Gone, re-list); both
 //!   with the operator running, which must converge a plugin change made after the fault, and
 //!   with the fault shown to have taken effect: every restarted process has a new pid (the
 //!   control plane's `pids` file) and is running; a watch of the runtime saw a restarted API

@@ -1,4 +1,4 @@
-//! The virtual type disappears (issue 12, item 5), end to end on real API servers, with the
+//! The virtual type disappears, end to end on real API servers, with the
 //! runtime binary `vcluster-plugin-syncer` as a process (as in its sidecar):
 //!
 //! 1. the Car CRD is deleted from the virtual cluster (which deletes every virtual Car): the

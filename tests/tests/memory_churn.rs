@@ -1,4 +1,4 @@
-//! No unbounded per-object state (issue 24, item 3): 10,000 objects churned through create and
+//! No unbounded per-object state: 10,000 objects churned through create and
 //! delete, and the resident set of the process that handled them comes back within 10 % of its
 //! level before the churn. Both binaries run as processes of their own (built with the test
 //! features, as every process test builds them), on the binary's shared control plane:
@@ -38,7 +38,7 @@ use vcp_tests::{
 
 /// Objects churned through each process after its warm-up round.
 const CHURN: usize = 10_000;
-/// How far above its level before the churn the resident set may end (issue 24: 10 %).
+/// How far above its level before the churn the resident set may end (10 %).
 const MAX_GROWTH: f64 = 0.10;
 /// How long one round may take before the test says what is missing.
 const ROUND_TIMEOUT: Duration = Duration::from_secs(600);

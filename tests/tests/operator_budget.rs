@@ -1,4 +1,4 @@
-//! Size budgets (issue 21, hole 5), end to end on the real host API server (etcd with its
+//! Size budgets, end to end on the real host API server (etcd with its
 //! default request limit of 1.5 MiB), the operator in-process under the `vcp-operator`
 //! identity.
 //!

@@ -1,5 +1,5 @@
-//! The operator's watch caches follow the vClusters and the plugins, not the cluster (issue 15,
-//! item 3), end to end on the local control plane with the operator in-process under the
+//! The operator's watch caches follow the vClusters and the plugins, not the cluster, end to
+//! end on the local control plane with the operator in-process under the
 //! `vcp-operator` identity:
 //! - with 40 StatefulSets, 40 Deployments, 80 Roles and 80 RoleBindings that belong to no
 //!   vCluster and no plugin (no `app=vcluster` label) in other namespaces, created before the

@@ -302,7 +302,7 @@ async fn vclusters_own_parser_reads_what_import_carries_over() {
 
 /// The binary, as a user runs it: `import --kubeconfig <host>` reads the kinds and versions of
 /// the cert-manager fixture from the host's discovery, prints the note about the produced Secret
-/// on stderr, and writes the plugin of the common example (issue 22), which the API server
+/// on stderr, and writes the plugin of the cert-manager example, which the API server
 /// accepts unchanged; without `--kubeconfig` it refuses, naming both entries.
 #[tokio::test]
 async fn cert_manager_vcluster_yaml_imports_into_the_example_plugin() {
@@ -349,7 +349,7 @@ async fn cert_manager_vcluster_yaml_imports_into_the_example_plugin() {
 
     let api: Api<VClusterPlugin> = Api::namespaced(client, ns);
     let p = api.get("cert-manager-sync").await.expect("get");
-    // The example of the common brief (issue 22), written out here, not derived from import.
+    // The cert-manager example, written out here, not derived from import.
     assert_eq!(
         serde_json::to_value(&p.spec).expect("spec"),
         json!({

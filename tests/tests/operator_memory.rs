@@ -1,4 +1,4 @@
-//! Memory bounded per tenant (issue 38, hole 5), end to end: the operator binary as a process
+//! Memory bounded per tenant, end to end: the operator binary as a process
 //! of its own (its resident set and its `/state`, test feature `reconcile-log`), on a real API
 //! server and etcd (request limit 1.5 MiB).
 //!
@@ -17,7 +17,7 @@
 //!   `PolicyDenied` plugins;
 //! - its resident set, once its heap was trimmed after the flood, stays under
 //!   [`MAX_RSS_MIB`] (the bound of the 1,000-vCluster bench);
-//! - its peak resident set during the flood of 64 `TooLarge` plugins (issue 38's own test;
+//! - its peak resident set during the flood of 64 `TooLarge` plugins (the attack's own test;
 //!   `VmHWM` started again before it, [`OperatorProcess::reset_peak_rss`]) stays under
 //!   [`MAX_RSS_MIB`] too, and over the whole run, the `PolicyDenied` phase included, under
 //!   [`MAX_PEAK_MIB`], three quarters of the manifest's 256 Mi limit. Before, the answers to
@@ -43,7 +43,7 @@ use vcp_crds::VClusterPlugin;
 use vcp_tests::{Cluster, ControlPlane, Identity, OperatorOptions, OperatorProcess, wait_for};
 
 /// The bound on the operator's resident set after the flood, and on its peak during the flood
-/// of `TooLarge` plugins, in MiB (issue 38: as the 1,000-vCluster bench's).
+/// of `TooLarge` plugins, in MiB (as the 1,000-vCluster bench's).
 const MAX_RSS_MIB: f64 = 96.0;
 /// The bound on the operator's peak resident set (`VmHWM`) over the run, in MiB: 75 % of the
 /// 256 Mi limit of `config/manager/manager.yaml`, so that one tenant's flood leaves the pod
@@ -52,7 +52,8 @@ const MAX_RSS_MIB: f64 = 96.0;
 /// 700 KB of text), and each of up to 16 reconciles keeps the version it started from (kube's
 /// controller holds it for its error policy); glibc's resident set runs at 1.5 to 2 times
 /// that live heap during the burst. Measured: 308 to 1,018 MiB before the fix, 144.3 to
-/// 152.0 MiB with it (docs/BENCHMARKS.md, "Issue 38, hole 5").
+/// 152.0 MiB with it (docs/BENCHMARKS.md, "one tenant's refused plugins and the operator's
+/// memory").
 const MAX_PEAK_MIB: f64 = 192.0;
 /// The bound on the growth of the operator's live heap over the `PolicyDenied` plugins, in
 /// bytes: 16 MiB, below their text (22 MB) and far below their parsed trees, which the operator

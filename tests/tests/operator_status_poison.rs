@@ -1,4 +1,4 @@
-//! Issue 38, hole 1: one tenant's unreadable plugin must not stop the operator for the others.
+//! One tenant's unreadable plugin must not stop the operator for the others.
 //!
 //! Two tenants, each with a vCluster (namespaces `poison-a`, `poison-b`). Tenant A's plugin
 //! gets a condition whose `lastTransitionTime` (`2024-01-01T10:00:00Zt`) the API server's
@@ -33,7 +33,7 @@ use vcp_tests::{Cluster, ControlPlane, Identity, poll_for, wait_for};
 const A: &str = "poison-a";
 const B: &str = "poison-b";
 const TIMEOUT: Duration = Duration::from_secs(40);
-/// The value issue 38 found: accepted by the API server's `date-time` format check.
+/// The value an attack found: accepted by the API server's `date-time` format check.
 const BAD_TIME: &str = "2024-01-01T10:00:00Zt";
 
 fn plugins_resource() -> ApiResource {
@@ -148,7 +148,7 @@ async fn delete_and_wait_clean(admin: &Client, ns: &str, name: &str) {
     });
 }
 
-/// The condition patch of the attack (issue 38), of `type_` with `time`.
+/// The condition patch of the attack, of `type_` with `time`.
 fn condition_patch(type_: &str, time: &str) -> Patch<Value> {
     Patch::Json(
         serde_json::from_value(

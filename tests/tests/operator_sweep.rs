@@ -1,4 +1,4 @@
-//! Nothing is left behind (issue 21, hole 4), end to end on the real host API server with the
+//! Nothing is left behind, end to end on the real host API server with the
 //! operator binary as a process.
 //!
 //! Two plugins of one vCluster are installed: `cars` in `rbac.mode: Dedicated` (a Role and

@@ -1,7 +1,6 @@
 //! The plural admission checks for a kind (`vcp_crds::admission_plural`, the rule
 //! `config/admission/requester.yaml` writes in CEL) against Kubernetes' own code and against the
-//! plurals really served, for every kind of the test CRDs and every kind the API server serves
-//! (issue 24, item 5).
+//! plurals really served, for every kind of the test CRDs and every kind the API server serves.
 //!
 //! Two referees, because the admission policy must agree with two things:
 //! - Kubernetes' guess, `k8s.io/apimachinery/pkg/api/meta.UnsafeGuessKindToResource` (what

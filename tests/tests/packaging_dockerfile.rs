@@ -13,8 +13,8 @@
 //!   starts alone in an empty root filesystem and talks TLS to a real API server from there;
 //! - the base images are pinned, and `config/manager` runs this image at the workspace's version;
 //! - the release binaries carry no test-only fault point: no `VCP_FAULT_` in their bytes (as
-//!   `strings` would show it), while the test build of the same binaries has it (issue 21: the
-//!   fault point sits behind the `test-faults` feature, which only the test crate enables).
+//!   `strings` would show it), while the test build of the same binaries has it (the fault
+//!   point sits behind the `test-faults` feature, which only the test crate enables).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,5 @@
 //! The ordinary build from source, `cargo build --release --locked` at the workspace root (the
-//! README's command), builds the product's three crates only and carries no test machinery
-//! (issue 38, item 6).
+//! README's command), builds the product's three crates only and carries no test machinery.
 //!
 //! Before, the root build built every member, the test crate too, and cargo's feature
 //! unification then turned on the test crate's `test-faults` and `reconcile-log` for the

@@ -1,5 +1,5 @@
 //! The inputs of the Argo CD health check (tests/fixtures/argocd/*.yaml), captured from what the
-//! real operator and runtime write (issue 12, item 4): the operator (shared, in-process) installs
+//! real operator and runtime write: the operator (shared, in-process) installs
 //! plugins into vCluster's own chart, the runtime runs with the service account the operator
 //! bound, and the VClusterPlugin is read at each state:
 //!

@@ -619,8 +619,8 @@ async fn terminating_virtual_object_and_offline_changes() {
     .expect("release finalizer");
 }
 
-/// The watch event of the runtime's own write (its echo) is not reconciled again (issue 15,
-/// item 1: it cost one reconcile per synced object). 20 Cars are synced; after their host
+/// The watch event of the runtime's own write (its echo) is not reconciled again (it cost one
+/// reconcile per synced object). 20 Cars are synced; after their host
 /// copies exist, a host-only label on the last copy (kept, no write) shows that the runtime's
 /// host watch has delivered every copy's event before it (one watch stream delivers in order):
 /// each Car was then reconciled exactly once (its create), the last twice (create, label).

@@ -1,4 +1,4 @@
-//! Each object's work is fair (issue 38, hole 3): a flood of objects whose expressions run into
+//! Each object's work is fair: a flood of objects whose expressions run into
 //! their per-object bound costs those objects, not the other objects of their type.
 //!
 //! On the real host and virtual API servers (RBAC on), with the runtime in-process as
@@ -20,7 +20,8 @@
 //! evaluations left the type's driver task, each heavy widget stopped that task (its watches
 //! and its other workers) for its whole second, and the attack measured fresh objects 16–31 s
 //! late; with the evaluations on the blocking pool but one lane, the heavy widgets still took
-//! the type's workers in turn (p99 1.9 s); see `docs/BENCHMARKS.md`, "Issue 38".
+//! the type's workers in turn (p99 1.9 s); see `docs/BENCHMARKS.md`, "expressions off the
+//! type's task".
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -1,5 +1,5 @@
-//! One virtual object that the runtime cannot decode stops only itself (issue 38, hole 2), on
-//! the real host and virtual API servers (RBAC on), the runtime in-process as `vcp-syncer`.
+//! One virtual object that the runtime cannot decode stops only itself, on the real host and
+//! virtual API servers (RBAC on), the runtime in-process as `vcp-syncer`.
 //!
 //! A test CRD `Blob` (`e2e.vcp.test/v1`) has a free-form `spec`
 //! (`x-kubernetes-preserve-unknown-fields`, as HelmRelease `values` and many others), so the

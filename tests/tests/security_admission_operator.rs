@@ -48,7 +48,7 @@ rules:
   - { apiGroups: [""], resources: [pods], verbs: [get, list] }
 "#;
 
-/// The objects the operator makes for plugin `p` in namespace `ns` (DESIGN.md, `rbac`:
+/// The objects the operator makes for plugin `p` in namespace `ns` (the rule of `rbac`:
 /// `vcp-plugin-<name>` and `vcp:<namespace>:<name>`, labelled with the plugin's name and
 /// namespace, bound to the vCluster's service account).
 fn dedicated(ns: &str, kind: &str, rules_or_ref: Value) -> Value {

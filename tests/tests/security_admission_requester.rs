@@ -60,7 +60,7 @@ async fn a_tenant_may_only_create_plugins_that_grant_what_they_hold() {
             json!({ "syncedTypes": [{ "apiVersion": "example.loft.sh/v1", "kind": "Car" }] }),
             None,
         ),
-        // The workload: `update` or `patch` (issue 21 hole 9). tenant-nopatch may update the
+        // The workload: `update` or `patch`. tenant-nopatch may update the
         // StatefulSet my-vcluster but patch none: admitted; it may do neither to lookalike.
         (
             Identity::TenantNoPatch,
@@ -76,7 +76,7 @@ async fn a_tenant_may_only_create_plugins_that_grant_what_they_hold() {
                 "tenant-nopatch may not create or change VClusterPlugin lookalike-nopatch: the operator would change what they may not change themselves: spec.vcluster.name needs update or patch on apps/statefulsets named lookalike {ns_words}"
             )),
         ),
-        // The RBAC objects the operator writes (issue 21 hole 6): tenant-norbac holds `edit`,
+        // The RBAC objects the operator writes: tenant-norbac holds `edit`,
         // so everything the plugin grants, but may not create Roles or RoleBindings.
         (
             Identity::TenantNoRbac,
@@ -174,7 +174,7 @@ async fn a_tenant_may_only_create_plugins_that_grant_what_they_hold() {
                 "spec.syncedTypes[0] (networking.k8s.io/v1 NetworkPolicy) needs get on networking.k8s.io/networkpolicies {ns_words}"
             )),
         ),
-        // Issue 22: the kind a reference patch names and the kind a ToHost type brings back
+        // The kind a reference patch names and the kind a ToHost type brings back
         // (`produced`): get, list, watch in the namespace.
         (
             Identity::TenantNoSecrets,

@@ -1,4 +1,4 @@
-//! The attack corpus (`tests/fixtures/attacks/*.yaml`, issue 9): every hole of the trust
+//! The attack corpus (`tests/fixtures/attacks/*.yaml`): every hole of the trust
 //! boundary and its variants, each applied with kubectl as a tenant user of the local control
 //! plane, against vCluster's own chart (v0.30.0, rendered by helm) with a good plugin installed beside it,
 //! the operator running in-process as `vcp-operator` under the admission policies of
@@ -51,7 +51,7 @@ const POLICY: &str = "forbiddenResources: [secrets]\n";
 /// the chart's Role bound to the vCluster's account and, shared, to `postgres`'s; a `postgres`
 /// StatefulSet and a `web` Deployment that are not vClusters; a StatefulSet `lookalike` that
 /// only looks like one (the chart's labels, a `syncer` container, no replicas) and runs as
-/// `postgres` (what anyone who may create StatefulSets can make, issue 21 hole 6); a Secret
+/// `postgres` (what anyone who may create StatefulSets can make); a Secret
 /// of credentials and a ConfigMap.
 const NAMESPACE_FIXTURES: &str = r#"
 ---

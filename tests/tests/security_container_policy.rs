@@ -2,7 +2,7 @@
 //! end on the real host API server (RBAC on, Pod Security admission on by default) with the
 //! operator in-process under the `vcp-operator` identity (`config/rbac/role.yaml`).
 //!
-//! Issue 9, holes 1 and 7: container fields were copied unchecked into the vCluster's pod, and
+//! The holes: container fields were copied unchecked into the vCluster's pod, and
 //! one plugin with an invalid container field made the API server refuse the whole workload
 //! apply, so no other plugin installed and deletions hung on the finalizer.
 
@@ -111,7 +111,7 @@ fn workload_or_rbac_writes(writes: &[(String, String)]) -> Vec<(String, String)>
 }
 
 /// Hole 1: a privileged v1 plugin with `envFrom` of a namespace Secret, a v2 plugin reading a
-/// Secret by `envFrom` (the embedded runtime's `envFrom` is refused by the CRD since issue 21),
+/// Secret by `envFrom` (the embedded runtime's `envFrom` is refused by the CRD),
 /// and an embedded one mounting the vCluster's `data` volume are refused
 /// with `PolicyDenied` naming the field and the policy key; the operator wrote their status
 /// (it looked) and nothing to the workload or RBAC, not even a dry run.

@@ -1,4 +1,4 @@
-//! The grants, proved (issue 9, deliverable 8): a plugin is installed by the operator
+//! The grants, proved: a plugin is installed by the operator
 //! (in-process as `vcp-operator`, under the admission policies of `config/admission`); the
 //! embedded runtime then runs with a token of the service account the operator bound (minted
 //! with the TokenRequest API of the host API server), does its job with it, and access reviews
@@ -6,11 +6,12 @@
 //! a table of allowed and denied `SelfSubjectAccessReview`s, each asserted, and the complete
 //! `SelfSubjectRulesReview` of its namespace compared with the rules the plugin declares.
 //!
-//! Expected rules are written here from the plugin's spec and DESIGN.md ("API", `rbac`):
+//! Expected rules are written here from the plugin's spec and the rules of `rbac` (the README,
+//! "Security model"):
 //! `ToHost` types get get/list/watch/create/update/patch/delete on the host resource,
 //! `FromHost` ones get/list/watch, hooks on physical events get/list/watch/update/patch on the
 //! hooked resource, nothing cluster-wide is derived (the runtime reads a custom resource's CRD
-//! in the virtual cluster only, issue 21; so it syncs Cars here without reading CRDs on the
+//! in the virtual cluster only; so it syncs Cars here without reading CRDs on the
 //! host), the embedded runtime reads the namespace's VClusterPlugins, patches its own status, writes
 //! Events and (for a `ToHost` type) reads the vCluster's Service, the owner vCluster sets on
 //! host copies; the extra rules are granted as written.
@@ -121,7 +122,7 @@ const DENIED: &[Check] = &[
     ("update", "", "services", "", NS, "my-vcluster"),
     ("list", "", "nodes", "", "", ""),
     ("update", "", "nodes", "", "", "worker-1"),
-    // A custom resource's CRD on the host: read in the virtual cluster only (issue 21).
+    // A custom resource's CRD on the host: read in the virtual cluster only.
     (
         "get",
         "apiextensions.k8s.io",

@@ -1,4 +1,4 @@
-//! Issue 21, hole 1, end to end: what a plugin's `Pod` hooks do to the vCluster's pods is
+//! End to end: what a plugin's `Pod` hooks do to the vCluster's pods is
 //! judged by the namespace's Pod Security level, through a server-side dry run of a
 //! representative pod of the vCluster with the hooks applied, on the real host API server (Pod
 //! Security admission on) with the operator in-process as `vcp-operator`.

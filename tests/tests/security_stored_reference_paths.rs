@@ -1,6 +1,7 @@
-//! Issue 38, hole 4, at runtime: a plugin stored before the CRD refused a reference's
-//! `namespacePath` on the object's identity cannot write it. On the real host and virtual API
-//! servers (RBAC on), with the runtime in-process as `vcp-syncer` ([`vcp_tests::runtime`]).
+//! A reference's written paths, at runtime: a plugin stored before the CRD refused a
+//! reference's `namespacePath` on the object's identity cannot write it. On the real host and
+//! virtual API servers (RBAC on), with the runtime in-process as `vcp-syncer`
+//! ([`vcp_tests::runtime`]).
 //!
 //! When the value at a reference patch's `path` is a string, vCluster reads `namespacePath`
 //! from the object's root, and the host namespace is written there on the host copy. With
@@ -25,7 +26,7 @@ use vcp_tests::{Audit, Identity, TEST_FIELD_MANAGER, poll_for, repo_root, wait_f
 
 const TEST: &str = "stored-paths";
 const VIRTUAL_NS: &str = "stored-a";
-/// The attack's path (issue 38's manifest).
+/// The attack's path.
 const MANAGED_BY_PATH: &str = "metadata.labels[\"vcluster.loft.sh/managed-by\"]";
 const MANAGED_BY: &str = "vcluster.loft.sh/managed-by";
 

@@ -1,6 +1,5 @@
-//! The operator's own trust checks (issue 9, deliverables 2 and 5, and its re-check of
-//! admission), end to end on the local control plane with the operator in-process under the
-//! `vcp-operator` identity:
+//! The operator's own trust checks (and its re-check of admission), end to end on the local
+//! control plane with the operator in-process under the `vcp-operator` identity:
 //! - only real vClusters are targets: a plugin aimed at a `postgres` StatefulSet or at a plain
 //!   Deployment is refused with `NotAVCluster` and the operator writes nothing to any workload,
 //!   Role, RoleBinding, ClusterRole or ClusterRoleBinding (its audit-log writes), after it has

@@ -440,7 +440,7 @@ fn reference(api_version: &str, kind: &str) -> Option<TranslatePatchReference> {
     })
 }
 
-/// The fixture imports into the plugin of the common example (issue 22): Issuer, and
+/// The fixture imports into the plugin of the cert-manager example: Issuer, and
 /// Certificate with its two reference patches, `syncStatus`, and the produced Secret the import
 /// adds for cert-manager's Certificate, said in a note.
 #[test]

@@ -1,5 +1,5 @@
 //! What the plugins' declared hooks (`spec.hooks`) do, judged on representative objects before
-//! a plugin is installed (issue 21, holes 1 and 3); pure, the Pod Security dry run of the
+//! a plugin is installed; pure, the Pod Security dry run of the
 //! result is [`crate::judge`]'s.
 //!
 //! **Pods.** Every `v1` `Pod` hook with a physical event (`CreatePhysical`, `UpdatePhysical`)
@@ -358,7 +358,7 @@ pub fn protected_pointer(pointer: &str) -> bool {
 /// `vcluster.loft.sh/` key or the `release` label) and other than the seccomp / AppArmor
 /// annotations the API server turns into profiles
 /// ([`pod::SECURITY_ANNOTATION_PREFIXES`]); compared after [`go_fold`] and JSON Pointer
-/// unescaping. The fifth fresh attacker (issue 24): `copy` from a container's
+/// unescaping. An attacker's hooks did: `copy` from a container's
 /// `allowPrivilegeEscalation` to its `privileged`, or from a label to the pod's
 /// `seccompProfile.type`, passed a judge that saw only the representative pod's values.
 pub fn copy_destination_allowed(pointer: &str) -> bool {
@@ -451,7 +451,7 @@ fn is_pod(hook: &Hook) -> bool {
 /// `Mutate`, to the host object before it writes it) on a kind Kubernetes serves itself is
 /// refused, other than `v1 Pod` (judged as the pod it makes, [`judge`]) and `v1 ConfigMap`
 /// (data only): Kubernetes acts on such objects by their content, which the hook writes. The
-/// third fresh attacker (issue 24) had vCluster's own loader return host Secrets of type
+/// attacker's hooks had vCluster's own loader return host Secrets of type
 /// `kubernetes.io/service-account-token` for the vCluster's service account, claims cloned
 /// from the vCluster's data volume and Services with `externalIPs`. Same groups as the synced
 /// types' rule, [`vcp_crds::built_in`]. `None` for other hooks.

@@ -307,7 +307,7 @@ fn the_bad_plugin_is_refused_and_the_others_accepted() {
     assert_eq!(fake.calls().0, 4);
 }
 
-/// Issue 21, independent attack: a plugin's own mount of `plugins` (the operator's volume; a
+/// An attack: a plugin's own mount of `plugins` (the operator's volume; a
 /// spec stored before the CRD refused it) never reaches the pod, with or without a v2 plugin
 /// beside it: the stand-in API server, which refuses a mount of a missing volume, sees none.
 #[test]

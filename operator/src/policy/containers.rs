@@ -1,6 +1,6 @@
 //! The container policy: what a `VClusterPlugin`'s container may ask for in the vCluster's pod.
 //!
-//! DESIGN.md ("Operator contract", trust model): a plugin's container runs inside the vCluster's
+//! The rule (README, "Security model"): a plugin's container runs inside the vCluster's
 //! pod, beside its datastore and with its service account, so the container fields a plugin
 //! copies into the pod (`image`, `securityContext`, `env`, `envFrom`, `volumeMounts`) must not
 //! let its author do more than they could do themselves. By default the operator refuses:
@@ -34,11 +34,11 @@
 //! whatever `allowedVolumes` says (the CRD refuses both at admission too; this check covers
 //! objects stored before those rules). [`VCLUSTER_KUBECONFIG_VOLUME`] (the Secret
 //! `vc-<vcluster>`: the vCluster's admin kubeconfig) is mounted into the embedded runtime
-//! containers the operator builds and nowhere else (issue 21, hole 2: it would hand the
-//! vCluster's admin credentials to a tenant who cannot read Secrets). [`PLUGINS_VOLUME`] (the
+//! containers the operator builds and nowhere else (else it would hand the vCluster's admin
+//! credentials to a tenant who cannot read Secrets). [`PLUGINS_VOLUME`] (the
 //! emptyDir of the v2 plugins' binaries, which vCluster's syncer runs) is mounted into the
-//! operator's v2 init containers and `syncer` only, as vCluster's chart does (issue 21,
-//! independent attack: a tenant's mount of it over `/usr/local/bin` of the embedded runtime
+//! operator's v2 init containers and `syncer` only, as vCluster's chart does (an attack found
+//! it: a tenant's mount of it over `/usr/local/bin` of the embedded runtime
 //! made the runtime, with the admin kubeconfig, run a script another plugin's init container
 //! dropped there; a sidecar mounting it could replace any v2 plugin's binary). Every other volume of the pod is the vCluster's own, such as `data` (its datastore
 //! and certificates), and is refused unless `allowedVolumes` names it.

@@ -1,7 +1,7 @@
 //! The dedicated RBAC objects of `rbac.mode: Dedicated` (and the ClusterRole of every mode):
 //! their names, labels, owner and subject, and whether a live object already is the desired one.
 //!
-//! DESIGN.md ("API", `rbac`): "a Role / ClusterRole of the plugin's own, bound to the vCluster's
+//! The rule (`rbac`): "a Role / ClusterRole of the plugin's own, bound to the vCluster's
 //! service account; the namespaced ones owned by the VClusterPlugin, the cluster-scoped ones
 //! labelled and removed by the finalizer, since a cluster-scoped object cannot have a
 //! namespaced owner"; ("Operator contract") a converged object is not written again.
@@ -27,9 +27,8 @@ pub fn service_account_name(vcluster: &str) -> String {
 }
 
 /// Name of the plugin's Role and RoleBinding in its namespace: `vcp-plugin-<name>`, the full
-/// name after a fixed prefix, so injective (issue 21: no key derived from a plugin may
-/// collide); at most 74 characters, as the CRD makes a plugin name a DNS-1123 label of at
-/// most 63.
+/// name after a fixed prefix, so injective (no key derived from a plugin may collide); at
+/// most 74 characters, as the CRD makes a plugin name a DNS-1123 label of at most 63.
 pub fn role_name(plugin_name: &str) -> String {
     format!("vcp-plugin-{plugin_name}")
 }

@@ -1,16 +1,16 @@
 //! The rules a plugin needs: derived from `syncedTypes`, physical hooks and the embedded
 //! runtime, then the spec's `extraRules`; the host resource of each type from discovery.
 //!
-//! DESIGN.md ("API", `rbac`): "Rules needed by `syncedTypes` are derived automatically (verbs on
+//! The rule (`rbac`): "Rules needed by `syncedTypes` are derived automatically (verbs on
 //! the host resource, get/list/watch on the CRD)"; a synced or hooked type must be namespaced
 //! (the runtime syncs into the vCluster's host namespace, "a Role suffices").
 //!
-//! Issue 22 adds the kinds a `ToHost` type brings back (`syncedTypes[].produced`): `get`, `list`,
+//! Then the kinds a `ToHost` type brings back (`syncedTypes[].produced`): `get`, `list`,
 //! `watch` in the vCluster's host namespace, nothing more (the runtime only reads the host
 //! object and writes its copy in the virtual cluster). A `reference` patch derives nothing: it
 //! translates a name on the way to the host, and the runtime never reads the object it names.
 //!
-//! Issue 21 narrows the CRD read: nothing cluster-wide is derived. The embedded runtime reads a
+//! The CRD read is narrow: nothing cluster-wide is derived. The embedded runtime reads a
 //! custom resource's CustomResourceDefinition only in the *virtual* cluster, with the virtual
 //! client, and takes a 403 as "unknown" (`syncer-runtime/src/vanish.rs`, `TypeGuard::presence`);
 //! it discovers the type on the virtual API server (`syncer-runtime/src/runtime.rs`,

@@ -82,7 +82,7 @@ fn synced_type_gets_write_verbs_on_host_and_nothing_cluster_wide() {
         }]
     );
     assert_eq!(role.metadata.owner_references.unwrap()[0].uid, "uid-1");
-    // The CRD is read in the virtual cluster only (issue 21): no ClusterRole, which a tenant
+    // The CRD is read in the virtual cluster only: no ClusterRole, which a tenant
     // could not create.
     assert!(d.cluster_role.is_none() && d.cluster_role_binding.is_none());
     assert!(cluster_rules(&p).is_empty());
@@ -786,7 +786,7 @@ fn record_keys_are_valid_and_injective_for_every_name_length() {
     }
 }
 
-/// Issue 21, hole 8: under the earlier scheme a name of 52 to 63 characters was cut to 40
+/// Under the earlier scheme a name of 52 to 63 characters was cut to 40
 /// characters plus `-` and 10 hex digits of FNV-1a, which is itself a valid 51-character name
 /// whose key was the same. The collision is computed here from the earlier scheme
 /// ([`legacy_added_rules_annotation`]), not claimed.
@@ -909,10 +909,10 @@ fn records_under_the_earlier_key_are_migrated_and_removed() {
     );
 }
 
-/// Issue 22: a kind brought back (`produced`) is read in the host namespace, never written;
+/// A kind brought back (`produced`) is read in the host namespace, never written;
 /// a `reference` patch derives nothing (it translates a name; the runtime never reads the
-/// object it names). Expected rule: the `READ_VERBS` of DESIGN.md's FromHost types, on the
-/// plural discovery returned.
+/// object it names). Expected rule: the read verbs of a FromHost type (get, list, watch), on
+/// the plural discovery returned.
 #[test]
 fn produced_kinds_are_read_and_references_derive_nothing() {
     let mut p = plugin(Some("img"));

@@ -1,8 +1,9 @@
 //! `rbac.mode: PatchVClusterRoles`: the plugin's namespaced rules appended to the vCluster's
 //! own Role, recorded so that removal restores the Role byte for byte.
 //!
-//! DESIGN.md ("API", `rbac.mode`): "append the rules to the Roles bound to that service
-//! account, recording exactly what was added so that removal restores the Role byte for byte".
+//! The rule (`rbac.mode: PatchVClusterRoles`): append the rules to the Roles bound to that
+//! service account, recording exactly what was added so that removal restores the Role byte
+//! for byte.
 //! The Role is found through the RoleBindings of the namespace with RBAC's subject semantics
 //! (a ServiceAccount subject without a namespace is in the binding's namespace); a Role also
 //! bound to another subject is refused, as the rules would widen that subject too. Why a merge
@@ -13,8 +14,8 @@
 //! review, finding 4). Recording an appended copy of a rule the chart's Role already held made
 //! the two interchangeable: once Helm re-applied the chart (`rules` back to the chart's list,
 //! one copy left), the record still looked held, and the plugin's removal then took out the
-//! chart's own rule, against DESIGN.md's "Nothing a user made is ever lost or overwritten by
-//! the operator". So the record ([`Record`]) keeps two lists: `added`, the entries the plugin
+//! chart's own rule, against the rule that nothing a user made is ever lost or overwritten by
+//! the operator. So the record ([`Record`]) keeps two lists: `added`, the entries the plugin
 //! appended (removal takes out one equal entry each, [`without_recorded`]), and `present`, the
 //! rules it needs that the Role already held outside its record, whether the chart's, a user's
 //! or another plugin's `added` ones (never appended, never removed). A record is held
@@ -53,8 +54,8 @@ const HASHED_MARK: &str = "sha256.";
 
 /// The annotation on a vCluster Role holding the [`Record`] of `plugin_name` (JSON).
 ///
-/// Injective over plugin names (issue 21, hole 8: the earlier scheme cut a long name to 40
-/// characters plus 10 hex digits of FNV-1a, which a 51-character name could equal):
+/// Injective over plugin names (the earlier scheme cut a long name to 40 characters plus 10
+/// hex digits of FNV-1a, which a 51-character name could equal):
 /// - a name of at most [`ADDED_RULES_MAX_NAME`] (51) characters: `vcp.dev/added-rules.<name>`
 ///   (unchanged from the earlier scheme, so nothing recorded for such a name needs migrating);
 /// - a longer one (52 to 63 characters, the CRD's limit): `vcp.dev/added-rules.sha256.<h>`,
@@ -75,7 +76,7 @@ pub fn added_rules_annotation(plugin_name: &str) -> String {
     format!("{ADDED_RULES_PREFIX}{HASHED_MARK}{encoded}")
 }
 
-/// The key the operator used before issue 21 for a plugin name longer than
+/// The key the operator used before the injective one for a plugin name longer than
 /// [`ADDED_RULES_MAX_NAME`]: `vcp.dev/added-rules.<first 40 characters>-<10 hex digits of the
 /// name's 64-bit FNV-1a hash>`; `None` for a shorter name (its key did not change). Read only,
 /// to migrate and sweep records written by an older operator: it is not injective (a

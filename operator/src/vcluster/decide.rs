@@ -6,7 +6,7 @@
 //! vCluster, what the reconciled plugin's RBAC becomes, its status and when to look again.
 //! Nothing here talks to the API server; the unit tests (`vcluster/tests.rs`) run without one.
 //!
-//! The order of the refusals (DESIGN.md, "Operator contract"; issue 21): the workload is not a
+//! The order of the refusals: the workload is not a
 //! vCluster ([`crate::workload::vcluster_identity`]) → `NotAVCluster`; the policy
 //! ([`crate::policy`], with the plurals discovery found) → `PolicyDenied`; the cluster state
 //! ([`ClusterFacts::grant`]: `UnknownType`, `ClusterScopedType`, `VClusterRoleNotFound`,
@@ -70,7 +70,7 @@ pub struct Observed {
     pub workload: Workload,
     /// The plugins installed into the workload ([`crate::workload::contributes`]), less the
     /// one being deleted: the watch cache's copies themselves, shared, not copies of them
-    /// (issue 38, hole 5: up to 16 reconciles at once each held a copy of every plugin of a
+    /// (up to 16 reconciles at once each held a copy of every plugin of a
     /// tenant's vCluster, 900 MiB for 32 plugins of 700 KB of config, until they returned).
     pub plugins: Vec<Arc<VClusterPlugin>>,
     /// The cluster state the refusals depend on.
@@ -291,7 +291,7 @@ pub struct Grant {
 ///   `SharedVClusterRole`.
 ///
 /// Every reconcile of a workload judges all its plugins from these facts, so they agree on
-/// which plugins are installed (DESIGN.md: a refusal "leaves the workload untouched").
+/// which plugins are installed (a refusal leaves the workload untouched).
 #[derive(Clone, Debug)]
 pub struct ClusterFacts {
     /// The service account the vCluster's pod template runs as (the RBAC subject), or why
@@ -401,9 +401,9 @@ impl ClusterFacts {
 /// Why `plugin` is refused when a `FromHost` type's `mappings.byName` names a host namespace
 /// other than the plugin's own (the vCluster's host namespace): a [`Refusal`] with
 /// [`ForeignNamespace`](vcp_crds::Reason::ForeignNamespace) naming the field and the keys. The
-/// embedded runtime only ever reads its own host namespace (a Role suffices, DESIGN.md "Runtime
-/// contract"), and a mapping must not reach objects its author could not read themselves
-/// (issue 22, "Trust"); admission refuses it too (`config/admission/requester.yaml`), the
+/// embedded runtime only ever reads its own host namespace (a Role suffices), and a mapping
+/// must not reach objects its author could not read themselves (the README, "Trust");
+/// admission refuses it too (`config/admission/requester.yaml`), the
 /// operator judges it again for plugins written without that policy.
 pub fn foreign_mappings(plugin: &VClusterPlugin) -> Option<Refusal> {
     let namespace = plugin.metadata.namespace.as_deref().unwrap_or_default();

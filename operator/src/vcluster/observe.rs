@@ -182,7 +182,7 @@ pub async fn judge_parts(
     accepted: Vec<&VClusterPlugin>,
 ) -> Result<BTreeMap<String, Refusal>> {
     let dry = ApiDryRun(&ctx.client);
-    // What the plugins' hooks do to the vCluster's pods first (issue 21): a refused plugin's
+    // What the plugins' hooks do to the vCluster's pods first: a refused plugin's
     // part is then not judged, nor installed.
     let hooked = ctx
         .verdicts

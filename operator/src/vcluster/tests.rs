@@ -1,7 +1,7 @@
 //! The decide step ([`super::decide`]) without an API server: install, delete, conflict and
-//! refusal. Expected values follow DESIGN.md ("Operator contract": a plugin refused for any
-//! reason gets nothing and leaves the workload untouched; the older of two conflicting plugins
-//! wins; on delete exactly what was added is removed; a missing workload does not block a
+//! refusal. Expected values follow the operator's rules (README, "Security model": a plugin refused
+//! for any reason gets nothing and leaves the workload untouched; the older of two conflicting
+//! plugins wins; on delete exactly what was added is removed; a missing workload does not block a
 //! delete, and an install waits for it with `VClusterNotFound`).
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,6 +1,6 @@
 //! Size budgets: each plugin's part of the pod template, and the whole workload, judged
 //! against a budget below what the API server can store, so that one big plugin never blocks
-//! the others (issue 21, hole 5).
+//! the others.
 //!
 //! Why: the API server's dry runs ([`crate::judge`]) accept a body of any size up to its
 //! request limit, but it stores objects in etcd, which refuses a write larger than its
@@ -61,7 +61,7 @@ pub const PART_BUDGET: usize = 917_504;
 /// conflict, not a vCluster: refused for that reason anyway).
 ///
 /// For a copy slimmed in the operator's cache ([`crate::slim`]), the bytes its dropped config
-/// added ([`Dropped::part_bytes`](crate::slim::Dropped::part_bytes)) are added back: the size,
+/// added ([`Dropped::part_bytes`](crate::slim::marker::Dropped::part_bytes)) are added back: the size,
 /// and so the verdict and its message, are those of the full spec.
 pub fn part_size(workload: &Workload, plugin: &VClusterPlugin, runtime_image: &str) -> usize {
     let alone = plan(workload, &[plugin], runtime_image);
@@ -73,7 +73,7 @@ pub fn part_size(workload: &Workload, plugin: &VClusterPlugin, runtime_image: &s
         .pointer("/spec/template/spec")
         .cloned()
         .unwrap_or(Value::Null);
-    let dropped = crate::slim::dropped(plugin).map_or(0, |d| d.part_bytes);
+    let dropped = crate::slim::marker::dropped(plugin).map_or(0, |d| d.part_bytes);
     json_len(&spec) + json_len(&field_set(&spec)) + dropped
 }
 

@@ -1,10 +1,10 @@
 //! The containers, init containers and volumes one plugin adds to the vCluster's pod template.
 //!
-//! DESIGN.md ("API": `image`, `version`, the container fields "as in the vCluster chart";
-//! "Runtime modes"): the embedded-runtime sidecar with the kubeconfig Secret `vc-<vcluster>`,
-//! the embedded runtime as a v2 plugin (`install-plugin`), an image's v2 init container
-//! (`cp -r /plugin /plugins/<name>`, as vCluster's chart does) and the legacy v1 sidecar
-//! (`VCLUSTER_PLUGIN_ADDRESS` / `VCLUSTER_PLUGIN_NAME`, as the chart's
+//! The rules (`image`, `version`, the container fields as in the vCluster chart; the README, "The
+//! two ways a Rust plugin runs in vCluster"): the embedded-runtime sidecar with the kubeconfig
+//! Secret `vc-<vcluster>`, the embedded runtime as a v2 plugin (`install-plugin`), an image's v2
+//! init container (`cp -r /plugin /plugins/<name>`, as vCluster's chart does) and the legacy v1
+//! sidecar (`VCLUSTER_PLUGIN_ADDRESS` / `VCLUSTER_PLUGIN_NAME`, as the chart's
 //! `vcluster.legacyPlugins.containers` renders them).
 
 use k8s_openapi::api::core::v1::{Container, EnvVar, SecretVolumeSource, Volume, VolumeMount};

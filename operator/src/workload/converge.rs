@@ -1,7 +1,7 @@
 //! Convergence: does the live workload already hold exactly what [`plan`](super::plan) would
 //! apply?
 //!
-//! DESIGN.md ("Operator contract"): a reconcile of an unchanged, converged object performs zero
+//! The rule: a reconcile of an unchanged, converged object performs zero
 //! writes. The operator's part is read from its `Apply` entry in `managedFields` (the field
 //! set the API server records for a server-side apply), so a stale entry left to remove is
 //! seen as well as a value someone changed.

@@ -1,7 +1,7 @@
 //! The vCluster workload: what the operator reads of it ([`Workload`]) and whether it is a
 //! vCluster at all ([`vcluster_identity`]).
 //!
-//! DESIGN.md ("API", "Operator contract", trust model): the workload is the StatefulSet, else
+//! The rule: the workload is the StatefulSet, else
 //! the Deployment, named `spec.vcluster.name`; the operator only installs into real vClusters
 //! (the chart's labels, the `syncer` container; the pod template's service account is the
 //! RBAC subject), as vCluster's chart v0.30.0 renders them (`chart/templates/statefulset.yaml`).

@@ -1,7 +1,7 @@
 //! The apply body of one workload: the entries of every plugin installed into it, merged in
 //! install order, and the conflicts among them.
 //!
-//! DESIGN.md ("Operator contract"): one field manager, entries added and removed by name so
+//! The rule: one field manager, entries added and removed by name so
 //! Helm- or Argo CD-owned fields are never touched; conflicts are reported, never fought (a
 //! container name someone else uses, a type an older plugin already syncs: `Conflict` on the
 //! newer one).

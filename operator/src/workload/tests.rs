@@ -274,7 +274,7 @@ fn embedded_sidecars_share_one_kubeconfig_volume_that_goes_with_the_last() {
     ));
 }
 
-/// Issue 21, hole 7: the embedded runtime's command line, arguments and environment sources are
+/// The embedded runtime's command line, arguments and environment sources are
 /// the operator's, whatever a spec stored before the CRD's rules holds; the plugin's name is
 /// written once (`VCLUSTER_PLUGIN_NAME`, first), and spec env of reserved names is not copied.
 #[test]
@@ -335,7 +335,7 @@ fn nothing_in_a_spec_points_the_embedded_runtime_at_another_plugin() {
     assert_eq!((init.args, init.env_from), (None, None));
 }
 
-/// Issue 21, independent attack: the embedded runtime's container is the operator's. Of a spec
+/// An attack: the embedded runtime's container is the operator's. Of a spec
 /// stored before the CRD's rules, no mount (such as `plugins` over `/usr/local/bin`, where
 /// another plugin's v2 init container dropped a script) and no variable but `RUST_LOG` (such as
 /// `PATH`, `LD_PRELOAD` or `KUBECONFIG`) is copied, in the sidecar as in the v2 init container,
@@ -395,7 +395,7 @@ fn the_embedded_runtime_takes_no_mount_and_no_variable_of_a_spec_but_rust_log() 
     );
 }
 
-/// Issue 21, independent attack: `plugins` (the v2 plugins' binaries, which vCluster's syncer
+/// An attack: `plugins` (the v2 plugins' binaries, which vCluster's syncer
 /// runs) is mounted by the operator's v2 init containers and `syncer` only: a v1 sidecar's or a
 /// v2 init container's own mount of it (a spec stored before the CRD's rule) is not copied.
 #[test]
@@ -442,7 +442,7 @@ fn only_the_v2_init_containers_and_syncer_mount_the_plugins_volume() {
     );
 }
 
-/// Issue 21, hole 2: the kubeconfig volume goes only into the runtime sidecars the operator
+/// The kubeconfig volume goes only into the runtime sidecars the operator
 /// builds; a v1 sidecar's or a v2 init container's own mount of it (a spec stored before the
 /// CRD's rule) is not copied, even with an embedded sidecar beside them, and without one the
 /// volume is not in the pod at all.

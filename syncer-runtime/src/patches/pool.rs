@@ -1,6 +1,6 @@
 //! Where the runtime evaluates an object's expressions: on tokio's blocking pool, in one of the
 //! runtime's [`EVALUATION_SLOTS`], awaited by the worker that reconciles the object, so the
-//! synced type's driver task (its watches and its other workers) goes on meanwhile (issue 38).
+//! synced type's driver task (its watches and its other workers) goes on meanwhile.
 
 use std::sync::Arc;
 

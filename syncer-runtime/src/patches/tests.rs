@@ -1,4 +1,5 @@
 use super::*;
+use crate::translate::{host_label, host_name};
 use serde_json::json;
 use std::time::Duration;
 use vcp_crds::{TranslatePatchLabels, TranslatePatchReference};
@@ -46,7 +47,7 @@ fn references_become_host_names_per_namespace_and_come_back() {
         let virtual_obj = certificate(namespace);
         let mut host = virtual_obj.clone();
         patches.to_host(&virtual_obj, &mut host).unwrap();
-        // DESIGN.md: <name>-x-<namespace>-x-<vcluster>
+        // vCluster's single-namespace host name: <name>-x-<namespace>-x-<vcluster>
         assert_eq!(
             host["spec"]["secretName"],
             format!("web-tls-x-{namespace}-x-vc")
@@ -169,7 +170,7 @@ fn protected_and_malformed_paths_are_refused() {
     }
 }
 
-/// Issue 38, hole 4: when the value at `path` is a string, `namespacePath` is read from the
+/// When the value at `path` is a string, `namespacePath` is read from the
 /// object's root and the host namespace is written there; a `namePath` or `namespacePath` that
 /// names the identity is refused like `path`, in every spelling. `kindPath` / `apiVersionPath`
 /// are only read (cert-manager's `kindPath: kind` stays usable).
@@ -398,7 +399,7 @@ fn one_objects_evaluations_together_are_bounded_in_time_and_in_result_size() {
 /// loop of about a second under a far time bound, standing for an object's whole budget or a
 /// native call the interrupt does not reach), another future *of the same task* keeps running,
 /// as a synced type's watches and other workers share its driver's task with the worker that
-/// evaluates. With `block_in_place` (before issue 38) the other tasks of the runtime moved on
+/// evaluates. With `block_in_place` (as it once was) the other tasks of the runtime moved on
 /// but that task stood still: ten heavy objects held up a whole type's creates and deletes for
 /// 16–31 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]

@@ -2,7 +2,7 @@
 //! (only the labels the runtime's field manager owns), those labels read back, and the content
 //! (every top-level field but metadata and `status`) copied between virtual and host.
 //!
-//! DESIGN.md ("Runtime contract"): labels removed in the virtual cluster are removed on the
+//! The rules: labels removed in the virtual cluster are removed on the
 //! host while keys added on the host are kept; the host's `status` belongs to the host, copied
 //! up only with `syncStatus`.
 

@@ -2,7 +2,7 @@
 //! namespace and name its mapping gives ([`FromHostTranslator`]; the mapping is
 //! [`FromHostMapping`](super::FromHostMapping)).
 //!
-//! DESIGN.md ("API", `syncedTypes[].direction`), as vCluster's `sync.fromHost.customResources`
+//! `syncedTypes[].direction: FromHost`, as vCluster's `sync.fromHost.customResources`
 //! with its `mappings.byName` and its `VirtualMetadata` marks on imported objects.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

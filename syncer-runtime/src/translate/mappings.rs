@@ -18,7 +18,7 @@
 //! then `""`), as vCluster matches it.
 //!
 //! What differs on purpose: the runtime watches only the vCluster's host namespace (a Role
-//! suffices, DESIGN.md "Runtime contract"), so every key must name that namespace (`ns` equal to
+//! suffices), so every key must name that namespace (`ns` equal to
 //! it, or the `/name` and `""` forms, which mean it); [`FromHostMapping::new`] refuses any other
 //! ([`MappingError::ForeignNamespace`]), and so do the operator (`Ready=False`) and the
 //! requester admission policy. No mapping at all is the identity mapping

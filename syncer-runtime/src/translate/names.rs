@@ -2,7 +2,7 @@
 //! (`MarkerLabel`, `object-*` annotations), `SafeConcatName`, the host name of a virtual
 //! object, the host key of a translated label, and the `object-kind` value.
 //!
-//! DESIGN.md ("Runtime contract"): name `<name>-x-<namespace>-x-<vcluster>`, shortened past 63
+//! The rules: name `<name>-x-<namespace>-x-<vcluster>`, shortened past 63
 //! characters to 52, `-` and 10 hex of sha256, then `.-` → `-`; the translated label keys
 //! `vcluster.loft.sh/label-<vcluster>-x-<10 hex of sha256(key)>`; as vCluster v0.30.0's
 //! `pkg/util/translate` does.

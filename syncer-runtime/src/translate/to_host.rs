@@ -1,7 +1,7 @@
 //! `direction: ToHost`: a virtual object → its host copy, as vCluster's own syncer would make
 //! it ([`NamespacedTranslator`]).
 //!
-//! DESIGN.md ("Runtime contract"): labels and annotations translated and merged with what the
+//! The rules: labels and annotations translated and merged with what the
 //! host added (vCluster's `HostLabels` / `HostAnnotations` / `applyMaps`), server-owned
 //! metadata stripped, one ownerReference to the vCluster's Service (`setOwner`); the rules in
 //! detail are in the [`translate`](super) module's documentation.

@@ -1,5 +1,5 @@
 //! `scripts/bench peer` (`BENCH_SYNC_MODE=peer`): vCluster's own syncer as the performance peer
-//! of the runtime (issue 23, item 4), on one control plane, on the same work.
+//! of the runtime, on one control plane, on the same work.
 //!
 //! (a) vCluster: its real syncer process (`VCLUSTER_SYNCER`, v0.30.0, `scripts/control-plane
 //!     syncer start`, with vCluster's chart rendered for `sync.toHost.configMaps.all: true`)

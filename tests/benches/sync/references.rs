@@ -1,10 +1,10 @@
 //! `scripts/bench sync references` (`BENCH_SYNC_MODE=references`): the runtime with references
-//! and objects that come back, on cert-manager's shapes (issue 22, item 7).
+//! and objects that come back, on cert-manager's shapes.
 //!
 //! The types are cert-manager's `Issuer` and `Certificate` (the stand-in CRDs of
 //! `tests/fixtures/import/cert-manager-crds.yaml`: cert-manager's names, group, version, scope
 //! and status subresource, an open schema), on both API servers. The plugin is the common
-//! example of issue 22 (`config/samples/cert-manager.yaml`): two `reference` patches
+//! cert-manager example (`config/samples/cert-manager.yaml`): two `reference` patches
 //! (`spec.secretName` → Secret, `spec.issuerRef.name` → Issuer) and the produced Secret. The
 //! bench plays cert-manager: a watch of the host's Certificates that creates, for each, the
 //! Secret its (translated) `spec.secretName` names, a `kubernetes.io/tls` Secret of the size of
@@ -101,7 +101,7 @@ fn issuer() -> DynamicObject {
     .expect("issuer")
 }
 
-/// The plugin of the common example (issue 22), plus `extra` patches on the Certificate.
+/// The plugin of the cert-manager example, plus `extra` patches on the Certificate.
 fn plugin(extra: &[Value]) -> VClusterPlugin {
     let mut patches = vec![
         json!({"path": "spec.secretName", "reference": {"apiVersion": "v1", "kind": "Secret"}}),

@@ -1,4 +1,4 @@
-//! GitOps with Argo CD itself (issue 40), on the real node: Argo CD v3.6.2's application
+//! GitOps with Argo CD itself (docs/GITOPS.md), on the real node: Argo CD v3.6.2's application
 //! controller and repo server as local processes ([`vcp_tests::argocd_local`]), their
 //! destination `https://kubernetes.default.svc` being the node (`ARGOCD_FAKE_IN_CLUSTER` with
 //! the node's admin kubeconfig). The Application is `config/argocd/application.yaml` as

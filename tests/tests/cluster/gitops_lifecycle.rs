@@ -1,4 +1,4 @@
-//! GitOps after the first sync (issue 40), in the Application of [`crate::gitops`] (Argo CD
+//! GitOps after the first sync, in the Application of [`crate::gitops`] (Argo CD
 //! v3.6.2 against the real node, `config/argocd/application.yaml` with `prune` and `selfHeal`):
 //!
 //! - a plugin changed in Git (a new hook) reaches the vCluster: Argo CD syncs the new spec, the

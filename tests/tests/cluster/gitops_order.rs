@@ -1,4 +1,4 @@
-//! Order (issue 40): the `VClusterPlugin` CRD and the plugins in **one** Application sync at
+//! Order: the `VClusterPlugin` CRD and the plugins in **one** Application sync at
 //! the first attempt on a fresh cluster, with neither a sync wave nor
 //! `SkipDryRunOnMissingResource`.
 //!

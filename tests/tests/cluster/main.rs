@@ -1,6 +1,7 @@
-//! End to end on a real node (issue 39): the product as users run it. One test binary, one
-//! node ([`vcp_tests::node::Node::shared`]: `scripts/node`, kubelet + containerd + kube-proxy
-//! in a network namespace), images built locally with buildah and imported, never pulled.
+//! End to end on a real node (docs/REAL-NODE.md): the product as users run it. One test binary,
+//! one node ([`vcp_tests::node::Node::shared`]: `scripts/node`, kubelet + containerd +
+//! kube-proxy in a network namespace), images built locally with buildah and imported, never
+//! pulled.
 //!
 //! - [`operator`]: `kubectl apply -k config/default` runs the operator from its image.
 //! - [`vcluster`]: vCluster's own chart as a pod, and the tutorial's plugin installed into it.

@@ -3,7 +3,7 @@
 //! protocol) in an image built here by buildah, installed by a VClusterPlugin with `image`,
 //! `version: v1`, `args` and `config`. The operator adds it to the vCluster's pod as a sidecar
 //! container (env `VCLUSTER_PLUGIN_ADDRESS=localhost:14000`, `VCLUSTER_PLUGIN_NAME`,
-//! `PLUGIN_CONFIG`: DESIGN.md, the chart's `vcluster.legacyPlugins.containers`); the sidecar
+//! `PLUGIN_CONFIG`: as the chart's `vcluster.legacyPlugins.containers`); the sidecar
 //! runs from its image's entrypoint and registers with vCluster's legacy plugin server
 //! (`localhost:10099` inside the pod, `pkg/plugin/v1/plugin.go`).
 //!

@@ -567,7 +567,7 @@ fn the_shipped_hooks_only_sample_passes() {
     assert_eq!(pod.spec.as_ref().unwrap().enable_service_links, Some(false));
 }
 
-/// The third fresh attacker's hooks (issue 24): with `version: v2` vCluster applies physical
+/// An attacker's hooks: with `version: v2` vCluster applies physical
 /// hooks to the host object before it creates it, and each of these made one Kubernetes acts
 /// on (vCluster v0.30.0's loader returned exactly these objects). Refused whatever they write;
 /// a ConfigMap hook, a Pod hook and a virtual-side hook on a Secret pass this rule.

@@ -326,7 +326,7 @@ fn mounts_of_the_vclusters_volumes_are_refused() {
     assert_eq!(check(&allow, &p), Ok(()));
 }
 
-/// Issue 21, independent attack: `plugins` (the emptyDir of the v2 plugins' binaries, which
+/// An attack: `plugins` (the emptyDir of the v2 plugins' binaries, which
 /// vCluster's syncer runs) is mounted by the operator's v2 init containers and `syncer` only:
 /// refused for every plugin, whatever `allowedVolumes` says.
 #[test]
@@ -344,7 +344,7 @@ fn a_mount_of_the_plugins_volume_is_refused_whatever_the_policy() {
     );
 }
 
-/// Issue 21, hole 2: the vCluster's admin kubeconfig (`vcp-vcluster-kubeconfig`, Secret
+/// The vCluster's admin kubeconfig (`vcp-vcluster-kubeconfig`, Secret
 /// `vc-<vcluster>`) is the operator's runtime's alone: refused for every plugin, whatever
 /// `allowedVolumes` says.
 #[test]

@@ -4,7 +4,8 @@
 //! restricted "Volume Types".
 
 use super::*;
-use serde_json::json;
+use k8s_openapi::api::core::v1::Volume;
+use serde_json::{Value, json};
 
 fn pod(spec: Value) -> Pod {
     serde_json::from_value(
@@ -474,7 +475,7 @@ fn keys_go_reads_as_one_field_are_found_and_a_null_under_no_field_is_lost() {
     );
 }
 
-/// The second attacker's hooks (issue 24): each passed the judge, and each gave the vCluster's
+/// An attacker's hooks: each passed the judge, and each gave the vCluster's
 /// pods what the policy refuses once the API server or a controller acted on it.
 #[test]
 fn what_the_api_server_or_a_controller_turns_into_access_is_refused() {
@@ -542,7 +543,7 @@ fn what_the_api_server_or_a_controller_turns_into_access_is_refused() {
     .unwrap();
 }
 
-/// The third attacker's Pod hooks (issue 24): a certificate of the pod's host identity, pull
+/// Another attacker's Pod hooks: a certificate of the pod's host identity, pull
 /// Secrets the policy does not allow, an existing volume bound by an ephemeral claim, another
 /// workload's device claim.
 #[test]
@@ -603,8 +604,8 @@ fn identity_certificates_pull_secrets_bound_volumes_and_device_claims_are_refuse
 }
 
 /// Pod Security baseline, "Host Probes / Lifecycle Hooks" (Kubernetes 1.34): the `host` of a
-/// probe's or lifecycle handler's `httpGet` / `tcpSocket` must be undefined or `""` (the fourth
-/// fresh attacker, issue 24: the kubelet sends them from the node).
+/// probe's or lifecycle handler's `httpGet` / `tcpSocket` must be undefined or `""` (the
+/// kubelet sends them from the node, as an attacker's hooks used).
 #[test]
 fn probe_and_lifecycle_hosts_are_refused() {
     let container = |extra: Value| {
