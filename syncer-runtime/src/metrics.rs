@@ -11,7 +11,7 @@
 //! Metrics, each since the [`Metrics`] was made (one per [`Config`](crate::Config), so one per
 //! process for the binary), over every spec generation of the plugin:
 //! - `vcp_runtime_undecodable_objects_total{api_version, kind, side}`: objects skipped because
-//!   they cannot be decoded (issue 38, `vcp_crds::tolerant`): one per watch event or listed item
+//!   they cannot be decoded (`vcp_crds::tolerant`): one per watch event or listed item
 //!   of an object that did not decode (the unit of the operator's
 //!   `vcp_operator_undecodable_objects_total`, which counts a delete event of one too), as the
 //!   runtime's warning log line `skipped an object that cannot be decoded` is written. `api_version` and `kind` are the object's type (a synced type, a produced type,
