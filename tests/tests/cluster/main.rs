@@ -3,6 +3,8 @@
 //! in a network namespace), images built locally with buildah and imported, never pulled.
 //!
 //! - [`operator`]: `kubectl apply -k config/default` runs the operator from its image.
+//! - [`attack_workload_cache`]: a tenant with `edit` floods `app=vcluster` StatefulSets of 1 MB;
+//!   the operator keeps running within its memory limit.
 //! - [`vcluster`]: vCluster's own chart as a pod, and the tutorial's plugin installed into it.
 //! - [`fault`]: the vCluster pod killed while a plugin install rolls it; nothing lost.
 //! - [`install_time`]: plugin install to Ready, by the operator and by `helm upgrade` (the figure).
@@ -16,6 +18,7 @@
 //! - [`gitops_order`]: the CRD and the plugins in one Application on a fresh (nodeless)
 //!   cluster sync at the first attempt, with no sync wave.
 
+mod attack_workload_cache;
 mod fault;
 mod gitops;
 mod gitops_lifecycle;
