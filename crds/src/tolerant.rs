@@ -184,6 +184,11 @@ impl<K: Resource> Resource for Tolerant<K> {
     type DynamicType = K::DynamicType;
     type Scope = K::Scope;
 
+    /// As `K`'s: a `K` that is read as metadata only (such as kube's `PartialObjectMeta`) is
+    /// listed and watched as `PartialObjectMetadata` through `Tolerant<K>` too.
+    fn metadata_api() -> bool {
+        K::metadata_api()
+    }
     fn kind(dt: &Self::DynamicType) -> Cow<'_, str> {
         K::kind(dt)
     }

@@ -1,19 +1,29 @@
 //! What the operator reads without asking the API server on every reconcile: watch caches of
 //! the objects it reads (vCluster workloads, its own labelled Roles, RoleBindings,
-//! ClusterRoles and ClusterRoleBindings), the workloads it wrote itself (until the cache has
-//! caught up), and the plurals API discovery returned.
+//! ClusterRoles and ClusterRoleBindings), the full copies of the workloads plugins target
+//! ([`copies`]), and the plurals API discovery returned.
 //!
 //! The caches follow the vClusters and the plugins, not the cluster: every watch carries a
 //! label selector, so the operator's memory does not grow with the StatefulSets, Deployments,
 //! Roles and RoleBindings of the cluster that are not a vCluster or made for a plugin
 //! (`vcp_operator_cached_objects{kind}` counts what each cache holds, [`crate::telemetry`]):
 //! - StatefulSets and Deployments labelled `app=vcluster` ([`VCLUSTER_APP_LABEL`]), the chart
-//!   label a vCluster's workload must carry anyway ([`crate::workload::vcluster_identity`]).
-//!   A plugin whose target is not in that cache costs one direct GET of the StatefulSet and
-//!   one of the Deployment per reconcile ([`workload`]): a workload without the label is then
-//!   still found and refused with `NotAVCluster` (not `VClusterNotFound`), as before. A
-//!   workload that gains the label enters the watch (an event: its plugins are reconciled); one
-//!   that loses it leaves the watch as a delete event, which triggers its plugins the same way;
+//!   label a vCluster's workload must carry anyway ([`crate::workload::vcluster_identity`]),
+//!   **metadata only** ([`meta`], [`WorkloadMeta`]: identity, version, and the names of the
+//!   pod-template entries the operator owns; listed in pages of [`WORKLOAD_LIST_PAGE_SIZE`]).
+//!   Anyone who may create a StatefulSet can set that label, so the cache must not grow with
+//!   what such objects hold: the operator's memory does not grow with the size of workloads
+//!   no plugin targets. A workload's events trigger the reconcile of the plugins targeting it
+//!   ([`crate::controller`]), whatever changed in it (a metadata watch sees every change).
+//!   Its pod template is read only by a reconcile of a plugin that targets it ([`workload`]:
+//!   one GET, kept as its full copy, [`WorkloadCopies`], within [`COPIES_BUDGET`], until the
+//!   watch shows a newer version). A workload that gains a plugin is thus read in full by that
+//!   plugin's first reconcile. A plugin whose target is not in the cache costs one direct GET
+//!   of the StatefulSet and one of the Deployment per reconcile ([`fetch_workload`]): a
+//!   workload without the label is then still found and refused with `NotAVCluster` (not
+//!   `VClusterNotFound`), as before. A workload that gains the label enters the watch (an
+//!   event: its plugins are reconciled); one that loses it leaves the watch as a delete event,
+//!   which triggers its plugins the same way;
 //! - Roles and RoleBindings labelled [`PLUGIN_NAME_LABEL`]: the plugins' own objects (the only
 //!   ones `crate::writes::apply_rbac` reads). `rbac.mode: PatchVClusterRoles` needs the other
 //!   Roles and RoleBindings of the vCluster's namespace (the Role bound to its service account,
@@ -26,15 +36,17 @@
 //! - ClusterRoles and ClusterRoleBindings labelled [`PLUGIN_NAME_LABEL`].
 //!
 //! A cache may lag behind the API server. The rules that keep a lag from causing a wrong
-//! write (DESIGN.md, "Operator contract"):
+//! write:
 //! - every install-path write is a server-side apply or a merge patch with `resourceVersion`
 //!   (optimistic concurrency): a write decided from a stale copy is idempotent or refused with
 //!   409 Conflict, never a lost update;
 //! - a "nothing to do" decided from a stale copy is corrected by the watch event of the change
 //!   the copy missed, which triggers a reconcile of the plugins concerned;
-//! - the operator's own workload writes are remembered ([`WrittenWorkloads`]) and preferred to
-//!   an older cached copy, so that the next reconcile of the same workload does not act on the
-//!   state before that write;
+//! - the operator's own workload writes are kept as the workloads' copies
+//!   ([`WorkloadCopies::statefulset`], [`WorkloadCopies::deployment`]) and preferred to the
+//!   older version the metadata cache still shows (a higher `generation`), so that the next
+//!   reconcile of the same workload does not act on the state before that write; a copy older
+//!   than what the cache shows is never used (it is read again);
 //! - the finalizer path ([`crate::vcluster::delete`]) reads the API server directly: it removes objects,
 //!   and no later event would correct a removal skipped on a stale copy.
 
@@ -58,7 +70,15 @@ use vcp_crds::{OPERATOR_FIELD_MANAGER, PLUGIN_NAME_LABEL, VClusterPlugin};
 use crate::error::{Error, Result};
 use crate::rbac::{self, Plurals, Served};
 use crate::telemetry::Telemetry;
-use crate::workload::{VCLUSTER_APP_LABEL, VCLUSTER_APP_VALUE, Workload};
+use crate::workload::{VCLUSTER_APP_LABEL, VCLUSTER_APP_VALUE, Workload, WorkloadKind};
+
+pub mod copies;
+pub mod meta;
+#[cfg(test)]
+mod tests;
+
+pub use copies::{COPIES_BUDGET, WorkloadCopies};
+pub use meta::{Owned, WorkloadMeta};
 
 /// How long a discovered plural is trusted before it is discovered again (a CRD deleted or
 /// recreated with another plural is noticed within this time). A type that is not served is
@@ -85,12 +105,10 @@ pub const NOT_SERVED_TTL: Duration = Duration::from_secs(10);
 /// ([`crate::controller::run_until`]).
 #[derive(Clone)]
 pub struct Caches {
-    /// StatefulSets labelled `app=vcluster`; `managedFields` reduced to the operator's own
-    /// entries.
-    pub statefulsets: Store<StatefulSet>,
-    /// Deployments labelled `app=vcluster`; `managedFields` reduced to the operator's own
-    /// entries.
-    pub deployments: Store<Deployment>,
+    /// StatefulSets labelled `app=vcluster`: their metadata only ([`WorkloadMeta`]).
+    pub statefulsets: Store<WorkloadMeta<StatefulSet>>,
+    /// Deployments labelled `app=vcluster`: their metadata only ([`WorkloadMeta`]).
+    pub deployments: Store<WorkloadMeta<Deployment>>,
     /// Roles labelled [`PLUGIN_NAME_LABEL`], without `managedFields`.
     pub roles: Store<Role>,
     /// RoleBindings labelled [`PLUGIN_NAME_LABEL`], without `managedFields`.
@@ -133,10 +151,10 @@ pub type Reflected<K> = std::pin::Pin<Box<dyn Stream<Item = Result<K, watcher::E
 /// The streams feeding [`Caches`], in the same order as its fields.
 pub struct CacheStreams {
     /// Events of StatefulSets labelled `app=vcluster` (one that loses the label comes as a
-    /// delete).
-    pub statefulsets: Reflected<StatefulSet>,
+    /// delete), metadata only.
+    pub statefulsets: Reflected<WorkloadMeta<StatefulSet>>,
     /// Events of Deployments labelled `app=vcluster` (likewise).
-    pub deployments: Reflected<Deployment>,
+    pub deployments: Reflected<WorkloadMeta<Deployment>>,
     /// Labelled Role events.
     pub roles: Reflected<Role>,
     /// Labelled RoleBinding events.
@@ -157,6 +175,16 @@ pub struct CacheStreams {
 /// was the restart's, above the install's (`docs/BENCHMARKS.md`, issue 24). Smaller pages cost
 /// more list requests (20 instead of 4 for 2,000 objects), each a few milliseconds.
 pub const LIST_PAGE_SIZE: u32 = 100;
+
+/// Objects per page of the lists of the workload caches: 25.
+///
+/// Those lists hold metadata only ([`WorkloadMeta`]), but anyone who may create a StatefulSet
+/// can make its metadata as large as the object (annotations up to 256 KiB, labels, or
+/// `managedFields` written by hand), up to what etcd stores (1.5 MiB). The text of a page
+/// arrives whole before it is decoded (and then skipped, module docs of [`meta`]), so a page
+/// is at most 25 × 1.5 MiB, about 38 MiB, whatever a tenant writes; a vCluster chart's
+/// StatefulSet's metadata is a few KiB, so 1,000 vClusters are 40 lists of about 100 KiB.
+pub const WORKLOAD_LIST_PAGE_SIZE: u32 = 25;
 
 /// The watch configuration of every operator watch: consistent lists (kube's default, not
 /// `any_semantic`: after an API server restart a list served from its still-filling watch
@@ -220,14 +248,6 @@ fn drop_managed_fields<K: Resource>(obj: &mut K) {
     obj.meta_mut().managed_fields = None;
 }
 
-/// Keeps only the operator's own `managedFields` entries ([`crate::workload::owned_entries`]
-/// reads them to know which pod-template entries the operator owns).
-fn keep_own_managed_fields<K: Resource>(obj: &mut K) {
-    if let Some(fields) = obj.meta_mut().managed_fields.as_mut() {
-        fields.retain(|f| f.manager.as_deref() == Some(OPERATOR_FIELD_MANAGER));
-    }
-}
-
 impl Caches {
     /// The caches and the streams that fill them, watching with `client` (the operator's
     /// identity: list/watch on each type, `config/rbac/role.yaml`), each with its label
@@ -237,17 +257,19 @@ impl Caches {
         let labelled = wc.clone().labels(PLUGIN_NAME_LABEL);
         let vclusters = wc
             .clone()
+            .page_size(WORKLOAD_LIST_PAGE_SIZE)
             .labels(&format!("{VCLUSTER_APP_LABEL}={VCLUSTER_APP_VALUE}"));
+        // Metadata only, decoded already trimmed ([`meta`]): nothing left to strip.
         let (statefulsets, sts) = reflect(
-            Api::<Tolerant<StatefulSet>>::all(client.clone()),
+            Api::<Tolerant<WorkloadMeta<StatefulSet>>>::all(client.clone()),
             vclusters.clone(),
-            keep_own_managed_fields,
+            |_| {},
             telemetry,
         );
         let (deployments, deploy) = reflect(
-            Api::<Tolerant<Deployment>>::all(client.clone()),
+            Api::<Tolerant<WorkloadMeta<Deployment>>>::all(client.clone()),
             vclusters,
-            keep_own_managed_fields,
+            |_| {},
             telemetry,
         );
         let (roles, role) = reflect(
@@ -350,138 +372,58 @@ impl Caches {
     }
 }
 
-/// A workload as the operator last wrote it: the API server's answer to its apply.
-#[derive(Clone, Debug)]
-struct Written {
-    /// `metadata.uid` (a recreated workload is another object).
-    uid: String,
-    /// `metadata.generation` after the apply.
-    generation: i64,
-    /// The workload view of the answer.
-    workload: Workload,
-}
-
-/// Identity of a cached or written workload, to compare the two.
-struct Seen {
-    uid: String,
-    generation: i64,
-}
-
-fn seen<K: Resource>(obj: &K) -> Seen {
-    Seen {
-        uid: obj.meta().uid.clone().unwrap_or_default(),
-        generation: obj.meta().generation.unwrap_or_default(),
-    }
-}
-
-/// The workloads the operator applied, by `namespace/name`, until the watch cache shows a
-/// generation at least as new. `metadata.generation` grows with every change of the spec (the
-/// only part the operator writes), so the newer of the two copies is the one with the higher
-/// generation.
-#[derive(Default)]
-pub struct WrittenWorkloads {
-    by_key: Mutex<HashMap<String, Written>>,
-}
-
-impl WrittenWorkloads {
-    /// Remembers the API server's answer to an apply of a StatefulSet.
-    pub fn statefulset(&self, sts: &StatefulSet) {
-        self.remember(seen(sts), Workload::from_statefulset(sts));
-    }
-
-    /// Remembers the API server's answer to an apply of a Deployment.
-    pub fn deployment(&self, deploy: &Deployment) {
-        self.remember(seen(deploy), Workload::from_deployment(deploy));
-    }
-
-    fn remember(&self, seen: Seen, mut workload: Workload) {
-        workload
-            .managed_fields
-            .retain(|f| f.manager.as_deref() == Some(OPERATOR_FIELD_MANAGER));
-        let key = format!("{}/{}", workload.namespace, workload.name);
-        self.lock().insert(
-            key,
-            Written {
-                uid: seen.uid,
-                generation: seen.generation,
-                workload,
-            },
-        );
-    }
-
-    /// Keeps the written copies of the workloads for which `exists(namespace, name)` holds
-    /// only: a workload deleted before the cache showed the operator's write is never read
-    /// again through [`workload`], which is what drops a copy ([`crate::sweep`] prunes with the
-    /// watch caches; issue 24, item 3).
-    pub fn retain(&self, exists: impl Fn(&str, &str) -> bool) {
-        self.lock()
-            .retain(|_, w| exists(&w.workload.namespace, &w.workload.name));
-    }
-
-    /// Written workloads held (until the cache shows them).
-    pub fn entries(&self) -> usize {
-        self.lock().len()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Written>> {
-        self.by_key
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// `cached` (with its identity), or the written copy of the same object when that one is
-    /// newer. Forgets the written copy once the cache has caught up with it.
-    fn newest(&self, seen: Seen, cached: Workload) -> Workload {
-        let key = format!("{}/{}", cached.namespace, cached.name);
-        let mut map = self.lock();
-        match map.get(&key) {
-            Some(w)
-                if w.uid == seen.uid
-                    && w.workload.kind == cached.kind
-                    && w.generation > seen.generation =>
-            {
-                w.workload.clone()
-            }
-            Some(_) => {
-                map.remove(&key);
-                cached
-            }
-            None => cached,
-        }
-    }
-}
-
-/// The workload of the vCluster `name` in `namespace` from the watch caches (the StatefulSet,
-/// else the Deployment), or the operator's own last write of it when that is newer.
+/// The workload of the vCluster `name` in `namespace`, as a plugin that targets it reads it:
+/// its full copy ([`WorkloadCopies::current`]: the version the metadata caches show, or the
+/// operator's own newer write), else read from the API server and kept as the copy (one GET
+/// of the kind the caches hold it as).
 ///
 /// The caches hold only workloads labelled `app=vcluster` (module docs): on a miss the
-/// StatefulSet, else the Deployment, is read from the API server
-/// ([`fetch_workload`]: at most two GETs), so that a workload without the
-/// chart's labels is still found (and refused as `NotAVCluster`), and `None` means that
-/// neither exists.
+/// StatefulSet, else the Deployment, is read from the API server ([`fetch_workload`]: at most
+/// two GETs, nothing kept), so that a workload without the chart's labels is still found (and
+/// refused as `NotAVCluster`), and `None` means that neither exists.
 ///
 /// # Errors
 /// API errors of the direct reads other than 404.
 pub async fn workload(
     client: &Client,
     caches: &Caches,
-    written: &WrittenWorkloads,
+    copies: &WorkloadCopies,
     namespace: &str,
     name: &str,
 ) -> Result<Option<Workload>> {
     let key = ObjectRef::new(name).within(namespace);
-    if let Some(sts) = caches.statefulsets.get(&key) {
-        return Ok(Some(
-            written.newest(seen(&*sts), Workload::from_statefulset(&sts)),
-        ));
+    let cached = match caches.statefulsets.get(&key) {
+        Some(sts) => Some((WorkloadKind::StatefulSet, sts.metadata.clone())),
+        None => caches
+            .deployments
+            .get(&ObjectRef::new(name).within(namespace))
+            .map(|d| (WorkloadKind::Deployment, d.metadata.clone())),
+    };
+    let Some((kind, meta)) = cached else {
+        copies.forget(namespace, name);
+        return fetch_workload(client, namespace, name).await;
+    };
+    if let Some(copy) = copies.current(kind, &meta) {
+        return Ok(Some(copy));
     }
-    let key = ObjectRef::new(name).within(namespace);
-    if let Some(d) = caches.deployments.get(&key) {
-        return Ok(Some(
-            written.newest(seen(&*d), Workload::from_deployment(&d)),
-        ));
+    let read = match kind {
+        WorkloadKind::StatefulSet => get::<StatefulSet>(client, namespace, name)
+            .await?
+            .map(|s| (Workload::from_statefulset(&s), s.metadata.resource_version)),
+        WorkloadKind::Deployment => get::<Deployment>(client, namespace, name)
+            .await?
+            .map(|d| (Workload::from_deployment(&d), d.metadata.resource_version)),
+    };
+    match read {
+        Some((mut wl, resource_version)) => {
+            wl.managed_fields
+                .retain(|f| f.manager.as_deref() == Some(OPERATOR_FIELD_MANAGER));
+            copies.keep(wl.clone(), resource_version.as_deref());
+            Ok(Some(wl))
+        }
+        // Gone since the cache saw it (or now of the other kind): as on a miss.
+        None => fetch_workload(client, namespace, name).await,
     }
-    fetch_workload(client, namespace, name).await
 }
 
 /// The workload of the vCluster `name` in `namespace`: the StatefulSet, else the Deployment,
@@ -494,20 +436,31 @@ pub async fn fetch_workload(
     namespace: &str,
     name: &str,
 ) -> Result<Option<Workload>> {
-    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
-    if let Some(s) = sts
-        .get_opt(name)
-        .await
-        .map_err(|e| Error::kube(format!("get StatefulSet {namespace}/{name}"), e))?
-    {
+    if let Some(s) = get::<StatefulSet>(client, namespace, name).await? {
         return Ok(Some(Workload::from_statefulset(&s)));
     }
-    let deploy: Api<Deployment> = Api::namespaced(client.clone(), namespace);
-    Ok(deploy
+    Ok(get::<Deployment>(client, namespace, name)
+        .await?
+        .map(|d| Workload::from_deployment(&d)))
+}
+
+/// The object `name` of kind `K` in `namespace` from the API server, `None` when it does not
+/// exist.
+///
+/// # Errors
+/// API errors other than 404.
+async fn get<K>(client: &Client, namespace: &str, name: &str) -> Result<Option<K>>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Debug,
+{
+    let kind = K::kind(&());
+    Api::<K>::namespaced(client.clone(), namespace)
         .get_opt(name)
         .await
-        .map_err(|e| Error::kube(format!("get Deployment {namespace}/{name}"), e))?
-        .map(|d| Workload::from_deployment(&d)))
+        .map_err(|e| Error::kube(format!("get {kind} {namespace}/{name}"), e))
 }
 
 /// Plurals and scopes found by API discovery, by `(apiVersion, kind)`, each trusted for
@@ -608,80 +561,5 @@ pub async fn discover(client: &Client, api_version: &str, kind: &str) -> Result<
         // which kube turns into a `Status` without the `NotFound` reason: match the code.
         Err(kube::Error::Api(s)) if s.is_not_found() || s.code == 404 => Ok(None),
         Err(e) => Err(Error::kube(format!("discover {kind} in {api_version}"), e)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
-
-    fn sts(uid: &str, generation: i64, image: &str) -> StatefulSet {
-        serde_json::from_value(serde_json::json!({
-            "metadata": {
-                "name": "vc", "namespace": "ns", "uid": uid, "generation": generation,
-                "managedFields": [
-                    { "manager": "helm", "operation": "Update" },
-                    { "manager": OPERATOR_FIELD_MANAGER, "operation": "Apply" },
-                ],
-            },
-            "spec": {
-                "selector": {},
-                "serviceName": "vc",
-                "template": { "spec": { "containers": [{ "name": "syncer", "image": image }] } },
-            },
-        }))
-        .expect("StatefulSet")
-    }
-
-    #[test]
-    fn a_newer_written_copy_wins_until_the_cache_catches_up() {
-        let written = WrittenWorkloads::default();
-        written.statefulset(&sts("u1", 3, "written"));
-        let cached = sts("u1", 2, "cached");
-        let w = written.newest(seen(&cached), Workload::from_statefulset(&cached));
-        assert_eq!(w.pod_spec.containers[0].image.as_deref(), Some("written"));
-        assert_eq!(
-            w.managed_fields
-                .iter()
-                .map(|f: &ManagedFieldsEntry| f.manager.clone().unwrap_or_default())
-                .collect::<Vec<_>>(),
-            vec![OPERATOR_FIELD_MANAGER.to_string()]
-        );
-        // The cache caught up: it wins, and the written copy is forgotten.
-        let cached = sts("u1", 3, "cached");
-        let w = written.newest(seen(&cached), Workload::from_statefulset(&cached));
-        assert_eq!(w.pod_spec.containers[0].image.as_deref(), Some("cached"));
-        let older = sts("u1", 2, "older");
-        let w = written.newest(seen(&older), Workload::from_statefulset(&older));
-        assert_eq!(w.pod_spec.containers[0].image.as_deref(), Some("older"));
-    }
-
-    #[test]
-    fn a_recreated_workload_is_not_shadowed_by_a_write_to_the_old_one() {
-        let written = WrittenWorkloads::default();
-        written.statefulset(&sts("old", 7, "written"));
-        let cached = sts("new", 1, "cached");
-        let w = written.newest(seen(&cached), Workload::from_statefulset(&cached));
-        assert_eq!(w.pod_spec.containers[0].image.as_deref(), Some("cached"));
-    }
-
-    #[test]
-    fn the_written_copy_of_a_gone_workload_is_pruned() {
-        let written = WrittenWorkloads::default();
-        written.statefulset(&sts("u1", 3, "written"));
-        written.retain(|namespace, name| (namespace, name) == ("ns", "vc"));
-        assert_eq!(written.entries(), 1, "its workload still exists");
-        written.retain(|namespace, name| (namespace, name) == ("ns", "other"));
-        assert_eq!(written.entries(), 0, "its workload is gone");
-    }
-
-    #[test]
-    fn managed_fields_are_trimmed_as_documented() {
-        let mut s = sts("u", 1, "i");
-        keep_own_managed_fields(&mut s);
-        assert_eq!(s.metadata.managed_fields.as_ref().map(Vec::len), Some(1));
-        drop_managed_fields(&mut s);
-        assert!(s.metadata.managed_fields.is_none());
     }
 }

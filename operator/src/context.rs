@@ -10,7 +10,7 @@ use kube::runtime::events::Reporter;
 use kube::runtime::reflector::Store;
 use vcp_crds::VClusterPlugin;
 
-use crate::cache::{Caches, CachesReady, Discovery, WrittenWorkloads};
+use crate::cache::{Caches, CachesReady, Discovery, WorkloadCopies};
 use crate::judge::Verdicts;
 use crate::policy::Policy;
 use crate::status::WrittenStatuses;
@@ -38,8 +38,9 @@ pub struct Context {
     pub caches: Caches,
     /// Set once [`Context::caches`] hold their initial lists; reconciles wait for it.
     pub caches_ready: CachesReady,
-    /// The workloads this operator applied, until [`Context::caches`] shows them.
-    pub written: WrittenWorkloads,
+    /// The full copies of the workloads plugins target: read by a reconcile, or the answers
+    /// to this operator's applies ([`crate::cache::copies`]).
+    pub copies: WorkloadCopies,
     /// The statuses this operator wrote, until the plugins' watch cache moves past them.
     pub written_statuses: WrittenStatuses,
     /// Plurals found by API discovery.
@@ -65,7 +66,8 @@ impl Context {
     /// `/state` ([`crate::telemetry::Telemetry::state`]; feature `reconcile-log` only), as
     /// `(name, count)`:
     /// `plugins_cached` (the plugins' watch cache), `plugins_slimmed` (those of them slimmed,
-    /// [`crate::slim`]), `written_statuses`, `written_workloads`,
+    /// [`crate::slim`]), `written_statuses`, `workload_copies` and `workload_copies_bytes`
+    /// (the full copies of workloads, [`crate::cache::copies`], and their bytes of JSON),
     /// `verdicts_dry_run`, `verdicts_hooks`, `workload_locks`, `retries`, `discovery_types`.
     #[cfg(feature = "reconcile-log")]
     pub fn state(&self) -> Vec<(&'static str, i64)> {
@@ -77,7 +79,8 @@ impl Context {
             ("plugins_cached", count(cached.len())),
             ("plugins_slimmed", count(slimmed)),
             ("written_statuses", count(self.written_statuses.entries())),
-            ("written_workloads", count(self.written.entries())),
+            ("workload_copies", count(self.copies.entries())),
+            ("workload_copies_bytes", count(self.copies.bytes())),
             ("verdicts_dry_run", count(dry_run)),
             ("verdicts_hooks", count(hooks)),
             ("workload_locks", count(self.workload_locks.entries())),

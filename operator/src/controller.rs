@@ -43,7 +43,7 @@ use tracing::{debug, instrument, warn};
 use vcp_crds::tolerant::{self, Skipped, StatusPolicy, Tolerant};
 use vcp_crds::{FINALIZER, PLUGIN_NAME_LABEL, VClusterPlugin};
 
-use crate::cache::{Caches, Discovery, WrittenWorkloads};
+use crate::cache::{Caches, Discovery, WorkloadCopies};
 use crate::config::Config;
 use crate::context::{Context, WorkloadLocks};
 use crate::error::{Error, Result};
@@ -149,7 +149,7 @@ pub async fn run_until(
         telemetry: config.telemetry.clone(),
         caches_ready: caches.ready_signal(),
         caches,
-        written: WrittenWorkloads::default(),
+        copies: WorkloadCopies::default(),
         written_statuses: Default::default(),
         discovery: Discovery::default(),
         verdicts: Verdicts::default(),

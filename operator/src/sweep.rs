@@ -76,11 +76,12 @@ use tracing::{Instrument, debug, info, info_span, instrument, warn};
 use vcp_crds::tolerant::Tolerant;
 use vcp_crds::{OPERATOR_FIELD_MANAGER, PLUGIN_NAME_LABEL, PLUGIN_NAMESPACE_LABEL, VClusterPlugin};
 
+use crate::cache::Owned;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::rbac::{self, ADDED_RULES_PREFIX};
 use crate::trace::{self, Key};
-use crate::workload::{SYNCER_CONTAINER, Workload, owned_entries};
+use crate::workload::{SYNCER_CONTAINER, Workload, WorkloadKind, owned_entries};
 
 /// How often every plugin is swept besides the start and the deletes (the same period as the
 /// install path's resync, [`crate::vcluster::RESYNC`]).
@@ -154,6 +155,13 @@ impl Existing {
     /// Whether the plugin `name` exists in `namespace`.
     pub fn contains(&self, namespace: &str, name: &str) -> bool {
         self.names.get(namespace).is_some_and(|n| n.contains(name))
+    }
+
+    /// Whether some plugin of `namespace` targets the vCluster `vcluster`.
+    pub fn targets_any(&self, namespace: &str, vcluster: &str) -> bool {
+        self.targets
+            .get(&(namespace.to_string(), vcluster.to_string()))
+            .is_some_and(|n| !n.is_empty())
     }
 
     /// Whether the plugin `name` of `namespace` targets the vCluster `vcluster`.
@@ -342,6 +350,9 @@ async fn sweep_in(ctx: &Context, scope: &Scope, also: &BTreeSet<String>) -> Swep
     // Only to pick the namespaces and workloads to look at: each orphan is judged with the
     // plugins the cache holds after the list that found it (`Existing::now`, module docs).
     let existing = Existing::now(&ctx.plugins);
+    // The full copies of workloads no plugin targets any more (a deleted plugin's) go now.
+    ctx.copies
+        .retain(|_, namespace, name| existing.targets_any(namespace, name));
     let mut swept = Swept::default();
     let (selector, namespace) = match scope {
         Scope::All => (PLUGIN_NAME_LABEL.to_string(), None),
@@ -425,31 +436,39 @@ async fn sweep_in(ctx: &Context, scope: &Scope, also: &BTreeSet<String>) -> Swep
         swept.note(result);
     }
 
-    // Workloads: picked from the cache (all of the namespace after a delete: the cache may not
-    // show yet an apply a reconcile in flight made), read again and applied under the
-    // workload's lock.
-    let cached: Vec<Workload> = ctx
+    // Workloads: picked from the metadata cache (all of the namespace after a delete: the cache
+    // may not show yet an apply a reconcile in flight made; else those whose operator-owned
+    // entries name a plugin that no longer targets them, [`Owned`]), read again and applied
+    // under the workload's lock.
+    let pick = |meta: &ObjectMeta, owned: &Owned| {
+        let (ns, name) = (
+            meta.namespace.clone().unwrap_or_default(),
+            meta.name.clone().unwrap_or_default(),
+        );
+        let picked = match namespace {
+            Some(only) => ns == only,
+            None => owned.may_hold_other_than(|plugin| existing.targets(&ns, &name, plugin)),
+        };
+        picked.then_some((ns, name))
+    };
+    let cached: Vec<(String, String)> = ctx
         .caches
         .statefulsets
         .state()
         .iter()
-        .map(|s| Workload::from_statefulset(s))
+        .filter_map(|s| pick(&s.metadata, &s.owned))
         .chain(
             ctx.caches
                 .deployments
                 .state()
                 .iter()
-                .map(|d| Workload::from_deployment(d)),
+                .filter_map(|d| pick(&d.metadata, &d.owned)),
         )
-        .filter(|w| match namespace {
-            Some(ns) => w.namespace == ns,
-            None => !orphan_entries(w, &existing).is_empty(),
-        })
         .collect();
-    for wl in cached {
-        let lock = ctx.workload_lock(&wl.namespace, &wl.name);
+    for (wl_namespace, wl_name) in cached {
+        let lock = ctx.workload_lock(&wl_namespace, &wl_name);
         let _guard = lock.lock().await;
-        let fresh = match crate::cache::fetch_workload(client, &wl.namespace, &wl.name).await {
+        let fresh = match crate::cache::fetch_workload(client, &wl_namespace, &wl_name).await {
             Ok(Some(fresh)) => fresh,
             Ok(None) => continue,
             Err(e) => {
@@ -476,8 +495,8 @@ async fn sweep_in(ctx: &Context, scope: &Scope, also: &BTreeSet<String>) -> Swep
 }
 
 /// Drops the per-workload state of the workloads the watch caches no longer hold (deleted, or
-/// no longer a vCluster): the dry-run verdicts ([`crate::judge::Verdicts`]) and the written
-/// copies ([`crate::cache::WrittenWorkloads`]), which nothing else removes once their workload
+/// no longer a vCluster): the dry-run verdicts ([`crate::judge::Verdicts`]) and the full
+/// copies ([`crate::cache::WorkloadCopies`]), which nothing else removes once their workload
 /// is gone (no per-object state outlives its object). Run with every sweep of [`Scope::All`].
 fn prune_gone_workloads(ctx: &Context) {
     let statefulsets: BTreeSet<(String, String)> = ctx
@@ -502,8 +521,9 @@ fn prune_gone_workloads(ctx: &Context) {
         "Deployment" => exists(&deployments, namespace, name),
         _ => false,
     });
-    ctx.written.retain(|namespace, name| {
-        exists(&statefulsets, namespace, name) || exists(&deployments, namespace, name)
+    ctx.copies.retain(|kind, namespace, name| match kind {
+        WorkloadKind::StatefulSet => exists(&statefulsets, namespace, name),
+        WorkloadKind::Deployment => exists(&deployments, namespace, name),
     });
 }
 

@@ -72,14 +72,7 @@ pub async fn install(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
     }
     // The workload first (from the watch caches: no request once they hold it): the siblings'
     // finalizers are added only when there is a workload to install them into.
-    let wl = cache::workload(
-        &ctx.client,
-        &ctx.caches,
-        &ctx.written,
-        &namespace,
-        &vcluster,
-    )
-    .await?;
+    let wl = cache::workload(&ctx.client, &ctx.caches, &ctx.copies, &namespace, &vcluster).await?;
     let mut fresher = with_finalizers(ctx, &latest, wl.is_some()).await?;
     let observed = match wl {
         Some(wl) => Some(observe::vcluster(ctx, wl, &fresher, None).await?),

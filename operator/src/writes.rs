@@ -70,7 +70,7 @@ pub async fn apply_workload(ctx: &Context, workload: &Workload, patch: &Value) -
                 .patch(&workload.name, &pp, &Patch::Apply(patch))
                 .await
                 .map_err(refused)?;
-            ctx.written.deployment(&applied);
+            ctx.copies.deployment(&applied);
             applied.metadata.generation
         }
         _ => {
@@ -78,7 +78,7 @@ pub async fn apply_workload(ctx: &Context, workload: &Workload, patch: &Value) -
                 .patch(&workload.name, &pp, &Patch::Apply(patch))
                 .await
                 .map_err(refused)?;
-            ctx.written.statefulset(&applied);
+            ctx.copies.statefulset(&applied);
             applied.metadata.generation
         }
     };

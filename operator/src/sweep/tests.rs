@@ -381,7 +381,7 @@ fn context(
         telemetry,
         caches_ready: caches.ready_signal(),
         caches,
-        written: Default::default(),
+        copies: Default::default(),
         written_statuses: Default::default(),
         discovery: Default::default(),
         verdicts: Default::default(),

@@ -4,6 +4,8 @@
 //! pulled.
 //!
 //! - [`operator`]: `kubectl apply -k config/default` runs the operator from its image.
+//! - [`attack_workload_cache`]: a tenant with `edit` floods `app=vcluster` StatefulSets of 1 MB;
+//!   the operator keeps running within its memory limit.
 //! - [`vcluster`]: vCluster's own chart as a pod, and the tutorial's plugin installed into it.
 //! - [`fault`]: the vCluster pod killed while a plugin install rolls it; nothing lost.
 //! - [`install_time`]: plugin install to Ready, by the operator and by `helm upgrade` (the figure).
@@ -20,6 +22,7 @@
 //!   restarts nor outgrows its memory, and plugins go on installing and hooking.
 
 mod attack_http;
+mod attack_workload_cache;
 mod fault;
 mod gitops;
 mod gitops_lifecycle;
