@@ -84,11 +84,19 @@ pub enum Reason {
     /// for a synced object, the runtime's `Warning` Event and the message of `RuntimeHealthy`
     /// naming it. That object is skipped; every other one goes on.
     Undecodable,
+    /// `Ready=False`: with the plugin's container the vCluster's pods would break the
+    /// namespace's LimitRange or ResourceQuota, or no node could hold them; nothing is
+    /// installed for it.
+    ResourcesExceeded,
+    /// `RuntimeHealthy=False` and the runtime's `Warning` Event: the runtime cannot listen on
+    /// its `/metrics` and `/healthz` address (another container of the pod holds the port); it
+    /// syncs on without them and tries the address again.
+    MetricsUnavailable,
 }
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 25] = [
+    pub const ALL: [Reason; 27] = [
         Reason::Installed,
         Reason::Terminating,
         Reason::VClusterNotFound,
@@ -114,6 +122,8 @@ impl Reason {
         Reason::ForeignNamespace,
         Reason::ProducedNameRefused,
         Reason::Undecodable,
+        Reason::ResourcesExceeded,
+        Reason::MetricsUnavailable,
     ];
 
     /// The reason as the API carries it (CamelCase, the variant's name).
@@ -144,6 +154,8 @@ impl Reason {
             Reason::ForeignNamespace => "ForeignNamespace",
             Reason::ProducedNameRefused => "ProducedNameRefused",
             Reason::Undecodable => "Undecodable",
+            Reason::ResourcesExceeded => "ResourcesExceeded",
+            Reason::MetricsUnavailable => "MetricsUnavailable",
         }
     }
 
@@ -240,6 +252,8 @@ mod tests {
             "ForeignNamespace",
             "ProducedNameRefused",
             "Undecodable",
+            "ResourcesExceeded",
+            "MetricsUnavailable",
         ];
         assert_eq!(Reason::ALL.len(), expected.len());
         for (r, s) in Reason::ALL.into_iter().zip(expected) {

@@ -64,6 +64,7 @@ use crate::policy::ContainerPolicy;
 use crate::workload::{Refusal, Workload, WorkloadPlan, install_order, is_converged, plan};
 
 pub mod hooks;
+pub mod resources;
 
 /// The namespace label whose level Pod Security admission enforces on Pods.
 pub const POD_SECURITY_ENFORCE_LABEL: &str = "pod-security.kubernetes.io/enforce";
@@ -352,9 +353,12 @@ pub struct Verdicts {
     /// The refusals of [`Verdicts::hook_refusals`] per workload, with a hash of what they
     /// were judged from.
     by_hooks: Mutex<HashMap<String, HookVerdict>>,
+    /// The verdicts of [`resources::refusals`] per workload.
+    pub resources: resources::Remembered,
 }
 
-fn key(workload: &Workload) -> String {
+/// The key of `workload`'s verdicts: `kind/namespace/name`.
+pub fn key(workload: &Workload) -> String {
     format!(
         "{}/{}/{}",
         workload.kind_str(),
@@ -628,6 +632,7 @@ impl Verdicts {
         };
         self.lock().retain(|k, _| keep(k));
         self.lock_hooks().retain(|k, _| keep(k));
+        self.resources.retain(keep);
     }
 
     /// Verdicts held: `(workloads judged by dry runs, workloads judged for hooks)`.

@@ -12,7 +12,7 @@
 //! | `observedGeneration`, `phase`, conditions, `lastTransitionTime` | [`status`] |
 //! | the condition and Event reasons, shared with the runtime and serialized as the API's strings | [`vcp_crds::Reason`] |
 //! | converging one vCluster, the unit of a reconcile (install and delete alike): the finalizer added, then *observe* the workload, its plugins, the cluster facts and the dry-run verdicts; *act* on the plan (workload under its lock, RBAC); *report* the status | [`vcluster`] |
-//! | *decide*, pure: every refusal before any write, in order (`NotAVCluster`, `PolicyDenied`, `UnknownType`, `ClusterScopedType`, `VClusterRoleNotFound`, `SharedVClusterRole`, `PolicyDenied` for a synced kind Kubernetes serves itself, `TooLarge`, `InvalidWorkload`, `Conflict`; `VClusterNotFound`), the workload body, every plugin's verdict, the status, the requeue (`RESYNC`, `RECHECK`) | [`vcluster::decide`] |
+//! | *decide*, pure: every refusal before any write, in order (`NotAVCluster`, `PolicyDenied`, `UnknownType`, `ClusterScopedType`, `VClusterRoleNotFound`, `SharedVClusterRole`, `PolicyDenied` for a synced kind Kubernetes serves itself, `TooLarge`, `ResourcesExceeded`, `InvalidWorkload`, `Conflict`; `VClusterNotFound`), the workload body, every plugin's verdict, the status, the requeue (`RESYNC`, `RECHECK`) | [`vcluster::decide`] |
 //! | *observe*: the plugins of a vCluster, the cluster facts (identity, discovery, Roles and RoleBindings), the hooks' and dry runs' verdicts | [`vcluster::observe`] |
 //! | *act*: the workload apply, the plugin's RBAC objects and vCluster Role entries, removal on delete (exactly what was added, a missing workload does not block it), the status | [`vcluster::act`] |
 //! | adding and removing the finalizer `vcp.dev/cleanup` | [`finalizer`] |
@@ -20,7 +20,8 @@
 //! | server-side apply under one field manager, zero writes once converged, deletes only of the plugin's own objects, Events, the dry-run requests | [`writes`] |
 //! | which RBAC rules a plugin may grant, what its container may ask for (`PolicyDenied`) | [`policy`] |
 //! | which synced types the runtime may sync: custom resources and `ConfigMap` (`PolicyDenied`) | [`vcp_crds::built_in`] |
-//! | each plugin's part judged by server-side dry runs before the apply, the namespace's Pod Security level (`InvalidWorkload`, `PolicyDenied`) | [`judge`] |
+//! | each plugin's part judged by server-side dry runs before the apply, the namespace's Pod Security level (`InvalidWorkload`, `PolicyDenied`); what the vCluster's pods would ask for against the namespace's LimitRanges and ResourceQuotas and the nodes' allocatable (`ResourcesExceeded`) | [`judge`], [`judge::resources`] |
+//! | Kubernetes quantities (`100m`, `256Mi`) read exactly, for comparing and adding requests and limits | [`quantity`] |
 //! | watches, mappers, reconcile, retries | [`controller`] |
 //! | tolerant reading: an object the operator's types cannot read skips only itself (logged, counted); an unreadable plugin gets `Ready=False` (`Undecodable`) and an Event | [`tolerant`] |
 //! | the watches of the vCluster Roles `PatchVClusterRoles` plugins append to (an edit taking a plugin's rule out triggers its repair) | [`patched_roles`] |
@@ -52,6 +53,7 @@ pub mod leader;
 pub mod operations;
 pub mod patched_roles;
 pub mod policy;
+pub mod quantity;
 pub mod rbac;
 pub mod retry;
 pub mod slim;

@@ -29,6 +29,7 @@
 //!   allowedSecrets: []                   # Secrets that may be referenced: names, or prefixes `x-*`
 //!   allowedVolumes: []                   # volumes of the vCluster's pod that may be mounted
 //!   allowedImages: []                    # empty: any image; else prefixes `reg/` or repositories
+//!   maxResources: {}                     # the most spec.resources may ask for, e.g. {cpu: "2", memory: 1Gi}
 //! ```
 //!
 //! Resource names match exactly or by their base (`secrets` also refuses `secrets/status`).
@@ -132,7 +133,7 @@ pub enum PolicyError {
     },
     /// The YAML does not match the schema (unknown field, wrong type).
     #[error(
-        "invalid operator policy{}: {source}; fields: allowWildcards, forbiddenVerbs, forbiddenResources, clusterScoped.allowedVerbs, clusterScoped.forbiddenResources, containers.allowPrivileged, containers.allowPrivilegeEscalation, containers.allowedCapabilities, containers.allowRunAsRoot, containers.allowUnconfined, containers.allowSecretReferences, containers.allowedSecrets, containers.allowedVolumes, containers.allowedImages",
+        "invalid operator policy{}: {source}; fields: allowWildcards, forbiddenVerbs, forbiddenResources, clusterScoped.allowedVerbs, clusterScoped.forbiddenResources, containers.allowPrivileged, containers.allowPrivilegeEscalation, containers.allowedCapabilities, containers.allowRunAsRoot, containers.allowUnconfined, containers.allowSecretReferences, containers.allowedSecrets, containers.allowedVolumes, containers.allowedImages, containers.maxResources",
         .path.as_deref().map(|p| format!(" in {p}")).unwrap_or_default()
     )]
     Parse {
@@ -142,6 +143,21 @@ pub enum PolicyError {
         #[source]
         source: serde_yaml::Error,
     },
+    /// A value of the right type that cannot be used (a `maxResources` value that is not a
+    /// quantity).
+    #[error(
+        "invalid operator policy{}: {key}: {source}",
+        .path.as_deref().map(|p| format!(" in {p}")).unwrap_or_default()
+    )]
+    Invalid {
+        /// The file, when read from one.
+        path: Option<String>,
+        /// The field, such as `containers.maxResources.memory`.
+        key: String,
+        /// Why the value cannot be used.
+        #[source]
+        source: crate::quantity::QuantityError,
+    },
 }
 
 impl Policy {
@@ -149,12 +165,23 @@ impl Policy {
     /// default policy.
     ///
     /// # Errors
-    /// [`PolicyError::Parse`] on an unknown field or a wrong type.
+    /// [`PolicyError::Parse`] on an unknown field or a wrong type, [`PolicyError::Invalid`] on
+    /// a `containers.maxResources` value that is not a quantity.
     pub fn from_yaml(text: &str) -> Result<Self, PolicyError> {
         if text.trim().is_empty() {
             return Ok(Policy::default());
         }
-        serde_yaml::from_str(text).map_err(|source| PolicyError::Parse { path: None, source })
+        let policy: Policy = serde_yaml::from_str(text)
+            .map_err(|source| PolicyError::Parse { path: None, source })?;
+        policy
+            .containers
+            .validate()
+            .map_err(|(key, source)| PolicyError::Invalid {
+                path: None,
+                key,
+                source,
+            })?;
+        Ok(policy)
     }
 
     /// Reads a policy file (`--policy-file`).
@@ -169,6 +196,11 @@ impl Policy {
         Policy::from_yaml(&text).map_err(|e| match e {
             PolicyError::Parse { source, .. } => PolicyError::Parse {
                 path: Some(path.display().to_string()),
+                source,
+            },
+            PolicyError::Invalid { key, source, .. } => PolicyError::Invalid {
+                path: Some(path.display().to_string()),
+                key,
                 source,
             },
             other => other,

@@ -79,17 +79,17 @@ mod merge;
 
 pub use containers::{
     PLUGIN_ADDRESS_ENV, PLUGIN_NAME_ENV, PLUGINS_MOUNT_PATH, PLUGINS_VOLUME, PluginKind,
-    RESERVED_ENV_PREFIXES, RUNTIME_BINARY, RUNTIME_METRICS_BASE_PORT, V1_BASE_PORT,
-    VCLUSTER_KUBECONFIG_DIR, VCLUSTER_KUBECONFIG_KEY, VCLUSTER_KUBECONFIG_VOLUME,
-    embedded_container, embedded_v2_init_container, is_reserved_env, plugin_kind, v1_container,
-    v2_init_container, vcluster_kubeconfig_volume,
+    RESERVED_ENV_PREFIXES, RUNTIME_BINARY, RUNTIME_LIMITS, RUNTIME_METRICS_BASE_PORT,
+    RUNTIME_REQUESTS, V1_BASE_PORT, VCLUSTER_KUBECONFIG_DIR, VCLUSTER_KUBECONFIG_KEY,
+    VCLUSTER_KUBECONFIG_VOLUME, embedded_container, embedded_v2_init_container, is_reserved_env,
+    plugin_kind, runtime_resources, v1_container, v2_init_container, vcluster_kubeconfig_volume,
 };
 pub use converge::{field_set, is_converged, is_subset, owned_entries};
 pub use identity::{
     Refusal, SYNCER_CONTAINER, VCLUSTER_APP_LABEL, VCLUSTER_APP_VALUE, VCLUSTER_RELEASE_LABEL,
     Workload, WorkloadKind, vcluster_identity,
 };
-pub use merge::{WorkloadPlan, contributes, install_order, plan};
+pub use merge::{WorkloadPlan, contributes, install_order, plan, planned_pod_spec};
 
 #[cfg(test)]
 mod tests;

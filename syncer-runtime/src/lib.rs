@@ -19,7 +19,8 @@
 //!   [`sdk::Plugin`] and the runtime binary when vCluster starts them from `/plugins`;
 //! - [`heap`]: the binary's heap given back to the kernel after a burst of reconciles;
 //! - [`metrics`]: the runtime's counters, served on `/metrics` with `/healthz` when
-//!   [`Config::metrics_bind_address`] is set;
+//!   [`Config::metrics_bind_address`] is set ([`listener`]: a port it cannot listen on is
+//!   reported and tried again, never fatal);
 //! - [`runtime`]: the declarative runtime ([`runtime::run`]) that reads its `VClusterPlugin`
 //!   and runs the syncers and hooks it declares, reporting into its status ([`status`], pure).
 //!
@@ -35,6 +36,7 @@ pub mod error;
 pub mod from_host;
 pub mod heap;
 pub mod hooks;
+pub mod listener;
 pub mod metrics;
 mod own_writes;
 pub mod patch;

@@ -70,13 +70,13 @@ pub const DELETING: &str =
 ///
 /// # Errors
 /// [`Error::ReadPlugin`] / [`Error::PluginNotFound`] when the plugin cannot be read at start,
-/// [`Error::NoVCluster`] when no vCluster name is known, [`Error::Bind`] when
-/// [`Config::metrics_bind_address`] cannot be listened on. Later failures are logged, retried
-/// and reported in the status instead.
+/// [`Error::NoVCluster`] when no vCluster name is known. Later failures, and an address of
+/// [`Config::metrics_bind_address`] that cannot be listened on ([`crate::listener`]), are
+/// logged, retried and reported in the status instead.
 pub async fn run(config: Config) -> Result<(), Error> {
-    // `/metrics` and `/healthz` while this future lives (stopped when `_serving` is dropped)
-    let _serving =
-        crate::metrics::serve_while_held(config.metrics_bind_address, &config.metrics).await?;
+    // `/metrics` and `/healthz` while this future lives (stopped when it is dropped)
+    let mut listener =
+        crate::listener::Listener::start(config.metrics_bind_address, &config.metrics).await;
     // Read tolerantly (`vcp_crds::tolerant`): a status the API server accepted but our
     // types cannot read (a condition's `lastTransitionTime` such as `2024-01-01T10:00:00Zt`,
     // which anyone who may patch the status can write) must not stop the runtime; it needs only
@@ -183,6 +183,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
     let mut events = std::pin::pin!(events);
     let mut seen_in_init = false;
     let mut tick = tokio::time::interval(config.status_interval);
+    let mut metrics_warned = false;
     loop {
         tokio::select! {
             event = events.next() => match event {
@@ -245,6 +246,16 @@ pub async fn run(config: Config) -> Result<(), Error> {
                 }
             }
             _ = tick.tick() => {
+                // the metrics address: tried again while taken, a Warning once per failure
+                listener.retry(&config.metrics).await;
+                match listener.failure() {
+                    Some(failure) if !metrics_warned => {
+                        on_warning(Severity::Warning, Reason::MetricsUnavailable, failure.to_string(), None);
+                        metrics_warned = true;
+                    }
+                    None => metrics_warned = false,
+                    Some(_) => {}
+                }
                 // evaluations running past their bound: once each as an Event, and in the
                 // status for as long as they run (patches::running)
                 let now = std::time::Instant::now();
@@ -254,7 +265,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
                     on_warning(Severity::Warning, Reason::PatchFailed, message, overrun.related);
                 }
                 if let Some(generation) = running.as_ref() {
-                    reporter.report(generation, &config.evaluations.overrunning(now)).await;
+                    reporter.report(generation, &config.evaluations.overrunning(now), listener.failure()).await;
                 }
             }
         }

@@ -15,6 +15,7 @@
 //! | `Undecodable` | `False` | objects of a synced type (virtual or host) cannot be decoded (a free-form field nested deeper than serde_json's limit of 128): each is skipped and never acted on (its host copy is kept), every other object syncs; the message gives the count and names one (`vcp_crds::tolerant`). The type stays available |
 //! | `SyncErrors` | `False` | objects failed to sync and are retried |
 //! | `HostObjectConflict` | `False` | a host object of a synced object's name is not managed by this vCluster: it is left untouched, so that object is not synced (counted in `syncedObjects[].conflicts`) |
+//! | `MetricsUnavailable` | `False` | the runtime cannot listen on its `/metrics` and `/healthz` address ([`with_metrics_failure`], [`crate::listener`]): it syncs on without them; the message says why and what to do |
 //! | `Starting` | `False` | a type is not listed yet |
 //! | `Syncing` | `True` | otherwise |
 //!
@@ -213,6 +214,22 @@ pub fn with_overrunning(mut status: RuntimeStatus, overrunning: &[Overrun]) -> R
         first.what,
         first.bound
     );
+    status
+}
+
+/// `status` with the failure to listen on the metrics address `failure`, when there is one:
+/// `RuntimeHealthy` is `False` with reason `MetricsUnavailable` and `failure` as its message,
+/// unless another reason of `False` comes first (see the module docs: it comes after
+/// `HostObjectConflict`, before `Starting`).
+pub fn with_metrics_failure(mut status: RuntimeStatus, failure: Option<&str>) -> RuntimeStatus {
+    let Some(failure) = failure else {
+        return status;
+    };
+    if matches!(status.reason, Reason::Syncing | Reason::Starting) {
+        status.healthy = false;
+        status.reason = Reason::MetricsUnavailable;
+        status.message = failure.to_string();
+    }
     status
 }
 
@@ -502,6 +519,29 @@ mod tests {
         boat.type_error = Some("boats are not served".into());
         let s = with_overrunning(desired(&[boat], None, None), &[overrun]);
         assert_eq!(s.reason.as_str(), "TypeUnavailable");
+    }
+
+    /// The sixth attacker's v1 plugin held the runtime's metrics port: the runtime crash-looped.
+    /// Now the failure is a reason of its own, after the sync's own failures.
+    #[test]
+    fn a_metrics_address_that_cannot_be_listened_on_is_reported() {
+        let syncing = desired(&[summary("Car", 3)], None, Some(2));
+        assert_eq!(with_metrics_failure(syncing.clone(), None), syncing);
+        let s = with_metrics_failure(syncing, Some("port taken"));
+        assert_eq!(
+            (s.healthy, s.reason.as_str()),
+            (false, "MetricsUnavailable")
+        );
+        assert_eq!(s.message, "port taken");
+        assert_eq!(s.synced_total, 3);
+        let mut listing = summary("Car", 0);
+        listing.ready = false;
+        let s = with_metrics_failure(desired(&[listing], None, None), Some("port taken"));
+        assert_eq!(s.reason.as_str(), "MetricsUnavailable");
+        let mut failing = summary("Car", 1);
+        failing.failed = 1;
+        let s = with_metrics_failure(desired(&[failing], None, None), Some("port taken"));
+        assert_eq!(s.reason.as_str(), "SyncErrors");
     }
 
     #[test]

@@ -22,6 +22,7 @@
 //! | `volumeMounts[i].name` | `plugins` (the v2 plugins' binaries, which vCluster's syncer runs) | none: always refused |
 //! | `volumeMounts[i].name` | a volume the operator did not add | `containers.allowedVolumes: [name, ...]` |
 //! | `image` | not in `containers.allowedImages` (when that list is not empty) | `containers.allowedImages: [registry/, registry/repo, ...]` |
+//! | `resources.requests[r]`, `resources.limits[r]` | above `containers.maxResources[r]` (when set for `r`) | `containers.maxResources: {cpu: "2", memory: 1Gi, ...}` |
 //!
 //! Running as root: a plugin may not *ask* for root: `runAsUser: 0` / `runAsGroup: 0`, or
 //! `runAsNonRoot: false`, which would override a `runAsNonRoot: true` of the vCluster's pod.
@@ -52,16 +53,29 @@
 //!
 //! Secrets: an `allowedSecrets` entry ending in `*` is a name prefix, any other an exact name.
 //!
+//! Resources: `maxResources` bounds what a plugin asks for in `spec.resources`, the same for
+//! every kind of plugin: the container of an image (v1 sidecar, v2 init container) and the
+//! embedded runtime's sidecar, whose `spec.resources` overrides the operator's defaults per
+//! resource (`crate::workload::RUNTIME_REQUESTS`, `RUNTIME_LIMITS`: `100m` / `96Mi` requested,
+//! `1` / `256Mi` at most). The defaults themselves are the operator's and are not judged here.
+//! Quantities are compared as Kubernetes reads them (`crate::quantity`: `1Gi` is `1024Mi`).
+//! Unset (the default), a plugin may ask for any amount; what the namespace's LimitRange and
+//! ResourceQuota allow and what a node can hold are judged apart, before the install
+//! (`crate::judge::resources`).
+//!
 //! The first refusal found (in the order of the table) becomes `Ready=False`,
 //! `reason=PolicyDenied`, with a message naming the field path and the policy key, such as
 //! `spec.securityContext.privileged = true is refused by the operator policy: a privileged
 //! container has full access to the node (policy containers.allowPrivileged: false)`.
+
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::SecurityContext;
 use serde::{Deserialize, Serialize};
 use vcp_crds::VClusterPlugin;
 
 use super::denial::Denial;
+use crate::quantity::{Amount, QuantityError};
 use crate::workload::{PLUGINS_VOLUME, VCLUSTER_KUBECONFIG_VOLUME};
 
 /// What a plugin's container may ask for; every field optional in the policy file, the
@@ -91,6 +105,22 @@ pub struct ContainerPolicy {
     /// Images `spec.image` may use (prefixes ending in `/`, else repositories); empty (the
     /// default): any image.
     pub allowed_images: Vec<String>,
+    /// The most `spec.resources` may request or limit, per resource name (`cpu`, `memory`,
+    /// `ephemeral-storage`, ...), as Kubernetes quantities; empty (the default): no bound.
+    pub max_resources: BTreeMap<String, String>,
+}
+
+impl ContainerPolicy {
+    /// Checks that every `maxResources` value is a quantity.
+    ///
+    /// # Errors
+    /// The first value that is not, with its key.
+    pub fn validate(&self) -> Result<(), (String, QuantityError)> {
+        for (resource, max) in &self.max_resources {
+            Amount::parse(max).map_err(|e| (format!("containers.maxResources.{resource}"), e))?;
+        }
+        Ok(())
+    }
 }
 
 fn list(values: &[String]) -> String {
@@ -233,6 +263,34 @@ pub(crate) fn security_context(
     Ok(())
 }
 
+/// `spec.resources` of `plugin` against `containers.maxResources` (see the module docs):
+/// requests first, then limits, each in resource-name order. A value that is not a quantity
+/// is left to the API server (its dry run refuses it, `InvalidWorkload`).
+fn resources(policy: &ContainerPolicy, plugin: &VClusterPlugin) -> Result<(), Denial> {
+    let Some(asked) = &plugin.spec.resources else {
+        return Ok(());
+    };
+    for (kind, values) in [("requests", &asked.requests), ("limits", &asked.limits)] {
+        for (resource, value) in values.iter().flatten() {
+            let Some(max) = policy.max_resources.get(resource) else {
+                continue;
+            };
+            if let (Ok(v), Ok(m)) = (Amount::parse(&value.0), Amount::parse(max))
+                && v > m
+            {
+                return Err(denial(
+                    format!("spec.resources.{kind}.{resource}"),
+                    value.0.clone(),
+                    format!(
+                        "more {resource} than a plugin's container may ask for (policy containers.maxResources.{resource}: {max})"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Checks the container fields of `plugin` against `policy` (see the module docs).
 ///
 /// # Errors
@@ -297,6 +355,7 @@ pub fn check(policy: &ContainerPolicy, plugin: &VClusterPlugin) -> Result<(), De
             ));
         }
     }
+    resources(policy, plugin)?;
     if let Some(image) = &spec.image
         && !policy.allowed_images.is_empty()
         && !policy

@@ -11,8 +11,8 @@
 //! ([`crate::policy`], with the plurals discovery found) → `PolicyDenied`; the cluster state
 //! ([`ClusterFacts::grant`]: `UnknownType`, `ClusterScopedType`, `VClusterRoleNotFound`,
 //! `SharedVClusterRole`); the size budgets ([`crate::workload::budget`]: `TooLarge`, the
-//! later-installed plugin); the hooks' judging and the dry runs (observed, [`Observed::judged`]:
-//! `PolicyDenied`, `InvalidWorkload`); conflicts among the plugins left
+//! later-installed plugin); the hooks' judging, what the pods would ask for and the dry runs
+//! (observed, [`Observed::judged`]: `PolicyDenied`, `ResourcesExceeded`, `InvalidWorkload`); conflicts among the plugins left
 //! ([`crate::workload::plan`]: `Conflict`). They are judged for **every** plugin of the
 //! vCluster, not only the one being reconciled, so every reconcile of the same workload (and
 //! the cleanup of a deleted plugin, and the sweep) computes the same set of installed plugins:
@@ -39,7 +39,8 @@ pub const RESYNC: Duration = Duration::from_secs(600);
 
 /// How soon a plugin refused for the state of the cluster rather than its own spec
 /// (`UnknownType`: a type the host does not serve; `VClusterRoleNotFound`: no Role bound to the
-/// vCluster's service account; `SharedVClusterRole`: that Role is bound to others too) is
+/// vCluster's service account; `SharedVClusterRole`: that Role is bound to others too;
+/// `ResourcesExceeded`: the namespace's LimitRange or ResourceQuota, or the nodes) is
 /// judged again. The CRD or RoleBinding that resolves the refusal is
 /// not watched for this plugin (it is not the plugin's own; of the namespace's Roles only those
 /// of a plugin in `PatchVClusterRoles` mode are, [`crate::patched_roles`]), so without this the
@@ -254,7 +255,10 @@ pub fn next_reconcile(rbac: &Check) -> Duration {
             if Reason::parse(reason).is_some_and(|r| {
                 matches!(
                     r,
-                    Reason::UnknownType | Reason::VClusterRoleNotFound | Reason::SharedVClusterRole
+                    Reason::UnknownType
+                        | Reason::VClusterRoleNotFound
+                        | Reason::SharedVClusterRole
+                        | Reason::ResourcesExceeded
                 )
             }) =>
         {

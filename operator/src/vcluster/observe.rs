@@ -1,13 +1,16 @@
 //! *Observe*: the reads of converging one vCluster ([`super`]): the plugins installed into its
 //! workload ([`candidates`], from the plugins' watch cache), the cluster facts their refusals
 //! depend on ([`cluster_facts`]: the workload's identity, discovery, the namespace's Roles and
-//! RoleBindings), and the verdicts of the hooks' judging and of the server-side dry runs
+//! RoleBindings), and the verdicts of the hooks' judging, of what the pods would ask for
+//! ([`resource_facts`], [`crate::judge::resources`]) and of the server-side dry runs
 //! ([`judge_parts`], [`crate::judge`]; dry runs store nothing). The workload itself is read by
 //! [`crate::cache::workload`] (install) or [`crate::cache::fetch_workload`] (delete, sweep).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{LimitRange, Node, ResourceQuota};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
@@ -16,8 +19,9 @@ use vcp_crds::VClusterPlugin;
 use super::decide::{ClusterFacts, Observed, admitted, find_vcluster_role};
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::judge::resources::{self, ResourceFacts};
 use crate::rbac::{self, Plurals};
-use crate::workload::{self, Refusal, Workload};
+use crate::workload::{self, Refusal, Workload, WorkloadKind};
 use crate::writes::ApiDryRun;
 
 /// Observes the vCluster whose workload is `wl`: the plugins installed into it
@@ -170,12 +174,16 @@ pub async fn cluster_facts(
 }
 
 /// The refusals, by name, of the plugins of `accepted` (those of `wl` that policy, cluster
-/// state and size budgets let in, [`admitted`]) whose hooks or part of `wl` are refused
-/// ([`crate::judge`]: server-side dry runs, made only when the body or the workload changed;
-/// verdicts are kept in [`Context::verdicts`]).
+/// state and size budgets let in, [`admitted`]) whose hooks, resources or part of `wl` are
+/// refused: the hooks first ([`crate::judge::hooks`]), then, when the workload does not hold
+/// the remaining plugins' body yet, what its pods would ask for against the namespace's
+/// LimitRanges and ResourceQuotas and the nodes ([`resources::refusals`] on
+/// [`resource_facts`], read for that judgement only), then the server-side dry runs of what is
+/// left ([`crate::judge`], made only when the body or the workload changed; verdicts are kept
+/// in [`Context::verdicts`]).
 ///
 /// # Errors
-/// The dry runs' errors other than a refusal.
+/// The reads of the facts and the dry runs' errors other than a refusal.
 pub async fn judge_parts(
     ctx: &Context,
     wl: &Workload,
@@ -192,12 +200,154 @@ pub async fn judge_parts(
         .into_iter()
         .filter(|p| !hooked.contains_key(&p.name_any()))
         .collect();
+    let all = workload::plan(wl, &accepted, &ctx.runtime_image);
+    let sized = if all.installed.is_empty() || workload::is_converged(wl, &all.patch) {
+        BTreeMap::new()
+    } else {
+        let key = crate::judge::key(wl);
+        let input = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            (&wl.uid, wl.generation, crate::judge::body_hash(&all.patch)).hash(&mut h);
+            h.finish()
+        };
+        let now = std::time::Instant::now();
+        match ctx.verdicts.resources.get(&key, input, now) {
+            Some(refused) => refused,
+            None => {
+                let facts = resource_facts(ctx, wl).await?;
+                let refused = resources::refusals(wl, &accepted, &facts, &ctx.runtime_image);
+                ctx.verdicts
+                    .resources
+                    .put(&key, input, now, refused.clone());
+                refused
+            }
+        }
+    };
+    let accepted: Vec<&VClusterPlugin> = accepted
+        .into_iter()
+        .filter(|p| !sized.contains_key(&p.name_any()))
+        .collect();
     let mut refused = ctx
         .verdicts
         .refusals(&dry, wl, &accepted, &ctx.runtime_image)
         .await?;
     refused.extend(hooked);
+    refused.extend(sized);
     Ok(refused)
+}
+
+/// The facts [`resources::refusals`] judges against: the LimitRanges and ResourceQuotas of
+/// `wl`'s namespace, every node's allocatable (listed in pages of 100, only the allocatable
+/// kept), and, when a quota tracks CPU or memory, the workload's `spec.replicas` (read from
+/// the API server). A list the operator may not read (403: a deployment whose ClusterRole
+/// predates these rules, `config/rbac/role.yaml`) leaves that part unjudged, with a warning.
+///
+/// # Errors
+/// The API server's answers other than 403.
+pub async fn resource_facts(ctx: &Context, wl: &Workload) -> Result<ResourceFacts> {
+    let limit_ranges = forbidden_is_empty(
+        "LimitRange",
+        list_in::<LimitRange>(ctx, &wl.namespace).await,
+    )?;
+    let quotas = forbidden_is_empty(
+        "ResourceQuota",
+        list_in::<ResourceQuota>(ctx, &wl.namespace).await,
+    )?;
+    let nodes = forbidden_is_empty("Node", list_nodes(ctx).await)?;
+    let tracked = quotas.iter().any(|q| {
+        let hard = q
+            .status
+            .as_ref()
+            .and_then(|s| s.hard.as_ref())
+            .or_else(|| q.spec.as_ref().and_then(|s| s.hard.as_ref()));
+        hard.is_some_and(|h| {
+            [
+                "cpu",
+                "memory",
+                "requests.cpu",
+                "requests.memory",
+                "limits.cpu",
+                "limits.memory",
+            ]
+            .iter()
+            .any(|k| h.contains_key(*k))
+        })
+    });
+    let replicas = if tracked { replicas(ctx, wl).await? } else { 1 };
+    Ok(ResourceFacts {
+        limit_ranges,
+        quotas,
+        nodes,
+        replicas,
+    })
+}
+
+/// `listed`, or nothing when the operator may not list `kind` (403), with a warning.
+fn forbidden_is_empty<T>(kind: &str, listed: Result<Vec<T>>) -> Result<Vec<T>> {
+    match listed {
+        Err(Error::Kube {
+            source: kube::Error::Api(e),
+            ..
+        }) if e.code == 403 => {
+            tracing::warn!(kind, error = %e.message, "cannot list; plugins' resources are not judged against them");
+            Ok(Vec::new())
+        }
+        other => other,
+    }
+}
+
+/// Every node's name and allocatable, listed in pages of 100.
+async fn list_nodes(
+    ctx: &Context,
+) -> Result<
+    Vec<(
+        String,
+        BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    )>,
+> {
+    let api = Api::<Node>::all(ctx.client.clone());
+    let mut out = Vec::new();
+    let mut params = ListParams::default().limit(100);
+    loop {
+        let page = api
+            .list(&params)
+            .await
+            .map_err(|e| Error::kube("list Nodes", e))?;
+        out.extend(page.items.into_iter().map(|n| {
+            let name = n.name_any();
+            (
+                name,
+                n.status.and_then(|s| s.allocatable).unwrap_or_default(),
+            )
+        }));
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(next) => params = params.continue_token(&next),
+            None => return Ok(out),
+        }
+    }
+}
+
+/// `spec.replicas` of `wl` (1 when unset, as the API server defaults it).
+async fn replicas(ctx: &Context, wl: &Workload) -> Result<i64> {
+    let what = format!("get {} {}/{}", wl.kind_str(), wl.namespace, wl.name);
+    let replicas = match wl.kind.unwrap_or(WorkloadKind::StatefulSet) {
+        WorkloadKind::StatefulSet => {
+            Api::<StatefulSet>::namespaced(ctx.client.clone(), &wl.namespace)
+                .get_opt(&wl.name)
+                .await
+                .map_err(|e| Error::kube(&what, e))?
+                .and_then(|s| s.spec?.replicas)
+        }
+        WorkloadKind::Deployment => {
+            Api::<Deployment>::namespaced(ctx.client.clone(), &wl.namespace)
+                .get_opt(&wl.name)
+                .await
+                .map_err(|e| Error::kube(&what, e))?
+                .and_then(|d| d.spec?.replicas)
+        }
+    };
+    Ok(i64::from(replicas.unwrap_or(1)))
 }
 
 /// The Roles of the plugin's namespace that [`super::act::sync_vcluster_roles`] must look at:

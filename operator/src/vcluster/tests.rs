@@ -352,3 +352,26 @@ fn a_patch_path_that_does_not_parse_refuses_the_plugin_only() {
     );
     assert!(plan.verdicts["fine"].is_ok());
 }
+
+/// A remembered verdict of the resources' judgement lasts as long as the recheck period of a
+/// plugin refused for the cluster's state, so such a plugin is judged on fresh facts each time.
+#[test]
+fn resource_verdicts_last_one_recheck_period() {
+    assert_eq!(crate::judge::resources::REMEMBERED_FOR, RECHECK);
+    let remembered = crate::judge::resources::Remembered::default();
+    let now = std::time::Instant::now();
+    remembered.put("StatefulSet/a/vc", 7, now, BTreeMap::new());
+    assert!(remembered.get("StatefulSet/a/vc", 7, now).is_some());
+    assert!(
+        remembered.get("StatefulSet/a/vc", 8, now).is_none(),
+        "another body"
+    );
+    assert!(
+        remembered
+            .get("StatefulSet/a/vc", 7, now + RECHECK)
+            .is_none(),
+        "too old"
+    );
+    remembered.retain(|_| false);
+    assert!(remembered.is_empty());
+}

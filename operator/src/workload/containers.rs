@@ -7,12 +7,18 @@
 //! sidecar (`VCLUSTER_PLUGIN_ADDRESS` / `VCLUSTER_PLUGIN_NAME`, as the chart's
 //! `vcluster.legacyPlugins.containers` renders them).
 
-use k8s_openapi::api::core::v1::{Container, EnvVar, SecretVolumeSource, Volume, VolumeMount};
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, ResourceRequirements, SecretVolumeSource, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::ResourceExt;
 use vcp_crds::Reason;
 use vcp_crds::{PluginVersion, RUNTIME_ENV, VClusterPlugin};
 
 use super::identity::Refusal;
+use crate::quantity::Amount;
 
 /// Name of the emptyDir volume shared by the v2 init containers and `syncer`: vCluster's syncer
 /// runs every `/plugins/<name>/plugin` in it. Mounted only into the init containers the operator
@@ -71,6 +77,78 @@ pub const V1_BASE_PORT: u32 = 14000;
 /// integration's `9090`, the Kubernetes components' `10250`-`10259`, and the v1 sidecars from
 /// [`V1_BASE_PORT`]. The port is not declared as a `containerPort` (a scrape config names it).
 pub const RUNTIME_METRICS_BASE_PORT: u32 = 9460;
+
+/// Requests of the embedded-runtime sidecar for each resource its plugin's `resources` does not
+/// name: CPU `100m`, memory `96Mi`. Limits: [`RUNTIME_LIMITS`].
+///
+/// The figures hold at 50,000 synced objects, measured by `scripts/bench sync`
+/// (`docs/BENCHMARKS.md`, "runtime: peak RSS at 50,000 objects" and "the restart on 50,000"):
+/// - memory: the runtime's resident set peaks at 62.6–69.2 MiB once 50,000 objects are in
+///   sync, and at 76.5–95.8 MiB (medians of the runs) while a restarted runtime lists them
+///   again; the request covers those medians. The limit, `256Mi`, leaves room above the
+///   highest single peak measured (103.6 MiB, a busy machine) for the expression sandbox: up to
+///   `EVALUATION_SLOTS` (4) evaluations at once and `MAX_OVERRUNNING` (2) past their bound, each
+///   bounded to 16 MiB (`vcp_syncer_runtime::patches`), 96 MiB together: 200 MiB in the worst
+///   case measured plus the worst case allowed;
+/// - CPU: the runtime runs its syncers on one worker thread (`syncer-runtime/src/main.rs`);
+///   syncing 50,000 objects costs 0.25–0.47 ms of CPU each (the same benchmark), about 0.6 to
+///   0.9 of a core while the initial sync runs and next to nothing once in sync. The limit,
+///   one core, keeps that pace and bounds what a flood of its `/metrics` port can take from the
+///   pod's other containers; the request, `100m`, is what it needs between bursts.
+///
+/// A plugin's own `spec.resources` overrides these per resource and per kind
+/// ([`runtime_resources`]), within the operator policy's `containers.maxResources`
+/// (`crate::policy::containers`). A v2 plugin, embedded or not, runs inside vCluster's `syncer`
+/// container (its process is started by vCluster's syncer from `/plugins`): the `syncer`
+/// container's own requests and limits (the vCluster chart's
+/// `controlPlane.statefulSet.resources`) apply to it, the operator sets none, and a v2
+/// plugin's `spec.resources` applies only to its init container, which copies its binary.
+pub const RUNTIME_REQUESTS: [(&str, &str); 2] = [("cpu", "100m"), ("memory", "96Mi")];
+
+/// Limits of the embedded-runtime sidecar for each resource its plugin's `resources` does not
+/// name: CPU `1`, memory `256Mi` (the source of the figures: [`RUNTIME_REQUESTS`]).
+pub const RUNTIME_LIMITS: [(&str, &str); 2] = [("cpu", "1"), ("memory", "256Mi")];
+
+/// The requests and limits of the embedded-runtime sidecar for a plugin whose `spec.resources`
+/// is `spec`: everything `spec` names, and for CPU and memory the defaults
+/// ([`RUNTIME_REQUESTS`], [`RUNTIME_LIMITS`]) where `spec` names none, kept consistent with
+/// what it names as Kubernetes keeps a container's (a request is never above its limit): a
+/// limit given alone below the default request is the request too, a request given alone above
+/// the default limit is the limit too. A quantity that cannot be read is kept as written (the
+/// API server's dry run then refuses it, `InvalidWorkload`).
+pub fn runtime_resources(spec: Option<&ResourceRequirements>) -> ResourceRequirements {
+    let mut requests: BTreeMap<String, Quantity> =
+        spec.and_then(|r| r.requests.clone()).unwrap_or_default();
+    let mut limits: BTreeMap<String, Quantity> =
+        spec.and_then(|r| r.limits.clone()).unwrap_or_default();
+    let below = |a: &Quantity, b: &str| match (Amount::parse(&a.0), Amount::parse(b)) {
+        (Ok(a), Ok(b)) => a < b,
+        _ => false,
+    };
+    for ((resource, request), (_, limit)) in RUNTIME_REQUESTS.iter().zip(RUNTIME_LIMITS) {
+        let given_request = requests.get(*resource).cloned();
+        let given_limit = limits.get(*resource).cloned();
+        if given_request.is_none() {
+            let request = match &given_limit {
+                Some(l) if below(l, request) => l.clone(),
+                _ => Quantity((*request).to_string()),
+            };
+            requests.insert((*resource).to_string(), request);
+        }
+        if given_limit.is_none() {
+            let limit = match &given_request {
+                Some(r) if !below(r, limit) => r.clone(),
+                _ => Quantity(limit.to_string()),
+            };
+            limits.insert((*resource).to_string(), limit);
+        }
+    }
+    ResourceRequirements {
+        claims: spec.and_then(|r| r.claims.clone()),
+        limits: Some(limits),
+        requests: Some(requests),
+    }
+}
 
 /// How a plugin runs inside the vCluster pod.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -233,7 +311,7 @@ fn runtime_base_container(plugin: &VClusterPlugin, runtime_image: &str) -> Conta
 /// runtime refuses to run any other), then the spec's `RUST_LOG` ([`runtime_base_container`]);
 /// with the vCluster's kubeconfig Secret mounted read-only at [`VCLUSTER_KUBECONFIG_DIR`], its
 /// only mount; `/metrics` served on `0.0.0.0:<metrics_port>` (`--metrics-bind-address`,
-/// [`RUNTIME_METRICS_BASE_PORT`]).
+/// [`RUNTIME_METRICS_BASE_PORT`]); requests and limits from [`runtime_resources`].
 pub fn embedded_container(
     plugin: &VClusterPlugin,
     runtime_image: &str,
@@ -241,6 +319,7 @@ pub fn embedded_container(
 ) -> Container {
     let mut c = runtime_base_container(plugin, runtime_image);
     mount_first(&mut c, vcluster_kubeconfig_mount());
+    c.resources = Some(runtime_resources(plugin.spec.resources.as_ref()));
     c.command = Some(vec![RUNTIME_BINARY.to_string()]);
     c.args = Some(vec![
         "--namespace".into(),

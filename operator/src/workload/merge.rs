@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use vcp_crds::Reason;
 
-use k8s_openapi::api::core::v1::{Container, EmptyDirVolumeSource, Volume};
+use k8s_openapi::api::core::v1::{Container, EmptyDirVolumeSource, PodSpec, Volume};
 use kube::ResourceExt;
 use serde_json::{Map, Value, json};
 use vcp_crds::{FINALIZER, VClusterPlugin};
@@ -62,8 +62,10 @@ pub fn install_order<'a>(plugins: &[&'a VClusterPlugin]) -> Vec<&'a VClusterPlug
 /// not add names in its `VCLUSTER_PLUGIN_ADDRESS` (such as a v1 sidecar vCluster's chart
 /// renders from its own `plugin:` values, numbered from 14000 too) and no earlier v1 plugin of
 /// this plan took. An embedded-runtime sidecar's `/metrics` port is, likewise, the lowest from
-/// [`RUNTIME_METRICS_BASE_PORT`] that no container the operator did not add declares and no
-/// earlier sidecar of this plan took.
+/// [`RUNTIME_METRICS_BASE_PORT`] that no container the operator did not add declares or names
+/// in its `VCLUSTER_PLUGIN_ADDRESS`, no v1 sidecar of this plan listens on and no earlier
+/// sidecar of this plan took. (A process that listens on a port its container does not declare
+/// cannot be seen from the pod template: the runtime then reports it, `MetricsUnavailable`.)
 ///
 /// `runtime_image` is the image of the embedded runtime (the operator's `--runtime-image`).
 pub fn plan(workload: &Workload, plugins: &[&VClusterPlugin], runtime_image: &str) -> WorkloadPlan {
@@ -82,8 +84,10 @@ pub fn plan(workload: &Workload, plugins: &[&VClusterPlugin], runtime_image: &st
     // then those of the operator's v1 sidecars as they are placed.
     let mut taken_ports = foreign_plugin_ports(workload, &owned);
     // Ports an embedded sidecar's `/metrics` must not take: those the containers the operator
-    // did not add declare, then those of the operator's sidecars as they are placed.
+    // did not add declare or listen on as v1 sidecars, then those of the operator's sidecars
+    // (runtimes and v1 plugins) as they are placed.
     let mut taken_metrics_ports = foreign_declared_ports(workload, &owned);
+    taken_metrics_ports.extend(taken_ports.iter().copied());
     // Whether an embedded-runtime sidecar is installed: the only container that gets the
     // vCluster's kubeconfig volume (whatever other containers ask for).
     let mut runtime_sidecar = false;
@@ -116,6 +120,7 @@ pub fn plan(workload: &Workload, plugins: &[&VClusterPlugin], runtime_image: &st
                 match v1_container(plugin, port) {
                     Ok(c) => {
                         taken_ports.insert(port);
+                        taken_metrics_ports.insert(port);
                         containers.push(c);
                     }
                     Err(refusal) => {
@@ -185,6 +190,47 @@ pub fn plan(workload: &Workload, plugins: &[&VClusterPlugin], runtime_image: &st
         installed,
         refused,
     }
+}
+
+/// The pod spec of `workload`'s pods once `planned` (a [`plan`] of it) is applied: the live
+/// template with the containers and init containers the operator added replaced by the plan's
+/// (the plan's `syncer` entry, a mount only, merges into the live `syncer` and changes nothing
+/// else of it). For judging what the pods would ask for before the apply
+/// (`crate::judge::resources`).
+pub fn planned_pod_spec(workload: &Workload, planned: &WorkloadPlan) -> PodSpec {
+    let owned = owned_entries(&workload.managed_fields);
+    let template = planned.patch.pointer("/spec/template/spec");
+    let entries = |list: &str| -> Vec<Container> {
+        template
+            .and_then(|t| t.get(list))
+            .and_then(|l| serde_json::from_value(l.clone()).ok())
+            .unwrap_or_default()
+    };
+    let merged = |list: &'static str, live: &[Container]| -> Vec<Container> {
+        let mut out: Vec<Container> = live
+            .iter()
+            .filter(|c| !is_operators(&owned, list, &c.name))
+            .cloned()
+            .collect();
+        for c in entries(list) {
+            if !out.iter().any(|o| o.name == c.name) {
+                out.push(c);
+            }
+        }
+        out
+    };
+    let mut spec = workload.pod_spec.clone();
+    spec.containers = merged("containers", &workload.pod_spec.containers);
+    let init = merged(
+        "initContainers",
+        workload
+            .pod_spec
+            .init_containers
+            .as_deref()
+            .unwrap_or_default(),
+    );
+    spec.init_containers = Some(init).filter(|i| !i.is_empty());
+    spec
 }
 
 /// The live containers and init containers of `workload`, each with the name of its list

@@ -166,6 +166,10 @@ fn embedded_plugin_adds_only_its_sidecar() {
                              "--virtual-kubeconfig", "/var/run/vcp/vcluster/config",
                              "--metrics-bind-address", "0.0.0.0:9460"],
                     "env": [{ "name": "VCLUSTER_PLUGIN_NAME", "value": "car-syncer" }],
+                    "resources": {
+                        "requests": { "cpu": "100m", "memory": "96Mi" },
+                        "limits": { "cpu": "1", "memory": "256Mi" },
+                    },
                     "volumeMounts": [{ "name": "vcp-vcluster-kubeconfig", "mountPath": "/var/run/vcp/vcluster", "readOnly": true }],
                 }],
                 "volumes": [{ "name": "vcp-vcluster-kubeconfig", "secret": { "secretName": "vc-my-vcluster", "optional": true } }],
@@ -317,6 +321,10 @@ fn nothing_in_a_spec_points_the_embedded_runtime_at_another_plugin() {
                 { "name": "VCLUSTER_PLUGIN_NAME", "value": "mine" },
                 { "name": "RUST_LOG", "value": "debug" },
             ],
+            "resources": {
+                "requests": { "cpu": "100m", "memory": "96Mi" },
+                "limits": { "cpu": "1", "memory": "256Mi" },
+            },
             "volumeMounts": [{ "name": "vcp-vcluster-kubeconfig", "mountPath": "/var/run/vcp/vcluster", "readOnly": true }],
         })
     );
@@ -378,6 +386,10 @@ fn the_embedded_runtime_takes_no_mount_and_no_variable_of_a_spec_but_rust_log() 
                 { "name": "VCLUSTER_PLUGIN_NAME", "value": "victim-runtime" },
                 { "name": "RUST_LOG", "value": "debug" },
             ],
+            "resources": {
+                "requests": { "cpu": "100m", "memory": "96Mi" },
+                "limits": { "cpu": "1", "memory": "256Mi" },
+            },
             "volumeMounts": [{ "name": "vcp-vcluster-kubeconfig", "mountPath": "/var/run/vcp/vcluster", "readOnly": true }],
         })
     );
@@ -1168,4 +1180,95 @@ fn subset_compares_atomic_lists_exactly() {
         &json!({"env": [{"name": "A", "value": "1"}]}),
         &json!({"env": []})
     ));
+}
+
+fn quantities(pairs: &[(&str, &str)]) -> Option<BTreeMap<String, Quantity>> {
+    Some(
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+            .collect(),
+    )
+}
+
+/// The runtime sidecar's defaults, and a plugin's `spec.resources` overriding them per
+/// resource and kind, a request never left above its limit (Kubernetes refuses such a
+/// container: `ValidateResourceRequirements`).
+#[test]
+fn the_runtime_sidecar_gets_default_requests_and_limits_a_spec_overrides() {
+    let defaults = runtime_resources(None);
+    assert_eq!(
+        defaults.requests,
+        quantities(&[("cpu", "100m"), ("memory", "96Mi")])
+    );
+    assert_eq!(
+        defaults.limits,
+        quantities(&[("cpu", "1"), ("memory", "256Mi")])
+    );
+    // more memory: the limit given, the default request kept
+    let more = ResourceRequirements {
+        limits: quantities(&[("memory", "1Gi")]),
+        ..Default::default()
+    };
+    let r = runtime_resources(Some(&more));
+    assert_eq!(r.limits, quantities(&[("cpu", "1"), ("memory", "1Gi")]));
+    assert_eq!(
+        r.requests,
+        quantities(&[("cpu", "100m"), ("memory", "96Mi")])
+    );
+    // a limit alone below the default request: it is the request too
+    let less = ResourceRequirements {
+        limits: quantities(&[("cpu", "50m"), ("memory", "64Mi")]),
+        ..Default::default()
+    };
+    let r = runtime_resources(Some(&less));
+    assert_eq!(
+        r.requests,
+        quantities(&[("cpu", "50m"), ("memory", "64Mi")])
+    );
+    // a request alone above the default limit: it is the limit too; other resources kept
+    let asks = ResourceRequirements {
+        requests: quantities(&[("memory", "0.5Gi"), ("ephemeral-storage", "1Gi")]),
+        ..Default::default()
+    };
+    let r = runtime_resources(Some(&asks));
+    assert_eq!(
+        r.requests,
+        quantities(&[
+            ("cpu", "100m"),
+            ("ephemeral-storage", "1Gi"),
+            ("memory", "0.5Gi")
+        ])
+    );
+    assert_eq!(r.limits, quantities(&[("cpu", "1"), ("memory", "0.5Gi")]));
+    // in the sidecar, not in a v1 or v2 image's container (their author's own)
+    let p = plugin("e", None, None);
+    assert_eq!(
+        embedded_container(&p, RUNTIME, 9460).resources,
+        Some(defaults)
+    );
+    let v1 = plugin("v1", Some("img:1"), Some(PluginVersion::V1));
+    assert_eq!(v1_container(&v1, 14000).unwrap().resources, None);
+}
+
+/// The runtime's `/metrics` port skips a port a foreign v1 sidecar listens on
+/// (`VCLUSTER_PLUGIN_ADDRESS`), even one it does not declare.
+#[test]
+fn the_metrics_port_skips_a_foreign_v1_sidecars_address() {
+    let mut wl = workload();
+    wl.pod_spec.containers.push(Container {
+        name: "chart-plugin".into(),
+        env: Some(vec![EnvVar {
+            name: PLUGIN_ADDRESS_ENV.into(),
+            value: Some("localhost:9460".into()),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    });
+    let p = plugin("e", None, None);
+    let planned = plan(&wl, &[&p], RUNTIME);
+    assert_eq!(
+        containers(&planned.patch)[0].args.as_ref().unwrap()[7],
+        "0.0.0.0:9461"
+    );
 }

@@ -34,11 +34,13 @@ impl Reporter {
         &mut self,
         generation: &Generation,
         overrunning: &[crate::patches::running::Overrun],
+        metrics_failure: Option<&str>,
     ) {
         let types: Vec<_> = generation.types.iter().map(|t| t.summary()).collect();
         let pod_hooks = generation.pod_hooks.as_ref().map(|p| p.summary());
         let desired = status::desired(&types, pod_hooks.as_ref(), generation.observed_generation);
         let desired = status::with_overrunning(desired, overrunning);
+        let desired = status::with_metrics_failure(desired, metrics_failure);
         if self.last.as_ref().is_some_and(|(last, _)| *last == desired) {
             return;
         }

@@ -443,3 +443,69 @@ fn evaluate_checks_the_containers() {
         crate::policy::evaluate(&Policy::default(), &p, &crate::rbac::Plurals::new()).unwrap_err();
     assert_eq!(d.source, "spec.securityContext.privileged");
 }
+
+/// `containers.maxResources` bounds what `spec.resources` asks for, requests and limits alike,
+/// for every kind of plugin; quantities compare as Kubernetes reads them (`1Gi` = `1024Mi`).
+#[test]
+fn resources_above_the_policy_maximum_are_refused() {
+    use k8s_openapi::api::core::v1::ResourceRequirements;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let asking = |kind: &str, resource: &str, value: &str, image: bool| {
+        plugin(|s| {
+            let list = Some([(resource.to_string(), Quantity(value.into()))].into());
+            s.resources = Some(if kind == "requests" {
+                ResourceRequirements {
+                    requests: list,
+                    ..Default::default()
+                }
+            } else {
+                ResourceRequirements {
+                    limits: list,
+                    ..Default::default()
+                }
+            });
+            if image {
+                s.image = Some("example.com/p:1".into());
+            }
+        })
+    };
+    // unset (the default): no bound
+    assert!(
+        check(
+            &ContainerPolicy::default(),
+            &asking("limits", "memory", "100Ti", false)
+        )
+        .is_ok()
+    );
+    let policy =
+        Policy::from_yaml("containers:\n  maxResources:\n    memory: 1Gi\n    cpu: \"2\"\n")
+            .unwrap()
+            .containers;
+    assert!(check(&policy, &asking("limits", "memory", "1024Mi", false)).is_ok());
+    assert!(check(&policy, &asking("requests", "cpu", "2000m", true)).is_ok());
+    // a resource the policy does not name: no bound
+    assert!(
+        check(
+            &policy,
+            &asking("limits", "ephemeral-storage", "100Gi", true)
+        )
+        .is_ok()
+    );
+    let d = check(&policy, &asking("limits", "memory", "100Ti", false)).unwrap_err();
+    assert_eq!(d.source, "spec.resources.limits.memory");
+    assert_eq!(
+        d.message(),
+        "spec.resources.limits.memory = 100Ti is refused by the operator policy: more memory than a plugin's container may ask for (policy containers.maxResources.memory: 1Gi)"
+    );
+    let d = check(&policy, &asking("requests", "cpu", "2001m", true)).unwrap_err();
+    assert_eq!(d.source, "spec.resources.requests.cpu");
+    // a value that is not a quantity is refused when the policy is read
+    let err = Policy::from_yaml("containers:\n  maxResources:\n    memory: lots\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("containers.maxResources.memory")
+            && err.contains("\"lots\" is not a Kubernetes quantity"),
+        "{err}"
+    );
+}
