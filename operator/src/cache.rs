@@ -172,7 +172,7 @@ pub struct CacheStreams {
 /// concurrent initial list holds a page of full objects, `managedFields` included, at once. On
 /// a restart every cache lists at the same time; at 1,000 vClusters (2,000 plugins, 1,000
 /// StatefulSets with Helm's and the operator's `managedFields`) the operator's peak resident set
-/// was the restart's, above the install's (`docs/BENCHMARKS.md`, issue 24). Smaller pages cost
+/// was the restart's, above the install's (`docs/BENCHMARKS.md`). Smaller pages cost
 /// more list requests (20 instead of 4 for 2,000 objects), each a few milliseconds.
 pub const LIST_PAGE_SIZE: u32 = 100;
 

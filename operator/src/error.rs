@@ -88,6 +88,19 @@ pub enum Error {
     #[error("--lease-duration {0}s is too short: use at least 2 seconds (default 15)")]
     LeaseDuration(u64),
 
+    /// A plugin's removal waited for its vCluster's lock ([`crate::vcluster::DELETE_WAIT`])
+    /// while other reconciles converged that vCluster; it gives its reconcile slot back and is
+    /// retried.
+    #[error(
+        "the workload of vCluster {vcluster} was being converged by other reconciles for {waited:?}; the removal is retried"
+    )]
+    WorkloadBusy {
+        /// `namespace/name` of the vCluster.
+        vcluster: String,
+        /// How long the removal waited.
+        waited: std::time::Duration,
+    },
+
     /// The HTTP server cannot listen.
     #[error(
         "cannot listen on {addr} for /metrics, /healthz and /readyz: {source} (choose another \
@@ -124,6 +137,7 @@ impl Error {
             Error::MissingField(_) => "MissingField".into(),
             Error::Lease { .. } | Error::LeaseDuration(_) => "Lease".into(),
             Error::Bind { .. } => "Bind".into(),
+            Error::WorkloadBusy { .. } => "WorkloadBusy".into(),
         }
     }
 }

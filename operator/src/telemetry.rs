@@ -13,7 +13,10 @@
 //! - `vcp_operator_undecodable_objects_total{kind, part}`: watch events of objects the
 //!   operator's types could not read ([`crate::tolerant`]): `part="object"` for one
 //!   skipped (not even its metadata and spec decoded), `part="status"` for one passed on
-//!   without its status.
+//!   without its status;
+//! - `vcp_operator_reconciles_deferred_total`: reconciles of a plugin that found their
+//!   vCluster's workload lock held by another reconcile and were requeued instead of waiting
+//!   for it in a `--concurrency` slot (`crate::vcluster::install`).
 //!
 //! Per plugin, in memory only, and only with the test feature `reconcile-log` (enabled by the
 //! test crate, never in release): `Telemetry::reconciled` tells how many reconciles of a
@@ -91,6 +94,7 @@ pub struct Telemetry {
     trimmed_at: Gauge,
     settles: Counter,
     settled_at: Gauge,
+    deferred: Counter,
     election_known: AtomicBool,
     leading: AtomicBool,
     synced: AtomicBool,
@@ -100,6 +104,10 @@ pub struct Telemetry {
     relists: Mutex<HashMap<String, u64>>,
     #[cfg(feature = "reconcile-log")]
     state_probe: Mutex<Option<StateProbe>>,
+    /// Plugins whose reconcile in flight was deferred ([`Telemetry::deferred`]): that
+    /// reconcile does not count as having looked at the plugin.
+    #[cfg(feature = "reconcile-log")]
+    deferred_now: Mutex<std::collections::HashSet<(String, String)>>,
 }
 
 /// What [`Telemetry::state`] asks the running controller for: `(name, value)` pairs (test
@@ -213,6 +221,12 @@ impl Telemetry {
         );
         let http = vcp_crds::http::Stats::default();
         http.register(&mut registry, "vcp_operator");
+        let deferred = Counter::default();
+        registry.register(
+            "vcp_operator_reconciles_deferred",
+            "Reconciles requeued because another reconcile held their vCluster's workload lock",
+            deferred.clone(),
+        );
         Telemetry {
             registry,
             http,
@@ -226,6 +240,7 @@ impl Telemetry {
             trimmed_at,
             settles,
             settled_at,
+            deferred,
             election_known: AtomicBool::new(false),
             leading: AtomicBool::new(false),
             synced: AtomicBool::new(false),
@@ -235,16 +250,41 @@ impl Telemetry {
             relists: Mutex::default(),
             #[cfg(feature = "reconcile-log")]
             state_probe: Mutex::default(),
+            #[cfg(feature = "reconcile-log")]
+            deferred_now: Mutex::default(),
         }
     }
 
+    /// Counts a reconcile of the plugin `namespace/name` that found its vCluster's workload
+    /// lock held and was requeued (`vcp_operator_reconciles_deferred_total`). With
+    /// `reconcile-log`, that reconcile then does not count in [`Telemetry::reconciled`]: it
+    /// looked at nothing.
+    pub fn deferred(&self, namespace: &str, name: &str) {
+        self.deferred.inc();
+        #[cfg(feature = "reconcile-log")]
+        if let Ok(mut now) = self.deferred_now.lock() {
+            now.insert((namespace.to_string(), name.to_string()));
+        }
+        #[cfg(not(feature = "reconcile-log"))]
+        let _ = (namespace, name);
+    }
+
+    /// Reconciles deferred so far ([`Telemetry::deferred`]).
+    pub fn deferred_total(&self) -> u64 {
+        self.deferred.get()
+    }
+
     /// Records that a reconcile of the plugin `namespace/name`, read at `resource_version`,
-    /// finished (whatever its result; [`Telemetry::observe_reconcile`] counts results). A
+    /// finished (whatever its result; [`Telemetry::observe_reconcile`] counts results), unless
+    /// it was deferred ([`Telemetry::deferred`]). A
     /// plugin that comes back under a gone name goes on counting from its gone entry.
     #[cfg(feature = "reconcile-log")]
     pub fn observe_reconcile_of(&self, namespace: &str, name: &str, resource_version: &str) {
+        let id = (namespace.to_string(), name.to_string());
+        if self.deferred_now.lock().is_ok_and(|mut d| d.remove(&id)) {
+            return;
+        }
         if let Ok(mut table) = self.per_plugin.lock() {
-            let id = (namespace.to_string(), name.to_string());
             let before = table
                 .gone
                 .iter()
@@ -449,12 +489,16 @@ impl Telemetry {
         self.trims.get()
     }
 
-    /// Reconciles finished so far (both results).
+    /// Reconciles finished so far (both results) that did their work: those deferred
+    /// ([`Telemetry::deferred`], which looked at nothing) are not counted, so a burst of
+    /// deferrals is no burst of work ([`crate::trim`]) and a test reading this count sees the
+    /// operator look. (`vcp_reconcile_total` counts every finished reconcile.)
     pub fn reconciles(&self) -> u64 {
-        ["success", "error"]
+        let finished: u64 = ["success", "error"]
             .into_iter()
             .map(|result| self.reconciles.get_or_create(&ResultLabel { result }).get())
-            .sum()
+            .sum();
+        finished.saturating_sub(self.deferred.get())
     }
 
     /// Sets whether this replica leads (and so reconciles); its leader state is known from now.
@@ -588,5 +632,24 @@ mod tests {
                 "missing {line:?} in\n{text}"
             );
         }
+        // A deferred reconcile (its vCluster's lock held) is counted apart, not as work.
+        t.deferred("ns", "p");
+        t.observe_reconcile(Duration::from_millis(1), None);
+        #[cfg(feature = "reconcile-log")]
+        {
+            t.observe_reconcile_of("ns", "p", "7");
+            assert_eq!(t.reconciled("ns", "p"), None, "it looked at nothing");
+            t.observe_reconcile_of("ns", "p", "8");
+            assert_eq!(t.reconciled("ns", "p").map(|r| r.count), Some(1));
+        }
+        assert_eq!(t.reconciles(), 2);
+        assert_eq!(t.deferred_total(), 1);
+        assert!(
+            t.encode()
+                .lines()
+                .any(|l| l == "vcp_operator_reconciles_deferred_total 1"),
+            "{}",
+            t.encode()
+        );
     }
 }

@@ -12,7 +12,14 @@
 //!
 //! The workload's lock ([`Context::workload_lock`]) is held from the first read of the
 //! workload to its apply, so reconciles of plugins of the same vCluster (and the sweep) compute
-//! and send the workload's body one at a time.
+//! and send the workload's body one at a time. A reconcile does not wait for it while holding
+//! one of the controller's `--concurrency` slots, or one tenant's many plugins of one vCluster
+//! would take every slot and stall the other tenants: [`install`] only tries the lock and, when
+//! another reconcile holds it, is requeued to come back in its turn
+//! ([`crate::context::WorkloadLock::retry_after`]: its place among the plugins turned away
+//! times the hold so far, 0.1–5 s, with jitter; the holder converges the whole vCluster
+//! meanwhile); [`delete`] waits at most [`DELETE_WAIT`], then fails and is retried with the
+//! plugin's backoff.
 //!
 //! [`install`] adds the finalizer `vcp.dev/cleanup` first ([`crate::finalizer`]: to this plugin,
 //! and, once the workload is found, to the other plugins of the vCluster that lack it, so that
@@ -31,15 +38,22 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use std::sync::Arc;
+use std::time::Duration;
 use vcp_crds::{FINALIZER, VClusterPlugin};
 
 use crate::cache;
 use crate::context::Context;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::finalizer::with_finalizer;
 pub use decide::{
     ClusterFacts, Grant, Intent, Observed, Plan, RECHECK, RESYNC, RbacPlan, decide, next_reconcile,
 };
+
+/// How long [`delete`] waits for its vCluster's lock before it gives its `--concurrency` slot
+/// back (an error, retried with the plugin's backoff, `crate::retry`): a reconcile of one
+/// vCluster holds it for well under a second unless that vCluster's plugins are many, so a
+/// delete normally gets it in time.
+pub const DELETE_WAIT: Duration = Duration::from_secs(2);
 
 /// Converges the vCluster of `plugin`, which is not being deleted, to install it (see the
 /// module docs).
@@ -58,7 +72,19 @@ pub async fn install(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
     let vcluster = plugin.spec.vcluster.name.clone();
 
     let lock = ctx.workload_lock(&namespace, &vcluster);
-    let guard = lock.lock().await;
+    let guard = match lock.try_lock_for(&plugin.name_any()) {
+        Ok(guard) => guard,
+        Err(after) => {
+            // Another reconcile converges this vCluster now: come back in turn, with no slot
+            // held meanwhile.
+            ctx.telemetry.deferred(&namespace, &plugin.name_any());
+            tracing::debug!(
+                retry_in_ms = u64::try_from(after.as_millis()).unwrap_or(u64::MAX),
+                "the vCluster's workload is being converged by another reconcile; requeued"
+            );
+            return Ok(Action::requeue(after));
+        }
+    };
     // The cached copy may be newer than the one this reconcile was started with (another
     // reconcile of the vCluster may have added its finalizer meanwhile).
     let Some(latest) = ctx.plugins.get(&ObjectRef::from_obj(plugin)) else {
@@ -113,7 +139,13 @@ pub async fn delete(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
     let vcluster = plugin.spec.vcluster.name.clone();
 
     let lock = ctx.workload_lock(&namespace, &vcluster);
-    let guard = lock.lock().await;
+    let guard = tokio::time::timeout(DELETE_WAIT, lock.lock())
+        .await
+        .map_err(|_| Error::WorkloadBusy {
+            vcluster: format!("{namespace}/{vcluster}"),
+            waited: DELETE_WAIT,
+        })?;
+    lock.leave(&name);
     let wl = cache::fetch_workload(&ctx.client, &namespace, &vcluster).await?;
     if let Err(e) = act::report(ctx, plugin, &decide::terminating(wl.as_ref())).await {
         // Only informative: never let it block the removal.

@@ -307,10 +307,15 @@ impl OperatorProcess {
         metric(&body, name)
     }
 
-    /// Its finished reconciles (`vcp_reconcile_total`, all results), from `/metrics`.
+    /// Its finished reconciles that did their work, from `/metrics`: `vcp_reconcile_total`
+    /// (all results) less `vcp_operator_reconciles_deferred_total` (those requeued because
+    /// their vCluster's lock was held), as the operator's own count
+    /// (`Telemetry::reconciles`, which its heap trims follow).
     pub async fn reconciles(&self) -> Option<u64> {
         let (_, body) = self.get("/metrics").await?;
-        metric_sum(&body, "vcp_reconcile_total").map(|v| v as u64)
+        let finished = metric_sum(&body, "vcp_reconcile_total")?;
+        let deferred = metric(&body, "vcp_operator_reconciles_deferred_total").unwrap_or(0.0);
+        Some((finished - deferred).max(0.0) as u64)
     }
 }
 

@@ -1,7 +1,7 @@
 //! A plugin asking for more than its namespace or the nodes allow is refused before the
 //! install, with the workload untouched (`operator/src/judge/resources.rs`).
 //!
-//! The attack (issue 47): a plugin asking for 100Ti of memory was installed; the vCluster's
+//! The outside attack: a plugin asking for 100Ti of memory was installed; the vCluster's
 //! new pod could not be scheduled, and another author's plugin went down with it, while the
 //! plugin said `Ready`. The operator's dry runs did not see it: a StatefulSet's dry run creates
 //! no pod, and the pod dry run answers a LimitRange's or quota's 403, which judges nothing. On

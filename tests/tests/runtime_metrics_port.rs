@@ -1,6 +1,6 @@
 //! A port the runtime cannot listen on does not stop it (`syncer-runtime/src/listener.rs`).
 //!
-//! The attack (issue 47, low): a v1 plugin's image listened on the runtime's metrics port
+//! The outside attack (low): a v1 plugin's image listened on the runtime's metrics port
 //! (9460) before the runtime did; the runtime exited at start on every restart (a crash loop
 //! beside vCluster's own containers) while the plugin said `Ready`. Here another listener holds
 //! the runtime's metrics address when it starts, on real API servers: the runtime syncs a Car
