@@ -43,10 +43,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, ValueEnum};
-use kube::Api;
 use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
-use vcp_crds::VClusterPlugin;
 use vcp_syncer_runtime::acceptance::{HookGate, InForce};
 use vcp_syncer_runtime::hooks::declarative_hooks;
 use vcp_syncer_runtime::runtime::{DEFAULT_RESYNC_PERIOD, DEFAULT_WORKERS};
@@ -313,19 +311,10 @@ async fn prepare_v2(session: &Session) -> Result<(Config, HookTable), Error> {
     let init = session.init_config();
     let (host, virtual_) = v2::clients(init).await?;
     let plugin = v2_plugin_name(init.plugin_name(), plugin_name_env())?;
-    let api: Api<VClusterPlugin> = Api::namespaced(host.clone(), &init.host_namespace);
-    let object = api
-        .get_opt(&plugin)
-        .await
-        .map_err(|source| Error::ReadPlugin {
-            namespace: init.host_namespace.clone(),
-            name: plugin.clone(),
-            source: Box::new(source),
-        })?
-        .ok_or_else(|| Error::PluginNotFound {
-            namespace: init.host_namespace.clone(),
-            name: plugin.clone(),
-        })?;
+    // tolerant: a status these types cannot read must not keep the vCluster's syncer from
+    // starting (its plugins are started before it serves)
+    let object =
+        vcp_syncer_runtime::runtime::read_plugin(&host, &init.host_namespace, &plugin).await?;
     let mut config = Config::new(host, virtual_, init.host_namespace.clone(), plugin);
     config.vcluster = Some(init.vcluster.clone());
     config.pod_sync = PodSync::Mutate;

@@ -61,6 +61,48 @@ pub const RESTARTED: &str = "VClusterPlugin spec or its accepted hooks changed, 
 pub const DELETING: &str =
     "VClusterPlugin is being deleted: its hooks stay those accepted before the delete";
 
+/// Reads the plugin `namespace/name` from the host at start, tolerantly
+/// (`vcp_crds::tolerant`): a status the API server accepted but these types cannot read (a
+/// condition's `lastTransitionTime` such as `2024-01-01T10:00:00Zt`, which anyone who may patch
+/// the status can write) must not stop the runtime. It needs only the spec, and writes only its
+/// own status fields, so the plugin is read without its status then (with a warning log).
+///
+/// # Errors
+/// [`Error::ReadPlugin`] when the API server does not answer the read,
+/// [`Error::PluginNotFound`] when there is no such plugin, [`Error::UndecodablePlugin`] when
+/// its spec or metadata cannot be decoded.
+pub async fn read_plugin(
+    host: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<VClusterPlugin, Error> {
+    let api: Api<Tolerant<VClusterPlugin>> = Api::namespaced(host.clone(), namespace);
+    let plugin = api
+        .get_opt(name)
+        .await
+        .map_err(|source| Error::ReadPlugin {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            source: Box::new(source),
+        })?
+        .ok_or_else(|| Error::PluginNotFound {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        })?;
+    match plugin {
+        Tolerant::Whole(plugin) => Ok(plugin),
+        Tolerant::WithoutStatus { object, error } => {
+            warn!(plugin = %name, %error, "the VClusterPlugin's status cannot be decoded; its spec is read without it");
+            Ok(object)
+        }
+        Tolerant::Undecodable(u) => Err(Error::UndecodablePlugin {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            error: u.error,
+        }),
+    }
+}
+
 /// Runs the declarative runtime until the future is dropped (or the task aborted).
 ///
 /// Reads the `VClusterPlugin` `config.plugin` in `config.namespace` on the host, then syncs
@@ -77,38 +119,9 @@ pub async fn run(config: Config) -> Result<(), Error> {
     // `/metrics` and `/healthz` while this future lives (stopped when it is dropped)
     let mut listener =
         crate::listener::Listener::start(config.metrics_bind_address, &config.metrics).await;
-    // Read tolerantly (`vcp_crds::tolerant`): a status the API server accepted but our
-    // types cannot read (a condition's `lastTransitionTime` such as `2024-01-01T10:00:00Zt`,
-    // which anyone who may patch the status can write) must not stop the runtime; it needs only
-    // the spec, and writes only its own status fields.
+    let plugin = read_plugin(&config.host, &config.namespace, &config.plugin).await?;
     let api: Api<Tolerant<VClusterPlugin>> =
         Api::namespaced(config.host.clone(), &config.namespace);
-    let plugin = api
-        .get_opt(&config.plugin)
-        .await
-        .map_err(|source| Error::ReadPlugin {
-            namespace: config.namespace.clone(),
-            name: config.plugin.clone(),
-            source: Box::new(source),
-        })?
-        .ok_or_else(|| Error::PluginNotFound {
-            namespace: config.namespace.clone(),
-            name: config.plugin.clone(),
-        })?;
-    let plugin = match plugin {
-        Tolerant::Whole(plugin) => plugin,
-        Tolerant::WithoutStatus { object, error } => {
-            warn!(plugin = %config.plugin, %error, "the VClusterPlugin's status cannot be decoded; its spec is read without it");
-            object
-        }
-        Tolerant::Undecodable(u) => {
-            return Err(Error::UndecodablePlugin {
-                namespace: config.namespace.clone(),
-                name: config.plugin.clone(),
-                error: u.error,
-            });
-        }
-    };
     let config = Arc::new(config);
     // Events on the VClusterPlugin: `(type, reason, note)`.
     let (warning_tx, mut warnings) = tokio::sync::mpsc::unbounded_channel::<(

@@ -577,3 +577,124 @@ async fn embedded_runtime(version: &str) {
     stop_gracefully(loader, &started).await;
     let _ = std::io::stderr().flush();
 }
+
+/// A status the API server accepted but the runtime's types cannot read (a condition's
+/// `lastTransitionTime` of `2024-01-01T10:00:00Zt`, which the CRD's `date-time` check lets
+/// through and anyone who may patch the status can write) does not keep the runtime from
+/// starting as a v2 plugin: vCluster's loader gets its plugin config and the Cars sync. The
+/// runtime reads the plugin without its status then; the hooks, whose acceptance is in the
+/// status, stay held (declared, and `Mutate` refused with the reason).
+#[tokio::test]
+async fn embedded_runtime_starts_beside_an_unreadable_status() {
+    for (version, _) in vcp_tests::VCLUSTER_VERSIONS {
+        starts_beside_an_unreadable_status(version).await;
+    }
+}
+
+async fn starts_beside_an_unreadable_status(version: &str) {
+    const VCLUSTER: &str = "poisoned-vc";
+    const PLUGIN: &str = "poisoned-status";
+    const BAD_TIME: &str = "2024-01-01T10:00:00Zt";
+    let tag = version.replace('.', "");
+    let ns = format!("vc-v2-poisoned-{tag}");
+    let ns = ns.as_str();
+    let (host, virtual_) = setup(ns).await;
+    let plugin: VClusterPlugin = serde_json::from_value(json!({
+        "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
+        "metadata": {"name": PLUGIN, "namespace": ns},
+        "spec": {
+            "vcluster": {"name": VCLUSTER},
+            "version": "v2",
+            "syncedTypes": [{"apiVersion": "example.loft.sh/v1", "kind": "Car"}],
+            "hooks": [{"name": "pod-hook", "apiVersion": "v1", "kind": "Pod",
+                       "events": ["CreatePhysical"], "labels": {"created-by-plugin": "pod-hook"}}]
+        }
+    }))
+    .expect("plugin");
+    Api::<VClusterPlugin>::namespaced(host.clone(), ns)
+        .patch(
+            PLUGIN,
+            &PatchParams::apply(TEST_FIELD_MANAGER),
+            &Patch::Apply(&plugin),
+        )
+        .await
+        .expect("apply VClusterPlugin");
+    vcp_tests::accept_as_operator(&host, ns, PLUGIN).await;
+    // the poison, by a JSON patch of the untyped object (a typed answer would not decode)
+    let resource = kube::api::ApiResource::erase::<VClusterPlugin>(&());
+    let raw: Api<kube::api::DynamicObject> = Api::namespaced_with(host.clone(), ns, &resource);
+    let poison = serde_json::from_value(json!([{
+        "op": "add", "path": "/status/conditions/-", "value": {
+            "type": "Evil", "status": "True", "reason": "X", "message": "x",
+            "lastTransitionTime": BAD_TIME,
+        }
+    }]))
+    .expect("JSON patch");
+    raw.patch_status(PLUGIN, &PatchParams::default(), &Patch::Json::<()>(poison))
+        .await
+        .expect("write the unreadable condition");
+    let typed = Api::<VClusterPlugin>::namespaced(host.clone(), ns)
+        .get(PLUGIN)
+        .await;
+    assert!(
+        matches!(&typed, Err(kube::Error::SerdeError(_))),
+        "the poisoned plugin no longer decodes as VClusterPlugin: {typed:?}"
+    );
+
+    let (_, runtime) = plugin_binaries();
+    let folder = plugins_folder(&format!("poisoned-{tag}"));
+    let install = std::process::Command::new(runtime)
+        .arg("install-plugin")
+        .arg(folder.join(PLUGIN))
+        .output()
+        .expect("run install-plugin");
+    assert!(
+        install.status.success(),
+        "{}",
+        String::from_utf8_lossy(&install.stderr)
+    );
+    let (mut loader, started) =
+        Loader::start(version, &folder, ns, VCLUSTER, Identity::Admin).await;
+    assert_eq!(
+        started["clientHooks"],
+        json!([{"apiVersion": "v1", "kind": "Pod", "type": "CreatePhysical", "plugins": 1}]),
+        "the runtime started and declared its hooks; loader log:\n{}",
+        loader.log()
+    );
+    loader.set_leader().await;
+    apply_car(
+        &virtual_,
+        json!({
+            "apiVersion": "example.loft.sh/v1", "kind": "Car",
+            "metadata": {"name": "beetle"}, "spec": {"type": "Beetle"}
+        }),
+    )
+    .await;
+    let host_cars: Api<Car> = Api::namespaced(host.clone(), ns);
+    let synced = wait_for(TIMEOUT, || {
+        let api = host_cars.clone();
+        async move {
+            api.get_opt(&format!("beetle-x-team-a-x-{VCLUSTER}"))
+                .await
+                .ok()
+                .flatten()
+        }
+    })
+    .await;
+    assert_eq!(synced.spec.type_, "Beetle");
+    // held, not applied: the acceptance is in the status the runtime cannot read, so a pod
+    // that would take the hook is refused (vCluster's syncer retries it) rather than created
+    // with hooks nobody judged
+    loader
+        .send(
+            json!({"op": "mutate", "type": "CreatePhysical", "object": host_pod("api", VCLUSTER)}),
+        )
+        .await;
+    let refused = loader.next("error").await;
+    let message = refused["error"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("are not accepted by the operator yet"),
+        "Mutate refused for want of an accepted generation: {refused}"
+    );
+    stop_gracefully(loader, &started).await;
+}
