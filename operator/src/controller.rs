@@ -183,7 +183,10 @@ pub async fn run_until(
     let readiness = AbortOnDropHandle::new(tokio::spawn(async move {
         loop {
             match probe.list_metadata(&ListParams::default().limit(1)).await {
-                Ok(_) => break,
+                // An answer the metadata types cannot decode is still an answer: the API
+                // server is reachable, the CRD installed and the list allowed, which is all
+                // this probe asks (like every other read, one object never blocks it).
+                Ok(_) | Err(kube::Error::SerdeError(_)) => break,
                 Err(e) => debug!(error = %e, "not ready: cannot list VClusterPlugins"),
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
