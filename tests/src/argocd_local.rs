@@ -348,6 +348,14 @@ impl ArgoCd {
         &self.helm_url
     }
 
+    /// The chart archive the Helm repository serves (`vcluster-<CHART_VERSION>.tgz`, made by
+    /// `helm package`): what Argo CD renders, for a test to render the same.
+    pub fn chart_archive(&self) -> PathBuf {
+        self.dir
+            .join("helm-repo")
+            .join(format!("vcluster-{CHART_VERSION}.tgz"))
+    }
+
     /// The folder of the logs (`<name>.log`) and state.
     pub fn dir(&self) -> &Path {
         &self.dir

@@ -5,9 +5,11 @@
 //!   runtime reports the new generation, and a virtual pod created then reaches the node with
 //!   the new hook's label;
 //! - a plugin removed from Git is pruned by Argo CD: the operator's finalizer cleanup runs, the
-//!   StatefulSet's pod template is the chart's again (the live template minus every field the
-//!   operator's field manager held, by the API server's `managedFields`), and the pod of that
-//!   template runs `syncer` alone; committed again, the plugin installs again;
+//!   StatefulSet's pod template is the chart's again (the chart archive Argo CD renders, rendered
+//!   by helm with the Application's values, its StatefulSet's template as the API server stores
+//!   it: defaulted by a server-side dry-run create), the operator's field manager holds nothing
+//!   of it, and the pod of that template runs `syncer` alone; committed again, the plugin
+//!   installs again;
 //! - a plugin the operator refuses (`PolicyDenied`: a Secret reference, which
 //!   `tests/fixtures/invalid/container-env-from-secret.yaml` expects refused) makes the
 //!   Application `Degraded`, Argo CD's health of it carrying the plugin's reason and message
@@ -21,6 +23,8 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
+use kube::api::PostParams;
+use serde::Deserialize as _;
 use serde_json::{Value, json};
 use vcp_crds::VClusterPlugin;
 use vcp_tests::argocd_local::{ArgoCd, CHART_VERSION};
@@ -32,7 +36,7 @@ use crate::gitops::{
     request_hard_refresh, resource_health, statefulset_containers, synced_application,
 };
 use crate::v2_image::{label, latest_revision_pod, running_host_pod, team_a_ready};
-use crate::vcluster::{assert_plugin_ready, attach, ready_containers, scenario_lock};
+use crate::vcluster::{assert_plugin_ready, attach, ready_containers, scenario_lock, tool_values};
 
 /// The field manager of the operator's server-side applies.
 const OPERATOR_MANAGER: &str = "vcluster-plugin-operator";
@@ -88,53 +92,34 @@ async fn synced_at(argocd: &ArgoCd, commit: &str, health: &str, timeout: Duratio
     })
 }
 
-/// `value` without what `fields` (a `managedFields` entry's `fieldsV1` set) holds: a field
-/// (`f:<name>`) or list item (`k:<key>`) the entry holds whole (no fields below it, or `.`)
-/// goes; one it holds parts of keeps its other parts.
-fn without_fields(value: &Value, fields: &Value) -> Value {
-    let mut out = value.clone();
-    strip(&mut out, fields);
-    out
-}
-
-fn strip(value: &mut Value, fields: &Value) {
-    let Some(fields) = fields.as_object() else {
-        return;
-    };
-    let whole = |sub: &Value| {
-        sub.as_object()
-            .is_none_or(|o| o.is_empty() || o.contains_key("."))
-    };
-    for (key, sub) in fields {
-        if let Some(name) = key.strip_prefix("f:") {
-            let Some(object) = value.as_object_mut() else {
-                continue;
-            };
-            let leaf = sub.as_object().is_none_or(|o| o.is_empty());
-            if leaf {
-                object.remove(name);
-            } else if let Some(child) = object.get_mut(name) {
-                strip(child, sub);
-            }
-        } else if let Some(item_key) = key.strip_prefix("k:") {
-            let item_key: Value = serde_json::from_str(item_key).expect("a managedFields key");
-            let Some(items) = value.as_array_mut() else {
-                continue;
-            };
-            let matches = |item: &Value| {
-                item_key
-                    .as_object()
-                    .is_some_and(|k| k.iter().all(|(name, want)| &item[name] == want))
-            };
-            if let Some(at) = items.iter().position(matches) {
-                if whole(sub) {
-                    items.remove(at);
-                } else {
-                    strip(&mut items[at], sub);
-                }
-            }
-        }
-    }
+/// The chart's own pod template for the Application's values: the StatefulSet `RELEASE` of
+/// `helm template` on the chart archive Argo CD renders ([`ArgoCd::chart_archive`]), created
+/// under another name by a server-side dry run, so that it carries the API server's defaults as
+/// the live one does.
+async fn chart_own_template(argocd: &ArgoCd, statefulsets: &Api<StatefulSet>) -> Value {
+    let values = std::fs::read_to_string(&tool_values()["VCLUSTER_VALUES"]).unwrap();
+    let rendered =
+        vcp_tests::render_vcluster_chart_from(&argocd.chart_archive(), NAMESPACE, &values)
+            .expect("helm template of the chart Argo CD serves");
+    let mut statefulset: StatefulSet = serde_yaml::Deserializer::from_str(&rendered)
+        .filter_map(|doc| serde_yaml::Value::deserialize(doc).ok())
+        .filter(|doc| doc["kind"] == "StatefulSet" && doc["metadata"]["name"] == RELEASE)
+        .map(|doc| serde_yaml::from_value(doc).expect("the chart's StatefulSet"))
+        .next()
+        .expect("the chart renders the StatefulSet");
+    statefulset.metadata.name = Some(format!("{RELEASE}-chart-render"));
+    statefulset.metadata.namespace = Some(NAMESPACE.to_string());
+    let defaulted = statefulsets
+        .create(
+            &PostParams {
+                dry_run: true,
+                ..PostParams::default()
+            },
+            &statefulset,
+        )
+        .await
+        .expect("a server-side dry-run create of the chart's StatefulSet");
+    serde_json::to_value(defaulted.spec.unwrap().template).unwrap()
 }
 
 /// The live StatefulSet's pod template, and what the operator's field manager holds of it
@@ -256,10 +241,10 @@ async fn gitops_a_plugin_changed_in_git_reaches_the_vcluster_and_one_removed_is_
         !operator_fields.is_null(),
         "the operator's field manager holds nothing of the pod template before the prune"
     );
-    let expected = without_fields(&template, &operator_fields);
+    let expected = chart_own_template(argocd, &statefulsets).await;
     assert_ne!(
         expected, template,
-        "the operator's fields are in the live template"
+        "the plugin's parts are in the live template before the prune"
     );
     let uid = pods
         .get(&format!("{RELEASE}-0"))
@@ -282,8 +267,7 @@ async fn gitops_a_plugin_changed_in_git_reaches_the_vcluster_and_one_removed_is_
     let (after, left) = template_and_operator_fields(&statefulsets).await;
     assert_eq!(
         after, expected,
-        "the pod template after the prune is not the chart's (the live one before it without \
-         the operator's fields)"
+        "the pod template after the prune is not the chart's own render"
     );
     assert!(
         left.is_null(),
@@ -362,9 +346,33 @@ async fn gitops_a_refused_plugin_makes_the_application_degraded_with_its_message
         app_state(&app),
         resource_health(&app, "VClusterPlugin", Some(REFUSED))
     );
-    // The refusal changed nothing in the StatefulSet.
-    let (now, _) = template_and_operator_fields(&statefulsets).await;
-    assert_eq!(now, template, "the pod template after the refused plugin");
+    // The refusal changed nothing in the StatefulSet: the operator judged this generation (its
+    // Ready above is for it), and for a window after that the template and the StatefulSet's
+    // generation stay as they were before the commit (a late write would show in either).
+    assert_eq!(
+        ready.observed_generation, plugin.metadata.generation,
+        "the operator's Ready is for the refused plugin's generation"
+    );
+    let generation_before = statefulsets.get(RELEASE).await.unwrap().metadata.generation;
+    let window = std::time::Instant::now();
+    let mut looks = 0;
+    while window.elapsed() < Duration::from_secs(20) {
+        let (now, _) = template_and_operator_fields(&statefulsets).await;
+        assert_eq!(
+            now,
+            template,
+            "the pod template {:.0} s after the refused plugin was Degraded",
+            window.elapsed().as_secs_f64()
+        );
+        let generation = statefulsets.get(RELEASE).await.unwrap().metadata.generation;
+        assert_eq!(
+            generation, generation_before,
+            "the StatefulSet's generation"
+        );
+        looks += 1;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert!(looks >= 10, "the window looked {looks} times");
 
     // Removed from Git: pruned, Healthy again.
     let removed = argocd
@@ -373,40 +381,4 @@ async fn gitops_a_refused_plugin_makes_the_application_degraded_with_its_message
     synced_at(argocd, &removed, "Healthy", Duration::from_secs(180)).await;
     gone(&plugins, REFUSED).await;
     assert_eq!(statefulset_containers(node).await, [PLUGIN, "syncer"]);
-}
-
-#[test]
-fn without_fields_drops_what_a_manager_holds_whole_and_keeps_the_rest() {
-    // The shape of the operator's entry on a StatefulSet's template (an added container and
-    // volume, an env var of a shared container) against a template holding the chart's too.
-    let template = json!({
-        "metadata": {"labels": {"app": "vcluster", "added": "x"}},
-        "spec": {
-            "containers": [
-                {"name": "syncer", "image": "s", "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]},
-                {"name": "pod-hook", "image": "r"}
-            ],
-            "volumes": [{"name": "data"}, {"name": "vcp-vcluster-kubeconfig", "secret": {"secretName": "vc-x"}}]
-        }
-    });
-    let fields = json!({
-        "f:metadata": {"f:labels": {"f:added": {}}},
-        "f:spec": {
-            "f:containers": {
-                "k:{\"name\":\"pod-hook\"}": {".": {}, "f:image": {}, "f:name": {}},
-                "k:{\"name\":\"syncer\"}": {"f:env": {"k:{\"name\":\"B\"}": {".": {}, "f:name": {}, "f:value": {}}}}
-            },
-            "f:volumes": {"k:{\"name\":\"vcp-vcluster-kubeconfig\"}": {".": {}, "f:name": {}, "f:secret": {"f:secretName": {}}}}
-        }
-    });
-    assert_eq!(
-        without_fields(&template, &fields),
-        json!({
-            "metadata": {"labels": {"app": "vcluster"}},
-            "spec": {
-                "containers": [{"name": "syncer", "image": "s", "env": [{"name": "A", "value": "1"}]}],
-                "volumes": [{"name": "data"}]
-            }
-        })
-    );
 }

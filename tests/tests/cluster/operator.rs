@@ -156,7 +156,7 @@ async fn config_default_runs_the_operator_from_its_image_on_the_node() {
     let policies = node
         .kubectl(&["get", "validatingadmissionpolicybindings", "-o", "name"])
         .unwrap();
-    for expected in std::fs::read_dir(vcp_tests::repo_root().join("config/admission"))
+    let shipped: Vec<String> = std::fs::read_dir(vcp_tests::repo_root().join("config/admission"))
         .unwrap()
         .flatten()
         .filter_map(|e| std::fs::read_to_string(e.path()).ok())
@@ -171,7 +171,23 @@ async fn config_default_runs_the_operator_from_its_image_on_the_node() {
                 })
                 .collect::<Vec<_>>()
         })
-    {
+        .collect();
+    // the loop below checks each: every binding document of config/admission gave its name
+    let documents: usize = std::fs::read_dir(vcp_tests::repo_root().join("config/admission"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .map(|text| {
+            text.matches("kind: ValidatingAdmissionPolicyBinding")
+                .count()
+        })
+        .sum();
+    assert!(
+        documents > 0 && shipped.len() == documents,
+        "{documents} ValidatingAdmissionPolicyBinding documents in config/admission, names read: \
+         {shipped:?}"
+    );
+    for expected in &shipped {
         assert!(
             policies
                 .lines()

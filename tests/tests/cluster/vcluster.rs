@@ -554,6 +554,26 @@ async fn the_tutorial_plugin_runs_in_a_vcluster_of_the_chart_and_its_pod_runs_on
     );
 
     // Deleting the plugin rolls the vCluster back to the chart's template, leaving nothing.
+    // What the leftover check below looks for is there before the delete: the plugin's Role and
+    // RoleBinding, found by the label it lists them by.
+    let ours = |kind: &str| {
+        node.kubectl(&[
+            "-n",
+            NAMESPACE,
+            "get",
+            kind,
+            "-l",
+            "vcp.dev/plugin-name=car-sync",
+            "-o",
+            "name",
+        ])
+        .unwrap()
+    };
+    let (roles, bindings) = (ours("roles"), ours("rolebindings"));
+    assert!(
+        roles.lines().count() >= 1 && bindings.lines().count() >= 1,
+        "the plugin's Role and RoleBinding before its delete: {roles:?} {bindings:?}"
+    );
     let rolled_uid = rolled.metadata.uid.clone().unwrap();
     node.kubectl(&[
         "-n",
@@ -582,18 +602,7 @@ async fn the_tutorial_plugin_runs_in_a_vcluster_of_the_chart_and_its_pod_runs_on
     .await
     .expect("the vCluster pod back Running and Ready on the chart's template");
     assert_eq!(ready_containers(&back), ["syncer"]);
-    let leftovers = node
-        .kubectl(&[
-            "-n",
-            NAMESPACE,
-            "get",
-            "roles,rolebindings",
-            "-l",
-            "vcp.dev/plugin-name=car-sync",
-            "-o",
-            "name",
-        ])
-        .unwrap();
+    let leftovers = ours("roles,rolebindings");
     assert_eq!(
         leftovers.trim(),
         "",
