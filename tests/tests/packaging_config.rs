@@ -630,3 +630,137 @@ async fn default_installs_the_enforced_admission_policies() {
         "{refused}"
     );
 }
+
+/// The GitHub anchor of a heading's text: lower case, each space a `-`, every character but
+/// letters, digits, `-` and `_` dropped (GitHub's rendering of Markdown headings).
+fn anchor_of(heading: &str) -> String {
+    heading
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+/// The anchors of a Markdown text's headings (a repeated heading's later ones get `-1`, `-2`,
+/// ... as on GitHub) and its relative link targets (outside code: a link in a code block or
+/// span is not a link), in the order they appear.
+fn headings_and_links(text: &str) -> (Vec<String>, Vec<String>) {
+    use pulldown_cmark::{Event, Parser, Tag, TagEnd};
+    let (mut anchors, mut links) = (Vec::<String>::new(), Vec::new());
+    let mut heading: Option<String> = None;
+    for event in Parser::new(text) {
+        match event {
+            Event::Start(Tag::Heading { .. }) => heading = Some(String::new()),
+            Event::End(TagEnd::Heading(_)) => {
+                let base = anchor_of(heading.take().unwrap_or_default().trim());
+                let seen = anchors
+                    .iter()
+                    .filter(|a| {
+                        **a == base
+                            || a.strip_prefix(&format!("{base}-"))
+                                .is_some_and(|n| n.parse::<u32>().is_ok())
+                    })
+                    .count();
+                anchors.push(if seen == 0 {
+                    base
+                } else {
+                    format!("{base}-{seen}")
+                });
+            }
+            Event::Text(t) | Event::Code(t) => {
+                if let Some(h) = heading.as_mut() {
+                    h.push_str(&t);
+                }
+            }
+            Event::Start(Tag::Link { dest_url, .. }) => {
+                let url = dest_url.to_string();
+                if !url.contains("://") && !url.starts_with("mailto:") {
+                    links.push(url);
+                }
+            }
+            _ => {}
+        }
+    }
+    (anchors, links)
+}
+
+#[test]
+fn anchors_and_links_are_read_as_github_renders_them() {
+    let (anchors, links) = headings_and_links(
+        "# The two commands\n## `VCP_RUNTIME_IMAGE` and the overlay\n## Install\n## Install\n\
+         [a](docs/a.md#install) [web](https://example.com) `[not](x.md)`\n\n```\n[nor](y.md)\n```\n",
+    );
+    assert_eq!(
+        anchors,
+        [
+            "the-two-commands",
+            "vcp_runtime_image-and-the-overlay",
+            "install",
+            "install-1"
+        ]
+    );
+    assert_eq!(links, ["docs/a.md#install"]);
+}
+
+/// Every relative link of the repository's Markdown files (README, docs/, the others git
+/// tracks; the vendored C library's own excepted) names a file or folder that exists, and its
+/// `#anchor`, when it has one, a heading of that file.
+#[test]
+fn every_relative_link_of_the_docs_resolves() {
+    let root = repo_root();
+    let listed = Command::new("git")
+        .args(["ls-files", "*.md"])
+        .current_dir(&root)
+        .output()
+        .expect("git ls-files");
+    assert!(listed.status.success(), "git ls-files: {listed:?}");
+    let files: Vec<PathBuf> = String::from_utf8(listed.stdout)
+        .unwrap()
+        .lines()
+        .filter(|f| !f.contains("/vendor/"))
+        .map(|f| root.join(f))
+        .collect();
+    assert!(
+        files.iter().any(|f| f.ends_with("README.md")) && files.len() >= 10,
+        "the Markdown files read: {files:?}"
+    );
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        let (own_anchors, links) = headings_and_links(&text);
+        for link in links {
+            checked += 1;
+            let (path, anchor) = link.split_once('#').unwrap_or((&link, ""));
+            let target = if path.is_empty() {
+                file.clone()
+            } else {
+                file.parent().unwrap().join(path)
+            };
+            if !target.exists() {
+                broken.push(format!("{}: {link} (no such file)", file.display()));
+                continue;
+            }
+            if anchor.is_empty() || target.is_dir() {
+                continue;
+            }
+            let anchors = if path.is_empty() {
+                own_anchors.clone()
+            } else if target.extension().is_some_and(|e| e == "md") {
+                headings_and_links(&std::fs::read_to_string(&target).unwrap()).0
+            } else {
+                // a line anchor into a source file (`#L10`) is not checked
+                continue;
+            };
+            if !anchors.iter().any(|a| a == anchor) {
+                broken.push(format!("{}: {link} (no such heading)", file.display()));
+            }
+        }
+    }
+    assert!(checked >= 50, "only {checked} relative links read");
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
