@@ -472,6 +472,55 @@ async fn plugin_exits_with_its_loader(version: &str) {
     .await;
 }
 
+/// The embedded runtime's v2 plugin `plugin` of vCluster `vcluster` in host namespace `ns`,
+/// as the operator leaves it: the VClusterPlugin applied (syncing Cars, one `CreatePhysical`
+/// pod hook labelling `created-by-plugin: pod-hook`) and accepted by a stand-in for the
+/// operator, and the runtime copied into its plugin folder by its own `install-plugin` (the
+/// operator's init container). Returns the clients (host, virtual) and the plugin folder.
+async fn embedded_plugin_installed(
+    ns: &str,
+    vcluster: &str,
+    plugin_name: &str,
+    folder: &str,
+) -> (Client, Client, PathBuf) {
+    let (host, virtual_) = setup(ns).await;
+    let plugin: VClusterPlugin = serde_json::from_value(json!({
+        "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
+        "metadata": {"name": plugin_name, "namespace": ns},
+        "spec": {
+            "vcluster": {"name": vcluster},
+            "version": "v2",
+            "syncedTypes": [{"apiVersion": "example.loft.sh/v1", "kind": "Car"}],
+            "hooks": [{"name": "pod-hook", "apiVersion": "v1", "kind": "Pod",
+                       "events": ["CreatePhysical"], "labels": {"created-by-plugin": "pod-hook"}}]
+        }
+    }))
+    .expect("plugin");
+    Api::<VClusterPlugin>::namespaced(host.clone(), ns)
+        .patch(
+            plugin_name,
+            &PatchParams::apply(TEST_FIELD_MANAGER),
+            &Patch::Apply(&plugin),
+        )
+        .await
+        .expect("apply VClusterPlugin");
+    // no operator runs here: its verdict is stood in for, so `Mutate` applies the hooks
+    vcp_tests::accept_as_operator(&host, ns, plugin_name).await;
+    let (_, runtime) = plugin_binaries();
+    let folder = plugins_folder(folder);
+    let install = std::process::Command::new(runtime)
+        .arg("install-plugin")
+        .arg(folder.join(plugin_name))
+        .output()
+        .expect("run install-plugin");
+    assert!(
+        install.status.success(),
+        "{}",
+        String::from_utf8_lossy(&install.stderr)
+    );
+    (host, virtual_, folder)
+}
+
 /// At every vCluster version of the matrix.
 #[tokio::test]
 async fn embedded_runtime_as_a_v2_plugin() {
@@ -486,43 +535,10 @@ async fn embedded_runtime(version: &str) {
     let tag = version.replace('.', "");
     let ns = format!("vc-v2-embedded-{tag}");
     let ns = ns.as_str();
-    let (host, virtual_) = setup(ns).await;
-    let plugin: VClusterPlugin = serde_json::from_value(json!({
-        "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
-        "metadata": {"name": PLUGIN, "namespace": ns},
-        "spec": {
-            "vcluster": {"name": VCLUSTER},
-            "version": "v2",
-            "syncedTypes": [{"apiVersion": "example.loft.sh/v1", "kind": "Car"}],
-            "hooks": [{"name": "pod-hook", "apiVersion": "v1", "kind": "Pod",
-                       "events": ["CreatePhysical"], "labels": {"created-by-plugin": "pod-hook"}}]
-        }
-    }))
-    .expect("plugin");
-    Api::<VClusterPlugin>::namespaced(host.clone(), ns)
-        .patch(
-            PLUGIN,
-            &PatchParams::apply(TEST_FIELD_MANAGER),
-            &Patch::Apply(&plugin),
-        )
-        .await
-        .expect("apply VClusterPlugin");
-    // no operator runs here: its verdict is stood in for, so `Mutate` applies the hooks
-    vcp_tests::accept_as_operator(&host, ns, PLUGIN).await;
-
     // The operator's init container: the runtime copies itself into /plugins/<name>.
+    let (host, virtual_, folder) =
+        embedded_plugin_installed(ns, VCLUSTER, PLUGIN, &format!("embedded-{tag}")).await;
     let (_, runtime) = plugin_binaries();
-    let folder = plugins_folder(&format!("embedded-{tag}"));
-    let install = std::process::Command::new(runtime)
-        .arg("install-plugin")
-        .arg(folder.join(PLUGIN))
-        .output()
-        .expect("run install-plugin");
-    assert!(
-        install.status.success(),
-        "{}",
-        String::from_utf8_lossy(&install.stderr)
-    );
     assert_eq!(
         std::fs::read(folder.join(PLUGIN).join("plugin")).unwrap(),
         std::fs::read(runtime).unwrap()
@@ -598,28 +614,8 @@ async fn starts_beside_an_unreadable_status(version: &str) {
     let tag = version.replace('.', "");
     let ns = format!("vc-v2-poisoned-{tag}");
     let ns = ns.as_str();
-    let (host, virtual_) = setup(ns).await;
-    let plugin: VClusterPlugin = serde_json::from_value(json!({
-        "apiVersion": "vcp.dev/v1alpha1", "kind": "VClusterPlugin",
-        "metadata": {"name": PLUGIN, "namespace": ns},
-        "spec": {
-            "vcluster": {"name": VCLUSTER},
-            "version": "v2",
-            "syncedTypes": [{"apiVersion": "example.loft.sh/v1", "kind": "Car"}],
-            "hooks": [{"name": "pod-hook", "apiVersion": "v1", "kind": "Pod",
-                       "events": ["CreatePhysical"], "labels": {"created-by-plugin": "pod-hook"}}]
-        }
-    }))
-    .expect("plugin");
-    Api::<VClusterPlugin>::namespaced(host.clone(), ns)
-        .patch(
-            PLUGIN,
-            &PatchParams::apply(TEST_FIELD_MANAGER),
-            &Patch::Apply(&plugin),
-        )
-        .await
-        .expect("apply VClusterPlugin");
-    vcp_tests::accept_as_operator(&host, ns, PLUGIN).await;
+    let (host, virtual_, folder) =
+        embedded_plugin_installed(ns, VCLUSTER, PLUGIN, &format!("poisoned-{tag}")).await;
     // the poison, by a JSON patch of the untyped object (a typed answer would not decode)
     let resource = kube::api::ApiResource::erase::<VClusterPlugin>(&());
     let raw: Api<kube::api::DynamicObject> = Api::namespaced_with(host.clone(), ns, &resource);
@@ -641,18 +637,6 @@ async fn starts_beside_an_unreadable_status(version: &str) {
         "the poisoned plugin no longer decodes as VClusterPlugin: {typed:?}"
     );
 
-    let (_, runtime) = plugin_binaries();
-    let folder = plugins_folder(&format!("poisoned-{tag}"));
-    let install = std::process::Command::new(runtime)
-        .arg("install-plugin")
-        .arg(folder.join(PLUGIN))
-        .output()
-        .expect("run install-plugin");
-    assert!(
-        install.status.success(),
-        "{}",
-        String::from_utf8_lossy(&install.stderr)
-    );
     let (mut loader, started) =
         Loader::start(version, &folder, ns, VCLUSTER, Identity::Admin).await;
     assert_eq!(
