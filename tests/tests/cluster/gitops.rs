@@ -315,38 +315,59 @@ async fn gitops_install_the_sample_application_syncs_the_chart_and_a_plugin_from
     );
     eprintln!("gitops: Argo CD's health of the StatefulSet: {sts_health:?}");
 
-    // The plugin is Ready, and Argo CD's health of it is the shipped Lua's: Healthy with the
-    // Ready condition's `reason: message` (Argo CD has no built-in health for vcp.dev kinds:
-    // without argocd-cm's check there would be none).
+    // The plugin is Ready with its runtime's report in (a `Ready=True` before the runtime's
+    // first report can turn into `Starting` while the runtime lists), and Argo CD's health of it
+    // is the shipped Lua's: Healthy with the Ready condition's `reason: message` (Argo CD has no
+    // built-in health for vcp.dev kinds: without argocd-cm's check there would be none). Argo CD
+    // refreshes on the plugin's status change, so both are read until they agree.
     assert_plugin_ready(node, NAMESPACE, PLUGIN, 60, " (synced by Argo CD)");
-    let plugin: Value = serde_json::from_str(
-        &node
+    let condition = |plugin: &Value, type_: &str| -> Option<Value> {
+        plugin["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == type_)
+            .cloned()
+    };
+    let mut last = (None, None);
+    let agreed = poll_for(Duration::from_secs(120), || {
+        let plugin: Option<Value> = node
             .kubectl(&["-n", NAMESPACE, "get", "vcp", PLUGIN, "-o", "json"])
-            .unwrap(),
-    )
-    .unwrap();
-    let ready = plugin["status"]["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "Ready")
-        .unwrap();
-    // `reason: message`, the message `Installed` when the condition has none (the README's
-    // table, "Argo CD": Healthy, "Installed").
-    let message = ready["message"].as_str().unwrap_or_default();
-    let expected = format!(
-        "{}: {}",
-        ready["reason"].as_str().unwrap(),
-        if message.is_empty() {
-            "Installed"
-        } else {
-            message
-        }
-    );
-    assert_eq!(
-        resource_health(&app, "VClusterPlugin", None),
-        Some(("Healthy".to_string(), expected)),
-        "Argo CD's health of the VClusterPlugin"
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok());
+        let health = resource_health(&live_application(argocd), "VClusterPlugin", None);
+        let expected = plugin.as_ref().and_then(|plugin| {
+            let ready = condition(plugin, "Ready")?;
+            let runtime = condition(plugin, "RuntimeHealthy")?;
+            if ready["status"] != "True" || runtime["status"] != "True" {
+                return None;
+            }
+            // `reason: message`, the message `Installed` when the condition has none (the
+            // status reasons' table, "Argo CD": Healthy, "Installed").
+            let message = ready["message"].as_str().unwrap_or_default();
+            Some((
+                "Healthy".to_string(),
+                format!(
+                    "{}: {}",
+                    ready["reason"].as_str().unwrap_or_default(),
+                    if message.is_empty() {
+                        "Installed"
+                    } else {
+                        message
+                    }
+                ),
+            ))
+        });
+        let agree = expected.is_some() && health == expected;
+        last = (health, plugin.map(|p| p["status"].clone()));
+        async move { agree.then_some(()) }
+    })
+    .await;
+    assert!(
+        agreed.is_some(),
+        "within 120 s, the plugin was not Ready with RuntimeHealthy=True and Argo CD's health of \
+         it the shipped Lua's: Argo CD's health {:?}, the plugin's status {:?}",
+        last.0,
+        last.1
     );
 }
 
