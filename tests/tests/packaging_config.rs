@@ -764,3 +764,89 @@ fn every_relative_link_of_the_docs_resolves() {
     assert!(checked >= 50, "only {checked} relative links read");
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }
+
+/// `scripts/bundle`, the release bundle: one manifest holding exactly the objects that
+/// `kubectl apply -k config/default` applied (as kubectl named them, `kind.group/name`), its
+/// Deployment running the image of the workspace's version, the version every image reference
+/// of the docs uses.
+#[tokio::test]
+async fn the_release_bundle_holds_what_config_default_installs_at_the_workspace_version() {
+    let printed = install();
+    let applied: std::collections::BTreeSet<String> = printed
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect();
+    assert!(applied.len() >= 10, "applied: {applied:?}");
+
+    let dir = std::env::temp_dir().join(format!("vcp-bundle-{}", std::process::id()));
+    let out = dir.join("install.yaml");
+    let bundle = Command::new(repo_root().join("scripts/bundle"))
+        .arg(&out)
+        .env("KUBECTL", kubectl_binary(ControlPlane::shared()))
+        .output()
+        .expect("run scripts/bundle");
+    assert!(bundle.status.success(), "scripts/bundle: {bundle:?}");
+    let text = std::fs::read_to_string(&out).expect("the bundle");
+    let version = env!("CARGO_PKG_VERSION");
+    assert!(
+        text.starts_with(&format!("# vcluster-plugin-operator {version}:")),
+        "the bundle's first line names the version: {}",
+        text.lines().next().unwrap_or_default()
+    );
+    let documents: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| serde::Deserialize::deserialize(doc).expect("a YAML document"))
+        .collect();
+    let bundled: std::collections::BTreeSet<String> = documents
+        .iter()
+        .map(|doc| {
+            let kind = doc["kind"].as_str().unwrap().to_lowercase();
+            let name = doc["metadata"]["name"].as_str().unwrap();
+            match doc["apiVersion"].as_str().unwrap().split_once('/') {
+                Some((group, _)) => format!("{kind}.{group}/{name}"),
+                None => format!("{kind}/{name}"),
+            }
+        })
+        .collect();
+    assert_eq!(bundled, applied, "the bundle's objects vs config/default's");
+
+    let image = documents
+        .iter()
+        .find(|doc| doc["kind"] == "Deployment")
+        .and_then(|doc| doc["spec"]["template"]["spec"]["containers"][0]["image"].as_str())
+        .expect("the operator's image in the bundle");
+    assert_eq!(
+        image,
+        format!("ghcr.io/vcp-dev/vcluster-plugin-operator:{version}")
+    );
+
+    // The docs' image references (`...vcluster-plugin-operator:<tag>` with a numeric tag).
+    let listed = Command::new("git")
+        .args(["ls-files", "*.md"])
+        .current_dir(repo_root())
+        .output()
+        .expect("git ls-files");
+    let mut tags = Vec::new();
+    for file in String::from_utf8(listed.stdout).unwrap().lines() {
+        let text = std::fs::read_to_string(repo_root().join(file)).unwrap();
+        for (at, _) in text.match_indices("vcluster-plugin-operator:") {
+            let tag: String = text[at + "vcluster-plugin-operator:".len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+'))
+                .collect();
+            if tag.starts_with(|c: char| c.is_ascii_digit()) {
+                tags.push((file.to_string(), tag));
+            }
+        }
+    }
+    assert!(
+        !tags.is_empty(),
+        "no image reference with a version in the docs"
+    );
+    let other: Vec<_> = tags.iter().filter(|(_, tag)| tag != version).collect();
+    assert!(
+        other.is_empty(),
+        "image references of another version than {version}: {other:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
