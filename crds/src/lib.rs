@@ -6,10 +6,11 @@
 //! - [`Car`] (`example.loft.sh/v1`): the vcluster-sdk tutorial's resource, synced by the
 //!   example plugin.
 //!
-//! The generated CRD YAML is committed beside this crate ([`CRD_FILES`]) and, for the kustomize
-//! base `config/crd` (kustomize reads no file outside a kustomization's folder), once more in
-//! `config/crd/` ([`CRD_DIRS`]); the crate's test `crd_yaml` fails when either copy differs from
-//! [`crd_yaml`]'s output (run it with `VCP_BLESS=1` to rewrite the files).
+//! The generated CRD YAML is committed beside this crate ([`CRD_FILES`]) and, where kustomize
+//! reads it (it reads no file outside a kustomization's folder), once more ([`CRD_COPIES`]:
+//! `config/crd/` for the default install, `config/samples/crd/` for the tutorial's Car); the
+//! crate's test `crd_yaml` fails when a copy differs from [`crd_yaml`]'s output (run it with
+//! `VCP_BLESS=1` to rewrite the files).
 //!
 //! Shared by both binaries besides the types: [`hooks`], the pure application of declared
 //! hooks; [`bursts`], when each gives its heap's freed pages back to the kernel; with the
@@ -56,9 +57,18 @@ pub fn crd_files() -> Vec<(&'static str, CustomResourceDefinition)> {
 /// The names [`crd_files`] returns, for scripts and tests that read the committed YAML.
 pub const CRD_FILES: [&str; 2] = ["vclusterplugins.vcp.dev.yaml", "cars.example.loft.sh.yaml"];
 
-/// Folders (relative to the repository root) that each hold a copy of every file of
-/// [`CRD_FILES`]: `crds/` beside the types, and the kustomize base `config/crd/`.
-pub const CRD_DIRS: [&str; 2] = ["crds", "config/crd"];
+/// The folder (relative to the repository root) that holds every file of [`CRD_FILES`], beside
+/// the types.
+pub const CRD_DIR: &str = "crds";
+
+/// The other copy of each file of [`CRD_FILES`] (folder relative to the repository root, file),
+/// where kustomize reads it (it reads no file outside a kustomization's folder): the
+/// `VClusterPlugin` CRD in the default install's base `config/crd/`, the tutorial's `Car` CRD
+/// among the examples in `config/samples/crd/` (not installed by default).
+pub const CRD_COPIES: [(&str, &str); 2] = [
+    ("config/crd", "vclusterplugins.vcp.dev.yaml"),
+    ("config/samples/crd", "cars.example.loft.sh.yaml"),
+];
 
 /// One CRD as the YAML document committed in `crds/` (a header comment, then the object).
 ///

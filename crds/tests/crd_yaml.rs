@@ -1,6 +1,6 @@
-//! The committed CRD YAML must equal what the Rust types generate, in every folder that holds a
-//! copy (`crds/` and the kustomize base `config/crd/`), and `config/crd`'s kustomization must
-//! list exactly those files.
+//! The committed CRD YAML must equal what the Rust types generate, in `crds/` and in each other
+//! copy (the kustomize base `config/crd/` for VClusterPlugin, `config/samples/crd/` for the
+//! tutorial's Car), and `config/crd`'s kustomization must list exactly the copies it holds.
 
 use std::path::{Path, PathBuf};
 
@@ -15,26 +15,33 @@ fn repo_root() -> PathBuf {
 fn committed_crds_match_the_types() {
     let root = repo_root();
     let bless = std::env::var_os("VCP_BLESS").is_some();
-    for dir in vcp_crds::CRD_DIRS {
-        for (file, crd) in vcp_crds::crd_files() {
-            let want = vcp_crds::crd_yaml(&crd).expect("serialize CRD");
-            let path = root.join(dir).join(file);
-            if bless {
-                std::fs::write(&path, &want).expect("write CRD");
-                continue;
-            }
-            let have = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-                panic!(
-                    "read {}: {e}; run `VCP_BLESS=1 cargo test -p vcp-crds`",
-                    path.display()
-                )
-            });
-            assert!(
-                have == want,
-                "{} differs from the types; run `VCP_BLESS=1 cargo test -p vcp-crds` and commit the result",
-                path.display()
-            );
+    let everywhere = vcp_crds::CRD_FILES
+        .iter()
+        .map(|file| (vcp_crds::CRD_DIR, *file))
+        .chain(vcp_crds::CRD_COPIES);
+    for (dir, file) in everywhere {
+        let crd = vcp_crds::crd_files()
+            .into_iter()
+            .find(|(f, _)| *f == file)
+            .map(|(_, crd)| crd)
+            .unwrap_or_else(|| panic!("{dir}/{file} is not one of CRD_FILES"));
+        let want = vcp_crds::crd_yaml(&crd).expect("serialize CRD");
+        let path = root.join(dir).join(file);
+        if bless {
+            std::fs::write(&path, &want).expect("write CRD");
+            continue;
         }
+        let have = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!(
+                "read {}: {e}; run `VCP_BLESS=1 cargo test -p vcp-crds`",
+                path.display()
+            )
+        });
+        assert!(
+            have == want,
+            "{} differs from the types; run `VCP_BLESS=1 cargo test -p vcp-crds` and commit the result",
+            path.display()
+        );
     }
     assert_eq!(
         vcp_crds::crd_files()
@@ -46,7 +53,7 @@ fn committed_crds_match_the_types() {
 }
 
 #[test]
-fn config_crd_kustomization_lists_every_crd() {
+fn config_crd_kustomization_lists_the_crds_it_holds() {
     let path = repo_root().join("config/crd/kustomization.yaml");
     let text =
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
@@ -58,7 +65,11 @@ fn config_crd_kustomization_lists_every_crd() {
         .map(|r| r.as_str().expect("resource: a string"))
         .collect();
     resources.sort_unstable();
-    let mut want = vcp_crds::CRD_FILES.to_vec();
+    let mut want: Vec<&str> = vcp_crds::CRD_COPIES
+        .iter()
+        .filter(|(dir, _)| *dir == "config/crd")
+        .map(|(_, file)| *file)
+        .collect();
     want.sort_unstable();
     assert_eq!(resources, want, "{}", path.display());
 }
