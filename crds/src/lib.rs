@@ -19,6 +19,8 @@
 //! the `http` feature, `http`, the small server of their `/metrics` and probes.
 
 pub mod admission;
+#[cfg(feature = "http")]
+pub mod build_info;
 pub mod built_in;
 pub mod bursts;
 pub mod car;

@@ -221,6 +221,7 @@ impl Telemetry {
         );
         let http = vcp_crds::http::Stats::default();
         http.register(&mut registry, "vcp_operator");
+        vcp_crds::build_info::register(&mut registry, "vcp_operator");
         let deferred = Counter::default();
         registry.register(
             "vcp_operator_reconciles_deferred",
@@ -537,6 +538,19 @@ impl Telemetry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn metrics_carry_the_build_info() {
+        let text = Telemetry::new().encode();
+        assert!(
+            text.lines().any(|l| l
+                == format!(
+                    "vcp_operator_build_info{{version=\"{}\"}} 1",
+                    env!("CARGO_PKG_VERSION")
+                )),
+            "{text}"
+        );
+    }
 
     #[cfg(feature = "reconcile-log")]
     #[test]

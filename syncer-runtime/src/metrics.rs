@@ -97,6 +97,7 @@ impl Default for Metrics {
         let mut registry = Registry::default();
         let http = vcp_crds::http::Stats::default();
         http.register(&mut registry, "vcp_runtime");
+        vcp_crds::build_info::register(&mut registry, "vcp_runtime");
         Metrics {
             http,
             undecodable: registered(
@@ -269,6 +270,19 @@ pub(crate) async fn serve_while_held(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn metrics_carry_the_build_info() {
+        let text = Metrics::default().encode();
+        assert!(
+            text.lines().any(|l| l
+                == format!(
+                    "vcp_runtime_build_info{{version=\"{}\"}} 1",
+                    env!("CARGO_PKG_VERSION")
+                )),
+            "{text}"
+        );
+    }
 
     #[tokio::test]
     async fn served_while_the_guard_is_held_and_a_taken_port_is_an_error() {
