@@ -408,13 +408,15 @@ impl<'a> Writes<'a> {
 /// One `list` or `watch` request from the API server's audit log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AuditedRead {
-    /// `list` or `watch`.
+    /// `list` or `watch` ([`audited_read_events`]), any verb ([`audited_requests`]).
     pub verb: String,
     /// The request URI.
     pub uri: String,
     /// When the API server received the request (`requestReceivedTimestamp`, microsecond
     /// precision); the Unix epoch when absent.
     pub received_at: std::time::SystemTime,
+    /// The client's `User-Agent` (which replica of one identity sent it).
+    pub user_agent: String,
 }
 
 /// The `list` and `watch` requests `user` made on `cluster`, one per request as it started (a
@@ -450,6 +452,41 @@ pub fn audited_read_events(
                 verb: s(&e["verb"]),
                 uri: s(&e["requestURI"]),
                 received_at: received_at(&e),
+                user_agent: s(&e["userAgent"]),
+            }
+        })
+        .collect())
+}
+
+/// Every request `user` made on `cluster` that the audit policy logs (its writes, its `list`
+/// and `watch` of the kinds it caches, its `get` of workloads, the lists of its resources
+/// judge: `tests/control-plane/audit-policy.yaml`), one per request as it was answered (a
+/// watch: as it started), whatever its verb.
+///
+/// # Errors
+/// When the audit log cannot be read or a complete line is not JSON.
+pub fn audited_requests(
+    cp: &ControlPlane,
+    cluster: Cluster,
+    user: &str,
+) -> anyhow::Result<Vec<AuditedRead>> {
+    Ok(audit_events(cp, cluster)?
+        .into_iter()
+        .filter(|e| {
+            let first_stage = if e["verb"] == "watch" {
+                "ResponseStarted"
+            } else {
+                "ResponseComplete"
+            };
+            e["stage"] == first_stage && e["user"]["username"] == user
+        })
+        .map(|e| {
+            let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+            AuditedRead {
+                verb: s(&e["verb"]),
+                uri: s(&e["requestURI"]),
+                received_at: received_at(&e),
+                user_agent: s(&e["userAgent"]),
             }
         })
         .collect())

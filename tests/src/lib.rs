@@ -72,7 +72,8 @@ pub use admission::{
 };
 pub use audit::{
     AUDIT_CATCH_UP_TIMEOUT, Audit, AuditedRead, AuditedWrite, Writes, audit_caught_up,
-    audit_caught_up_in, audited_read_events, audited_reads, audited_write_events, audited_writes,
+    audit_caught_up_in, audited_read_events, audited_reads, audited_requests, audited_write_events,
+    audited_writes,
 };
 pub use cert_manager::{
     CertManager, cert_manager_resource, condition_status, tls_dns_names, tls_signed_by,
