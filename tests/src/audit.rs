@@ -433,28 +433,9 @@ pub fn audited_read_events(
     cluster: Cluster,
     user: &str,
 ) -> anyhow::Result<Vec<AuditedRead>> {
-    Ok(audit_events(cp, cluster)?
+    Ok(audited_requests(cp, cluster, user)?
         .into_iter()
-        .filter(|e| {
-            let verb = e["verb"].as_str().unwrap_or_default();
-            let first_stage = if verb == "watch" {
-                "ResponseStarted"
-            } else {
-                "ResponseComplete"
-            };
-            e["stage"] == first_stage
-                && e["user"]["username"] == user
-                && (verb == "list" || verb == "watch")
-        })
-        .map(|e| {
-            let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
-            AuditedRead {
-                verb: s(&e["verb"]),
-                uri: s(&e["requestURI"]),
-                received_at: received_at(&e),
-                user_agent: s(&e["userAgent"]),
-            }
-        })
+        .filter(|r| r.verb == "list" || r.verb == "watch")
         .collect())
 }
 
