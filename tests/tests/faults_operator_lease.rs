@@ -32,11 +32,8 @@ use vcp_tests::{
     TcpProxy, wait_for,
 };
 
-/// Lease duration of the replicas, seconds: a multiple of 3, so that [`RENEW_DEADLINE`] is
-/// exact. The cut-off leader must begin converging the change made during the partition before
-/// it stops at its renew deadline (6 s): with 4 s (a deadline of about 3 s) a cold CI run, its
-/// machine busy with two other test binaries, stopped it before it sent anything.
-const LEASE: u64 = 9;
+/// Lease duration of the replicas, seconds.
+const LEASE: u64 = 4;
 /// Where the holder must have renewed by: kube-lease-manager renews `grace` (a third of the
 /// duration) before expiry, so a holder that has not renewed `LEASE - grace` after its last
 /// renewal is late.
