@@ -34,13 +34,13 @@ COPY tests/src tests/src
 # into vCluster's own container as a v2 plugin, where no glibc of ours can be assumed. One
 # RUSTFLAGS for both keeps it one compilation of the dependencies; `--target` (the build
 # machine's own triple, so also under buildx for arm64) keeps the flag off build scripts and
-# proc macros, which must stay dynamic.
+# proc macros, which must stay dynamic. It names no package: the root's default members, the
+# build from source of the README, so the test crate's features stay out (its packaging test).
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     triple="$(rustc -vV | sed -n 's/^host: //p')" \
     && RUSTFLAGS="-C target-feature=+crt-static" \
        cargo build --release --locked --target "$triple" \
-         -p vcluster-plugin-operator -p vcp-syncer-runtime \
     && mkdir -p /out \
     && cp "target/$triple/release/vcluster-plugin-operator" \
           "target/$triple/release/vcluster-plugin-syncer" /out/

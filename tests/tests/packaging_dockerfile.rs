@@ -12,11 +12,12 @@
 //!   embedded runtime, which vCluster's own container also runs as a v2 plugin, is static: it
 //!   starts alone in an empty root filesystem and talks TLS to a real API server from there;
 //! - the base images are pinned, and `config/manager` runs this image at the workspace's version;
-//! - the release binaries carry no test-only fault point: no `VCP_FAULT_` in their bytes (as
-//!   `strings` would show it), while the test build of the same binaries has it (the fault
-//!   point sits behind the `test-faults` feature, which only the test crate enables).
+//! - the release build is the root's build from source and carries no test machinery: cargo
+//!   resolves it without the test features, and no `VCP_FAULT_` or `/state` figure is in the
+//!   binaries' bytes (as `strings` would show it), while the test build of the same binaries has
+//!   them (they sit behind features only the test crate enables).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -251,6 +252,12 @@ fn the_binaries_need_no_shared_library_beyond_the_distroless_cc_base() {
 
 /// The text every variable of the test-only fault point (`vcp_crds::fault`) begins with.
 const FAULT_ENV_PREFIX: &[u8] = b"VCP_FAULT_";
+/// A figure of the operator's test endpoint `/state` (`Telemetry::state`, feature
+/// `reconcile-log` only): its name is in the binary exactly when the endpoint is.
+const STATE_MARKER: &[u8] = b"reconciled_gone";
+/// The cargo features that carry test machinery (the fault point, `/state`, the counting
+/// allocator), which only the test crate turns on.
+const TEST_FEATURES: [&str; 3] = ["test-faults", "reconcile-log", "heap-count"];
 
 /// Whether `needle` occurs anywhere in the file at `path` (a byte search, as `strings | grep`).
 fn file_contains(path: &Path, needle: &[u8]) -> bool {
@@ -258,31 +265,129 @@ fn file_contains(path: &Path, needle: &[u8]) -> bool {
     bytes.windows(needle.len()).any(|w| w == needle)
 }
 
+/// Cargo's own resolution of a build at the workspace root (`cargo tree`, which selects
+/// packages and unifies features as `cargo build` does, without compiling), with `extra`
+/// arguments: the workspace's packages it builds → their features.
+fn resolved_workspace_features(extra: &[&str]) -> BTreeMap<String, BTreeSet<String>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .current_dir(repo_root())
+        .args(["tree", "--locked", "-e", "normal,build", "--prefix", "none"])
+        .args(["-f", "{p}|{f}"])
+        .args(extra)
+        .output()
+        .expect("run cargo tree");
+    assert!(out.status.success(), "cargo tree: {out:?}");
+    let root = repo_root().display().to_string();
+    let mut resolved: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for line in stdout(&out).lines() {
+        let Some((package, features)) = line.split_once('|') else {
+            continue;
+        };
+        // "name version (path)": the workspace's own packages, not the vendored QuickJS.
+        if !package.contains(&format!("({root}/")) || package.contains("/vendor/") {
+            continue;
+        }
+        let name = package.split(' ').next().unwrap_or_default().to_string();
+        let features = features.trim_end_matches(" (*)");
+        resolved
+            .entry(name)
+            .or_default()
+            .extend(features.split(',').filter(|f| !f.is_empty()).map(String::from));
+    }
+    resolved
+}
+
+/// The ordinary release build carries no test machinery, shown three ways:
+/// - the Dockerfile's `cargo build` names no package, so it builds what the README's build from
+///   source (`cargo build --release --locked` at the root) builds: the root's `default-members`;
+/// - cargo resolves that build to the product's three crates without a test feature, while
+///   `--workspace` (the test crate's build) turns them on, so the reading can see them;
+/// - the image's binaries hold neither the fault point's variables nor `/state`'s figure, which
+///   the test build of the same binaries holds.
+///
+/// Before `default-members`, the root build included the test crate and cargo's feature
+/// unification turned `test-faults` and `reconcile-log` on in the release binaries.
 #[test]
-fn the_release_binaries_carry_no_test_fault_point() {
-    // The search finds the text where the fault point is compiled in: the test build of the
-    // same two binaries (tests/src/process.rs builds them with the `test-faults` feature).
-    for (package, bin) in [
-        ("vcluster-plugin-operator", "vcluster-plugin-operator"),
-        ("vcp-syncer-runtime", "vcluster-plugin-syncer"),
-    ] {
-        let test_build = vcp_tests::workspace_binary(package, bin);
+fn the_release_build_carries_no_test_machinery() {
+    let image = image();
+    let commands: Vec<&str> = image
+        .dockerfile
+        .stages
+        .iter()
+        .flat_map(|stage| &stage.steps)
+        .filter_map(|step| match step {
+            vcp_tests::image::Step::Run { command, .. } => Some(command.as_str()),
+            _ => None,
+        })
+        .collect();
+    // The `cargo build` command itself: from its name to the next `&&`.
+    let build = commands
+        .iter()
+        .find_map(|c| c.find("cargo build").map(|at| &c[at..]))
+        .unwrap_or_else(|| panic!("no RUN with cargo build: {commands:?}"));
+    let build = build.split("&&").next().unwrap_or_default();
+    assert!(build.contains("cargo build --release --locked"), "{build}");
+    for selects in [" -p ", " --package", " --workspace", " --all"] {
         assert!(
-            file_contains(&test_build, FAULT_ENV_PREFIX),
-            "{} (test build) lacks VCP_FAULT_: the search cannot be trusted",
-            test_build.display()
+            !build.contains(selects),
+            "the Dockerfile's build selects packages ({selects}): {build}"
         );
     }
-    // The image's binaries (the Dockerfile's release build) do not have it.
-    let image = image();
+
+    let root = resolved_workspace_features(&[]);
+    assert_eq!(
+        root.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["vcluster-plugin-operator", "vcp-crds", "vcp-syncer-runtime"],
+        "what a build at the root builds: {root:?}"
+    );
+    for (package, features) in &root {
+        for feature in TEST_FEATURES {
+            assert!(
+                !features.contains(feature),
+                "{package} resolved with {feature} at the root: {features:?}"
+            );
+        }
+    }
+    let workspace = resolved_workspace_features(&["--workspace"]);
+    assert!(
+        workspace["vcluster-plugin-operator"].contains("test-faults")
+            && workspace["vcluster-plugin-operator"].contains("reconcile-log"),
+        "the test crate's build lacks the test features: the reading cannot be trusted: {workspace:?}"
+    );
+
+    // The search finds the texts where the machinery is compiled in: the test build of the same
+    // binaries (tests/src/process.rs builds them with the test features).
+    for (package, bin, needles) in [
+        (
+            "vcluster-plugin-operator",
+            "vcluster-plugin-operator",
+            &[FAULT_ENV_PREFIX, STATE_MARKER][..],
+        ),
+        ("vcp-syncer-runtime", "vcluster-plugin-syncer", &[FAULT_ENV_PREFIX][..]),
+    ] {
+        let test_build = vcp_tests::workspace_binary(package, bin);
+        for needle in needles {
+            assert!(
+                file_contains(&test_build, needle),
+                "{} (test build) lacks {}: the search cannot be trusted",
+                test_build.display(),
+                String::from_utf8_lossy(needle)
+            );
+        }
+    }
+    // The image's binaries (the Dockerfile's release build) have neither.
     let binaries = image_binaries(image);
     assert_eq!(binaries.len(), 2, "{binaries:?}");
     for (name, path) in binaries {
         let file = in_final_root(image, &path);
-        assert!(
-            !file_contains(&file, FAULT_ENV_PREFIX),
-            "{name} in the image contains VCP_FAULT_: the test-only fault point is in a release binary"
-        );
+        for needle in [FAULT_ENV_PREFIX, STATE_MARKER] {
+            assert!(
+                !file_contains(&file, needle),
+                "{name} in the image contains {}: test machinery in a release binary",
+                String::from_utf8_lossy(needle)
+            );
+        }
     }
 }
 
