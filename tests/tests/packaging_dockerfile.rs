@@ -290,10 +290,12 @@ fn resolved_workspace_features(extra: &[&str]) -> BTreeMap<String, BTreeSet<Stri
         }
         let name = package.split(' ').next().unwrap_or_default().to_string();
         let features = features.trim_end_matches(" (*)");
-        resolved
-            .entry(name)
-            .or_default()
-            .extend(features.split(',').filter(|f| !f.is_empty()).map(String::from));
+        resolved.entry(name).or_default().extend(
+            features
+                .split(',')
+                .filter(|f| !f.is_empty())
+                .map(String::from),
+        );
     }
     resolved
 }
@@ -364,7 +366,11 @@ fn the_release_build_carries_no_test_machinery() {
             "vcluster-plugin-operator",
             &[FAULT_ENV_PREFIX, STATE_MARKER][..],
         ),
-        ("vcp-syncer-runtime", "vcluster-plugin-syncer", &[FAULT_ENV_PREFIX][..]),
+        (
+            "vcp-syncer-runtime",
+            "vcluster-plugin-syncer",
+            &[FAULT_ENV_PREFIX][..],
+        ),
     ] {
         let test_build = vcp_tests::workspace_binary(package, bin);
         for needle in needles {
