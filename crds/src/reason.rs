@@ -92,11 +92,16 @@ pub enum Reason {
     /// its `/metrics` and `/healthz` address (another container of the pod holds the port); it
     /// syncs on without them and tries the address again.
     MetricsUnavailable,
+    /// `Ready=False` (phase `Degraded`) and a `Warning` Event: a pod of the vCluster that carries
+    /// the plugin's container cannot run it, and the kubelet or the scheduler says why (a pull
+    /// error, `CrashLoopBackOff`, a failed init container, `OOMKilled`, `Unschedulable`); the
+    /// message names the pod, the container, and the kubelet's own reason and message.
+    RolloutFailed,
 }
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 27] = [
+    pub const ALL: [Reason; 28] = [
         Reason::Installed,
         Reason::Terminating,
         Reason::VClusterNotFound,
@@ -124,6 +129,7 @@ impl Reason {
         Reason::Undecodable,
         Reason::ResourcesExceeded,
         Reason::MetricsUnavailable,
+        Reason::RolloutFailed,
     ];
 
     /// The reason as the API carries it (CamelCase, the variant's name).
@@ -156,6 +162,7 @@ impl Reason {
             Reason::Undecodable => "Undecodable",
             Reason::ResourcesExceeded => "ResourcesExceeded",
             Reason::MetricsUnavailable => "MetricsUnavailable",
+            Reason::RolloutFailed => "RolloutFailed",
         }
     }
 
@@ -254,6 +261,7 @@ mod tests {
             "Undecodable",
             "ResourcesExceeded",
             "MetricsUnavailable",
+            "RolloutFailed",
         ];
         assert_eq!(Reason::ALL.len(), expected.len());
         for (r, s) in Reason::ALL.into_iter().zip(expected) {

@@ -56,6 +56,7 @@ pub mod policy;
 pub mod quantity;
 pub mod rbac;
 pub mod retry;
+pub mod rollout;
 pub mod slim;
 pub mod status;
 pub mod sweep;

@@ -18,11 +18,17 @@
 //! | being deleted | any | `False` (`Terminating`) | `Terminating` | `Progressing` |
 //! | vCluster missing | any | `False` (`VClusterNotFound`) | `Pending` | `Progressing` |
 //! | refused | any | `False` (the refusal's reason) | `Failed` | `Degraded` |
+//! | done, a pod of the vCluster cannot run it | any | `False` (`RolloutFailed`: the pod, the container, the kubelet's reason and message) | `Degraded` | `Degraded` |
 //! | done | not reported | `True` (`Installed`) | `Ready` | `Healthy` |
 //! | done | `True` | `True` (`Installed`) | `Ready` | `Healthy` |
 //! | done | `False`, `Starting`, or `Unknown` | `False` (the runtime's reason) | `Installing` | `Progressing` |
 //! | done | any, for an older generation | `False` (`RuntimeUpdating`) | `Installing` | `Progressing` |
 //! | done | `False`, any other reason (`TypeUnavailable`, `PatchFailed`, `SyncErrors`, `HostObjectConflict`) | `False` (the runtime's reason and message) | `Degraded` | `Degraded` |
+//!
+//! "A pod cannot run it" is [`crate::rollout`]'s verdict over the vCluster's pods that carry the
+//! plugin's container (a pull error, `CrashLoopBackOff`, a failed init container, `OOMKilled`,
+//! `Unschedulable`), read after each install and again every [`crate::rollout::RECHECK`] for
+//! [`crate::rollout::WATCHED_FOR`] after the workload was written.
 //!
 //! "Not reported" is `Ready=True` on purpose: a plugin with an `image` (a vcluster-sdk plugin)
 //! never writes `RuntimeHealthy`, and the embedded runtime writes `Starting` within seconds of
@@ -84,6 +90,9 @@ pub struct Outcome {
     pub rbac: Check,
     /// `Terminating`: the finalizer is cleaning up.
     pub terminating: bool,
+    /// Why a pod of the vCluster cannot run the installed plugin ([`crate::rollout`]), when
+    /// one cannot; read after the install only.
+    pub rollout: Option<crate::rollout::Failure>,
 }
 
 /// What the runtime's `RuntimeHealthy` condition says about an installed plugin (see the
@@ -190,6 +199,13 @@ pub fn desired(plugin: &VClusterPlugin, outcome: &Outcome, now: &Time) -> VClust
     };
     let (ready, phase) = match ready {
         _ if outcome.terminating => (ready, Phase::Terminating),
+        Check::Ok if outcome.rollout.is_some() => {
+            let failure = outcome.rollout.as_ref().map(ToString::to_string);
+            (
+                Check::failed(Reason::RolloutFailed, failure.unwrap_or_default()),
+                Phase::Degraded,
+            )
+        }
         Check::Ok => match runtime_health(plugin.status.as_ref(), generation) {
             RuntimeHealth::NotReported | RuntimeHealth::Healthy => (Check::Ok, Phase::Ready),
             RuntimeHealth::Starting { reason, message } => {
@@ -412,6 +428,7 @@ mod tests {
             workload_patched: Check::Ok,
             rbac: Check::Ok,
             terminating: false,
+            rollout: None,
         }
     }
 
@@ -422,6 +439,7 @@ mod tests {
             workload_patched: c.clone(),
             rbac: c,
             terminating: false,
+            rollout: None,
         }
     }
 
@@ -562,6 +580,38 @@ mod tests {
             assert_eq!(c.observed_generation, Some(3));
         }
         assert_eq!(s.conditions.len(), 3);
+    }
+
+    /// A pod of the vCluster that cannot run the plugin outranks the runtime's report (a
+    /// sidecar that reported `RuntimeHealthy=True` before its pod began to crash-loop), and the
+    /// install's own conditions still hold.
+    #[test]
+    fn a_pod_that_cannot_run_the_plugin_is_degraded_whatever_the_runtime_said() {
+        let mut p = plugin();
+        runtime_says(&mut p, "True", "Syncing", "");
+        let failure = crate::rollout::Failure {
+            pod: "my-vcluster-0".into(),
+            container: Some(("car".into(), true)),
+            reason: "ErrImageNeverPull".into(),
+            message: "not present with pull policy of Never".into(),
+        };
+        let o = Outcome {
+            rollout: Some(failure),
+            ..installed()
+        };
+        let s = desired(&p, &o, &t(100));
+        assert_eq!(s.phase, Some(Phase::Degraded));
+        let ready = cond(&s, READY);
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "RolloutFailed")
+        );
+        assert_eq!(
+            ready.message,
+            "pod my-vcluster-0: init container car: ErrImageNeverPull: not present with pull policy of Never"
+        );
+        assert_eq!(cond(&s, WORKLOAD_PATCHED).status, "True");
+        assert_eq!(cond(&s, RBAC_READY).status, "True");
     }
 
     /// The runtime applies a generation's hooks only once the operator accepted it

@@ -8,7 +8,9 @@
 //!    every write, every plugin's verdict and the reconciled plugin's status;
 //! 3. *act* ([`act`]): apply the workload, unless converged, under the workload's lock, then
 //!    the reconciled plugin's RBAC;
-//! 4. *report* ([`act::report`]): write its status (and an Event when `Ready`'s reason changed).
+//! 4. *report* ([`act::report`]): write its status (and an Event when `Ready`'s reason changed),
+//!    after [`install`] has looked at the vCluster's pods ([`observe::pods`],
+//!    [`crate::rollout`]): a pod that cannot run the plugin makes it `RolloutFailed`.
 //!
 //! The workload's lock ([`Context::workload_lock`]) is held from the first read of the
 //! workload to its apply, so reconciles of plugins of the same vCluster (and the sweep) compute
@@ -45,6 +47,9 @@ use crate::cache;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::finalizer::with_finalizer;
+use crate::rollout;
+use crate::status::Check;
+use crate::workload::Workload;
 pub use decide::{
     ClusterFacts, Grant, Intent, Observed, Plan, RECHECK, RESYNC, RbacPlan, decide, next_reconcile,
 };
@@ -99,6 +104,17 @@ pub async fn install(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
     // The workload first (from the watch caches: no request once they hold it): the siblings'
     // finalizers are added only when there is a workload to install them into.
     let wl = cache::workload(&ctx.client, &ctx.caches, &ctx.copies, &namespace, &vcluster).await?;
+    // What the rollout's look at the pods needs of the workload, kept past `observed`.
+    let rollout_of = wl.as_ref().map(|w| Workload {
+        kind: w.kind,
+        name: w.name.clone(),
+        namespace: w.namespace.clone(),
+        template_labels: w.template_labels.clone(),
+        managed_fields: w.managed_fields.clone(),
+        uid: w.uid.clone(),
+        replicas: w.replicas,
+        ..Default::default()
+    });
     let mut fresher = with_finalizers(ctx, &latest, wl.is_some()).await?;
     let observed = match wl {
         Some(wl) => Some(observe::vcluster(ctx, wl, &fresher, None).await?),
@@ -109,11 +125,48 @@ pub async fn install(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
     // of them).
     fresher.truncate(1);
     let plugin = &*fresher[0];
-    let plan = decide_and_act(ctx, plugin, observed, Intent::Install(plugin), guard).await?;
-    if let Some(outcome) = &plan.status {
+    let (mut plan, wrote) =
+        decide_and_act(ctx, plugin, observed, Intent::Install(plugin), guard).await?;
+    if let Some(outcome) = plan.status.as_mut() {
+        if let Some(wl) = &rollout_of
+            && outcome.workload_patched == Check::Ok
+            && outcome.rbac == Check::Ok
+        {
+            let (failure, settled) = look_at_pods(ctx, wl, &plugin.name_any()).await;
+            let now = k8s_openapi::jiff::Timestamp::now();
+            let manager = vcp_crds::OPERATOR_FIELD_MANAGER;
+            let fields = &wl.managed_fields;
+            if rollout::watching(failure.is_some(), settled, wrote, fields, manager, now) {
+                let sooner = plan
+                    .requeue
+                    .map_or(rollout::RECHECK, |r| r.min(rollout::RECHECK));
+                plan.requeue = Some(sooner);
+            }
+            outcome.rollout = failure;
+        }
         act::report(ctx, plugin, outcome).await?;
     }
     Ok(requeue(&plan))
+}
+
+/// [`rollout::failure`] and [`rollout::settled`] of the plugin's container `container` over
+/// `wl`'s pods ([`observe::pods`]). A read that fails is logged and counts as no failure and
+/// settled: the install stands, and the next reconcile of the plugin reads again.
+async fn look_at_pods(
+    ctx: &Context,
+    wl: &Workload,
+    container: &str,
+) -> (Option<rollout::Failure>, bool) {
+    match observe::pods(ctx, wl).await {
+        Ok(pods) => (
+            rollout::failure(container, &pods),
+            rollout::settled(container, &pods),
+        ),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the vCluster's pods; they are read again on the next reconcile");
+            (None, true)
+        }
+    }
 }
 
 /// Converges the vCluster of `plugin`, which is being deleted and carries the finalizer, to
@@ -155,14 +208,14 @@ pub async fn delete(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
         Some(wl) => Some(observe::vcluster(ctx, wl, &[], Some(&name)).await?),
         None => None,
     };
-    let plan = decide_and_act(ctx, plugin, observed, Intent::Delete(plugin), guard).await?;
+    let (plan, _) = decide_and_act(ctx, plugin, observed, Intent::Delete(plugin), guard).await?;
     Ok(requeue(&plan))
 }
 
 /// The decide and act steps of [`install`] and [`delete`] for `plugin`: the plan for `intent`
 /// from `observed`, the workload applied while `guard` (the vCluster's workload lock) is held,
 /// then the lock released and the plugin's RBAC converged. Returns the plan (its status and
-/// requeue are the caller's). `observed`'s plugins are dropped with the lock: the RBAC step
+/// requeue are the caller's) and whether the workload was written. `observed`'s plugins are dropped with the lock: the RBAC step
 /// reads only its facts, and a reconcile waiting for the RBAC writes and its status write
 /// holds no copy of the vCluster's plugins (those waits overlap across up to 16 reconciles,
 /// and each copy held would multiply the operator's memory).
@@ -175,16 +228,16 @@ async fn decide_and_act(
     observed: Option<Observed>,
     intent: Intent<'_>,
     guard: tokio::sync::MutexGuard<'_, ()>,
-) -> Result<Plan> {
+) -> Result<(Plan, bool)> {
     let plan = decide(observed.as_ref(), intent, &ctx.policy, &ctx.runtime_image);
-    act::workload(ctx, observed.as_ref(), &plan).await?;
+    let wrote = act::workload(ctx, observed.as_ref(), &plan).await?;
     let facts = observed.map(|o| Observed {
         plugins: Vec::new(),
         ..o
     });
     drop(guard);
     act::rbac(ctx, plugin, facts.as_ref(), &plan.rbac).await?;
-    Ok(plan)
+    Ok((plan, wrote))
 }
 
 /// Applies the workload `wl` again from the plugins installed into it, judged as an install

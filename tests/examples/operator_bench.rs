@@ -694,6 +694,7 @@ async fn plugin_writes(
         workload_patched: Check::Ok,
         rbac: Check::Ok,
         terminating: false,
+        rollout: None,
     };
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let desired_status = status::desired(plugin, &outcome, &now);

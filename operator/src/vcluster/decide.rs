@@ -178,6 +178,7 @@ pub fn decide(
                 workload_patched: check.clone(),
                 rbac: check,
                 terminating: false,
+                rollout: None,
             };
             let requeue = next_reconcile(&outcome.rbac);
             (rbac, Some(outcome), Some(requeue))
@@ -213,6 +214,7 @@ fn without_workload(intent: Intent<'_>) -> Plan {
                 workload_patched: missing.clone(),
                 rbac: missing,
                 terminating: false,
+                rollout: None,
             };
             (RbacPlan::Keep, Some(outcome), Some(RESYNC))
         }
@@ -236,6 +238,7 @@ pub fn terminating(wl: Option<&Workload>) -> Outcome {
         workload_patched: Check::Ok,
         rbac: Check::Ok,
         terminating: true,
+        rollout: None,
     }
 }
 

@@ -412,3 +412,69 @@ where
         .items;
     Ok(crate::tolerant::readable(&kind, items, &ctx.telemetry))
 }
+
+/// The most pods of one vCluster [`pods`] reads.
+pub const MAX_PODS: i32 = 8;
+
+/// The pods of the vCluster's workload `wl`, for [`crate::rollout`]: for a StatefulSet its pods
+/// by name (`<name>-<ordinal>` for each of `spec.replicas`, default 1, at most [`MAX_PODS`]),
+/// kept when the StatefulSet (by uid) controls them; for a Deployment the pods with its
+/// template's labels whose controller is one of its ReplicaSets (`<name>-<hash>`), from a list
+/// of at most [`MAX_PODS`]. Read by name or with a limit: no one's other pods, however many or
+/// large, pass through the operator's memory.
+///
+/// # Errors
+/// The API server's answers to the reads (a pod not found is skipped).
+pub async fn pods(ctx: &Context, wl: &Workload) -> Result<Vec<k8s_openapi::api::core::v1::Pod>> {
+    use k8s_openapi::api::core::v1::Pod;
+    let api = Api::<Pod>::namespaced(ctx.client.clone(), &wl.namespace);
+    let controlled_by = |pod: &Pod, kind: &str, owned: &dyn Fn(&str, &str) -> bool| {
+        pod.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.controller == Some(true) && o.kind == kind && owned(&o.name, &o.uid))
+    };
+    match wl.kind.unwrap_or(WorkloadKind::StatefulSet) {
+        WorkloadKind::StatefulSet => {
+            let mut pods = Vec::new();
+            for ordinal in 0..wl.replicas.unwrap_or(1).clamp(0, MAX_PODS) {
+                let name = format!("{}-{ordinal}", wl.name);
+                let pod = api
+                    .get_opt(&name)
+                    .await
+                    .map_err(|e| Error::kube(format!("get Pod {}/{name}", wl.namespace), e))?;
+                let ours = |owner: &str, uid: &str| {
+                    owner == wl.name && wl.uid.as_deref().is_none_or(|u| u == uid)
+                };
+                pods.extend(pod.filter(|p| controlled_by(p, "StatefulSet", &ours)));
+            }
+            Ok(pods)
+        }
+        WorkloadKind::Deployment => {
+            let selector = wl
+                .template_labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",");
+            let listed = api
+                .list(
+                    &ListParams::default()
+                        .labels(&selector)
+                        .limit(MAX_PODS as u32),
+                )
+                .await
+                .map_err(|e| {
+                    Error::kube(format!("list Pods of {}/{}", wl.namespace, wl.name), e)
+                })?;
+            let prefix = format!("{}-", wl.name);
+            let ours = |owner: &str, _: &str| owner.starts_with(&prefix);
+            Ok(listed
+                .items
+                .into_iter()
+                .filter(|p| controlled_by(p, "ReplicaSet", &ours))
+                .collect())
+        }
+    }
+}

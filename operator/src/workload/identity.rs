@@ -69,6 +69,8 @@ pub struct Workload {
     pub uid: Option<String>,
     /// `metadata.generation`: grows with every change of the spec.
     pub generation: Option<i64>,
+    /// `spec.replicas` (`None` when unset: Kubernetes' default is 1).
+    pub replicas: Option<i32>,
     /// Bytes of JSON of `metadata.annotations` (a client-side apply's last-applied
     /// configuration can be as large as the object): counted by the size budgets
     /// ([`super::budget`]).
@@ -79,13 +81,19 @@ impl Workload {
     /// The workload view of a StatefulSet.
     pub fn from_statefulset(sts: &StatefulSet) -> Self {
         let template = sts.spec.as_ref().map(|s| &s.template);
-        Self::from_object(WorkloadKind::StatefulSet, sts, template)
+        Workload {
+            replicas: sts.spec.as_ref().and_then(|s| s.replicas),
+            ..Self::from_object(WorkloadKind::StatefulSet, sts, template)
+        }
     }
 
     /// The workload view of a Deployment.
     pub fn from_deployment(deploy: &Deployment) -> Self {
         let template = deploy.spec.as_ref().map(|s| &s.template);
-        Self::from_object(WorkloadKind::Deployment, deploy, template)
+        Workload {
+            replicas: deploy.spec.as_ref().and_then(|s| s.replicas),
+            ..Self::from_object(WorkloadKind::Deployment, deploy, template)
+        }
     }
 
     /// The workload view of `obj`, a StatefulSet or Deployment (`kind`) with pod template
@@ -108,6 +116,7 @@ impl Workload {
             managed_fields: obj.meta().managed_fields.clone().unwrap_or_default(),
             uid: obj.meta().uid.clone(),
             generation: obj.meta().generation,
+            replicas: None,
             annotations_bytes: serde_json::to_vec(obj.annotations()).map_or(0, |b| b.len()),
         }
     }

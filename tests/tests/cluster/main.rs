@@ -18,6 +18,8 @@
 //!   template again), one refused (the Application `Degraded` with its message).
 //! - [`gitops_order`]: the CRD and the plugins in one Application on a fresh (nodeless)
 //!   cluster sync at the first attempt, with no sync wave.
+//! - [`rollout`]: a plugin whose image the node cannot start is `RolloutFailed`, quoting the
+//!   kubelet, within 30 s of the kubelet's report.
 //! - [`attack_http`]: any pod floods the operator's and a runtime sidecar's HTTP ports; neither
 //!   restarts nor outgrows its memory, and plugins go on installing and hooking.
 
@@ -29,6 +31,7 @@ mod gitops_lifecycle;
 mod gitops_order;
 mod install_time;
 mod operator;
+mod rollout;
 mod v1_image;
 mod v2_image;
 mod vcluster;
