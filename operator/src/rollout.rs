@@ -12,8 +12,8 @@
 //!
 //! - the scheduler could not place the pod: condition `PodScheduled=False`, reason
 //!   `Unschedulable` (`PodReasonUnschedulable`, k8s.io/api `core/v1/types.go`);
-//! - a container (init containers first) waits for a reason the kubelet gives only when it
-//!   cannot start it: [`FAILING_WAITING_REASONS`];
+//! - the container waits for a reason the kubelet gives only when it cannot start it:
+//!   [`FAILING_WAITING_REASONS`] (`CrashLoopBackOff` from [`CRASH_LOOP_RESTARTS`] restarts on);
 //! - a container was last stopped by the kernel's OOM killer (`OOMKilled`), now or before its
 //!   current wait;
 //! - an init container ended with a non-zero exit code (the pod cannot start past it).
@@ -47,6 +47,12 @@ pub const FAILING_WAITING_REASONS: [&str; 12] = [
     "PostStartHookError",
 ];
 
+/// The kubelet's reason for a container waiting out the back-off after it exited.
+pub const CRASH_LOOP: &str = "CrashLoopBackOff";
+/// The restarts from which a container in [`CRASH_LOOP`] is a failure: the kubelet says
+/// `CrashLoopBackOff` from the first exit on, and a sidecar may exit once while its vCluster
+/// starts; a second exit, about 10 s later, is a loop.
+pub const CRASH_LOOP_RESTARTS: i32 = 2;
 /// The reason the kubelet gives a container the kernel's OOM killer stopped.
 pub const OOM_KILLED: &str = "OOMKilled";
 /// The reason of the condition `PodScheduled=False` when no node fits the pod.
@@ -207,6 +213,12 @@ fn container_failure(status: &ContainerStatus, init: bool) -> Option<(String, St
         if !FAILING_WAITING_REASONS.contains(&reason) {
             return None;
         }
+        // One exit while the vCluster starts is the kubelet's `CrashLoopBackOff` already (a
+        // 10 s back-off); a loop is a second one.
+        if reason == CRASH_LOOP && last_oom.is_none() && status.restart_count < CRASH_LOOP_RESTARTS
+        {
+            return None;
+        }
         if let Some(oom) = last_oom {
             return Some((
                 OOM_KILLED.into(),
@@ -320,6 +332,11 @@ mod tests {
                 Some(reason.to_string())
             );
         }
+        // A first exit is not a loop yet.
+        let mut once = cs("car", waiting("CrashLoopBackOff", "back-off 10s"), None);
+        once["restartCount"] = json!(1);
+        let p = pod("v-0", &["car"], &[], json!({ "containerStatuses": [once] }));
+        assert_eq!(failure("car", &[p]), None);
         for reason in ["ContainerCreating", "PodInitializing", ""] {
             let p = pod(
                 "v-0",
