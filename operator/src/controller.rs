@@ -19,8 +19,9 @@
 //!
 //! Reads: the install path reads the vCluster workload and the plugin's own RBAC objects from
 //! label-selected watch caches ([`crate::cache`]) and the plurals of synced types from a
-//! discovery cache, so a converged plugin in `rbac.mode: Dedicated` costs no request at all
-//! (what costs direct reads: see [`crate::cache`]). The same watches trigger
+//! discovery cache, so a converged plugin in `rbac.mode: Dedicated` costs no request but the
+//! reads of its vCluster's own pods (one GET per replica of a StatefulSet, one bounded list for a
+//! Deployment: [`crate::rollout`]; what else costs direct reads: see [`crate::cache`]). The same watches trigger
 //! reconciles (of the plugins targeting a changed workload; of the plugin whose RBAC object
 //! changed), debounced by [`DEBOUNCE`](crate::DEBOUNCE) (default of [`Config::debounce`]). The
 //! vCluster Roles `rbac.mode: PatchVClusterRoles` plugins append to are not in those caches;

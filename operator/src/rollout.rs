@@ -13,13 +13,16 @@
 //! - the scheduler could not place the pod: condition `PodScheduled=False`, reason
 //!   `Unschedulable` (`PodReasonUnschedulable`, k8s.io/api `core/v1/types.go`);
 //! - the container waits for a reason the kubelet gives only when it cannot start it:
-//!   [`FAILING_WAITING_REASONS`] (`CrashLoopBackOff` from [`CRASH_LOOP_RESTARTS`] restarts on);
+//!   [`FAILING_WAITING_REASONS`] (`CrashLoopBackOff`: it exited twice);
+//! - the container runs but is not ready, restarted at least [`LOOPING_RESTARTS`] times, its
+//!   last exit non-zero: the same crash loop between two back-offs;
 //! - a container was last stopped by the kernel's OOM killer (`OOMKilled`), now or before its
 //!   current wait;
 //! - an init container ended with a non-zero exit code (the pod cannot start past it).
 //!
-//! A pod being deleted is skipped (its replacement is what runs next). Nothing here talks to the
-//! API server.
+//! A pod being deleted, or ended (phase `Failed` or `Succeeded`, such as an evicted pod of a
+//! Deployment), is skipped: its replacement is what runs next. Nothing here talks to the API
+//! server.
 
 use std::fmt;
 use std::time::Duration;
@@ -49,10 +52,11 @@ pub const FAILING_WAITING_REASONS: [&str; 12] = [
 
 /// The kubelet's reason for a container waiting out the back-off after it exited.
 pub const CRASH_LOOP: &str = "CrashLoopBackOff";
-/// The restarts from which a container in [`CRASH_LOOP`] is a failure: the kubelet says
-/// `CrashLoopBackOff` from the first exit on, and a sidecar may exit once while its vCluster
-/// starts; a second exit, about 10 s later, is a loop.
-pub const CRASH_LOOP_RESTARTS: i32 = 2;
+/// The restarts from which a container that runs but is not ready, its last exit non-zero, is
+/// still in its crash loop: between two back-offs it runs for a moment, and the plugin would
+/// otherwise flip back to `Ready` each time. (The kubelet restarts a container at once after
+/// its first exit and says `CrashLoopBackOff` from the second on, with `restartCount` 1.)
+pub const LOOPING_RESTARTS: i32 = 2;
 /// The reason the kubelet gives a container the kernel's OOM killer stopped.
 pub const OOM_KILLED: &str = "OOMKilled";
 /// The reason of the condition `PodScheduled=False` when no node fits the pod.
@@ -66,14 +70,16 @@ pub const RECHECK: Duration = Duration::from_secs(10);
 /// every reconcile of the plugin (its changes and the resync).
 pub const WATCHED_FOR: Duration = Duration::from_secs(600);
 
-/// Whether a plugin's pods are to be looked at again in [`RECHECK`] (none of this holds without
-/// pods, as on an API server with no nodes: nothing would change). `failing`: a pod cannot run
-/// it now, to see it recover. Otherwise while the rollout is not [`settled`] and either the
-/// reconcile just wrote the workload (`wrote`) or the operator's last apply of the workload (its
-/// `managedFields` entry of `manager`) is less than [`WATCHED_FOR`] before `now`.
+/// Whether a plugin's pods are to be looked at again in [`RECHECK`]. `failing`: a pod cannot run
+/// it now (to see it recover). Otherwise only when the vCluster has pods (`pods_seen`; on an API
+/// server with no nodes there are none, and nothing would change) and either the reconcile just
+/// wrote the workload (`wrote`: its old pod is still there) or the rollout is not [`settled`]
+/// and the operator's last apply of the workload (its `managedFields` entry of `manager`) is
+/// less than [`WATCHED_FOR`] before `now`.
 pub fn watching(
     failing: bool,
     settled: bool,
+    pods_seen: bool,
     wrote: bool,
     managed_fields: &[ManagedFieldsEntry],
     manager: &str,
@@ -89,24 +95,24 @@ pub fn watching(
             .try_into()
             .is_ok_and(|since: Duration| since < WATCHED_FOR)
     });
-    failing || (!settled && (wrote || recent))
+    failing || (pods_seen && (wrote || (!settled && recent)))
 }
 
-/// Whether the rollout of the plugin's `container` is over: there are pods, and every one not
-/// being deleted carries the container and is `Ready`. `true` for no pods at all (nothing is
-/// rolling out, as on an API server with no nodes).
+/// Whether the rollout of the plugin's `container` is over: no pod is being deleted, and every
+/// other one that has not ended carries the container and is `Ready`. `true` for no pods at
+/// all.
 pub fn settled(container: &str, pods: &[Pod]) -> bool {
-    pods.iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .all(|p| {
-            carries(p, container)
-                && p.status.as_ref().is_some_and(|s| {
-                    s.conditions
-                        .iter()
-                        .flatten()
-                        .any(|c| c.type_ == "Ready" && c.status == "True")
-                })
-        })
+    pods.iter().all(|p| {
+        p.metadata.deletion_timestamp.is_none()
+            && (!live(p)
+                || (carries(p, container)
+                    && p.status.as_ref().is_some_and(|s| {
+                        s.conditions
+                            .iter()
+                            .flatten()
+                            .any(|c| c.type_ == "Ready" && c.status == "True")
+                    })))
+    })
 }
 
 /// Why a pod of the vCluster cannot run the plugin.
@@ -140,15 +146,61 @@ impl fmt::Display for Failure {
     }
 }
 
+/// `pod` with only what this module reads: its name, deletion time and owners; its containers'
+/// and init containers' names; its phase, conditions and container statuses. A vCluster's pod
+/// template is its author's to fill (up to the size budgets, `crate::workload::budget`), so a
+/// pod read is trimmed at once and no copy of the rest is kept.
+pub fn trimmed(pod: Pod) -> Pod {
+    use k8s_openapi::api::core::v1::{Container, PodSpec, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    let names = |containers: Vec<Container>| -> Vec<Container> {
+        containers
+            .into_iter()
+            .map(|c| Container {
+                name: c.name,
+                ..Default::default()
+            })
+            .collect()
+    };
+    let spec = pod.spec.map(|spec| PodSpec {
+        containers: names(spec.containers),
+        init_containers: spec.init_containers.map(names),
+        ..Default::default()
+    });
+    let status = pod.status.map(|status| PodStatus {
+        phase: status.phase,
+        conditions: status.conditions,
+        container_statuses: status.container_statuses,
+        init_container_statuses: status.init_container_statuses,
+        ..Default::default()
+    });
+    Pod {
+        metadata: ObjectMeta {
+            name: pod.metadata.name,
+            deletion_timestamp: pod.metadata.deletion_timestamp,
+            owner_references: pod.metadata.owner_references,
+            ..Default::default()
+        },
+        spec,
+        status,
+    }
+}
+
 /// The first failure (module docs) among `pods` that carry a container or init container named
 /// `container`; `None` when none of them fails (or none carries it yet).
 pub fn failure(container: &str, pods: &[Pod]) -> Option<Failure> {
     let mut carrying: Vec<&Pod> = pods
         .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none() && carries(p, container))
+        .filter(|p| live(p) && carries(p, container))
         .collect();
     carrying.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     carrying.into_iter().find_map(|p| pod_failure(p, container))
+}
+
+/// Whether `pod` is neither being deleted nor ended (phase `Failed` or `Succeeded`).
+fn live(pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    pod.metadata.deletion_timestamp.is_none() && !matches!(phase, Some("Failed" | "Succeeded"))
 }
 
 /// Whether `pod`'s spec has a container or init container named `container`.
@@ -203,20 +255,14 @@ fn pod_failure(pod: &Pod, container: &str) -> Option<Failure> {
 /// The reason and message of a failing container (module docs), if it fails.
 fn container_failure(status: &ContainerStatus, init: bool) -> Option<(String, String)> {
     let state = status.state.as_ref();
-    let last_oom = status
+    let last = status
         .last_state
         .as_ref()
-        .and_then(|s| s.terminated.as_ref())
-        .filter(|t| t.reason.as_deref() == Some(OOM_KILLED));
+        .and_then(|s| s.terminated.as_ref());
+    let last_oom = last.filter(|t| t.reason.as_deref() == Some(OOM_KILLED));
     if let Some(waiting) = state.and_then(|s| s.waiting.as_ref()) {
         let reason = waiting.reason.as_deref().unwrap_or_default();
         if !FAILING_WAITING_REASONS.contains(&reason) {
-            return None;
-        }
-        // One exit while the vCluster starts is the kubelet's `CrashLoopBackOff` already (a
-        // 10 s back-off); a loop is a second one.
-        if reason == CRASH_LOOP && last_oom.is_none() && status.restart_count < CRASH_LOOP_RESTARTS
-        {
             return None;
         }
         if let Some(oom) = last_oom {
@@ -230,26 +276,47 @@ fn container_failure(status: &ContainerStatus, init: bool) -> Option<(String, St
         }
         return Some((reason.into(), waiting.message.clone().unwrap_or_default()));
     }
-    let terminated = state.and_then(|s| s.terminated.as_ref())?;
-    if terminated.reason.as_deref() == Some(OOM_KILLED) {
-        return Some((
-            OOM_KILLED.into(),
-            format!(
-                "stopped by the OOM killer (exit code {})",
-                terminated.exit_code
-            ),
-        ));
-    }
-    if init && terminated.exit_code != 0 {
-        let reason = terminated.reason.clone().unwrap_or_else(|| "Error".into());
-        let mut message = format!("exited with code {}", terminated.exit_code);
-        if let Some(m) = terminated.message.as_deref().filter(|m| !m.is_empty()) {
-            message.push_str(": ");
-            message.push_str(m);
+    if let Some(terminated) = state.and_then(|s| s.terminated.as_ref()) {
+        if terminated.reason.as_deref() == Some(OOM_KILLED) {
+            return Some((
+                OOM_KILLED.into(),
+                format!(
+                    "stopped by the OOM killer (exit code {})",
+                    terminated.exit_code
+                ),
+            ));
         }
-        return Some((reason, message));
+        if init && terminated.exit_code != 0 {
+            let reason = terminated.reason.clone().unwrap_or_else(|| "Error".into());
+            let mut message = format!("exited with code {}", terminated.exit_code);
+            if let Some(m) = terminated.message.as_deref().filter(|m| !m.is_empty()) {
+                message.push_str(": ");
+                message.push_str(m);
+            }
+            return Some((reason, message));
+        }
+        return None;
     }
-    None
+    // Running between two back-offs of a crash loop.
+    let running = state.and_then(|s| s.running.as_ref()).is_some();
+    let failed_exit = last.filter(|t| t.exit_code != 0)?;
+    if !(running && !status.ready && status.restart_count >= LOOPING_RESTARTS) {
+        return None;
+    }
+    let reason = if last_oom.is_some() {
+        OOM_KILLED
+    } else {
+        CRASH_LOOP
+    };
+    Some((
+        reason.into(),
+        format!(
+            "restarted {} times, its last exit code {} ({}); running again, not ready",
+            status.restart_count,
+            failed_exit.exit_code,
+            failed_exit.reason.as_deref().unwrap_or("Error")
+        ),
+    ))
 }
 
 #[cfg(test)]
@@ -332,10 +399,56 @@ mod tests {
                 Some(reason.to_string())
             );
         }
-        // A first exit is not a loop yet.
-        let mut once = cs("car", waiting("CrashLoopBackOff", "back-off 10s"), None);
-        once["restartCount"] = json!(1);
-        let p = pod("v-0", &["car"], &[], json!({ "containerStatuses": [once] }));
+        // The kubelet's first CrashLoopBackOff (after the second exit) is a loop.
+        let mut twice = cs("car", waiting("CrashLoopBackOff", "back-off 10s"), None);
+        twice["restartCount"] = json!(1);
+        let p = pod(
+            "v-0",
+            &["car"],
+            &[],
+            json!({ "containerStatuses": [twice] }),
+        );
+        assert_eq!(failure("car", &[p]).unwrap().reason, "CrashLoopBackOff");
+        // Between two back-offs: running, not ready, its last exit an error.
+        let mut looping = cs(
+            "car",
+            json!({ "running": {} }),
+            Some(json!({ "terminated": { "reason": "Error", "exitCode": 1 } })),
+        );
+        looping["restartCount"] = json!(2);
+        let p = pod(
+            "v-0",
+            &["car"],
+            &[],
+            json!({ "containerStatuses": [looping.clone()] }),
+        );
+        assert_eq!(failure("car", &[p]).unwrap().reason, "CrashLoopBackOff");
+        // Restarted once after an error and now running: a start, not a loop.
+        looping["restartCount"] = json!(1);
+        let p = pod(
+            "v-0",
+            &["car"],
+            &[],
+            json!({ "containerStatuses": [looping.clone()] }),
+        );
+        assert_eq!(failure("car", &[p]), None);
+        // Ready again: recovered.
+        looping["restartCount"] = json!(5);
+        looping["ready"] = json!(true);
+        let p = pod(
+            "v-0",
+            &["car"],
+            &[],
+            json!({ "containerStatuses": [looping] }),
+        );
+        assert_eq!(failure("car", &[p]), None);
+        // An evicted pod of a Deployment is not looked at.
+        let p = pod(
+            "v-0",
+            &["car"],
+            &[],
+            json!({ "phase": "Failed", "containerStatuses": [cs("car", waiting("ErrImagePull", ""), None)] }),
+        );
         assert_eq!(failure("car", &[p]), None);
         for reason in ["ContainerCreating", "PodInitializing", ""] {
             let p = pod(
@@ -423,6 +536,29 @@ mod tests {
     }
 
     #[test]
+    fn a_trimmed_pod_keeps_what_the_verdict_reads_and_nothing_else() {
+        let mut p = pod(
+            "v-0",
+            &["car"],
+            &["copy"],
+            json!({ "phase": "Pending", "containerStatuses": [cs("car", waiting("ErrImagePull", "m"), None)] }),
+        );
+        let big = "x".repeat(100_000);
+        p.metadata.annotations = Some([("a".to_string(), big.clone())].into());
+        p.spec.as_mut().unwrap().containers[0].env =
+            Some(vec![k8s_openapi::api::core::v1::EnvVar {
+                name: "BIG".into(),
+                value: Some(big),
+                ..Default::default()
+            }]);
+        let before = failure("car", std::slice::from_ref(&p));
+        let t = trimmed(p);
+        assert_eq!(failure("car", std::slice::from_ref(&t)), before);
+        assert!(carries(&t, "copy"));
+        assert!(serde_json::to_vec(&t).unwrap().len() < 1_000, "{t:?}");
+    }
+
+    #[test]
     fn only_the_plugins_own_container_is_judged() {
         let status = json!({ "containerStatuses": [
             cs("syncer", waiting("CrashLoopBackOff", "syncer"), None),
@@ -457,20 +593,47 @@ mod tests {
             entry("helm", 5_000),
         ];
         let op = "vcluster-plugin-operator";
-        assert!(watching(false, false, false, &fields, op, at(1_000 + 599)));
-        assert!(!watching(false, false, false, &fields, op, at(1_000 + 600)));
+        // (failing, settled, pods seen, wrote), then the time.
+        assert!(watching(
+            false,
+            false,
+            true,
+            false,
+            &fields,
+            op,
+            at(1_000 + 599)
+        ));
+        assert!(!watching(
+            false,
+            false,
+            true,
+            false,
+            &fields,
+            op,
+            at(1_000 + 600)
+        ));
         // Helm's later write is not the operator's.
-        assert!(!watching(false, false, false, &fields, op, at(5_001)));
-        assert!(watching(false, false, true, &fields, op, at(9_000)));
-        assert!(!watching(false, true, true, &fields, op, at(1_001)));
-        assert!(watching(true, true, false, &fields, op, at(9_000)));
-        assert!(!watching(false, false, false, &[], op, at(9_000)));
+        assert!(!watching(false, false, true, false, &fields, op, at(5_001)));
+        // Just written: its old pod still looks settled.
+        assert!(watching(false, true, true, true, &fields, op, at(9_000)));
+        assert!(!watching(false, true, true, false, &fields, op, at(1_001)));
+        assert!(watching(true, true, true, false, &fields, op, at(9_000)));
+        // No pods at all (an API server without nodes): nothing to wait for.
+        assert!(!watching(false, true, false, true, &fields, op, at(1_001)));
+        assert!(!watching(false, false, false, false, &[], op, at(9_000)));
     }
 
     #[test]
     fn a_rollout_settles_when_every_pod_carries_the_container_and_is_ready() {
         let ready = |r: &str| json!({ "conditions": [{ "type": "Ready", "status": r }] });
         assert!(settled("car", &[]));
+        // A pod being deleted: its replacement is still to come.
+        let mut leaving = pod("v-0", &["syncer", "car"], &[], ready("True"));
+        leaving.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        assert!(!settled("car", &[leaving]));
         assert!(settled(
             "car",
             &[pod("v-0", &["syncer", "car"], &[], ready("True"))]

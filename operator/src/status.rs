@@ -90,9 +90,9 @@ pub struct Outcome {
     pub rbac: Check,
     /// `Terminating`: the finalizer is cleaning up.
     pub terminating: bool,
-    /// Why a pod of the vCluster cannot run the installed plugin ([`crate::rollout`]), when
-    /// one cannot; read after the install only.
-    pub rollout: Option<crate::rollout::Failure>,
+    /// Why a pod of the vCluster cannot run the installed plugin ([`crate::rollout::Failure`],
+    /// as its message), when one cannot; read after the install only.
+    pub rollout: Option<String>,
 }
 
 /// What the runtime's `RuntimeHealthy` condition says about an installed plugin (see the
@@ -200,9 +200,9 @@ pub fn desired(plugin: &VClusterPlugin, outcome: &Outcome, now: &Time) -> VClust
     let (ready, phase) = match ready {
         _ if outcome.terminating => (ready, Phase::Terminating),
         Check::Ok if outcome.rollout.is_some() => {
-            let failure = outcome.rollout.as_ref().map(ToString::to_string);
+            let failure = outcome.rollout.clone().unwrap_or_default();
             (
-                Check::failed(Reason::RolloutFailed, failure.unwrap_or_default()),
+                Check::failed(Reason::RolloutFailed, failure),
                 Phase::Degraded,
             )
         }

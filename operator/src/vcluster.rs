@@ -132,11 +132,17 @@ pub async fn install(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
             && outcome.workload_patched == Check::Ok
             && outcome.rbac == Check::Ok
         {
-            let (failure, settled) = look_at_pods(ctx, wl, &plugin.name_any()).await;
+            let look = look_at_pods(ctx, wl, &plugin.name_any()).await;
+            let (failure, settled, seen) = match look {
+                Some(look) => look,
+                // Not read this time: the last verdict stands, and the pods are read again soon.
+                None => (previous_failure(plugin), false, true),
+            };
             let now = k8s_openapi::jiff::Timestamp::now();
             let manager = vcp_crds::OPERATOR_FIELD_MANAGER;
             let fields = &wl.managed_fields;
-            if rollout::watching(failure.is_some(), settled, wrote, fields, manager, now) {
+            let failing = failure.is_some();
+            if rollout::watching(failing, settled, seen, wrote, fields, manager, now) {
                 let sooner = plan
                     .requeue
                     .map_or(rollout::RECHECK, |r| r.min(rollout::RECHECK));
@@ -149,24 +155,37 @@ pub async fn install(plugin: &VClusterPlugin, ctx: &Context) -> Result<Action> {
     Ok(requeue(&plan))
 }
 
-/// [`rollout::failure`] and [`rollout::settled`] of the plugin's container `container` over
-/// `wl`'s pods ([`observe::pods`]). A read that fails is logged and counts as no failure and
-/// settled: the install stands, and the next reconcile of the plugin reads again.
+/// [`rollout::failure`] (as its message), [`rollout::settled`], and whether there are pods, of
+/// the plugin's container `container` over `wl`'s pods ([`observe::pods`]); `None` when they
+/// cannot be read (logged).
 async fn look_at_pods(
     ctx: &Context,
     wl: &Workload,
     container: &str,
-) -> (Option<rollout::Failure>, bool) {
+) -> Option<(Option<String>, bool, bool)> {
     match observe::pods(ctx, wl).await {
-        Ok(pods) => (
-            rollout::failure(container, &pods),
+        Ok(pods) => Some((
+            rollout::failure(container, &pods).map(|f| f.to_string()),
             rollout::settled(container, &pods),
-        ),
+            !pods.is_empty(),
+        )),
         Err(e) => {
-            tracing::warn!(error = %e, "cannot read the vCluster's pods; they are read again on the next reconcile");
-            (None, true)
+            tracing::warn!(error = %e, "cannot read the vCluster's pods; they are read again");
+            None
         }
     }
+}
+
+/// The message of `plugin`'s `Ready=False RolloutFailed`, when that is its status now.
+fn previous_failure(plugin: &VClusterPlugin) -> Option<String> {
+    let ready = plugin
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == crate::status::READY)?;
+    (ready.status == "False" && ready.reason == vcp_crds::Reason::RolloutFailed.as_str())
+        .then(|| ready.message.clone())
 }
 
 /// Converges the vCluster of `plugin`, which is being deleted and carries the finalizer, to

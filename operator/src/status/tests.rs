@@ -198,7 +198,7 @@ fn a_pod_that_cannot_run_the_plugin_is_degraded_whatever_the_runtime_said() {
         message: "not present with pull policy of Never".into(),
     };
     let o = Outcome {
-        rollout: Some(failure),
+        rollout: Some(failure.to_string()),
         ..installed()
     };
     let s = desired(&p, &o, &t(100));

@@ -420,8 +420,9 @@ pub const MAX_PODS: i32 = 8;
 /// by name (`<name>-<ordinal>` for each of `spec.replicas`, default 1, at most [`MAX_PODS`]),
 /// kept when the StatefulSet (by uid) controls them; for a Deployment the pods with its
 /// template's labels whose controller is one of its ReplicaSets (`<name>-<hash>`), from a list
-/// of at most [`MAX_PODS`]. Read by name or with a limit: no one's other pods, however many or
-/// large, pass through the operator's memory.
+/// of at most [`MAX_PODS`] that have not ended. Read by name or with a limit, and each pod
+/// trimmed at once ([`crate::rollout::trimmed`]): no one's other pods pass through the
+/// operator's memory, and of the vCluster's own only what the verdict reads is kept.
 ///
 /// # Errors
 /// The API server's answers to the reads (a pod not found is skipped).
@@ -447,7 +448,8 @@ pub async fn pods(ctx: &Context, wl: &Workload) -> Result<Vec<k8s_openapi::api::
                 let ours = |owner: &str, uid: &str| {
                     owner == wl.name && wl.uid.as_deref().is_none_or(|u| u == uid)
                 };
-                pods.extend(pod.filter(|p| controlled_by(p, "StatefulSet", &ours)));
+                let pod = pod.filter(|p| controlled_by(p, "StatefulSet", &ours));
+                pods.extend(pod.map(crate::rollout::trimmed));
             }
             Ok(pods)
         }
@@ -474,6 +476,7 @@ pub async fn pods(ctx: &Context, wl: &Workload) -> Result<Vec<k8s_openapi::api::
                 .items
                 .into_iter()
                 .filter(|p| controlled_by(p, "ReplicaSet", &ours))
+                .map(crate::rollout::trimmed)
                 .collect())
         }
     }

@@ -12,6 +12,7 @@
 
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
@@ -67,9 +68,24 @@ async fn a_plugin_whose_image_cannot_start_is_degraded_with_the_kubelets_reason(
     let vcluster = installed_vcluster(NAMESPACE, RELEASE).await;
     let client = node.client().await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
-    let plugins: Api<VClusterPlugin> = Api::namespaced(client.clone(), NAMESPACE);
     let pod_name = vcluster.pod_name();
 
+    // The checks run to their end or their first failure; the vCluster is brought back either
+    // way, then the failure (if any) is reported: the next test of this binary finds it serving.
+    let checked = std::panic::AssertUnwindSafe(checks(&client, &pod_name));
+    let outcome = futures::FutureExt::catch_unwind(checked).await;
+    bring_back(vcluster, &client, &pods, &pod_name).await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// The module's checks, from the apply of the broken plugin to its Warning Event.
+async fn checks(client: &kube::Client, pod_name: &str) {
+    let node = Node::shared();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let plugins: Api<VClusterPlugin> = Api::namespaced(client.clone(), NAMESPACE);
+    let pod_name = pod_name.to_string();
     let manifest = format!(
         "apiVersion: vcp.dev/v1alpha1\nkind: VClusterPlugin\nmetadata: {{name: {PLUGIN}, \
          namespace: {NAMESPACE}}}\nspec:\n  vcluster: {{name: {RELEASE}}}\n  image: {IMAGE}\n  \
@@ -110,7 +126,8 @@ async fn a_plugin_whose_image_cannot_start_is_degraded_with_the_kubelets_reason(
                 .unwrap_or_default()
         )
     });
-    let kubelet_at = kubelet_at.expect("the kubelet reported ErrImageNeverPull before the plugin");
+    // Both seen in the same poll: no lag measured beyond the poll itself.
+    let kubelet_at = kubelet_at.unwrap_or(said_at);
     let lag = said_at.saturating_duration_since(kubelet_at);
     println!(
         "rollout: the kubelet reported ErrImageNeverPull {:.1} s after the apply; the plugin said \
@@ -164,24 +181,70 @@ async fn a_plugin_whose_image_cannot_start_is_degraded_with_the_kubelets_reason(
             .contains("ErrImageNeverPull"),
         "{event:?}"
     );
+}
 
-    // Clean up as a person must today: the plugin deleted (its init container leaves the
-    // template), then the pod stuck on the broken template; the vCluster serves again.
-    let stuck_uid = pods.get(&pod_name).await.unwrap().metadata.uid.unwrap();
+/// Deletes the plugin (its init container leaves the template), waits for the StatefulSet to
+/// have seen that template (`status.observedGeneration`), then deletes the pod stuck on the
+/// broken one, as a person must today, and waits for the vCluster's pod to be a new one,
+/// Running and Ready, without the plugin.
+async fn bring_back(
+    vcluster: &crate::vcluster::VCluster,
+    client: &kube::Client,
+    pods: &Api<Pod>,
+    pod_name: &str,
+) {
+    let node = Node::shared();
     let deleted = node.kubectl(&[
         "-n",
         NAMESPACE,
         "delete",
         "vclusterplugin",
         PLUGIN,
+        "--ignore-not-found",
         "--wait",
     ]);
     assert!(deleted.is_ok(), "delete the plugin: {deleted:?}");
-    pods.delete(&pod_name, &DeleteParams::default())
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), NAMESPACE);
+    let observed = poll_for(Duration::from_secs(60), || {
+        let statefulsets = statefulsets.clone();
+        async move {
+            let sts = statefulsets.get(RELEASE).await.ok()?;
+            let without = sts
+                .spec
+                .as_ref()?
+                .template
+                .spec
+                .as_ref()?
+                .init_containers
+                .iter()
+                .flatten()
+                .all(|c| c.name != PLUGIN);
+            (without && sts.status?.observed_generation >= sts.metadata.generation).then_some(())
+        }
+    })
+    .await;
+    assert!(
+        observed.is_some(),
+        "the StatefulSet did not see the template without {PLUGIN} within 60 s"
+    );
+    let pod = pods.get(pod_name).await.expect("the vCluster's pod");
+    let carries = |pod: &Pod| {
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.init_containers.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|c| c.name == PLUGIN)
+    };
+    if pod_ready(&pod) && !carries(&pod) {
+        // Never rolled onto the broken template (a check failed before): nothing to bring back.
+        return;
+    }
+    let stuck_uid = pod.metadata.uid.clone().unwrap_or_default();
+    pods.delete(pod_name, &DeleteParams::default())
         .await
         .expect("delete the stuck pod");
-    let back = rolled_pod(vcluster, &pods, &stuck_uid).await;
-    assert!(pod_ready(&back));
+    let back = rolled_pod(vcluster, pods, &stuck_uid).await;
     let init: Vec<String> = back
         .spec
         .as_ref()
