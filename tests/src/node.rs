@@ -48,6 +48,9 @@ impl Node {
     pub fn start() -> anyhow::Result<Node> {
         let deadline = Instant::now() + Duration::from_secs(600);
         while Path::new("/run/netns").join(NETNS).exists() {
+            if reap_stale_node(&std::env::temp_dir())? {
+                continue;
+            }
             ensure!(
                 Instant::now() < deadline,
                 "network namespace {NETNS} still exists after 600 s: another node runs on this \
@@ -351,6 +354,68 @@ fn remove_stale_state_dirs(tmp: &Path) {
             let _ = std::fs::remove_dir_all(&path);
         }
     }
+}
+
+/// The node processes `scripts/node` records in a state folder's `pids` whose liveness tells a
+/// running node from one whose processes are gone (the name is the process's `comm`).
+const NODE_PROCESSES: [&str; 4] = ["containerd", "etcd", "kube-apiserver", "kubelet"];
+
+/// Whether the node of state folder `dir` still runs: a process its `pids` file records under
+/// one of [`NODE_PROCESSES`] exists under that name and is no zombie.
+fn node_runs(dir: &Path) -> bool {
+    let pids = std::fs::read_to_string(dir.join("pids")).unwrap_or_default();
+    pids.lines().any(|line| {
+        let mut words = line.split_whitespace();
+        let (Some(pid), Some(name)) = (words.next(), words.next()) else {
+            return false;
+        };
+        let proc_dir = Path::new("/proc").join(pid);
+        let comm = std::fs::read_to_string(proc_dir.join("comm")).unwrap_or_default();
+        let stat = std::fs::read_to_string(proc_dir.join("stat")).unwrap_or_default();
+        let zombie = stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z'));
+        NODE_PROCESSES.contains(&name) && comm.trim() == name && !zombie
+    })
+}
+
+/// Takes down what a node whose processes are all gone left behind: a machine's session that
+/// ended with its node running (its processes killed, not stopped) leaves the network namespace
+/// [`NETNS`], its mounts and its state folder, and every later node would wait for that
+/// namespace for ever. Runs `scripts/node down` for each state folder under `tmp` with a `pids`
+/// file and no running node ([`node_runs`]); then, when no folder has a running node and the
+/// namespace is still there, deletes it. Returns whether it took anything down; `false` when a
+/// node runs (another test binary's: wait for it).
+///
+/// # Errors
+/// When `scripts/node down` or `ip netns del` fails.
+fn reap_stale_node(tmp: &Path) -> anyhow::Result<bool> {
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return Ok(false);
+    };
+    let dirs: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(STATE_DIR_PREFIX))
+                && p.join("pids").exists()
+        })
+        .collect();
+    if dirs.iter().any(|d| node_runs(d)) {
+        return Ok(false);
+    }
+    for dir in &dirs {
+        eprintln!("node: taking down the stale node of {}", dir.display());
+        node_script(&["down"], dir)?;
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    if Path::new("/run/netns").join(NETNS).exists() {
+        eprintln!("node: deleting the stale network namespace {NETNS}");
+        let out = Command::new("ip").args(["netns", "del", NETNS]).output()?;
+        ensure!(out.status.success(), "ip netns del {NETNS}: {out:?}");
+    }
+    Ok(true)
 }
 
 /// Runs `scripts/node <args...> --dir <dir>` and waits for it.
