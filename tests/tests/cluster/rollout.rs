@@ -14,9 +14,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::events::v1::Event;
 use kube::Api;
-use kube::api::{DeleteParams, ListParams};
+use kube::api::DeleteParams;
 use vcp_crds::VClusterPlugin;
 use vcp_tests::node::Node;
 use vcp_tests::poll_for;
@@ -154,22 +153,13 @@ async fn checks(client: &kube::Client, pod_name: &str) {
         Some(("True".into(), "Installed".into()))
     );
     // The Warning Event, with the same words.
-    let events: Api<Event> = Api::namespaced(client.clone(), NAMESPACE);
-    let event = poll_for(Duration::from_secs(30), || {
-        let events = events.clone();
-        async move {
-            events
-                .list(&ListParams::default())
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .find(|e| {
-                    e.reason.as_deref() == Some("RolloutFailed")
-                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(PLUGIN)
-                })
-        }
-    })
+    let event = vcp_tests::poll_event(
+        client,
+        NAMESPACE,
+        PLUGIN,
+        "RolloutFailed",
+        Duration::from_secs(30),
+    )
     .await
     .expect("a RolloutFailed Event about the plugin");
     assert_eq!(event.type_.as_deref(), Some("Warning"));
