@@ -23,9 +23,10 @@
 //!   between requests): the kubelet's probes open a connection per probe, and a scrape needs one
 //!   request.
 //! - **At most [`Limits::max_connections`] open connections.** A connection accepted over the
-//!   cap closes the oldest connection that has not sent its whole head yet ([`slots`]): a
-//!   legitimate client (a probe, Prometheus) sends its head at once and is served within
-//!   milliseconds, while a flood of slow or idle connections only pushes out its own. When every
+//!   cap closes one that has not sent its whole head yet: the oldest such connection of the
+//!   address that holds the most of them ([`slots`]). A legitimate client (a probe, Prometheus)
+//!   sends its head at once and is served within milliseconds, while a flood of slow or idle
+//!   connections from one pod only pushes out its own. When every
 //!   open connection is being served, the new one is closed instead. The accept loop never
 //!   spins: a failed accept (out of file descriptors) waits, from 10 ms doubling to 1 s.
 //! - **`/metrics` is rendered at most once per [`Limits::metrics_interval`]** (100 ms), and every
@@ -314,7 +315,7 @@ pub async fn serve<A>(
     tokio::pin!(shutdown);
     let mut backoff = None;
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             _ = &mut shutdown => return,
             accepted = listener.accept() => match accepted {
                 Ok(a) => {
@@ -338,7 +339,7 @@ pub async fn serve<A>(
             },
         };
         stats.accepted.inc();
-        let Admission::Admitted(slot) = slots.admit() else {
+        let Admission::Admitted(slot) = slots.admit(peer.ip()) else {
             drop(stream);
             continue;
         };

@@ -221,3 +221,57 @@ fn accept_waits_double_up_to_a_second() {
     }
     assert_eq!(waits, [10, 20, 40, 80, 160, 320, 640, 1000, 1000]);
 }
+
+#[tokio::test]
+async fn a_probe_from_another_address_outlives_a_flood_while_its_head_is_still_unread() {
+    let limits = Limits {
+        max_connections: 8,
+        ..Limits::runtime()
+    };
+    let (addr, stats, _stop) = start(limits).await;
+    let accepted = |n: u64| {
+        let stats = stats.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while stats.accepted.get() < n {
+                assert!(
+                    Instant::now() < deadline,
+                    "accepted {}",
+                    stats.accepted.get()
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    let slow = || async move {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /x HTTP/1.1\r\nX: ").await.unwrap();
+        s
+    };
+    let mut flood = Vec::new();
+    for _ in 0..8 {
+        flood.push(slow().await);
+    }
+    accepted(8).await;
+    // The probe connects from another loopback address (as the kubelet's come from the node's
+    // address, not the flooding pod's) and is accepted before it has sent a byte.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut probe = socket.connect(addr).await.unwrap();
+    accepted(9).await;
+    // 40 more from the flood while the probe's head is still unread: each closes one of the
+    // flood's own
+    for _ in 0..40 {
+        flood.push(slow().await);
+    }
+    accepted(49).await;
+    assert_eq!(stats.evicted.get(), 41);
+    probe
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .expect("the probe's connection is still open");
+    let answer = closed_within(&mut probe, Duration::from_secs(2))
+        .await
+        .expect("the probe is answered");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+}
