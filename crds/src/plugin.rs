@@ -160,9 +160,11 @@ pub struct VClusterPluginSpec {
 
     /// How the plugin is run. With `image`: `v2` (default; copied by an init container into
     /// `/plugins` and started by the vCluster syncer) or `v1` (legacy gRPC sidecar). Without
-    /// `image` (the embedded runtime): a sidecar unless `v2` is given explicitly, which copies
-    /// the runtime into `/plugins/<name>` with an init container so that the vCluster syncer
-    /// starts it as a v2 plugin and applies its hooks before its own writes.
+    /// `image` (the embedded runtime): `v2` copies the runtime into `/plugins/<name>` with an
+    /// init container, so that the vCluster syncer starts it as a v2 plugin and applies its
+    /// hooks before its own writes; `v1` is a sidecar; absent, a sidecar, unless a
+    /// `CreatePhysical` pod hook changes what an existing pod cannot change, which only takes
+    /// effect the `v2` way (such a hook with `v1` is refused, `HookCannotTakeEffect`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<PluginVersion>,
 
@@ -268,8 +270,9 @@ pub struct VClusterRef {
 }
 
 /// How the plugin is run inside the vCluster pod. With `image`: `v2` (the default) or `v1`.
-/// Without `image` (the embedded runtime): a sidecar, unless `v2` is given, which makes it a
-/// v2 plugin started by the vCluster syncer.
+/// Without `image` (the embedded runtime): `v2` makes it a v2 plugin started by the vCluster
+/// syncer, `v1` a sidecar; absent, a sidecar, unless a `CreatePhysical` pod hook changes more
+/// of the pod than an existing pod may change: then `v2`.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum PluginVersion {
     /// Legacy sidecar: it registers with the syncer's plugin server on `localhost:10099` and

@@ -97,11 +97,16 @@ pub enum Reason {
     /// error, `CrashLoopBackOff`, a failed init container, `OOMKilled`, `Unschedulable`); the
     /// message names the pod, the container, and the kubelet's own reason and message.
     RolloutFailed,
+    /// `Ready=False`: an embedded plugin asks for the sidecar (`version: v1`) and a
+    /// `CreatePhysical` pod hook of it changes what Kubernetes does not let change on an
+    /// existing pod, so the hook could not take effect; the message names each such change.
+    /// Nothing is installed for it.
+    HookCannotTakeEffect,
 }
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 28] = [
+    pub const ALL: [Reason; 29] = [
         Reason::Installed,
         Reason::Terminating,
         Reason::VClusterNotFound,
@@ -130,6 +135,7 @@ impl Reason {
         Reason::ResourcesExceeded,
         Reason::MetricsUnavailable,
         Reason::RolloutFailed,
+        Reason::HookCannotTakeEffect,
     ];
 
     /// The reason as the API carries it (CamelCase, the variant's name).
@@ -163,6 +169,7 @@ impl Reason {
             Reason::ResourcesExceeded => "ResourcesExceeded",
             Reason::MetricsUnavailable => "MetricsUnavailable",
             Reason::RolloutFailed => "RolloutFailed",
+            Reason::HookCannotTakeEffect => "HookCannotTakeEffect",
         }
     }
 
@@ -262,6 +269,7 @@ mod tests {
             "ResourcesExceeded",
             "MetricsUnavailable",
             "RolloutFailed",
+            "HookCannotTakeEffect",
         ];
         assert_eq!(Reason::ALL.len(), expected.len());
         for (r, s) in Reason::ALL.into_iter().zip(expected) {

@@ -74,6 +74,7 @@
 pub mod budget;
 mod containers;
 mod converge;
+pub mod hook_mode;
 mod identity;
 mod merge;
 

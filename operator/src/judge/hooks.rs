@@ -42,7 +42,9 @@ use kube::ResourceExt;
 use serde_json::{Value, json};
 use vcp_crds::fold::go_fold;
 use vcp_crds::hooks::apply_hook;
-use vcp_crds::{Hook, HookEvent, JsonPatchOp, PluginVersion, VClusterPlugin};
+use vcp_crds::{Hook, HookEvent, JsonPatchOp, VClusterPlugin};
+
+use crate::workload::{PluginKind, plugin_kind};
 
 use crate::policy::ContainerPolicy;
 use crate::policy::pod::{self, lost_keys};
@@ -61,13 +63,16 @@ pub const IDENTITY_FIELDS: [&str; 6] = [
     "generateName",
 ];
 
-/// The order in which the plugins' hooks run on a host pod: first the v2 plugins (`version:
-/// v2`), by name, as vCluster's syncer calls each v2 plugin's `Mutate` in the order it loaded
+/// The order in which the plugins' hooks run on a host pod: first the v2 plugins (image or
+/// embedded, [`crate::workload::plugin_kind`]), by name, as vCluster's syncer calls each v2 plugin's `Mutate` in the order it loaded
 /// them (`os.ReadDir` of `/plugins`, sorted by the folder name, which is the plugin's name);
 /// then the others, by name (an embedded sidecar applies its hooks to the pod vCluster created).
 pub fn hook_order<'a>(plugins: &[&'a VClusterPlugin]) -> Vec<&'a VClusterPlugin> {
     let mut sorted: Vec<&VClusterPlugin> = plugins.to_vec();
-    sorted.sort_by_key(|p| (p.spec.version != Some(PluginVersion::V2), p.name_any()));
+    sorted.sort_by_key(|p| {
+        let v2 = matches!(plugin_kind(p), PluginKind::V2 | PluginKind::EmbeddedV2);
+        (!v2, p.name_any())
+    });
     sorted
 }
 

@@ -530,10 +530,10 @@ fn hooks_that_make_the_pod_invalid_are_refused_as_unjudgeable() {
         "spec.hooks[0] (odd) make a representative pod of the vCluster invalid, so the Pod Security level of namespace team-a cannot judge",
     );
     assert!(message.contains("Unsupported value"), "{message}");
-    // The hooked pod of both, the pod without hooks, the first step (`good`'s hooks first,
-    // then `odd`'s, by name: `good` alone is admitted, `good` then `odd` is refused), then the
-    // hooked pod of `good` alone.
-    assert_eq!(fake.calls(), (0, 5));
+    // The hooked pod of both, the pod without hooks, the first step (`odd` adds a container on
+    // `CreatePhysical`, so it runs the v2 way and its hooks run first, before `good`'s: refused),
+    // then the hooked pod of `good` alone.
+    assert_eq!(fake.calls(), (0, 4));
 
     // A pod the API server refuses without any hook is not the hooks' doing.
     let fake = Fake::refusing_as_invalid(vec!["workload"]);

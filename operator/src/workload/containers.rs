@@ -172,14 +172,19 @@ impl PluginKind {
     }
 }
 
-/// How `plugin` runs. For the embedded runtime `version` defaults to the sidecar; only an
-/// explicit `version: v2` makes it a v2 plugin (`v1` is the sidecar too).
+/// How `plugin` runs. For the embedded runtime, `version: v2` makes it a v2 plugin and
+/// `version: v1` the sidecar; without `version` it is the sidecar, unless a `CreatePhysical`
+/// pod hook changes what an existing pod cannot change: then the v2 way, where vCluster calls
+/// the hook before it creates the pod ([`super::hook_mode`]).
 pub fn plugin_kind(plugin: &VClusterPlugin) -> PluginKind {
-    match (&plugin.spec.image, plugin.spec.version.unwrap_or_default()) {
-        (None, PluginVersion::V2) if plugin.spec.version.is_some() => PluginKind::EmbeddedV2,
+    match (&plugin.spec.image, plugin.spec.version) {
+        (None, Some(PluginVersion::V2)) => PluginKind::EmbeddedV2,
+        (None, None) if !super::hook_mode::create_time_changes(plugin).is_empty() => {
+            PluginKind::EmbeddedV2
+        }
         (None, _) => PluginKind::Embedded,
-        (Some(_), PluginVersion::V1) => PluginKind::V1,
-        (Some(_), PluginVersion::V2) => PluginKind::V2,
+        (Some(_), Some(PluginVersion::V1)) => PluginKind::V1,
+        (Some(_), _) => PluginKind::V2,
     }
 }
 

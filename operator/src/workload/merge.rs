@@ -108,6 +108,10 @@ pub fn plan(workload: &Workload, plugins: &[&VClusterPlugin], runtime_image: &st
             refused.insert(name, refusal);
             continue;
         }
+        if let Some(refusal) = super::hook_mode::sidecar_refusal(plugin) {
+            refused.insert(name, refusal);
+            continue;
+        }
         match plugin_kind(plugin) {
             PluginKind::Embedded => {
                 runtime_sidecar = true;

@@ -19,7 +19,11 @@ use super::*;
 
 const RUNTIME: &str = "ghcr.io/vcp-dev/vcluster-plugin-operator:0.1.0";
 
-fn plugin(name: &str, image: Option<&str>, version: Option<PluginVersion>) -> VClusterPlugin {
+pub(super) fn plugin(
+    name: &str,
+    image: Option<&str>,
+    version: Option<PluginVersion>,
+) -> VClusterPlugin {
     let mut p = VClusterPlugin::new(
         name,
         VClusterPluginSpec {
@@ -45,7 +49,7 @@ fn created_at(mut p: VClusterPlugin, secs: i64) -> VClusterPlugin {
 
 /// A vCluster-chart-shaped StatefulSet: the chart's labels, one `syncer` container, one
 /// volume, the chart's default service account.
-fn workload() -> Workload {
+pub(super) fn workload() -> Workload {
     let labels = BTreeMap::from([
         ("app".to_string(), "vcluster".to_string()),
         ("release".to_string(), "my-vcluster".to_string()),

@@ -307,3 +307,95 @@ async fn the_rust_runtime_as_a_v2_plugin_is_loaded_by_vclusters_syncer() {
     )
     .await;
 }
+
+/// Issue 48's own case: an embedded plugin that names no `version`, whose `CreatePhysical` hook
+/// adds an env var by `jsonPatch` on `/spec/containers/0/env`, which an existing pod cannot
+/// change. As a sidecar (the default before) the runtime could only warn `ImmutablePodFields`
+/// and the pod ran without the variable; now the operator runs it the v2 way, vCluster's syncer
+/// loads it and calls the hook before it creates each host pod, and the variable is there. It
+/// is applied together with the shipped `config/samples/hooks-only-plugin.yaml` as it is (only
+/// its namespace moved here), whose labels and annotation reach the same pod.
+#[tokio::test]
+async fn a_create_time_pod_hook_takes_effect_by_default_and_the_hooks_only_sample_works() {
+    let _scenario = scenario_lock().lock().await;
+    installed_operator().await;
+    let node = Node::shared();
+    let namespace = "vc-v2-rust";
+    let vcluster = installed_vcluster(namespace, RELEASE).await;
+    let client = node.client().await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client, namespace);
+    let sample = std::fs::read_to_string(
+        vcp_tests::control_plane::repo_root().join("config/samples/hooks-only-plugin.yaml"),
+    )
+    .expect("the sample");
+    assert!(sample.contains("namespace: my-vcluster") && !sample.contains("version:"));
+    let env_plugin = format!(
+        "apiVersion: vcp.dev/v1alpha1\nkind: VClusterPlugin\nmetadata: {{name: env-hook, \
+         namespace: {namespace}}}\nspec:\n  vcluster: {{name: {RELEASE}}}\n  hooks:\n  - name: \
+         add-env\n    apiVersion: v1\n    kind: Pod\n    events: [CreatePhysical]\n    \
+         jsonPatch:\n    - op: add\n      path: /spec/containers/0/env\n      value: [{{name: \
+         ADDED_BY_HOOK, value: at-create}}]\n"
+    );
+    let manifest = format!(
+        "{}\n---\n{env_plugin}",
+        sample.replace("namespace: my-vcluster", &format!("namespace: {namespace}"))
+    );
+    let uid0 = pods
+        .get(&vcluster.pod_name())
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    let applied = node.kubectl_output(&["apply", "-f", "-"], Some(&manifest));
+    assert!(applied.status.success(), "apply the plugins: {applied:?}");
+    assert_plugin_ready(node, namespace, "pod-policy", 180, "");
+    assert_plugin_ready(node, namespace, "env-hook", 180, "");
+
+    // Both run the v2 way: init containers from the product's image, loaded by the syncer,
+    // and no sidecar.
+    let rolled = latest_revision_pod(&pods, &statefulsets, RELEASE, &uid0).await;
+    let ready = ready_containers(&rolled);
+    assert!(
+        !ready.iter().any(|c| c == "pod-policy" || c == "env-hook"),
+        "a plugin runs as a sidecar: {ready:?}"
+    );
+    assert_v2_plugin_loaded(vcluster, &rolled, "pod-policy", operator_image_in_node()).await;
+    assert_v2_plugin_loaded(vcluster, &rolled, "env-hook", operator_image_in_node()).await;
+
+    team_a_ready(vcluster).await;
+    let hooked = running_host_pod(vcluster, &pods, "hooked-at-create").await;
+    let env = hooked.spec.as_ref().unwrap().containers[0]
+        .env
+        .clone()
+        .unwrap_or_default();
+    assert!(
+        env.iter()
+            .any(|e| e.name == "ADDED_BY_HOOK" && e.value.as_deref() == Some("at-create")),
+        "the host pod's first container lacks the hook's variable: {env:?}"
+    );
+    assert_eq!(label(&hooked, "cost-center"), Some("platform"));
+    assert_eq!(label(&hooked, "vcp.dev/hooked"), Some("true"));
+    assert_eq!(
+        hooked
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("cluster-autoscaler.kubernetes.io/safe-to-evict"))
+            .map(String::as_str),
+        Some("true")
+    );
+
+    for plugin in ["pod-policy", "env-hook"] {
+        node.kubectl(&[
+            "-n",
+            namespace,
+            "delete",
+            "vclusterplugin",
+            plugin,
+            "--timeout=120s",
+        ])
+        .unwrap_or_else(|e| panic!("delete {plugin}: {e}"));
+    }
+}

@@ -1,4 +1,5 @@
 use super::*;
+use vcp_crds::PluginVersion;
 use vcp_crds::{JsonPatchOperation, VClusterPluginSpec, VClusterRef};
 
 const NS: &str = "team-a";
