@@ -9,7 +9,9 @@
 //! - [`vcluster`]: vCluster's own chart as a pod, and the tutorial's plugin installed into it.
 //! - [`fault`]: the vCluster pod killed while a plugin install rolls it; nothing lost.
 //! - [`install_time`]: plugin install to Ready, by the operator and by `helm upgrade` (the figure).
-//! - [`v2_image`]: a Go v2 plugin image copied into `/plugins` and loaded by vCluster's syncer.
+//! - [`v2_image`]: a Go v2 plugin image copied into `/plugins` and loaded by vCluster's syncer;
+//!   the Rust runtime loaded the same way; an embedded plugin with a create-time pod hook (and
+//!   the shipped hooks-only sample) run that way by default, and the hook takes effect.
 //! - [`v1_image`]: a Go v1 sidecar image registered with vCluster's syncer; its hook beside a v2
 //!   plugin.
 //! - [`gitops`]: Argo CD itself syncs the sample Application (the chart and a plugin from Git);
