@@ -164,7 +164,9 @@ pub struct VClusterPluginSpec {
     /// init container, so that the vCluster syncer starts it as a v2 plugin and applies its
     /// hooks before its own writes; `v1` is a sidecar; absent, a sidecar, unless a
     /// `CreatePhysical` pod hook changes what an existing pod cannot change, which only takes
-    /// effect the `v2` way (such a hook with `v1` is refused, `HookCannotTakeEffect`).
+    /// effect the `v2` way (such a hook with `v1` is refused, `HookCannotTakeEffect`). Run the
+    /// `v2` way, the runtime lives in vCluster's `syncer` container: no `/metrics` port of its
+    /// own, and `resources` and `securityContext` apply to its init container only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<PluginVersion>,
 

@@ -496,7 +496,8 @@ impl Verdicts {
             let mut h = std::collections::hash_map::DefaultHasher::new();
             (&workload.uid, &service_account).hash(&mut h);
             for p in hooks::hook_order(plugins) {
-                (p.name_any(), format!("{:?}", p.spec.version)).hash(&mut h);
+                // the inputs of `hook_order` (`plugin_kind`: image, version, hooks)
+                (p.name_any(), &p.spec.image, format!("{:?}", p.spec.version)).hash(&mut h);
                 serde_json::to_string(&p.spec.hooks)
                     .unwrap_or_default()
                     .hash(&mut h);

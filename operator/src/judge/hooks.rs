@@ -64,8 +64,8 @@ pub const IDENTITY_FIELDS: [&str; 6] = [
 ];
 
 /// The order in which the plugins' hooks run on a host pod: first the v2 plugins (image or
-/// embedded, [`crate::workload::plugin_kind`]), by name, as vCluster's syncer calls each v2 plugin's `Mutate` in the order it loaded
-/// them (`os.ReadDir` of `/plugins`, sorted by the folder name, which is the plugin's name);
+/// embedded, [`crate::workload::plugin_kind`]), by name, as vCluster's syncer calls each v2
+/// plugin's `Mutate` in the order it loaded them (`os.ReadDir` of `/plugins`, sorted by the folder name, which is the plugin's name);
 /// then the others, by name (an embedded sidecar applies its hooks to the pod vCluster created).
 pub fn hook_order<'a>(plugins: &[&'a VClusterPlugin]) -> Vec<&'a VClusterPlugin> {
     let mut sorted: Vec<&VClusterPlugin> = plugins.to_vec();

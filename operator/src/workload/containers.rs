@@ -153,11 +153,12 @@ pub fn runtime_resources(spec: Option<&ResourceRequirements>) -> ResourceRequire
 /// How a plugin runs inside the vCluster pod.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PluginKind {
-    /// No `image` (and no explicit `version: v2`): the embedded runtime as a sidecar
-    /// container.
+    /// No `image`, `version: v1` or none (with no create-time pod hook, [`plugin_kind`]): the
+    /// embedded runtime as a sidecar container.
     Embedded,
-    /// No `image` + `version: v2`: the embedded runtime copied into `/plugins/<name>` by an
-    /// init container and started by vCluster's syncer as a v2 plugin.
+    /// No `image`, `version: v2` or none with a create-time pod hook ([`plugin_kind`]): the
+    /// embedded runtime copied into `/plugins/<name>` by an init container and started by
+    /// vCluster's syncer as a v2 plugin.
     EmbeddedV2,
     /// `image` + `version: v1`: a legacy gRPC sidecar.
     V1,

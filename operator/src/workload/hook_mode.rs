@@ -42,9 +42,9 @@ impl std::fmt::Display for CreateTimeChange {
 }
 
 /// The changes of `plugin`'s `CreatePhysical` hooks on `v1` `Pod`s that only take effect
-/// before the pod is created, in declaration order. Empty when every such hook changes only
-/// metadata (labels, annotations, `jsonPatch` under `/metadata`) or the fields an existing pod
-/// may change.
+/// before the pod is created, in declaration order: those in `spec` beyond what an existing pod
+/// may change. Empty when every such hook changes only metadata (labels, annotations,
+/// `jsonPatch` under `/metadata`) or the fields an existing pod may change.
 pub fn create_time_changes(plugin: &VClusterPlugin) -> Vec<CreateTimeChange> {
     let mut out = Vec::new();
     for hook in &plugin.spec.hooks {
@@ -81,18 +81,22 @@ fn changed_paths(op: &JsonPatchOperation) -> Vec<&str> {
     }
 }
 
-/// Whether the API server lets `op` at `path` change an existing pod (module docs: the rule of
-/// `ValidatePodUpdate`). Conservative: `terminationGracePeriodSeconds` (allowed only from a
-/// negative value) and `schedulingGates` (only removals) count as not changeable, and a
-/// toleration only as an `add` at the end (`/spec/tolerations/-`).
+/// Whether `op` at `path` needs no create time: the API server lets it change an existing pod
+/// (module docs: the rule of `ValidatePodUpdate`), or it is outside `spec`, where running
+/// before the pod exists would not help either (metadata changes apply to existing pods;
+/// `status`, `apiVersion` and `kind` are not the hook's to write in either way). Conservative
+/// within `spec`: `terminationGracePeriodSeconds` (allowed only from a negative value) and
+/// `schedulingGates` (only removals) need create time, as does removing
+/// `activeDeadlineSeconds` (it may only be set or lowered); a toleration is changeable only as
+/// an `add` at the end (`/spec/tolerations/-`).
 fn changeable_on_an_existing_pod(op: JsonPatchOp, path: &str) -> bool {
-    if path == "/metadata" || path.starts_with("/metadata/") {
+    if path != "/spec" && !path.starts_with("/spec/") {
         return true;
     }
     let segments: Vec<&str> = path.split('/').skip(1).collect();
     match segments.as_slice() {
         ["spec", "containers" | "initContainers", index, "image"] => is_index(index),
-        ["spec", "activeDeadlineSeconds"] => true,
+        ["spec", "activeDeadlineSeconds"] => op != JsonPatchOp::Remove,
         ["spec", "tolerations", "-"] => op == JsonPatchOp::Add,
         _ => false,
     }
@@ -226,7 +230,10 @@ mod tests {
                 {"op": "add", "path": "/spec/terminationGracePeriodSeconds", "value": 1},
                 {"op": "move", "from": "/spec/nodeName", "path": "/metadata/annotations/n"},
                 {"op": "add", "path": "/spec", "value": {}},
+                {"op": "remove", "path": "/spec/activeDeadlineSeconds"},
+                // outside spec: not the hook's to write, before or after the pod exists
                 {"op": "add", "path": "/status/phase", "value": "Running"},
+                {"op": "replace", "path": "/kind", "value": "Pod"},
             ]),
         );
         let paths: Vec<String> = create_time_changes(&p)
@@ -244,7 +251,7 @@ mod tests {
                 "/spec/terminationGracePeriodSeconds",
                 "/spec/nodeName",
                 "/spec",
-                "/status/phase",
+                "/spec/activeDeadlineSeconds",
             ]
         );
     }
