@@ -26,6 +26,19 @@ async fn closed_within(s: &mut TcpStream, within: Duration) -> Result<String, ()
     }
 }
 
+/// Waits up to 5 s for the server to have accepted `n` connections in all.
+async fn accepted(stats: &Stats, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while stats.accepted.get() < n {
+        assert!(
+            Instant::now() < deadline,
+            "accepted {}",
+            stats.accepted.get()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// A server on a free loopback port answering `/x`, `/healthz` and `/metrics` (the number of
 /// renders so far), stopped when the returned sender is dropped.
 async fn start(limits: Limits) -> (SocketAddr, Stats, tokio::sync::oneshot::Sender<()>) {
@@ -156,15 +169,7 @@ async fn a_flood_of_slow_connections_holds_the_cap_and_the_probe_is_answered() {
         flood.push(s);
     }
     // every connection was accepted (the accept loop runs on), and the server waits for them
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while stats.accepted.get() < 40 {
-        assert!(
-            Instant::now() < deadline,
-            "accepted {}",
-            stats.accepted.get()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    accepted(&stats, 40).await;
     assert!(stats.open.get() <= 8, "open {}", stats.open.get());
     assert_eq!(stats.evicted.get(), 32, "each over the cap evicted one");
     // the probe is answered at once, by evicting the oldest slow connection
@@ -229,20 +234,6 @@ async fn a_probe_from_another_address_outlives_a_flood_while_its_head_is_still_u
         ..Limits::runtime()
     };
     let (addr, stats, _stop) = start(limits).await;
-    let accepted = |n: u64| {
-        let stats = stats.clone();
-        async move {
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while stats.accepted.get() < n {
-                assert!(
-                    Instant::now() < deadline,
-                    "accepted {}",
-                    stats.accepted.get()
-                );
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
-    };
     let slow = || async move {
         let mut s = TcpStream::connect(addr).await.unwrap();
         s.write_all(b"GET /x HTTP/1.1\r\nX: ").await.unwrap();
@@ -252,19 +243,19 @@ async fn a_probe_from_another_address_outlives_a_flood_while_its_head_is_still_u
     for _ in 0..8 {
         flood.push(slow().await);
     }
-    accepted(8).await;
+    accepted(&stats, 8).await;
     // The probe connects from another loopback address (as the kubelet's come from the node's
     // address, not the flooding pod's) and is accepted before it has sent a byte.
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
     let mut probe = socket.connect(addr).await.unwrap();
-    accepted(9).await;
+    accepted(&stats, 9).await;
     // 40 more from the flood while the probe's head is still unread: each closes one of the
     // flood's own
     for _ in 0..40 {
         flood.push(slow().await);
     }
-    accepted(49).await;
+    accepted(&stats, 49).await;
     assert_eq!(stats.evicted.get(), 41);
     probe
         .write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")

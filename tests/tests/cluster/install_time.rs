@@ -116,13 +116,7 @@ async fn plugin_install_time_by_the_operator_and_by_helm_upgrade() {
     )
     .unwrap();
 
-    let mut uid = pods
-        .get(&vcluster.pod_name())
-        .await
-        .unwrap()
-        .metadata
-        .uid
-        .unwrap();
+    let mut uid = vcluster.pod_uid(&pods).await;
     let (mut by_operator, mut by_helm) = (Vec::new(), Vec::new());
     for round in 1..=runs {
         // The operator's way.

@@ -103,14 +103,13 @@ async fn v2_plugin_is_loaded(
     let vcluster = installed_vcluster(namespace, RELEASE).await;
     let client = node.client().await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client, &vcluster.namespace);
-    let vcluster_pod = vcluster.pod_name();
 
     // Before the plugin: a virtual pod reaches the node without the hook's label.
     team_a_ready(vcluster).await;
     let before = running_host_pod(vcluster, &pods, "before").await;
     assert_eq!(label(&before, key), None);
 
-    let uid0 = pods.get(&vcluster_pod).await.unwrap().metadata.uid.unwrap();
+    let uid0 = vcluster.pod_uid(&pods).await;
     let applied = node.kubectl_output(&["apply", "-f", "-"], Some(manifest));
     assert!(applied.status.success(), "apply the plugin: {applied:?}");
     assert_plugin_ready(node, namespace, plugin, 180, "");
@@ -341,13 +340,7 @@ async fn a_create_time_pod_hook_takes_effect_by_default_and_the_hooks_only_sampl
         "{}\n---\n{env_plugin}",
         sample.replace("namespace: my-vcluster", &format!("namespace: {namespace}"))
     );
-    let uid0 = pods
-        .get(&vcluster.pod_name())
-        .await
-        .unwrap()
-        .metadata
-        .uid
-        .unwrap();
+    let uid0 = vcluster.pod_uid(&pods).await;
     let applied = node.kubectl_output(&["apply", "-f", "-"], Some(&manifest));
     assert!(applied.status.success(), "apply the plugins: {applied:?}");
     assert_plugin_ready(node, namespace, "pod-policy", 180, "");

@@ -156,6 +156,18 @@ impl VCluster {
     pub fn pod_name(&self) -> String {
         format!("{}-0", self.release)
     }
+
+    /// The uid of the vCluster's pod now (read through `pods`, of its namespace), to tell a
+    /// rolled pod from it.
+    pub async fn pod_uid(&self, pods: &Api<Pod>) -> String {
+        let name = self.pod_name();
+        pods.get(&name)
+            .await
+            .unwrap_or_else(|e| panic!("get pod {name}: {e}"))
+            .metadata
+            .uid
+            .unwrap_or_else(|| panic!("pod {name} has no uid"))
+    }
 }
 
 /// Serializes the heavy scenarios of this binary (each rolls a vCluster's StatefulSet and
